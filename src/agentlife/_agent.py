@@ -1,0 +1,139 @@
+"""What agent authors write against: `AgentProcess`, `Done`, `Job`, `Footprint`, `BudgetView`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    from agentlife._context import StepContext
+    from agentlife._llm import LLMClient
+    from agentlife._memory import Embedder
+
+__all__ = ["AgentProcess", "BudgetView", "Done", "Footprint", "Job"]
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """Returned by `AgentProcess.step` to end the job.
+
+    Attributes:
+        result: JSON-serialisable; stored on the job row and handed to ``deliver`` and ``housekeeping``.
+        status: ``"COMPLETED"`` or ``"FAILED"``.
+        reason: why, for a FAILED job (kept on the job row).
+    """
+
+    result: Any = None
+    status: Literal["COMPLETED", "FAILED"] = "COMPLETED"
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in ("COMPLETED", "FAILED"):
+            raise ValueError(f"Done.status must be 'COMPLETED' or 'FAILED', got {self.status!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """The job this process runs, as read from its row at hydration."""
+
+    id: str
+    agent_id: str
+    attempt: int
+    payload: Any = None
+    status: str = "RUNNING"
+
+
+@dataclass(frozen=True, slots=True)
+class Footprint:
+    """Resource settings; reduced after the previous attempt was OOM-killed (exit 137)."""
+
+    max_context_tokens: int = 200_000
+    browser_enabled: bool = True
+    max_concurrent_tools: int = 8
+    reduced: bool = False
+
+    @classmethod
+    def after_exit(cls, previous_exit_code: int | None) -> Footprint:
+        """The full footprint, or the reduced one when the previous attempt died of OOM/SIGKILL (137)."""
+        if previous_exit_code == 137:
+            return cls(max_context_tokens=50_000, browser_enabled=False, max_concurrent_tools=1, reduced=True)
+        return cls()
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetView:
+    """What is left of the job's budgets when the step looked."""
+
+    input_tokens_remaining: int
+    cost_usd_remaining: float
+    run_seconds_remaining: float | None
+    input_tokens_used: int = 0
+    cost_usd_used: float = 0.0
+
+
+class AgentProcess:
+    """Base class of an agent: subclass it and implement `step`.
+
+    Example:
+        >>> class Counter(AgentProcess):
+        ...     agent_id = "counter"
+        ...     async def step(self, ctx):
+        ...         ctx.state["n"] = ctx.state.get("n", 0) + 1
+        ...         return Done(result=ctx.state["n"]) if ctx.state["n"] == 3 else None
+    """
+
+    #: The agent's id; ``AGENTLIFE_AGENT_ID`` overrides it.
+    agent_id: ClassVar[str] = ""
+    #: Channel name used in the delivery registry key ``delivery:{job_id}:{channel}``.
+    delivery_channel: ClassVar[str] = "default"
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        """One step of the job loop; return `Done` to finish, None to be called again."""
+        raise NotImplementedError(f"{type(self).__name__} must implement step()")
+
+    async def deliver(self, result: Any) -> None:
+        """Human-facing output after the final step; runs before housekeeping, at most once per channel."""
+
+    async def housekeeping(self, result: Any) -> None:
+        """Archival work after delivery: interruptible, and its errors never mask a delivery."""
+
+    def memory_query(self, job: Job, checkpoint: Mapping[str, Any] | None) -> str | None:
+        """Text for the hydration memory fetch; None skips it. Default: payload + checkpoint summary."""
+        parts = [str(job.payload)] if job.payload not in (None, "", {}) else []
+        if checkpoint:
+            summary = checkpoint.get("summary")
+            if summary:
+                parts.append(str(summary))
+        return " ".join(parts) or None
+
+    def memories_to_store(self, result: Any, state: Mapping[str, Any]) -> list[str]:
+        """Texts to write to long-term memory when the job completes (default: none)."""
+        return []
+
+    async def check_policy(self, tool_name: str, args: Mapping[str, Any]) -> bool:
+        """Whether a ``restricted=True`` tool may run with ``args`` (default: allow)."""
+        return True
+
+    def make_llm(self) -> LLMClient:
+        """The LLM client behind ``ctx.llm``: Anthropic when ``ANTHROPIC_API_KEY`` is set.
+
+        Without a key the returned client raises a clear `LLMConfigurationError` at its first call.
+        """
+        from agentlife._llm_default import default_llm
+
+        return default_llm()
+
+    def make_embedder(self) -> Embedder:
+        """The `Embedder` used for memory (default: the deterministic offline hashing embedder)."""
+        from agentlife._memory import HashingEmbedder
+
+        return HashingEmbedder()
+
+    @classmethod
+    def main(cls, argv: list[str] | None = None) -> None:
+        """Run this agent as the process's main program (``if __name__ == "__main__": MyAgent.main()``)."""
+        from agentlife._cli import run_agent_main
+
+        raise SystemExit(run_agent_main(cls, argv))
+

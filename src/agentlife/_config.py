@@ -1,0 +1,132 @@
+"""Process configuration read from the environment (DESIGN §2, "Process configuration")."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentlife._exceptions import ConfigError
+from agentlife.constants import Constants
+
+__all__ = ["JOB_ID_PATTERN", "Settings", "validate_job_id"]
+
+JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def validate_job_id(job_id: str) -> str:
+    """Return ``job_id`` if it matches the allowed pattern, else raise `ConfigError`.
+
+    The pattern keeps every path built from a job id inside the data directory: no separators, no NUL,
+    no leading dot, at most 128 characters.
+    """
+    if not JOB_ID_PATTERN.fullmatch(job_id) or job_id in (".", ".."):
+        shown = job_id if len(job_id) <= 40 else job_id[:40] + "..."
+        raise ConfigError(
+            f"job id {shown!r} is not allowed: it must match {JOB_ID_PATTERN.pattern} (no path separators)"
+        )
+    return job_id
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything a process needs to know about where it runs, validated once at boot."""
+
+    job_id: str
+    agent_id: str
+    attempt: int = 1
+    data_dir: Path = Path(".agentlife")
+    database_url: str | None = None
+    qdrant_url: str | None = None
+    control_plane_url: str | None = None
+    control_plane_token: str | None = field(default=None, repr=False)
+    health_host: str = "0.0.0.0"  # noqa: S104 - probes must be reachable by the kubelet
+    health_port: int | None = 8086
+    previous_exit_code: int | None = None
+    log_level: str = "INFO"
+    pod_name: str = ""
+    deployment_env: str = ""
+    constants: Constants = field(default_factory=Constants)
+
+    def __post_init__(self) -> None:
+        validate_job_id(self.job_id)
+        if not self.agent_id or not JOB_ID_PATTERN.fullmatch(self.agent_id):
+            raise ConfigError(f"agent id {self.agent_id!r} is not allowed: it must match {JOB_ID_PATTERN.pattern}")
+        if self.attempt < 1:
+            raise ConfigError(f"AGENTLIFE_ATTEMPT={self.attempt} must be >= 1")
+        if self.log_level not in _LOG_LEVELS:
+            raise ConfigError(f"AGENTLIFE_LOG_LEVEL={self.log_level!r} must be one of {', '.join(_LOG_LEVELS)}")
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The store URL, defaulting to the embedded SQLite file under the data dir."""
+        return self.database_url or f"sqlite:///{self.data_dir / 'agentlife.db'}"
+
+    @property
+    def session_dir(self) -> Path:
+        """``{data_dir}/sessions/{job_id}``: where this job's journals live."""
+        return self.data_dir / "sessions" / self.job_id
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        job_id: str | None = None,
+        agent_id: str | None = None,
+        constants: Constants | None = None,
+    ) -> Settings:
+        """Read the ``AGENTLIFE_*`` variables; explicit arguments win over the environment.
+
+        Raises:
+            ConfigError: with a one-line message naming the variable at fault.
+        """
+        env = os.environ if env is None else env
+        job = job_id or env.get("AGENTLIFE_JOB_ID")
+        if not job:
+            raise ConfigError("no job id: set AGENTLIFE_JOB_ID or pass --job-id")
+        agent = env.get("AGENTLIFE_AGENT_ID") or agent_id
+        if not agent:
+            raise ConfigError("no agent id: set AGENTLIFE_AGENT_ID or the agent class's agent_id")
+        return cls(
+            job_id=job,
+            agent_id=agent,
+            attempt=_int(env, "AGENTLIFE_ATTEMPT", 1) or 1,
+            data_dir=Path(env.get("AGENTLIFE_DATA_DIR") or ".agentlife"),
+            database_url=env.get("AGENTLIFE_DATABASE_URL") or None,
+            qdrant_url=env.get("AGENTLIFE_QDRANT_URL") or None,
+            control_plane_url=(env.get("AGENTLIFE_CONTROL_PLANE_URL") or "").rstrip("/") or None,
+            control_plane_token=env.get("AGENTLIFE_CONTROL_PLANE_TOKEN") or None,
+            health_host=env.get("AGENTLIFE_HEALTH_HOST") or "0.0.0.0",  # noqa: S104
+            health_port=_port(env),
+            previous_exit_code=_int(env, "AGENTLIFE_PREVIOUS_EXIT_CODE", None),
+            log_level=(env.get("AGENTLIFE_LOG_LEVEL") or "INFO").upper(),
+            pod_name=env.get("HOSTNAME") or socket.gethostname(),
+            deployment_env=env.get("DEPLOYMENT_ENV", ""),
+            constants=constants if constants is not None else Constants.from_env(env),
+        )
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a whole number") from None
+
+
+def _port(env: Mapping[str, str]) -> int | None:
+    """The probe port; ``off`` disables the probe server (in-process tests run several agents at once)."""
+    raw = env.get("AGENTLIFE_HEALTH_PORT")
+    if raw is not None and raw.strip().lower() == "off":
+        return None
+    port = _int(env, "AGENTLIFE_HEALTH_PORT", 8086)
+    if port is None or not 0 <= port <= 65535:
+        raise ConfigError(f"AGENTLIFE_HEALTH_PORT={raw!r} must be a port number 0-65535 (0 = any free port)")
+    return port

@@ -1,0 +1,152 @@
+"""The exception hierarchy of agentlife.
+
+::
+
+    AgentlifeError
+    ├── ConfigError                      bad environment, CLI input or agent definition (exit 2 / 1)
+    │   ├── InvariantViolation           constants that break an invariant of DESIGN §2
+    │   └── ScheduleError                a schedule refused by `Schedule`
+    ├── InvalidTransition                a lifecycle transition outside the table of DESIGN §1
+    ├── StoreError                       the checkpoint store failed
+    │   ├── StoreUnavailable             unreachable after retries
+    │   ├── CheckpointCorrupt            no checkpoint passes its CRC-32
+    │   ├── JobNotFound                  no job row and creating one was not allowed
+    │   └── AttemptFenced                a later attempt owns the job (zombie protection)
+    ├── CallError                        an LLM or tool call failed
+    │   ├── TransientError               worth retrying with backoff
+    │   │   ├── LLMTimeout               (also TimeoutError) connect / chunk / total
+    │   │   ├── ToolTimeout              (also TimeoutError) a tool outlived its timeout
+    │   │   └── PolicyUnavailable        the policy check timed out or failed: fail closed
+    │   ├── PermanentError               retrying cannot help (HTTP 400, a tool's own refusal)
+    │   └── LLMConfigurationError        no API key, 401/403
+    ├── BudgetExhausted                  token, cost or run-time budget spent
+    └── BackgroundOperationRestricted    a restricted tool without approval
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = [
+    "AgentlifeError",
+    "AttemptFenced",
+    "BackgroundOperationRestricted",
+    "BudgetExhausted",
+    "CallError",
+    "CheckpointCorrupt",
+    "ConfigError",
+    "InvalidTransition",
+    "InvariantViolation",
+    "JobNotFound",
+    "LLMConfigurationError",
+    "LLMTimeout",
+    "PermanentError",
+    "PolicyUnavailable",
+    "ScheduleError",
+    "StoreError",
+    "StoreUnavailable",
+    "ToolTimeout",
+    "TransientError",
+]
+
+
+class AgentlifeError(Exception):
+    """Root of every error agentlife raises."""
+
+
+class ConfigError(AgentlifeError):
+    """The environment, the command line or the agent definition is not usable."""
+
+
+class InvariantViolation(ConfigError):
+    """A set of constants breaks an invariant; the message names both sides of the inequality."""
+
+
+class ScheduleError(ConfigError):
+    """A schedule was refused; the message names the limit and the offending value."""
+
+
+class InvalidTransition(AgentlifeError):
+    """A lifecycle transition that the table of DESIGN §1 does not allow."""
+
+    def __init__(self, source: object, target: object) -> None:
+        super().__init__(f"invalid lifecycle transition {source} -> {target}")
+        self.source = source
+        self.target = target
+
+
+class StoreError(AgentlifeError):
+    """The checkpoint store failed."""
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached, after retries where they apply."""
+
+
+class CheckpointCorrupt(StoreError):
+    """Neither the job's checkpoint nor any history entry passes its CRC-32."""
+
+
+class JobNotFound(StoreError):
+    """The job row does not exist and this process may not create it."""
+
+
+class AttemptFenced(StoreError):
+    """A later attempt owns the job; this process must stop without touching the row."""
+
+
+class CallError(AgentlifeError):
+    """An LLM or tool call failed."""
+
+
+class TransientError(CallError):
+    """A failure that may pass: retried with jittered backoff while the budgets allow.
+
+    Attributes:
+        retry_after: seconds the server asked us to wait, when it said so.
+    """
+
+    def __init__(self, message: str = "", *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class LLMTimeout(TransientError, TimeoutError):
+    """An LLM stream made no progress in time.
+
+    ``kind`` is ``"connect"`` (no first event), ``"chunk"`` (silence between events) or ``"total"``.
+    """
+
+    def __init__(self, kind: Literal["connect", "chunk", "total"], seconds: float) -> None:
+        super().__init__(f"LLM stream {kind} timeout after {seconds:g} s")
+        self.kind = kind
+        self.seconds = seconds
+
+
+class ToolTimeout(TransientError, TimeoutError):
+    """A tool call outlived its timeout and was cancelled."""
+
+    def __init__(self, tool: str, seconds: float) -> None:
+        super().__init__(f"tool {tool!r} timed out after {seconds:g} s")
+        self.tool = tool
+        self.seconds = seconds
+
+
+class PolicyUnavailable(TransientError):
+    """The policy check of a restricted tool timed out or failed, so the call is refused (fail closed)."""
+
+
+class PermanentError(CallError):
+    """A failure that retrying cannot fix."""
+
+
+class LLMConfigurationError(CallError):
+    """The LLM client is not configured (no API key) or was refused (401/403)."""
+
+
+class BudgetExhausted(AgentlifeError):
+    """The job's token, cost or run-time budget is spent; the job ends FAILED."""
+
+
+class BackgroundOperationRestricted(AgentlifeError):
+    """A ``restricted=True`` tool was called for a job that has not been approved."""

@@ -1,0 +1,117 @@
+"""The LLM client protocol and the reply it returns (DESIGN §3, §7).
+
+Adapters (`AnthropicLLM`, `ScriptedLLM`) implement `LLMClient.complete`, which streams under the timeouts
+it is given and returns a whole `LLMReply`. The runtime wraps the client the agent made into ``ctx.llm``,
+which adds journaling and replay, the token budget and retries; adapters never do those themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["LLMClient", "LLMReply", "StreamTimeouts", "Usage"]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTimeouts:
+    """The three clocks of a progress-guarded stream, in seconds (DESIGN §7)."""
+
+    connect: float = 30.0
+    chunk: float = 60.0
+    total: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens one call consumed, as the provider reported them."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        """A plain dict for the journal."""
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Usage:
+        """Inverse of `to_json`; unknown keys are ignored."""
+        return cls(**{k: int(data.get(k) or 0) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, slots=True)
+class LLMReply:
+    """A complete model reply.
+
+    Attributes:
+        text: the text blocks joined.
+        content: every content block as a dict, in order (``text``, ``thinking``, ``tool_use`` ...).
+        usage: token usage.
+        stop_reason: why the model stopped (``end_turn``, ``tool_use``, ``max_tokens`` ...).
+        model: the model that answered.
+        cost_usd: the price of this call from the adapter's price table (0 when unknown).
+    """
+
+    text: str
+    content: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str | None = None
+    model: str = ""
+    cost_usd: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain dict for the journal (``LLM_COMPLETED.response``)."""
+        return {
+            "text": self.text,
+            "content": [dict(block) for block in self.content],
+            "usage": self.usage.to_json(),
+            "stop_reason": self.stop_reason,
+            "model": self.model,
+            "cost_usd": self.cost_usd,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LLMReply:
+        """Rebuild a reply recorded by `to_json` (replay after a crash)."""
+        return cls(
+            text=str(data.get("text", "")),
+            content=tuple(data.get("content") or ()),
+            usage=Usage.from_json(data.get("usage") or {}),
+            stop_reason=data.get("stop_reason"),
+            model=str(data.get("model", "")),
+            cost_usd=float(data.get("cost_usd") or 0.0),
+        )
+
+
+@runtime_checkable
+class LLMClient(Protocol):
+    """What ``AgentProcess.make_llm()`` returns: one streamed completion per `complete` call."""
+
+    async def complete(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        max_tokens: int,
+        timeouts: StreamTimeouts | None = None,
+        **params: Any,
+    ) -> LLMReply:
+        """Stream one completion under ``timeouts`` and return it whole.
+
+        Raises:
+            LLMTimeout: the stream made no progress in time (the response is closed first).
+            TransientError: rate limits, overload, 5xx, connection errors (``retry_after`` when known).
+            PermanentError: the request itself is wrong (HTTP 400).
+            LLMConfigurationError: no credentials, or 401/403.
+        """
+
+    async def aclose(self) -> None:
+        """Release connections."""

@@ -1,0 +1,101 @@
+"""JSON log lines on stdout, one object per line, with the lifecycle context and secrets redacted."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO, Any
+
+import orjson
+
+from agentlife._redact import Redactor
+
+__all__ = ["JsonLogHandler", "get_logger", "installed_json_logging"]
+
+ContextFn = Callable[[], dict[str, Any]]
+
+
+def get_logger(name: str = "agentlife") -> logging.Logger:
+    """The stdlib logger ``name``; agentlife's own loggers live under ``agentlife``."""
+    return logging.getLogger(name)
+
+
+class JsonLogHandler(logging.Handler):
+    """Formats each record as one JSON object: ts, level, logger, msg, the context, extras, exception."""
+
+    def __init__(self, stream: IO[str] | None = None, *, context: ContextFn | None = None,
+                 redactor: Redactor | None = None) -> None:
+        super().__init__()
+        self._stream = stream
+        self._context = context
+        self._redactor = redactor or Redactor()
+
+    def to_dict(self, record: logging.LogRecord) -> dict[str, Any]:
+        """The JSON object for ``record``, already redacted."""
+        out: dict[str, Any] = {
+            "ts": round(record.created, 6),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if self._context is not None:
+            out.update(self._context())
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            out.update(fields)
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            out["error"] = f"{type(exc).__name__}: {exc}"
+            out["traceback"] = "".join(traceback.format_exception(exc)).rstrip()
+        redacted = self._redactor.redact_obj(out)
+        assert isinstance(redacted, dict)
+        return redacted
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = orjson.dumps(self.to_dict(record), default=str).decode()
+            stream = self._stream or sys.stdout
+            stream.write(line + "\n")
+            stream.flush()
+        except Exception:
+            self.handleError(record)
+
+
+@contextmanager
+def installed_json_logging(
+    level: str, *, context: ContextFn | None = None, redactor: Redactor | None = None,
+    stream: IO[str] | None = None,
+) -> Iterator[JsonLogHandler]:
+    """Route the root logger through a `JsonLogHandler` for the duration of the block.
+
+    The process's own handlers are set aside and restored afterwards, so a test harness that runs
+    several agents in one interpreter gets its logging back untouched.
+    """
+    root = logging.getLogger()
+    handler = JsonLogHandler(stream, context=context, redactor=redactor)
+    saved_handlers, saved_level = root.handlers[:], root.level
+    root.handlers = [handler]
+    root.setLevel(level)
+    # Chatty third-party loggers stay at WARNING unless the user asked for DEBUG.
+    if level != "DEBUG":
+        for name in ("httpx", "httpcore", "anthropic", "asyncio", "aiohttp.access"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        yield handler
+    finally:
+        root.handlers = saved_handlers
+        root.setLevel(saved_level)
+
+
+def log_fields(**fields: Any) -> dict[str, Any]:
+    """``extra=`` for a log call that adds structured fields to the JSON line."""
+    return {"fields": fields}
+
+
+def monotonic_ms() -> float:
+    """Milliseconds on the monotonic clock, for durations in log lines."""
+    return time.monotonic() * 1000.0

@@ -1,0 +1,123 @@
+"""The ``@tool`` decorator and the sentinel `NOT_DONE` (DESIGN §3)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final, Generic, ParamSpec, TypeVar, overload
+
+__all__ = ["NOT_DONE", "NotDone", "ToolSpec", "tool"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class NotDone:
+    """Type of `NOT_DONE`: what a ``verify`` callback returns when the side effect did not happen."""
+
+    _instance: NotDone | None = None
+
+    def __new__(cls) -> NotDone:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "agentlife.NOT_DONE"
+
+    def __reduce__(self) -> str:
+        return "NOT_DONE"
+
+
+NOT_DONE: Final = NotDone()
+
+Verify = Callable[[str], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec(Generic[P, R]):
+    """A function made into a tool: its name, timeout and policy flags.
+
+    Calling the spec calls the function directly (handy in unit tests); inside a step, go through
+    ``ctx.call_tool(spec, ...)`` so the call is timed out, journaled and replayed.
+    """
+
+    fn: Callable[P, Awaitable[R]] | Callable[P, R]
+    name: str
+    timeout: float | None
+    side_effects: bool
+    restricted: bool
+    verify: Verify | None
+    is_async: bool
+    wants_invocation_id: bool
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R] | R:
+        return self.fn(*args, **kwargs)
+
+
+@overload
+def tool(fn: Callable[P, Awaitable[R]], /) -> ToolSpec[P, R]: ...
+
+
+@overload
+def tool(fn: Callable[P, R], /) -> ToolSpec[P, R]: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    timeout: float | None = None,
+    side_effects: bool = True,
+    restricted: bool = False,
+    verify: Verify | None = None,
+) -> Callable[[Callable[P, Any]], ToolSpec[P, Any]]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    timeout: float | None = None,
+    side_effects: bool = True,
+    restricted: bool = False,
+    verify: Verify | None = None,
+) -> Any:
+    """Declare a tool.
+
+    Args:
+        fn: the function (async, or sync: sync tools run on a worker thread, off the event loop).
+        name: defaults to the function's name; it picks the default timeout from the table of DESIGN §2.
+        timeout: seconds, overriding the table.
+        side_effects: ``True`` makes the call write-ahead journaled (durable before and after it runs).
+        restricted: the call needs an approved job and passes ``AgentProcess.check_policy`` first.
+        verify: ``async verify(invocation_id)`` for a call found pending after a crash: returns the call's
+            result when the effect already happened, or `NOT_DONE` to run the tool again.
+
+    Example:
+        >>> @tool(timeout=10, side_effects=False)
+        ... async def read_file(path: str) -> str:
+        ...     return open(path).read()
+    """
+
+    def wrap(f: Callable[..., Any]) -> ToolSpec[Any, Any]:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"tool timeout must be > 0, got {timeout}")
+        params = inspect.signature(f).parameters
+        spec = ToolSpec(
+            fn=f,
+            name=name or f.__name__,
+            timeout=timeout,
+            side_effects=side_effects,
+            restricted=restricted,
+            verify=verify,
+            is_async=inspect.iscoroutinefunction(f),
+            wants_invocation_id="invocation_id" in params,
+        )
+        return spec
+
+    return wrap(fn) if fn is not None else wrap

@@ -1,0 +1,318 @@
+"""Every timing and budget agentlife uses, in one frozen place.
+
+The defaults come from the platform's lifecycle spikes. Each group is a frozen dataclass; `Constants` holds
+them all. `Constants.from_env()` applies the ``AGENTLIFE_*`` overrides of the design (seconds as decimals) and
+checks every invariant, so a configuration that would, say, let Kubernetes SIGKILL a pod in the middle of its
+cleanup refuses to boot with a message naming both sides of the inequality.
+
+Example:
+    >>> from agentlife.constants import Constants
+    >>> c = Constants()
+    >>> c.drain.step_deadline_seconds
+    45.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from agentlife._exceptions import ConfigError, InvariantViolation
+
+__all__ = [
+    "DEFAULT_TOOL_TIMEOUTS",
+    "BudgetConstants",
+    "CallConstants",
+    "Constants",
+    "DrainConstants",
+    "HeartbeatConstants",
+    "HydrationConstants",
+    "ProbeConstants",
+    "RetryConstants",
+]
+
+#: Per-tool default timeouts in seconds (DESIGN §2); any other tool gets ``CallConstants.tool_default_seconds``.
+DEFAULT_TOOL_TIMEOUTS: Mapping[str, float] = MappingProxyType(
+    {
+        "kubectl_apply": 30.0,
+        "kubectl_get": 15.0,
+        "file_read": 10.0,
+        "file_write": 10.0,
+        "browser_navigate": 120.0,
+        "browser_screenshot": 30.0,
+        "http_request": 120.0,
+        "git_clone": 300.0,
+        "git_push": 60.0,
+    }
+)
+
+
+def _seconds(default: float | None, env: str | None = None) -> Any:
+    """A duration field: scaled by `Constants.scaled`, overridable from ``env``."""
+    return field(default=default, metadata={"env": env, "seconds": True})
+
+
+def _number(default: float | int, env: str | None = None) -> Any:
+    """A count or money field: never scaled."""
+    return field(default=default, metadata={"env": env, "seconds": False})
+
+
+@dataclass(frozen=True, slots=True)
+class DrainConstants:
+    """The SIGTERM budget: Kubernetes' grace period split into its phases (DESIGN §8)."""
+
+    pre_stop_seconds: float = _seconds(5.0, "AGENTLIFE_DRAIN_PRE_STOP_SECONDS")
+    termination_grace_seconds: float = _seconds(65.0, "AGENTLIFE_DRAIN_TERMINATION_GRACE_SECONDS")
+    step_deadline_seconds: float = _seconds(45.0, "AGENTLIFE_DRAIN_STEP_DEADLINE_SECONDS")
+    cleanup_budget_seconds: float = _seconds(10.0, "AGENTLIFE_DRAIN_CLEANUP_BUDGET_SECONDS")
+    sigkill_buffer_seconds: float = _seconds(5.0, "AGENTLIFE_DRAIN_SIGKILL_BUFFER_SECONDS")
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatConstants:
+    """SSE heartbeats to the control plane and the job row's ``heartbeat_at``."""
+
+    sse_interval_seconds: float = _seconds(15.0, "AGENTLIFE_HEARTBEAT_SSE_INTERVAL_SECONDS")
+    unhealthy_after_seconds: float = _seconds(45.0, "AGENTLIFE_HEARTBEAT_UNHEALTHY_AFTER_SECONDS")
+    job_interval_seconds: float = _seconds(30.0, "AGENTLIFE_HEARTBEAT_JOB_INTERVAL_SECONDS")
+    zombie_after_seconds: float = _seconds(300.0, "AGENTLIFE_HEARTBEAT_ZOMBIE_AFTER_SECONDS")
+    reconnect_initial_seconds: float = _seconds(1.0)
+    reconnect_max_seconds: float = _seconds(30.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeConstants:
+    """Kubernetes probe blocks and the event-loop watchdog."""
+
+    startup_period_seconds: float = _seconds(5.0)
+    startup_failure_threshold: int = _number(12)
+    liveness_period_seconds: float = _seconds(10.0)
+    liveness_failure_threshold: int = _number(3)
+    liveness_timeout_seconds: float = _seconds(5.0)
+    readiness_period_seconds: float = _seconds(5.0)
+    readiness_failure_threshold: int = _number(2)
+    readiness_timeout_seconds: float = _seconds(3.0)
+    blocked_threshold_seconds: float = _seconds(5.0, "AGENTLIFE_PROBE_BLOCKED_THRESHOLD_SECONDS")
+    lag_interval_seconds: float = _seconds(1.0, "AGENTLIFE_PROBE_LAG_INTERVAL_SECONDS")
+
+    @property
+    def startup_window_seconds(self) -> float:
+        """How long Kubernetes waits for the first successful startup probe."""
+        return self.startup_period_seconds * self.startup_failure_threshold
+
+    @property
+    def liveness_window_seconds(self) -> float:
+        """How long a failing liveness probe takes to get the container restarted."""
+        return self.liveness_period_seconds * self.liveness_failure_threshold
+
+
+@dataclass(frozen=True, slots=True)
+class CallConstants:
+    """Timeouts of LLM, HTTP and tool calls (DESIGN §7)."""
+
+    llm_connect_timeout_seconds: float = _seconds(30.0, "AGENTLIFE_LLM_CONNECT_TIMEOUT_SECONDS")
+    llm_inter_chunk_timeout_seconds: float = _seconds(60.0, "AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS")
+    llm_total_timeout_seconds: float = _seconds(300.0, "AGENTLIFE_LLM_TOTAL_TIMEOUT_SECONDS")
+    http_connect_timeout_seconds: float = _seconds(30.0)
+    http_response_timeout_seconds: float = _seconds(120.0)
+    tool_default_timeout_seconds: float = _seconds(60.0, "AGENTLIFE_TOOL_DEFAULT_TIMEOUT_SECONDS")
+    policy_timeout_seconds: float = _seconds(2.0)
+    policy_retry_seconds: float = _seconds(5.0)
+
+
+@dataclass(frozen=True, slots=True)
+class HydrationConstants:
+    """Budgets of the three hydration steps and of store connection (DESIGN §6)."""
+
+    checkpoint_tries: int = _number(3)
+    checkpoint_backoff_seconds: float = _seconds(2.0)
+    buffer_scan_timeout_seconds: float = _seconds(5.0, "AGENTLIFE_HYDRATION_BUFFER_SCAN_TIMEOUT_SECONDS")
+    memory_timeout_seconds: float = _seconds(10.0, "AGENTLIFE_HYDRATION_MEMORY_TIMEOUT_SECONDS")
+    memory_top_k: int = _number(10)
+    store_connect_timeout_seconds: float = _seconds(10.0)
+
+    @property
+    def worst_case_seconds(self) -> float:
+        """Boot + hydration in the worst case: retries, scan, memory fetch and store connection."""
+        return (
+            self.checkpoint_tries * self.checkpoint_backoff_seconds
+            + self.buffer_scan_timeout_seconds
+            + self.memory_timeout_seconds
+            + self.store_connect_timeout_seconds
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RetryConstants:
+    """Backoff schedules: transient errors, crash retries, delivery."""
+
+    transient_initial_seconds: float = _seconds(1.0)
+    transient_max_seconds: float = _seconds(30.0)
+    crash_backoff_seconds: tuple[float, ...] = field(
+        default=(5.0, 60.0, 300.0, 1800.0), metadata={"env": None, "seconds": True}
+    )
+    delivery_attempts: int = _number(3)
+    delivery_initial_seconds: float = _seconds(5.0)
+    delivery_multiplier: float = _number(2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetConstants:
+    """Per-job token, money and time budgets, approvals and the circuit breaker."""
+
+    max_input_tokens: int = _number(500_000, "AGENTLIFE_BUDGET_MAX_INPUT_TOKENS")
+    max_cost_usd: float = _number(5.00, "AGENTLIFE_BUDGET_MAX_COST_USD")
+    run_max_seconds: float | None = _seconds(None, "AGENTLIFE_RUN_MAX_SECONDS")
+    idle_timeout_seconds: float = _seconds(1800.0, "AGENTLIFE_IDLE_TIMEOUT_SECONDS")
+    approval_poll_seconds: float = _seconds(5.0, "AGENTLIFE_APPROVAL_POLL_SECONDS")
+    circuit_failure_threshold: int = _number(3)
+    circuit_window_seconds: float = _seconds(900.0)
+    circuit_cooldown_seconds: float = _seconds(1800.0)
+
+
+_Group = TypeVar("_Group")
+
+
+@dataclass(frozen=True, slots=True)
+class Constants:
+    """All groups together; build with `from_env` to apply overrides and check invariants."""
+
+    drain: DrainConstants = field(default_factory=DrainConstants)
+    heartbeat: HeartbeatConstants = field(default_factory=HeartbeatConstants)
+    probe: ProbeConstants = field(default_factory=ProbeConstants)
+    calls: CallConstants = field(default_factory=CallConstants)
+    hydration: HydrationConstants = field(default_factory=HydrationConstants)
+    retry: RetryConstants = field(default_factory=RetryConstants)
+    budget: BudgetConstants = field(default_factory=BudgetConstants)
+    #: 1.0 in production; `scaled` records its factor so per-tool table timeouts scale too.
+    time_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Constants:
+        """Defaults overridden by the ``AGENTLIFE_*`` variables present in ``env``.
+
+        Raises:
+            ConfigError: a value does not parse as a number.
+            InvariantViolation: the result breaks an invariant of DESIGN §2.
+        """
+        groups = {f.name: _group_from_env(f.default_factory(), env) for f in _group_fields()}  # type: ignore[misc]
+        return cls(**groups)
+
+    def scaled(self, factor: float) -> Constants:
+        """A copy with every duration multiplied by ``factor`` (tests run a 45 s deadline in 0.45 s)."""
+        if not factor > 0:
+            raise ConfigError(f"time scale must be > 0, got {factor}")
+        groups = {f.name: _scale_group(getattr(self, f.name), factor) for f in _group_fields()}
+        return Constants(**groups, time_scale=self.time_scale * factor)
+
+    def tool_timeout(self, name: str) -> float:
+        """The default timeout of tool ``name``, scaled like the rest."""
+        if name in DEFAULT_TOOL_TIMEOUTS:
+            return DEFAULT_TOOL_TIMEOUTS[name] * self.time_scale
+        return self.calls.tool_default_timeout_seconds
+
+    def check(self) -> None:
+        """Raise `InvariantViolation` naming both sides of the first broken invariant."""
+        for message in self.violations():
+            raise InvariantViolation(message)
+
+    def violations(self) -> list[str]:
+        """Every broken invariant, each as a sentence naming both sides."""
+        d, h, p, hy = self.drain, self.heartbeat, self.probe, self.hydration
+        out: list[str] = []
+        drain_total = d.pre_stop_seconds + d.step_deadline_seconds + d.cleanup_budget_seconds
+        drain_total += d.sigkill_buffer_seconds
+        if drain_total > d.termination_grace_seconds + 1e-9:
+            out.append(
+                "pre_stop + step_deadline + cleanup_budget + sigkill_buffer = "
+                f"{d.pre_stop_seconds:g} + {d.step_deadline_seconds:g} + {d.cleanup_budget_seconds:g} + "
+                f"{d.sigkill_buffer_seconds:g} = {drain_total:g} s must be <= termination_grace = "
+                f"{d.termination_grace_seconds:g} s"
+            )
+        if not d.sigkill_buffer_seconds > 0:
+            out.append(f"sigkill_buffer = {d.sigkill_buffer_seconds:g} s must be > 0 s")
+        if not math.isclose(h.unhealthy_after_seconds, 3 * h.sse_interval_seconds, rel_tol=1e-9):
+            out.append(
+                f"heartbeat unhealthy_after = {h.unhealthy_after_seconds:g} s must equal "
+                f"3 x sse_interval = {3 * h.sse_interval_seconds:g} s"
+            )
+        if h.zombie_after_seconds < 2 * h.job_interval_seconds - 1e-9:
+            out.append(
+                f"heartbeat zombie_after = {h.zombie_after_seconds:g} s must be >= "
+                f"2 x job_interval = {2 * h.job_interval_seconds:g} s"
+            )
+        if hy.worst_case_seconds > p.startup_window_seconds + 1e-9:
+            out.append(
+                f"worst-case boot + hydration = {hy.worst_case_seconds:g} s must fit in the startup probe "
+                f"window = {p.startup_period_seconds:g} s x {p.startup_failure_threshold} = "
+                f"{p.startup_window_seconds:g} s"
+            )
+        if not p.blocked_threshold_seconds < p.liveness_window_seconds:
+            out.append(
+                f"probe blocked_threshold = {p.blocked_threshold_seconds:g} s must be < liveness window = "
+                f"{p.liveness_period_seconds:g} s x {p.liveness_failure_threshold} = "
+                f"{p.liveness_window_seconds:g} s"
+            )
+        for group in (d, h, p, self.calls, hy, self.retry, self.budget):
+            out.extend(_negative_fields(group))
+        return out
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        """A JSON-friendly view, used by ``python -m agentlife check``."""
+        return {f.name: dataclasses.asdict(getattr(self, f.name)) for f in _group_fields()}
+
+
+def _group_fields() -> list[dataclasses.Field[Any]]:
+    return [f for f in dataclasses.fields(Constants) if f.name != "time_scale"]
+
+
+def _group_from_env(group: _Group, env: Mapping[str, str]) -> _Group:
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(group):  # type: ignore[arg-type]
+        name = f.metadata.get("env")
+        if name is None or name not in env:
+            continue
+        changes[f.name] = _parse_env_number(name, env[name], integer=isinstance(f.default, int))
+    return dataclasses.replace(group, **changes)  # type: ignore[type-var]
+
+
+def _parse_env_number(name: str, raw: str, *, integer: bool) -> float | int | None:
+    text = raw.strip()
+    if name == "AGENTLIFE_RUN_MAX_SECONDS" and text.lower() in ("", "none", "0"):
+        return None
+    try:
+        value = int(text) if integer else float(text)
+    except ValueError:
+        kind = "a whole number" if integer else "a number of seconds"
+        raise ConfigError(f"{name}={raw!r} is not {kind}") from None
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{name}={raw!r} must be a finite number >= 0")
+    return value
+
+
+def _scale_group(group: _Group, factor: float) -> _Group:
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(group):  # type: ignore[arg-type]
+        if not f.metadata.get("seconds"):
+            continue
+        value = getattr(group, f.name)
+        if value is None:
+            continue
+        changes[f.name] = tuple(v * factor for v in value) if isinstance(value, tuple) else value * factor
+    return dataclasses.replace(group, **changes)  # type: ignore[type-var]
+
+
+def _negative_fields(group: object) -> list[str]:
+    out = []
+    for f in dataclasses.fields(group):  # type: ignore[arg-type]
+        value = getattr(group, f.name)
+        if isinstance(value, (int, float)) and value < 0:
+            out.append(f"{type(group).__name__}.{f.name} = {value:g} must be >= 0")
+    return out

@@ -1,0 +1,62 @@
+"""Checkpoint stores: the `CheckpointStore` protocol, SQLite (embedded) and PostgreSQL (asyncpg).
+
+`open_store` picks the implementation from ``AGENTLIFE_DATABASE_URL``; asyncpg is imported only when a
+``postgresql://`` URL is used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentlife._exceptions import ConfigError
+from agentlife.stores._base import (
+    HISTORY_KEEP,
+    CheckpointStore,
+    JobRecord,
+    JobStatus,
+    LoadedCheckpoint,
+    TableNames,
+    crc32,
+)
+from agentlife.stores._sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from agentlife.stores._postgres import PostgresStore
+
+__all__ = [
+    "HISTORY_KEEP",
+    "CheckpointStore",
+    "JobRecord",
+    "JobStatus",
+    "LoadedCheckpoint",
+    "PostgresStore",
+    "SQLiteStore",
+    "TableNames",
+    "crc32",
+    "store_from_url",
+]
+
+
+def store_from_url(url: str, *, tables: TableNames | None = None) -> CheckpointStore:
+    """The store for ``url`` (``sqlite:///path`` or ``postgresql://...``), not yet opened.
+
+    Raises:
+        ConfigError: the scheme is not supported.
+    """
+    if url.startswith("sqlite:"):
+        return SQLiteStore.from_url(url, tables=tables)
+    if url.startswith(("postgresql://", "postgres://")):
+        from agentlife.stores._postgres import PostgresStore
+
+        return PostgresStore(url, tables=tables)
+    scheme = url.split(":", 1)[0] if ":" in url else url[:20]
+    raise ConfigError(f"AGENTLIFE_DATABASE_URL scheme {scheme!r} is not supported (use sqlite:/// or postgresql://)")
+
+
+def __getattr__(name: str) -> object:
+    # PostgresStore is public but asyncpg is heavy: import it on first use only.
+    if name == "PostgresStore":
+        from agentlife.stores._postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

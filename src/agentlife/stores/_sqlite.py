@@ -1,0 +1,366 @@
+"""The embedded `CheckpointStore`: stdlib sqlite3, run off the event loop on a worker thread."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import orjson
+
+from agentlife._exceptions import AttemptFenced, JobNotFound, StoreUnavailable
+from agentlife.stores._base import (
+    HISTORY_KEEP,
+    JobRecord,
+    JobStatus,
+    LoadedCheckpoint,
+    TableNames,
+    add_usage_totals,
+    crc32,
+    first_valid_checkpoint,
+)
+
+__all__ = ["SQLiteStore"]
+
+_T = TypeVar("_T")
+
+
+def _schema(t: TableNames) -> list[str]:
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {t.job} (
+            id TEXT PRIMARY KEY,
+            agent_id TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'PENDING',
+            payload TEXT,
+            attempt INTEGER NOT NULL DEFAULT 0,
+            checkpoint BLOB,
+            checkpoint_crc INTEGER,
+            checkpoint_id TEXT,
+            heartbeat_at REAL,
+            tokens_consumed TEXT NOT NULL DEFAULT '{{"input": 0, "output": 0, "cost_usd": 0.0}}',
+            token_budget TEXT,
+            error TEXT NOT NULL DEFAULT '[]',
+            result TEXT,
+            updated_at REAL NOT NULL
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS {t.checkpoint_history} (
+            job_id TEXT NOT NULL,
+            checkpoint_id TEXT NOT NULL,
+            step INTEGER NOT NULL,
+            checkpoint BLOB NOT NULL,
+            crc INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (job_id, checkpoint_id)
+        )""",
+        f"""CREATE INDEX IF NOT EXISTS {t.checkpoint_history.replace('.', '_')}_job_created
+            ON {t.checkpoint_history} (job_id, created_at DESC)""",
+        f"""CREATE TABLE IF NOT EXISTS {t.delivery} (
+            key TEXT PRIMARY KEY,
+            job_id TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            delivered_at REAL NOT NULL
+        )""",
+    ]
+
+
+class SQLiteStore:
+    """`CheckpointStore` over one SQLite file (``sqlite:///path``), the embedded default.
+
+    sqlite3 blocks, so every statement runs on a worker thread; a lock serialises them on the single
+    connection. The file is opened in WAL mode with ``synchronous=FULL``: a checkpoint that returned is on disk.
+    """
+
+    url_scheme = "sqlite"
+
+    def __init__(self, path: str | Path, *, tables: TableNames | None = None, create_schema: bool = True) -> None:
+        self.path = Path(path)
+        self.tables = tables or TableNames()
+        self._create_schema = create_schema
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._busy = False
+
+    @classmethod
+    def from_url(cls, url: str, *, tables: TableNames | None = None) -> SQLiteStore:
+        """Build from ``sqlite:///relative/or/absolute/path``."""
+        path = url.removeprefix("sqlite://")
+        if path.startswith("/") and not url.startswith("sqlite:////"):
+            path = path[1:]
+        return cls(path or ".agentlife/agentlife.db", tables=tables)
+
+    # -- plumbing -------------------------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        def call() -> _T:
+            with self._lock:
+                if self._conn is None:
+                    raise StoreUnavailable("SQLite store is closed")
+                self._busy = True
+                try:
+                    return fn(self._conn)
+                except sqlite3.OperationalError as exc:
+                    raise StoreUnavailable(f"SQLite error: {exc}") from exc
+                finally:
+                    self._busy = False
+
+        return await anyio.to_thread.run_sync(call)
+
+    async def open(self) -> None:
+        def connect() -> sqlite3.Connection:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA busy_timeout=10000")
+            return conn
+
+        try:
+            self._conn = await anyio.to_thread.run_sync(connect)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreUnavailable(f"cannot open SQLite store {self.path}: {exc}") from exc
+        if self._create_schema:
+            await self.init_schema()
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await anyio.to_thread.run_sync(conn.close)
+
+    async def init_schema(self) -> None:
+        def create(conn: sqlite3.Connection) -> None:
+            for statement in _schema(self.tables):
+                conn.execute(statement)
+
+        await self._run(create)
+
+    def has_free_connection(self) -> bool:
+        # One connection serialised by a lock: it is "taken" only while a statement runs.
+        return self._conn is not None
+
+    # -- jobs -----------------------------------------------------------------------------------------
+
+    def _row(self, conn: sqlite3.Connection, job_id: str) -> JobRecord | None:
+        row = conn.execute(
+            f"SELECT id, agent_id, status, payload, attempt, checkpoint_id, checkpoint_crc, heartbeat_at,"
+            f" tokens_consumed, token_budget, error, result, updated_at FROM {self.tables.job} WHERE id = ?",
+            (job_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        return JobRecord(
+            id=row[0],
+            agent_id=row[1],
+            status=row[2],
+            payload=_loads(row[3]),
+            attempt=row[4],
+            checkpoint_id=row[5],
+            checkpoint_crc=row[6],
+            heartbeat_at=row[7],
+            tokens_consumed=_loads(row[8]) or {},
+            token_budget=_loads(row[9]),
+            error=_loads(row[10]) or [],
+            result=_loads(row[11]),
+            updated_at=row[12],
+        )
+
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        return await self._run(lambda conn: self._row(conn, job_id))
+
+    async def create_job(
+        self, job_id: str, agent_id: str, payload: Any, token_budget: dict[str, Any] | None = None
+    ) -> JobRecord:
+        def create(conn: sqlite3.Connection) -> JobRecord:
+            conn.execute(
+                f"INSERT OR IGNORE INTO {self.tables.job} (id, agent_id, status, payload, attempt, token_budget,"
+                " updated_at) VALUES (?, ?, ?, ?, 0, ?, ?)",
+                (job_id, agent_id, JobStatus.PENDING, _dumps(payload), _dumps(token_budget), time.time()),
+            )
+            record = self._row(conn, job_id)
+            assert record is not None
+            return record
+
+        return await self._run(create)
+
+    async def claim(self, job_id: str, attempt: int) -> JobRecord:
+        def claim(conn: sqlite3.Connection) -> JobRecord:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                record = self._row(conn, job_id)
+                if record is None:
+                    raise JobNotFound(f"job {job_id} does not exist")
+                if attempt < record.attempt:
+                    raise AttemptFenced(f"job {job_id} is owned by attempt {record.attempt}, this is {attempt}")
+                status = record.status
+                if status in (JobStatus.PENDING, JobStatus.RETRYING):
+                    status = JobStatus.RUNNING
+                conn.execute(
+                    f"UPDATE {self.tables.job} SET attempt = ?, status = ?, updated_at = ? WHERE id = ?",
+                    (attempt, status, time.time(), job_id),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            claimed = self._row(conn, job_id)
+            assert claimed is not None
+            return claimed
+
+        return await self._run(claim)
+
+    def _fenced(self, conn: sqlite3.Connection, cursor: sqlite3.Cursor, job_id: str, attempt: int) -> None:
+        if cursor.rowcount == 0:
+            raise AttemptFenced(f"job {job_id}: write by attempt {attempt} refused, a later attempt owns the row")
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+
+    async def load_checkpoint(self, job_id: str) -> LoadedCheckpoint | None:
+        def load(conn: sqlite3.Connection) -> LoadedCheckpoint | None:
+            row = conn.execute(
+                f"SELECT checkpoint, checkpoint_crc, checkpoint_id FROM {self.tables.job} WHERE id = ?", (job_id,)
+            ).fetchone()
+            if row is None:
+                raise JobNotFound(f"job {job_id} does not exist")
+            data, crc, checkpoint_id = row
+            if data is None:
+                return None
+            if crc32(bytes(data)) == crc:
+                return LoadedCheckpoint(checkpoint_id, bytes(data), crc, "job")
+            history = conn.execute(
+                f"SELECT checkpoint_id, checkpoint, crc, step FROM {self.tables.checkpoint_history}"
+                " WHERE job_id = ? ORDER BY created_at DESC, step DESC",
+                (job_id,),
+            ).fetchall()
+            return first_valid_checkpoint(job_id, history)
+
+        return await self._run(load)
+
+    async def write_checkpoint(self, job_id: str, attempt: int, checkpoint_id: str, step: int, data: bytes) -> int:
+        crc = crc32(data)
+
+        def write(conn: sqlite3.Connection) -> int:
+            now = time.time()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                cursor = conn.execute(
+                    f"UPDATE {self.tables.job} SET checkpoint = ?, checkpoint_crc = ?, checkpoint_id = ?,"
+                    " updated_at = ? WHERE id = ? AND attempt = ?",
+                    (data, crc, checkpoint_id, now, job_id, attempt),
+                )
+                self._fenced(conn, cursor, job_id, attempt)
+                h = self.tables.checkpoint_history
+                conn.execute(
+                    f"INSERT OR REPLACE INTO {h} (job_id, checkpoint_id, step, checkpoint, crc, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (job_id, checkpoint_id, step, data, crc, now),
+                )
+                conn.execute(
+                    f"DELETE FROM {h} WHERE job_id = ? AND checkpoint_id NOT IN (SELECT checkpoint_id FROM {h}"
+                    " WHERE job_id = ? ORDER BY created_at DESC, step DESC LIMIT ?)",
+                    (job_id, job_id, HISTORY_KEEP),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return crc
+
+        return await self._run(write)
+
+    # -- status, usage, heartbeat ---------------------------------------------------------------------
+
+    async def set_status(
+        self,
+        job_id: str,
+        attempt: int,
+        status: str,
+        *,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        def update(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(
+                    f"SELECT error FROM {self.tables.job} WHERE id = ? AND attempt = ?", (job_id, attempt)
+                ).fetchone()
+                if row is None:
+                    raise AttemptFenced(f"job {job_id}: status write by attempt {attempt} refused")
+                errors = _loads(row[0]) or []
+                if error is not None:
+                    errors.append(error)
+                conn.execute(
+                    f"UPDATE {self.tables.job} SET status = ?, result = COALESCE(?, result), error = ?,"
+                    " updated_at = ? WHERE id = ? AND attempt = ?",
+                    (str(status), _dumps(result), _dumps(errors), time.time(), job_id, attempt),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+        await self._run(update)
+
+    async def add_usage(
+        self, job_id: str, attempt: int, input_tokens: int, output_tokens: int, cost_usd: float
+    ) -> dict[str, Any]:
+        def add(conn: sqlite3.Connection) -> dict[str, Any]:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(
+                    f"SELECT tokens_consumed FROM {self.tables.job} WHERE id = ? AND attempt = ?", (job_id, attempt)
+                ).fetchone()
+                if row is None:
+                    raise AttemptFenced(f"job {job_id}: usage write by attempt {attempt} refused")
+                totals = add_usage_totals(_loads(row[0]) or {}, input_tokens, output_tokens, cost_usd)
+                conn.execute(
+                    f"UPDATE {self.tables.job} SET tokens_consumed = ?, updated_at = ? WHERE id = ?",
+                    (_dumps(totals), time.time(), job_id),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return totals
+
+        return await self._run(add)
+
+    async def heartbeat(self, job_id: str, attempt: int) -> None:
+        def beat(conn: sqlite3.Connection) -> None:
+            cursor = conn.execute(
+                f"UPDATE {self.tables.job} SET heartbeat_at = ? WHERE id = ? AND attempt = ?",
+                (time.time(), job_id, attempt),
+            )
+            self._fenced(conn, cursor, job_id, attempt)
+
+        await self._run(beat)
+
+    # -- delivery registry ----------------------------------------------------------------------------
+
+    async def is_delivered(self, key: str) -> bool:
+        def check(conn: sqlite3.Connection) -> bool:
+            return conn.execute(f"SELECT 1 FROM {self.tables.delivery} WHERE key = ?", (key,)).fetchone() is not None
+
+        return await self._run(check)
+
+    async def record_delivery(self, key: str, job_id: str, channel: str) -> None:
+        def record(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                f"INSERT OR IGNORE INTO {self.tables.delivery} (key, job_id, channel, delivered_at)"
+                " VALUES (?, ?, ?, ?)",
+                (key, job_id, channel, time.time()),
+            )
+
+        await self._run(record)
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+def _loads(value: str | bytes | None) -> Any:
+    return None if value is None else orjson.loads(value)
