@@ -7,7 +7,7 @@ context manager usable outside pytest (benchmarks import it); the pytest fixture
 
 - ``postgres_server`` (session): the running `PostgresServer`; ``stop()`` / ``start()`` / ``stopped()`` take
   it down and bring it back on the same port and data directory, for "PostgreSQL stopped mid-run" tests.
-- ``postgres_url`` (function): the URL of a fresh, empty database created for the test.
+- ``postgres_url`` (function): a URL whose unqualified tables live in a fresh, empty schema (``search_path``).
 
 Missing binaries make the fixture fail with a clear message: a store test that silently skips proves nothing.
 """
@@ -102,6 +102,7 @@ class PostgresServer:
         self._as_root = os.geteuid() == 0
         self._running = False
         self._names = itertools.count()
+        self._shared_database = ""
 
     # -- process control -------------------------------------------------------------------------------
 
@@ -216,20 +217,40 @@ class PostgresServer:
         return f"postgresql://{self.user}:{self.password}@127.0.0.1:{self.port}/{database}"
 
     def create_database(self, prefix: str = "t") -> str:
-        """Create a fresh, empty database and return its URL."""
-        name = f"{prefix}_{next(self._names)}_{secrets.token_hex(3)}"
+        """Create a fresh, empty database and return its URL (about 0.1-0.3 s: prefer `create_schema`)."""
+        name = self._unique(prefix)
+        self.execute(f"CREATE DATABASE {name}")
+        return self.url(name)
 
-        async def create() -> None:
+    def create_schema(self, prefix: str = "t") -> str:
+        """A fresh, empty schema in the shared test database; the URL makes it the connection's search_path.
+
+        Unqualified table names then resolve to (and are created in) that schema alone, so tests sharing the
+        server never see each other's rows, at a fraction of the cost of ``CREATE DATABASE``.
+        """
+        if not self._shared_database:
+            self._shared_database = self._unique("shared")
+            self.execute(f"CREATE DATABASE {self._shared_database}")
+        name = self._unique(prefix)
+        self.execute(f"CREATE SCHEMA {name}", database=self._shared_database)
+        return f"{self.url(self._shared_database)}?search_path={name}"
+
+    def execute(self, sql: str, *, database: str = "postgres") -> None:
+        """Run one administrative statement as the superuser (from a private thread and event loop)."""
+
+        async def run() -> None:
             import asyncpg
 
-            conn = await asyncpg.connect(self.url())
+            conn = await asyncpg.connect(self.url(database))
             try:
-                await conn.execute(f"CREATE DATABASE {name}")
+                await conn.execute(sql)
             finally:
                 await conn.close()
 
-        _run_async(create)
-        return self.url(name)
+        _run_async(run)
+
+    def _unique(self, prefix: str) -> str:
+        return f"{prefix}_{next(self._names)}_{secrets.token_hex(3)}"
 
 
 @contextlib.contextmanager
@@ -265,6 +286,6 @@ else:
 
     @pytest.fixture
     def postgres_url(postgres_server: PostgresServer) -> str:
-        """The URL of a fresh database on the session's server (restarted if an earlier test left it down)."""
+        """A URL whose tables live in a fresh, empty schema; restarts the server if a test left it down."""
         postgres_server.start()
-        return postgres_server.create_database()
+        return postgres_server.create_schema()

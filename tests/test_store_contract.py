@@ -1,0 +1,496 @@
+"""The `CheckpointStore` contract (DESIGN §5), run unchanged against SQLiteStore and PostgresStore.
+
+Each test gets a fresh database: a temporary SQLite file, or a new database on the session's real PostgreSQL
+server. ``Backend.raw`` reaches around the store to corrupt rows and inspect history, as a disk fault or an
+operator would.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentlife import AttemptFenced, CheckpointCorrupt, JobNotFound
+from agentlife.stores import (
+    HISTORY_KEEP,
+    CheckpointStore,
+    JobStatus,
+    PostgresStore,
+    SQLiteStore,
+    TableNames,
+    crc32,
+)
+
+pytestmark = pytest.mark.anyio
+
+StoreFactory = Callable[..., Awaitable[CheckpointStore]]
+
+
+@dataclass
+class Backend:
+    """How to open more stores on the same database and how to touch its rows directly."""
+
+    kind: str
+    location: str  # SQLite path or PostgreSQL URL
+    tables: TableNames
+
+    def open_store(self, tables: TableNames | None = None, **kwargs: Any) -> CheckpointStore:
+        tables = tables or self.tables
+        if self.kind == "sqlite":
+            return SQLiteStore(self.location, tables=tables)
+        return PostgresStore(self.location, tables=tables, **kwargs)
+
+    async def raw(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        """Run one statement outside the store; ``$1``-style placeholders work on both backends."""
+        if self.kind == "sqlite":
+            conn = sqlite3.connect(self.location, isolation_level=None)
+            try:
+                for n in range(len(args), 0, -1):
+                    sql = sql.replace(f"${n}", "?")
+                return [tuple(row) for row in conn.execute(sql, args).fetchall()]
+            finally:
+                conn.close()
+        import asyncpg
+
+        conn = await asyncpg.connect(self.location)
+        try:
+            return [tuple(row) for row in await conn.fetch(sql, *args)]
+        finally:
+            await conn.close()
+
+    async def flip_job_checkpoint_byte(self, job_id: str) -> None:
+        (data,) = (await self.raw(f"SELECT checkpoint FROM {self.tables.job} WHERE id = $1", job_id))[0]
+        await self.raw(
+            f"UPDATE {self.tables.job} SET checkpoint = $1 WHERE id = $2", _flip(bytes(data)), job_id
+        )
+
+    async def flip_history_byte(self, job_id: str, checkpoint_id: str) -> None:
+        h = self.tables.checkpoint_history
+        (data,) = (
+            await self.raw(
+                f"SELECT checkpoint FROM {h} WHERE job_id = $1 AND checkpoint_id = $2", job_id, checkpoint_id
+            )
+        )[0]
+        await self.raw(
+            f"UPDATE {h} SET checkpoint = $1 WHERE job_id = $2 AND checkpoint_id = $3",
+            _flip(bytes(data)),
+            job_id,
+            checkpoint_id,
+        )
+
+    async def history_ids(self, job_id: str) -> list[str]:
+        h = self.tables.checkpoint_history
+        rows = await self.raw(f"SELECT checkpoint_id FROM {h} WHERE job_id = $1 ORDER BY step", job_id)
+        return [row[0] for row in rows]
+
+
+def _flip(data: bytes, index: int = 0) -> bytes:
+    return data[:index] + bytes([data[index] ^ 0x01]) + data[index + 1 :]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return Backend("sqlite", str(tmp_path / "agentlife.db"), TableNames())
+    return Backend("postgresql", request.getfixturevalue("postgres_url"), TableNames())
+
+
+@pytest.fixture
+async def make_store(backend: Backend) -> AsyncIterator[StoreFactory]:
+    """Open (and, at teardown, close) any number of stores on the test's database."""
+    opened: list[CheckpointStore] = []
+
+    async def make(tables: TableNames | None = None, **kwargs: Any) -> CheckpointStore:
+        store = backend.open_store(tables, **kwargs)
+        await store.open()
+        opened.append(store)
+        await store.init_schema()
+        return store
+
+    yield make
+    for store in reversed(opened):
+        await store.close()
+
+
+@pytest.fixture
+async def store(make_store: StoreFactory) -> CheckpointStore:
+    return await make_store()
+
+
+async def _running_job(store: CheckpointStore, job_id: str = "job-1", attempt: int = 1) -> None:
+    await store.create_job(job_id, "agent-a", {"task": "review"})
+    await store.claim(job_id, attempt)
+
+
+# -- jobs ---------------------------------------------------------------------------------------------
+
+
+async def test_store_satisfies_the_protocol(store: CheckpointStore) -> None:
+    assert isinstance(store, CheckpointStore)
+
+
+async def test_create_and_get_job_round_trips_json_columns(store: CheckpointStore) -> None:
+    payload = {"text": "h\u00e9llo \u2603", "n": [1, 2.5, None, True], "nested": {"k": "v"}}
+    created = await store.create_job(
+        "job-1", "agent-a", payload, {"max_input_tokens": 1000, "max_cost_usd": 1.5}
+    )
+
+    fetched = await store.get_job("job-1")
+    assert fetched == created
+    assert fetched.agent_id == "agent-a"
+    assert fetched.status == JobStatus.PENDING
+    assert fetched.attempt == 0
+    assert fetched.payload == payload
+    assert fetched.token_budget == {"max_input_tokens": 1000, "max_cost_usd": 1.5}
+    assert fetched.tokens_consumed == {"input": 0, "output": 0, "cost_usd": 0.0}
+    assert fetched.error == []
+    assert fetched.checkpoint_id is None
+    assert fetched.heartbeat_at is None
+    assert isinstance(fetched.updated_at, float)
+    assert abs(fetched.updated_at - time.time()) < 60
+
+
+async def test_get_missing_job_is_none(store: CheckpointStore) -> None:
+    assert await store.get_job("nope") is None
+
+
+async def test_create_existing_job_keeps_the_row(store: CheckpointStore) -> None:
+    await store.create_job("job-1", "agent-a", {"v": 1})
+    await store.claim("job-1", 3)
+    again = await store.create_job("job-1", "agent-b", {"v": 2})
+    assert (again.agent_id, again.payload, again.attempt, again.status) == ("agent-a", {"v": 1}, 3, "RUNNING")
+
+
+# -- claim --------------------------------------------------------------------------------------------
+
+
+async def test_claim_takes_pending_job_to_running(store: CheckpointStore) -> None:
+    await store.create_job("job-1", "agent-a", None)
+    claimed = await store.claim("job-1", 1)
+    assert (claimed.attempt, claimed.status) == (1, "RUNNING")
+    assert await store.get_job("job-1") == claimed
+
+
+async def test_claim_with_equal_or_higher_attempt_succeeds(store: CheckpointStore) -> None:
+    await _running_job(store, attempt=2)
+    assert (await store.claim("job-1", 2)).attempt == 2
+    assert (await store.claim("job-1", 5)).attempt == 5
+
+
+async def test_claim_with_lower_attempt_is_fenced_and_changes_nothing(store: CheckpointStore) -> None:
+    await _running_job(store, attempt=3)
+    before = await store.get_job("job-1")
+    with pytest.raises(AttemptFenced, match="attempt 3"):
+        await store.claim("job-1", 2)
+    assert await store.get_job("job-1") == before
+
+
+async def test_claim_missing_job_raises_job_not_found(store: CheckpointStore) -> None:
+    with pytest.raises(JobNotFound):
+        await store.claim("ghost", 1)
+
+
+@pytest.mark.parametrize(
+    ("status", "after"),
+    [
+        ("PENDING", "RUNNING"),
+        ("RETRYING", "RUNNING"),
+        ("RUNNING", "RUNNING"),
+        ("WAITING_FOR_APPROVAL", "WAITING_FOR_APPROVAL"),
+        ("COMPLETED", "COMPLETED"),
+    ],
+)
+async def test_claim_moves_only_pending_and_retrying_to_running(
+    store: CheckpointStore, status: str, after: str
+) -> None:
+    await _running_job(store, attempt=1)
+    await store.set_status("job-1", 1, status)
+    assert (await store.claim("job-1", 2)).status == after
+
+
+# -- checkpoints --------------------------------------------------------------------------------------
+
+_TRICKY = [
+    b"",
+    b"\x00",
+    b"\x00\x01\x02\xff\xfe\xfd",
+    "caf\u00e9".encode("latin-1"),  # valid Latin-1, invalid UTF-8
+    b"\xc3\x28\xa0\xa1 not utf-8 \x00 with NUL",
+    b'{"step": 3, "state": {"k": "v"}}',
+    os.urandom(256 * 1024),  # beyond PostgreSQL's TOAST threshold
+]
+
+
+@pytest.mark.parametrize("data", _TRICKY, ids=lambda d: f"{len(d)}B")
+async def test_checkpoint_round_trips_exact_bytes(store: CheckpointStore, data: bytes) -> None:
+    await _running_job(store)
+    crc = await store.write_checkpoint("job-1", 1, "cp-0001", 1, data)
+
+    loaded = await store.load_checkpoint("job-1")
+    assert loaded is not None
+    assert (loaded.data, loaded.crc, loaded.checkpoint_id, loaded.source) == (data, crc, "cp-0001", "job")
+    assert type(loaded.data) is bytes
+
+
+async def test_crc_is_over_the_exact_stored_bytes(store: CheckpointStore) -> None:
+    # A CRC with the top bit set would overflow a signed 32-bit column.
+    data = next(d for d in (f"payload-{i}".encode() for i in range(1000)) if zlib.crc32(d) >= 2**31)
+    await _running_job(store)
+    crc = await store.write_checkpoint("job-1", 1, "cp-1", 1, data)
+
+    assert crc == zlib.crc32(data) & 0xFFFFFFFF == crc32(data)
+    job = await store.get_job("job-1")
+    assert (job.checkpoint_crc, job.checkpoint_id) == (crc, "cp-1")
+
+
+async def test_fresh_job_has_no_checkpoint(store: CheckpointStore) -> None:
+    await _running_job(store)
+    assert await store.load_checkpoint("job-1") is None
+
+
+async def test_load_checkpoint_of_missing_job_raises(store: CheckpointStore) -> None:
+    with pytest.raises(JobNotFound):
+        await store.load_checkpoint("ghost")
+
+
+async def test_newest_checkpoint_wins(store: CheckpointStore) -> None:
+    await _running_job(store)
+    for step in range(3):
+        await store.write_checkpoint("job-1", 1, f"cp-{step}", step, f"state {step}".encode())
+    loaded = await store.load_checkpoint("job-1")
+    assert (loaded.checkpoint_id, loaded.data) == ("cp-2", b"state 2")
+
+
+async def test_flipped_byte_in_job_row_falls_back_to_history(
+    store: CheckpointStore, backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    await _running_job(store)
+    for step in range(3):
+        await store.write_checkpoint("job-1", 1, f"cp-{step}", step, f"state {step}".encode())
+    await backend.flip_job_checkpoint_byte("job-1")
+
+    with caplog.at_level(logging.ERROR, logger="agentlife.store"):
+        loaded = await store.load_checkpoint("job-1")
+
+    # The history holds an intact copy of the newest checkpoint.
+    assert (loaded.checkpoint_id, loaded.data, loaded.source, loaded.step) == (
+        "cp-2",
+        b"state 2",
+        "history",
+        2,
+    )
+    assert "Checkpoint CRC mismatch for job job-1" in caplog.messages
+
+
+async def test_fallback_skips_corrupt_history_entries(store: CheckpointStore, backend: Backend) -> None:
+    await _running_job(store)
+    for step in range(3):
+        await store.write_checkpoint("job-1", 1, f"cp-{step}", step, f"state {step}".encode())
+    await backend.flip_job_checkpoint_byte("job-1")
+    await backend.flip_history_byte("job-1", "cp-2")
+
+    loaded = await store.load_checkpoint("job-1")
+    assert (loaded.checkpoint_id, loaded.data, loaded.source, loaded.step) == (
+        "cp-1",
+        b"state 1",
+        "history",
+        1,
+    )
+
+
+async def test_everything_corrupt_raises_checkpoint_corrupt(
+    store: CheckpointStore, backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    await _running_job(store)
+    for step in range(3):
+        await store.write_checkpoint("job-1", 1, f"cp-{step}", step, f"state {step}".encode())
+    await backend.flip_job_checkpoint_byte("job-1")
+    for step in range(3):
+        await backend.flip_history_byte("job-1", f"cp-{step}")
+
+    with (
+        caplog.at_level(logging.ERROR, logger="agentlife.store"),
+        pytest.raises(CheckpointCorrupt, match="job-1"),
+    ):
+        await store.load_checkpoint("job-1")
+    assert "Checkpoint CRC mismatch for job job-1" in caplog.messages
+
+
+async def test_history_keeps_the_last_n(store: CheckpointStore, backend: Backend) -> None:
+    await _running_job(store)
+    await _running_job(store, "job-2")
+    total = HISTORY_KEEP + 3
+    for step in range(total):
+        await store.write_checkpoint("job-1", 1, f"cp-{step:02d}", step, f"s{step}".encode())
+    await store.write_checkpoint("job-2", 1, "other", 0, b"x")
+
+    assert await backend.history_ids("job-1") == [
+        f"cp-{step:02d}" for step in range(total - HISTORY_KEEP, total)
+    ]
+    assert await backend.history_ids("job-2") == ["other"]  # trimming is per job
+
+
+async def test_rewriting_a_checkpoint_id_replaces_its_history_entry(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    await _running_job(store)
+    await store.write_checkpoint("job-1", 1, "cp-a", 1, b"first")
+    await store.write_checkpoint("job-1", 1, "cp-a", 1, b"second")
+    assert await backend.history_ids("job-1") == ["cp-a"]
+    assert (await store.load_checkpoint("job-1")).data == b"second"
+
+
+# -- fencing ------------------------------------------------------------------------------------------
+
+
+async def test_only_the_owning_attempt_writes(make_store: StoreFactory, backend: Backend) -> None:
+    zombie = await make_store()
+    successor = await make_store()
+    await zombie.create_job("job-1", "agent-a", None)
+    await zombie.claim("job-1", 1)
+    await zombie.write_checkpoint("job-1", 1, "cp-zombie", 1, b"zombie state")
+    await zombie.add_usage("job-1", 1, 10, 5, 0.01)
+    await zombie.heartbeat("job-1", 1)
+
+    await successor.claim("job-1", 2)
+    before = await successor.get_job("job-1")
+    history_before = await backend.history_ids("job-1")
+
+    with pytest.raises(AttemptFenced):
+        await zombie.write_checkpoint("job-1", 1, "cp-stale", 2, b"stale state")
+    with pytest.raises(AttemptFenced):
+        await zombie.set_status("job-1", 1, "COMPLETED", result={"stale": True}, error={"message": "x"})
+    with pytest.raises(AttemptFenced):
+        await zombie.add_usage("job-1", 1, 1000, 1000, 1.0)
+    with pytest.raises(AttemptFenced):
+        await zombie.heartbeat("job-1", 1)
+    with pytest.raises(AttemptFenced):
+        await zombie.claim("job-1", 1)
+
+    assert await successor.get_job("job-1") == before  # not a column touched, updated_at included
+    assert await backend.history_ids("job-1") == history_before
+    assert (await successor.load_checkpoint("job-1")).data == b"zombie state"
+
+    # The owner's writes land.
+    await successor.write_checkpoint("job-1", 2, "cp-next", 2, b"successor state")
+    await successor.set_status("job-1", 2, "COMPLETED", result={"ok": True})
+    await successor.heartbeat("job-1", 2)
+    totals = await successor.add_usage("job-1", 2, 1, 1, 0.0)
+    job = await zombie.get_job("job-1")  # the zombie may still read
+    assert (job.checkpoint_id, job.status, job.result, job.attempt) == (
+        "cp-next",
+        "COMPLETED",
+        {"ok": True},
+        2,
+    )
+    assert totals["input"] == 11
+
+
+async def test_write_for_missing_job_is_fenced(store: CheckpointStore) -> None:
+    with pytest.raises(AttemptFenced):
+        await store.write_checkpoint("ghost", 1, "cp", 0, b"x")
+
+
+# -- status, usage, heartbeat -------------------------------------------------------------------------
+
+
+async def test_usage_accumulates(store: CheckpointStore) -> None:
+    await _running_job(store)
+    first = await store.add_usage("job-1", 1, 100, 20, 0.1)
+    second = await store.add_usage("job-1", 1, 50, 5, 0.2)
+    assert first == {"input": 100, "output": 20, "cost_usd": 0.1}
+    assert second == {"input": 150, "output": 25, "cost_usd": 0.3}  # rounded, not 0.30000000000000004
+    assert (await store.get_job("job-1")).tokens_consumed == second
+
+
+async def test_crash_records_are_appended_to_error(store: CheckpointStore) -> None:
+    await _running_job(store)
+    crashes = [
+        {"exit_code": 1, "error_class": "ValueError", "message": "boom", "at": 1.5, "attempt": 1},
+        {"exit_code": 137, "error_class": "OOMKilled", "message": "", "at": 2.5, "attempt": 1},
+    ]
+    for crash in crashes:
+        await store.set_status("job-1", 1, "RETRYING", error=crash)
+    job = await store.get_job("job-1")
+    assert (job.status, job.error) == ("RETRYING", crashes)
+
+
+async def test_set_status_keeps_result_unless_given(store: CheckpointStore) -> None:
+    await _running_job(store)
+    await store.set_status("job-1", 1, "COMPLETED", result={"summary": "done", "n": [1, 2]})
+    await store.set_status("job-1", 1, "WAITING_FOR_APPROVAL")
+    job = await store.get_job("job-1")
+    assert (job.status, job.result, job.error) == (
+        "WAITING_FOR_APPROVAL",
+        {"summary": "done", "n": [1, 2]},
+        [],
+    )
+
+
+async def test_heartbeat_sets_heartbeat_at(store: CheckpointStore) -> None:
+    await _running_job(store)
+    await store.heartbeat("job-1", 1)
+    first = (await store.get_job("job-1")).heartbeat_at
+    assert first is not None
+    assert abs(first - time.time()) < 60
+    await store.heartbeat("job-1", 1)
+    assert (await store.get_job("job-1")).heartbeat_at >= first
+
+
+# -- delivery registry --------------------------------------------------------------------------------
+
+
+async def test_delivery_registry_is_idempotent(store: CheckpointStore, backend: Backend) -> None:
+    key = "delivery:job-1:slack"
+    assert not await store.is_delivered(key)
+    await store.record_delivery(key, "job-1", "slack")
+    await store.record_delivery(key, "job-1", "slack")
+    assert await store.is_delivered(key)
+    assert not await store.is_delivered("delivery:job-1:email")
+    assert await backend.raw(f"SELECT key, job_id, channel FROM {backend.tables.delivery}") == [
+        (key, "job-1", "slack")
+    ]
+
+
+# -- configuration and lifecycle ----------------------------------------------------------------------
+
+
+async def test_configurable_table_names(make_store: StoreFactory, backend: Backend) -> None:
+    tables = TableNames(job="cp_jobs", checkpoint_history="cp_checkpoints", delivery="cp_deliveries")
+    store = await make_store(tables)
+    await _running_job(store)
+    await store.write_checkpoint("job-1", 1, "cp-1", 1, b"data")
+    await store.record_delivery("delivery:job-1:x", "job-1", "x")
+
+    assert await backend.raw("SELECT id, checkpoint_id FROM cp_jobs") == [("job-1", "cp-1")]
+    assert await backend.raw("SELECT checkpoint_id FROM cp_checkpoints") == [("cp-1",)]
+    assert await backend.raw("SELECT key FROM cp_deliveries") == [("delivery:job-1:x",)]
+    with pytest.raises(Exception, match="job"):  # the default tables were never created
+        await backend.raw("SELECT count(*) FROM job")
+
+
+async def test_init_schema_is_idempotent(store: CheckpointStore) -> None:
+    await _running_job(store)
+    await store.init_schema()
+    assert (await store.get_job("job-1")).status == "RUNNING"
+
+
+async def test_has_free_connection_follows_open_and_close(backend: Backend) -> None:
+    store = backend.open_store()
+    assert not store.has_free_connection()
+    await store.open()
+    try:
+        assert store.has_free_connection()
+    finally:
+        await store.close()
+    assert not store.has_free_connection()
+    await store.close()  # twice is fine
