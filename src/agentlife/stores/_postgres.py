@@ -1,0 +1,563 @@
+"""The PostgreSQL `CheckpointStore`: an asyncpg pool over the schema of DESIGN §5.
+
+asyncpg is imported in `PostgresStore.open`, never at module import, so ``import agentlife`` stays light.
+Every write after `PostgresStore.claim` is fenced by ``WHERE id = $1 AND attempt = $2``: when a later attempt
+owns the row the statement matches nothing, `AttemptFenced` is raised and the row is left untouched.
+A checkpoint write is one statement (data-modifying CTEs): one round trip that commits the job row and its
+history entry atomically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import urllib.parse
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import anyio
+import orjson
+
+from agentlife._exceptions import AttemptFenced, ConfigError, JobNotFound, StoreUnavailable
+from agentlife._redact import Redactor
+from agentlife.constants import HydrationConstants
+from agentlife.stores._base import (
+    HISTORY_KEEP,
+    JobRecord,
+    JobStatus,
+    LoadedCheckpoint,
+    TableNames,
+    add_usage_totals,
+    crc32,
+    first_valid_checkpoint,
+)
+
+__all__ = ["PostgresStore"]
+
+_log = logging.getLogger("agentlife.store")
+_HYDRATION = HydrationConstants()
+_JOB_COLUMNS = (
+    "id, agent_id, status, payload, attempt, checkpoint_id, checkpoint_crc, heartbeat_at, tokens_consumed,"
+    " token_budget, error, result, updated_at"
+)
+_CLOSE_TIMEOUT_SECONDS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Sql:
+    """Every statement, built once from the configured table names."""
+
+    schema: tuple[str, ...]
+    get_job: str
+    create_job: str
+    claim: str
+    owner: str
+    load: str
+    history: str
+    write_checkpoint: str
+    set_status: str
+    lock_usage: str
+    write_usage: str
+    heartbeat: str
+    is_delivered: str
+    record_delivery: str
+
+    @classmethod
+    def build(cls, t: TableNames) -> _Sql:
+        h = t.checkpoint_history
+        return cls(
+            schema=_schema(t),
+            get_job=f"SELECT {_JOB_COLUMNS} FROM {t.job} WHERE id = $1",
+            create_job=(
+                f"INSERT INTO {t.job} (id, agent_id, status, payload, attempt, token_budget, updated_at)"
+                " VALUES ($1, $2, $3, $4::jsonb, 0, $5::jsonb, now()) ON CONFLICT (id) DO NOTHING"
+            ),
+            # One statement: the row lock serialises concurrent claims, and the WHERE re-checks after a wait.
+            claim=(
+                f"UPDATE {t.job} SET attempt = $2, updated_at = now(),"
+                " status = CASE WHEN status IN ('PENDING', 'RETRYING') THEN 'RUNNING' ELSE status END"
+                f" WHERE id = $1 AND attempt <= $2 RETURNING {_JOB_COLUMNS}"
+            ),
+            owner=f"SELECT attempt FROM {t.job} WHERE id = $1",
+            load=f"SELECT checkpoint, checkpoint_crc, checkpoint_id FROM {t.job} WHERE id = $1",
+            history=(
+                f"SELECT checkpoint_id, checkpoint, crc, step FROM {h} WHERE job_id = $1"
+                " ORDER BY created_at DESC, step DESC"
+            ),
+            write_checkpoint=_write_checkpoint_sql(t),
+            set_status=(
+                f"UPDATE {t.job} SET status = $3, result = COALESCE($4::jsonb, result),"
+                " error = CASE WHEN $5::jsonb IS NULL THEN error"
+                " ELSE COALESCE(error, '[]'::jsonb) || jsonb_build_array($5::jsonb) END,"
+                " updated_at = now() WHERE id = $1 AND attempt = $2 RETURNING 1"
+            ),
+            lock_usage=f"SELECT tokens_consumed FROM {t.job} WHERE id = $1 AND attempt = $2 FOR UPDATE",
+            write_usage=f"UPDATE {t.job} SET tokens_consumed = $2::jsonb, updated_at = now() WHERE id = $1",
+            heartbeat=f"UPDATE {t.job} SET heartbeat_at = now() WHERE id = $1 AND attempt = $2 RETURNING 1",
+            is_delivered=f"SELECT 1 FROM {t.delivery} WHERE key = $1",
+            record_delivery=(
+                f"INSERT INTO {t.delivery} (key, job_id, channel, delivered_at) VALUES ($1, $2, $3, now())"
+                " ON CONFLICT (key) DO NOTHING"
+            ),
+        )
+
+
+def _schema(t: TableNames) -> tuple[str, ...]:
+    schemas = sorted(
+        {name.split(".")[0] for name in (t.job, t.checkpoint_history, t.delivery) if "." in name}
+    )
+    history_index = t.checkpoint_history.split(".")[-1] + "_job_created_idx"
+    return (
+        *(f"CREATE SCHEMA IF NOT EXISTS {schema}" for schema in schemas),
+        f"""CREATE TABLE IF NOT EXISTS {t.job} (
+            id text PRIMARY KEY,
+            agent_id text NOT NULL,
+            status text NOT NULL DEFAULT 'PENDING',
+            payload jsonb,
+            attempt integer NOT NULL DEFAULT 0,
+            checkpoint bytea,
+            checkpoint_crc bigint,
+            checkpoint_id text,
+            heartbeat_at timestamptz,
+            tokens_consumed jsonb NOT NULL DEFAULT '{{"input": 0, "output": 0, "cost_usd": 0.0}}',
+            token_budget jsonb,
+            error jsonb NOT NULL DEFAULT '[]',
+            result jsonb,
+            updated_at timestamptz NOT NULL DEFAULT now()
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS {t.checkpoint_history} (
+            job_id text NOT NULL,
+            checkpoint_id text NOT NULL,
+            step integer NOT NULL,
+            checkpoint bytea NOT NULL,
+            crc bigint NOT NULL,
+            created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+            PRIMARY KEY (job_id, checkpoint_id)
+        )""",
+        f"CREATE INDEX IF NOT EXISTS {history_index} ON {t.checkpoint_history} (job_id, created_at DESC)",
+        f"""CREATE TABLE IF NOT EXISTS {t.delivery} (
+            key text PRIMARY KEY,
+            job_id text NOT NULL,
+            channel text NOT NULL,
+            delivered_at timestamptz NOT NULL DEFAULT now()
+        )""",
+    )
+
+
+def _write_checkpoint_sql(t: TableNames) -> str:
+    """The fenced checkpoint write: job row, history entry and history trim in one statement.
+
+    All CTEs see the same snapshot, so the trim cannot see the entry being inserted: it keeps the newest
+    ``HISTORY_KEEP - 1`` *other* entries, which with the new one makes ``HISTORY_KEEP``. Nothing happens to
+    the history when the fenced UPDATE matched no row.
+    """
+    h = t.checkpoint_history
+    return f"""
+        WITH fenced AS (
+            UPDATE {t.job} SET checkpoint = $3, checkpoint_crc = $4, checkpoint_id = $5, updated_at = now()
+            WHERE id = $1 AND attempt = $2
+            RETURNING id
+        ), appended AS (
+            INSERT INTO {h} (job_id, checkpoint_id, step, checkpoint, crc, created_at)
+            SELECT id, $5, $6, $3, $4, clock_timestamp() FROM fenced
+            ON CONFLICT (job_id, checkpoint_id) DO UPDATE
+                SET step = EXCLUDED.step, checkpoint = EXCLUDED.checkpoint, crc = EXCLUDED.crc,
+                    created_at = EXCLUDED.created_at
+            RETURNING job_id
+        ), trimmed AS (
+            DELETE FROM {h}
+            WHERE job_id = $1 AND checkpoint_id <> $5 AND EXISTS (SELECT 1 FROM fenced)
+              AND checkpoint_id NOT IN (
+                SELECT checkpoint_id FROM {h} WHERE job_id = $1 AND checkpoint_id <> $5
+                ORDER BY created_at DESC, step DESC LIMIT {HISTORY_KEEP - 1})
+            RETURNING 1
+        )
+        SELECT count(*) FROM fenced
+    """
+
+
+class PostgresStore:
+    """`CheckpointStore` over PostgreSQL (``postgresql://user:password@host:port/db``), via an asyncpg pool.
+
+    Args:
+        url: the connection URL (``AGENTLIFE_DATABASE_URL``); its password never appears in errors or logs.
+        tables: table names, for an existing control-plane schema (``schema.table`` allowed).
+        min_size: connections the pool keeps open (and re-opens in the background after a failure).
+        max_size: the most connections the pool opens.
+        connect_tries: how many times `open` tries to connect before `StoreUnavailable`.
+        connect_backoff: seconds between those tries.
+        connect_timeout: seconds one connection attempt may take.
+        command_timeout: seconds one statement (or waiting for a free pooled connection) may take before the
+            operation fails with `StoreUnavailable`; None for no limit.
+        create_schema: run `init_schema` in `open`. Off by default: on PostgreSQL the schema belongs to
+            ``python -m agentlife db init`` or to the control plane, and a pod need not hold DDL rights.
+    """
+
+    url_scheme = "postgresql"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        tables: TableNames | None = None,
+        min_size: int = 1,
+        max_size: int = 4,
+        connect_tries: int = _HYDRATION.checkpoint_tries,
+        connect_backoff: float = _HYDRATION.checkpoint_backoff_seconds,
+        connect_timeout: float = _HYDRATION.store_connect_timeout_seconds,
+        command_timeout: float | None = 10.0,
+        create_schema: bool = False,
+    ) -> None:
+        if not (0 <= min_size <= max_size and max_size >= 1):
+            raise ConfigError(
+                f"PostgreSQL pool sizes must satisfy 0 <= min_size <= max_size >= 1, got "
+                f"min_size={min_size}, max_size={max_size}"
+            )
+        if connect_tries < 1 or connect_backoff < 0 or connect_timeout <= 0:
+            raise ConfigError(
+                f"PostgreSQL connect_tries={connect_tries} must be >= 1, connect_backoff="
+                f"{connect_backoff:g} >= 0 and connect_timeout={connect_timeout:g} > 0"
+            )
+        self.tables = tables or TableNames()
+        self._url = url
+        self._display_url, secrets = _redacted_url(url)
+        self._redactor = Redactor(secrets)
+        self._min_size = min_size
+        self._max_size = max_size
+        self._connect_tries = connect_tries
+        self._connect_backoff = connect_backoff
+        self._connect_timeout = connect_timeout
+        self._command_timeout = command_timeout
+        self._create_schema = create_schema
+        self._sql = _Sql.build(self.tables)
+        self._pool: Any = None
+        self._unavailable: tuple[type[BaseException], ...] = ()
+        self._undefined_table: type[BaseException] | None = None
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._display_url!r})"
+
+    @property
+    def display_url(self) -> str:
+        """The URL with its password masked, safe for logs and errors."""
+        return self._display_url
+
+    # -- connection ------------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create the pool, trying ``connect_tries`` times ``connect_backoff`` seconds apart.
+
+        Raises:
+            StoreUnavailable: the server could not be reached (or refused us) on every try.
+            ConfigError: the URL cannot be parsed.
+        """
+        if self._pool is not None:
+            return
+        import asyncpg  # type: ignore[import-untyped]  # heavy: only when PostgreSQL is used
+
+        self._unavailable = _unavailable_errors(asyncpg)
+        self._undefined_table = asyncpg.exceptions.UndefinedTableError
+        # Credentials or a missing database will not fix themselves: fail at once instead of retrying.
+        permanent = (
+            asyncpg.exceptions.InvalidAuthorizationSpecificationError,
+            asyncpg.exceptions.InvalidCatalogNameError,
+        )
+        last: BaseException | None = None
+        for attempt in range(1, self._connect_tries + 1):
+            if attempt > 1:
+                await anyio.sleep(self._connect_backoff)
+            try:
+                self._pool = await self._create_pool(asyncpg)
+            except permanent as exc:
+                raise StoreUnavailable(
+                    f"PostgreSQL store {self._display_url} refused the connection: {self._describe(exc)}"
+                ) from None
+            except (asyncpg.exceptions.ClientConfigurationError, ValueError) as exc:
+                raise ConfigError(
+                    f"AGENTLIFE_DATABASE_URL {self._display_url} is not usable: {self._describe(exc)}"
+                ) from None
+            except self._unavailable as exc:
+                last = exc
+                _log.warning(
+                    f"PostgreSQL store {self._display_url} unreachable "
+                    f"(try {attempt}/{self._connect_tries}): {self._describe(exc)}"
+                )
+            else:
+                break
+        if self._pool is None:
+            assert last is not None
+            raise StoreUnavailable(
+                f"PostgreSQL store {self._display_url} unreachable after {self._connect_tries} tries: "
+                f"{self._describe(last)}"
+            ) from None
+        if self._create_schema:
+            await self.init_schema()
+
+    async def _create_pool(self, asyncpg: Any) -> Any:
+        return await asyncpg.create_pool(
+            self._url,
+            min_size=self._min_size,
+            max_size=self._max_size,
+            timeout=self._connect_timeout,
+            command_timeout=self._command_timeout,
+            # A pod runs one job: keep its connections rather than churning them.
+            max_inactive_connection_lifetime=0,
+        )
+
+    async def close(self) -> None:
+        """Close the pool gracefully within a few seconds (shielded), else terminate it; idempotent."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        with anyio.move_on_after(_CLOSE_TIMEOUT_SECONDS, shield=True):
+            await pool.close()
+        if not pool.is_closing() or pool.get_size():
+            pool.terminate()
+
+    def has_free_connection(self) -> bool:
+        """True while the pool could hand out a connection now; safe to call from another thread.
+
+        A pooled connection is free when it is idle, and a pool below ``max_size`` can open another.
+        """
+        pool = self._pool
+        if pool is None:
+            return False
+        try:
+            return bool(pool.get_idle_size() > 0 or pool.get_size() < pool.get_max_size())
+        except Exception:  # the probe must answer even if the pool changes under it
+            return False
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        pool = self._pool
+        if pool is None:
+            raise StoreUnavailable(f"PostgreSQL store {self._display_url} is not open")
+        try:
+            async with pool.acquire(timeout=self._command_timeout) as conn:
+                yield conn
+        except self._unavailable as exc:
+            raise StoreUnavailable(
+                f"PostgreSQL store {self._display_url} unavailable: {self._describe(exc)}"
+            ) from None
+        except Exception as exc:
+            if self._undefined_table is not None and isinstance(exc, self._undefined_table):
+                raise StoreUnavailable(
+                    f"PostgreSQL schema missing ({self._describe(exc)}): run `python -m agentlife db init`"
+                ) from None
+            raise
+
+    def _describe(self, exc: BaseException) -> str:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+            text = f"timed out ({text})" if str(exc) else "timed out"
+        return self._redactor.redact(text)
+
+    async def init_schema(self) -> None:
+        """Create the schemas, tables and index that are missing (idempotent, safe to run concurrently)."""
+        async with self._connection() as conn, conn.transaction():
+            # Concurrent CREATE ... IF NOT EXISTS can still collide in the catalog; serialise them.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentlife.init_schema'))")
+            for statement in self._sql.schema:
+                await conn.execute(statement)
+
+    # -- jobs -----------------------------------------------------------------------------------------
+
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        """The job row, or None."""
+        async with self._connection() as conn:
+            row = await conn.fetchrow(self._sql.get_job, job_id)
+        return None if row is None else _record(row)
+
+    async def create_job(
+        self, job_id: str, agent_id: str, payload: Any, token_budget: dict[str, Any] | None = None
+    ) -> JobRecord:
+        """Insert a PENDING job row (no-op returning the row if it exists)."""
+        async with self._connection() as conn:
+            await conn.execute(
+                self._sql.create_job,
+                job_id,
+                agent_id,
+                str(JobStatus.PENDING),
+                _dumps(payload),
+                _dumps(token_budget),
+            )
+            row = await conn.fetchrow(self._sql.get_job, job_id)
+        return _record(row)
+
+    async def claim(self, job_id: str, attempt: int) -> JobRecord:
+        """Take ownership: set ``attempt`` and status RUNNING when ``attempt`` >= the row's.
+
+        Raises:
+            JobNotFound: no such row.
+            AttemptFenced: the row belongs to a later attempt.
+        """
+        async with self._connection() as conn:
+            row = await conn.fetchrow(self._sql.claim, job_id, attempt)
+            if row is not None:
+                return _record(row)
+            owner = await conn.fetchval(self._sql.owner, job_id)
+        if owner is None:
+            raise JobNotFound(f"job {job_id} does not exist")
+        raise AttemptFenced(f"job {job_id} is owned by attempt {owner}, this is {attempt}")
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+
+    async def load_checkpoint(self, job_id: str) -> LoadedCheckpoint | None:
+        """The newest checkpoint that verifies, falling back to history; None for a fresh job.
+
+        Raises:
+            JobNotFound: no such row.
+            CheckpointCorrupt: a checkpoint exists but neither it nor any history entry verifies.
+        """
+        async with self._connection() as conn:
+            row = await conn.fetchrow(self._sql.load, job_id)
+            if row is None:
+                raise JobNotFound(f"job {job_id} does not exist")
+            data, crc, checkpoint_id = row
+            if data is None:
+                return None
+            if crc32(data) == crc:
+                return LoadedCheckpoint(checkpoint_id, bytes(data), crc, "job")
+            history = await conn.fetch(self._sql.history, job_id)
+        return first_valid_checkpoint(job_id, [tuple(entry) for entry in history])
+
+    async def write_checkpoint(
+        self, job_id: str, attempt: int, checkpoint_id: str, step: int, data: bytes
+    ) -> int:
+        """Store ``data`` exactly, with its CRC-32, and append it to history; returns the CRC.
+
+        Raises:
+            AttemptFenced: a later attempt owns the job; nothing was written.
+            StoreUnavailable: the server could not be reached (the runtime may retry within its step budget).
+        """
+        crc = crc32(data)
+        async with self._connection() as conn:
+            written = await conn.fetchval(
+                self._sql.write_checkpoint, job_id, attempt, data, crc, checkpoint_id, step
+            )
+        if not written:
+            raise AttemptFenced(
+                f"job {job_id}: write by attempt {attempt} refused, a later attempt owns the row"
+            )
+        return crc
+
+    # -- status, usage, heartbeat ---------------------------------------------------------------------
+
+    async def set_status(
+        self,
+        job_id: str,
+        attempt: int,
+        status: str,
+        *,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a status (and result, or a crash record appended to ``error``)."""
+        async with self._connection() as conn:
+            updated = await conn.fetchval(
+                self._sql.set_status, job_id, attempt, str(status), _dumps(result), _dumps(error)
+            )
+        if updated is None:
+            raise AttemptFenced(f"job {job_id}: status write by attempt {attempt} refused")
+
+    async def add_usage(
+        self, job_id: str, attempt: int, input_tokens: int, output_tokens: int, cost_usd: float
+    ) -> dict[str, Any]:
+        """Add to ``tokens_consumed`` and return the new totals."""
+        async with self._connection() as conn, conn.transaction():
+            row = await conn.fetchrow(self._sql.lock_usage, job_id, attempt)
+            if row is None:
+                raise AttemptFenced(f"job {job_id}: usage write by attempt {attempt} refused")
+            totals = add_usage_totals(_loads(row[0]) or {}, input_tokens, output_tokens, cost_usd)
+            await conn.execute(self._sql.write_usage, job_id, _dumps(totals))
+        return totals
+
+    async def heartbeat(self, job_id: str, attempt: int) -> None:
+        """Set ``heartbeat_at`` to the server's now()."""
+        async with self._connection() as conn:
+            beat = await conn.fetchval(self._sql.heartbeat, job_id, attempt)
+        if beat is None:
+            raise AttemptFenced(
+                f"job {job_id}: heartbeat by attempt {attempt} refused, a later attempt owns the row"
+            )
+
+    # -- delivery registry ----------------------------------------------------------------------------
+
+    async def is_delivered(self, key: str) -> bool:
+        """Whether the delivery registry holds ``key``."""
+        async with self._connection() as conn:
+            return await conn.fetchval(self._sql.is_delivered, key) is not None
+
+    async def record_delivery(self, key: str, job_id: str, channel: str) -> None:
+        """Record ``key`` as delivered (idempotent)."""
+        async with self._connection() as conn:
+            await conn.execute(self._sql.record_delivery, key, job_id, channel)
+
+
+def _unavailable_errors(asyncpg: Any) -> tuple[type[BaseException], ...]:
+    """Errors that mean "the server is not reachable right now", as opposed to a bug or a refused write."""
+    e = asyncpg.exceptions
+    return (
+        OSError,  # refused, reset, unreachable
+        TimeoutError,  # connect, command or pool-acquire timeout (asyncio.TimeoutError is TimeoutError)
+        e.PostgresConnectionError,  # class 08, incl. "connection was closed in the middle of operation"
+        e.OperatorInterventionError,  # class 57: admin/crash shutdown, cannot connect now, query cancelled
+        e.InsufficientResourcesError,  # class 53: too many connections, disk full
+        e.InterfaceError,  # "connection is closed", "pool is closing"
+    )
+
+
+def _redacted_url(url: str) -> tuple[str, list[str]]:
+    """``url`` with the password masked (userinfo and ``password=`` query), and the secrets found."""
+    secrets: list[str] = []
+    try:
+        parts = urllib.parse.urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, hostinfo = netloc.rpartition("@")
+            user, sep, password = userinfo.partition(":")
+            if sep:
+                secrets += [password, urllib.parse.unquote(password)]
+                netloc = f"{user}:***@{hostinfo}"
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        secrets += [value for key, value in query if key.lower() in ("password", "sslpassword")]
+        masked = [(k, "***" if k.lower() in ("password", "sslpassword") else v) for k, v in query]
+        shown = urllib.parse.urlunsplit(
+            (parts.scheme, netloc, parts.path, urllib.parse.urlencode(masked, safe="*"), "")
+        )
+    except ValueError:
+        shown = Redactor().redact(url)
+    return shown, [s for s in secrets if s]
+
+
+def _record(row: Any) -> JobRecord:
+    return JobRecord(
+        id=row["id"],
+        agent_id=row["agent_id"],
+        status=row["status"],
+        payload=_loads(row["payload"]),
+        attempt=row["attempt"],
+        checkpoint_id=row["checkpoint_id"],
+        checkpoint_crc=row["checkpoint_crc"],
+        heartbeat_at=_unix(row["heartbeat_at"]),
+        tokens_consumed=_loads(row["tokens_consumed"]) or {},
+        token_budget=_loads(row["token_budget"]),
+        error=_loads(row["error"]) or [],
+        result=_loads(row["result"]),
+        updated_at=_unix(row["updated_at"]),
+    )
+
+
+def _unix(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+def _loads(value: str | bytes | None) -> Any:
+    return None if value is None else orjson.loads(value)
