@@ -27,13 +27,13 @@ def test_from_env_reads_everything() -> None:
     s = Settings.from_env({
         "AGENTLIFE_JOB_ID": "j1", "AGENTLIFE_AGENT_ID": "agent", "AGENTLIFE_ATTEMPT": "3",
         "AGENTLIFE_DATA_DIR": "/tmp/d", "AGENTLIFE_HEALTH_PORT": "0", "AGENTLIFE_PREVIOUS_EXIT_CODE": "137",
-        "AGENTLIFE_CONTROL_PLANE_URL": "http://cp/", "AGENTLIFE_CONTROL_PLANE_TOKEN": "tok",
+        "AGENTLIFE_CONTROL_PLANE_URL": "http://cp/", "AGENTLIFE_CONTROL_PLANE_TOKEN": "cp-token-value",
         "HOSTNAME": "pod-1", "AGENTLIFE_LOG_LEVEL": "debug",
     })
     assert (s.job_id, s.agent_id, s.attempt, s.health_port, s.previous_exit_code) == ("j1", "agent", 3, 0, 137)
     assert s.control_plane_url == "http://cp" and s.pod_name == "pod-1" and s.log_level == "DEBUG"
     assert s.resolved_database_url == "sqlite:////tmp/d/agentlife.db"  # absolute path: four slashes
-    assert "tok" not in repr(s)
+    assert "cp-token-value" not in repr(s)
 
 
 @pytest.mark.parametrize(("env", "match"), [

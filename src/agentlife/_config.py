@@ -95,7 +95,7 @@ class Settings:
         return cls(
             job_id=job,
             agent_id=agent,
-            attempt=_int(env, "AGENTLIFE_ATTEMPT", 1) or 1,
+            attempt=_int(env, "AGENTLIFE_ATTEMPT", 1),  # type: ignore[arg-type]
             data_dir=Path(env.get("AGENTLIFE_DATA_DIR") or ".agentlife"),
             database_url=env.get("AGENTLIFE_DATABASE_URL") or None,
             qdrant_url=env.get("AGENTLIFE_QDRANT_URL") or None,
