@@ -1,0 +1,402 @@
+"""The journal's write side: buffering, write-ahead durability, group commit, periodic flush, closing."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from agentlife._exceptions import ConfigError
+from agentlife._journal import (
+    EventType,
+    Journal,
+    args_digest,
+    job_session_dir,
+    list_sessions,
+    read_events,
+    session_path,
+)
+from agentlife._redact import Redactor
+
+
+def lines_on_disk(path: Path) -> list[dict[str, Any]]:
+    """Read the file through a separate handle, as another process would."""
+    with open(path, "rb") as f:
+        return [orjson.loads(line) for line in f.read().splitlines()]
+
+
+async def wait_until(predicate: Any, timeout: float = 3.0) -> None:
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.01)
+
+
+# -- paths -------------------------------------------------------------------------------------------------
+
+
+def test_session_path_format(tmp_path: Path) -> None:
+    assert session_path(tmp_path, 3, 1700000000123) == tmp_path / "session_0003_1700000000123.jsonl"
+    assert session_path(tmp_path, 12345, 7).name == "session_12345_7.jsonl"
+
+
+def test_list_sessions_orders_by_attempt_then_time_and_ignores_other_files(tmp_path: Path) -> None:
+    names = [
+        "session_0002_100.jsonl",
+        "session_0001_900.jsonl",
+        "session_10000_5.jsonl",  # attempt 10000 sorts after 0002 even though "1" < "0" is false as text
+        "session_0002_99.jsonl",
+        "notes.txt",
+        "session_0001_abc.jsonl",
+        "session_01_5.jsonl",
+        "session_0003_1.jsonl.tmp",
+    ]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "session_0004_1.jsonl").mkdir()
+    got = [p.name for p in list_sessions(tmp_path)]
+    assert got == [
+        "session_0001_900.jsonl",
+        "session_0002_99.jsonl",
+        "session_0002_100.jsonl",
+        "session_10000_5.jsonl",
+    ]
+    assert list_sessions(tmp_path / "missing") == []
+
+
+def test_job_session_dir_refuses_paths_that_leave_the_data_dir(tmp_path: Path) -> None:
+    assert job_session_dir(tmp_path, "job-1") == tmp_path / "sessions" / "job-1"
+    for bad in ("../etc", "a/b", "", ".."):
+        with pytest.raises(ConfigError):
+            job_session_dir(tmp_path, bad)
+
+
+def test_create_makes_the_directory_and_never_reuses_a_name(tmp_path: Path) -> None:
+    session_dir = tmp_path / "sessions" / "job-1"
+    first = Journal.create(session_dir, 1, unix_ms=1000)
+    second = Journal.create(session_dir, 1, unix_ms=1000)
+    try:
+        assert first.path.name == "session_0001_1000.jsonl"
+        assert second.path.name == "session_0001_1001.jsonl"
+        assert (first.path.stat().st_mode & 0o777) == 0o600
+    finally:
+        for journal in (first, second):
+            anyio.run(journal.aclose)
+
+
+# -- appending ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_round_trip_with_version_time_and_seq(tmp_path: Path) -> None:
+    before = time.time()
+    journal = Journal.create(tmp_path, 2)
+    seqs = [
+        journal.append(EventType.SESSION_STARTED, job_id="j", agent_id="a", attempt=2, pid=os.getpid()),
+        journal.append(EventType.LIFECYCLE, **{"from": "BOOTING", "to": "HYDRATING"}),
+        journal.append(EventType.STEP_STARTED, step=0),
+        journal.append(
+            EventType.LLM_COMPLETED, step=0, call=0, response={"text": "hé ✓"}, usage={"input_tokens": 3}
+        ),
+    ]
+    await journal.aclose()
+    events = list(read_events(journal.path))
+    assert seqs == [0, 1, 2, 3]
+    assert [e["seq"] for e in events] == [0, 1, 2, 3]
+    assert all(e["v"] == 1 and isinstance(e["ts"], float) for e in events)
+    assert all(before <= e["ts"] <= time.time() for e in events)
+    assert events[1]["from"] == "BOOTING"
+    assert events[1]["to"] == "HYDRATING"
+    assert events[3]["response"] == {"text": "hé ✓"}
+    assert journal.events_written == 4
+
+
+@pytest.mark.anyio
+async def test_seq_counts_per_file(tmp_path: Path) -> None:
+    one, two = Journal.create(tmp_path, 1), Journal.create(tmp_path, 2)
+    for _ in range(3):
+        one.append(EventType.STEP_STARTED, step=0)
+    assert two.append(EventType.STEP_STARTED, step=0) == 0
+    await one.aclose()
+    await two.aclose()
+    assert [e["seq"] for e in lines_on_disk(one.path)] == [0, 1, 2]
+    assert [e["seq"] for e in lines_on_disk(two.path)] == [0]
+
+
+@pytest.mark.anyio
+async def test_append_only_buffers(tmp_path: Path) -> None:
+    journal = Journal.create(tmp_path, 1)
+    for step in range(5):
+        journal.append(EventType.STEP_STARTED, step=step)
+    assert journal.path.stat().st_size == 0
+    assert journal.events_buffered == 5
+    assert journal.fsync_count == 0
+    await journal.flush(fsync=False)
+    assert len(lines_on_disk(journal.path)) == 5
+    assert journal.events_buffered == 0
+    assert journal.fsync_count == 0
+    await journal.aclose()
+
+
+@pytest.mark.anyio
+async def test_reserved_field_names_are_refused(tmp_path: Path) -> None:
+    journal = Journal.create(tmp_path, 1)
+    with pytest.raises(ValueError, match="seq"):
+        journal.append(EventType.STEP_STARTED, seq=4)
+    with pytest.raises(ValueError, match="ts"):
+        journal.append(EventType.STEP_STARTED, ts=1.0)
+    await journal.aclose()
+    assert journal.events_written == 0
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no")
+
+
+@pytest.mark.anyio
+async def test_values_orjson_cannot_serialise_never_crash(tmp_path: Path) -> None:
+    journal = Journal.create(tmp_path, 1)
+    cyclic: list[Any] = [1]
+    cyclic.append(cyclic)
+    journal.append(EventType.TOOL_COMPLETED, step=0, call=0, invocation_id="j/0/0", result=Path("/x/y"))
+    journal.append(EventType.TOOL_COMPLETED, step=0, call=1, invocation_id="j/0/1", result=2**100)
+    journal.append(EventType.TOOL_COMPLETED, step=0, call=2, invocation_id="j/0/2", result=cyclic)
+    journal.append(EventType.TOOL_COMPLETED, step=0, call=3, invocation_id="j/0/3", result={1: Unprintable()})
+    journal.append(EventType.TOOL_COMPLETED, step=0, call=4, invocation_id="j/0/4", result=math.nan)
+    await journal.aclose()
+    results = [e["result"] for e in lines_on_disk(journal.path)]
+    assert results[0] == "/x/y"
+    assert results[1] == str(2**100)
+    assert results[2][0] == 1
+    assert isinstance(results[2][1], list)
+    assert results[3] == {"1": "<unprintable Unprintable>"}
+    assert results[4] is None
+
+
+@pytest.mark.anyio
+async def test_redactor_masks_secrets_before_they_reach_the_file(tmp_path: Path) -> None:
+    secret = "sk-ant-api03-abcdefghijklmnop"
+    journal = Journal.create(tmp_path, 1, redactor=Redactor([secret]))
+    journal.append(
+        EventType.TOOL_COMPLETED, step=0, call=0, invocation_id="j/0/0", result={"echo": f"key {secret}"}
+    )
+    await journal.aclose()
+    text = journal.path.read_text()
+    assert secret not in text
+    assert lines_on_disk(journal.path)[0]["result"] == {"echo": "key ***"}
+
+
+def test_args_digest_is_key_order_independent_and_sensitive_to_values() -> None:
+    a = args_digest({"path": "README.md", "mode": "r"})
+    assert a == args_digest({"mode": "r", "path": "README.md"})
+    assert a != args_digest({"mode": "w", "path": "README.md"})
+    assert len(a) == 64
+    assert int(a, 16) >= 0
+    assert len(args_digest({"odd": object(), 3: 2**80})) == 64
+
+
+# -- write-ahead and group commit ----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_append_durable_is_on_disk_when_it_returns(tmp_path: Path) -> None:
+    journal = Journal.create(tmp_path, 1)
+    journal.append(EventType.STEP_STARTED, step=0)  # buffered before: must go out with the durable one
+    seq = await journal.append_durable(
+        EventType.TOOL_STARTED, step=0, call=0, invocation_id="j/0/0", tool="kubectl_apply", args_digest="d"
+    )
+    on_disk = lines_on_disk(journal.path)
+    assert [e["seq"] for e in on_disk] == [0, seq]
+    assert on_disk[1]["type"] == "TOOL_STARTED"
+    assert journal.fsync_count == 1
+    await journal.append_durable(EventType.TOOL_COMPLETED, step=0, call=0, invocation_id="j/0/0", result="ok")
+    assert journal.fsync_count == 2
+    assert lines_on_disk(journal.path)[-1]["result"] == "ok"
+    await journal.aclose()
+
+
+@pytest.mark.anyio
+async def test_concurrent_durable_appends_share_fsyncs(tmp_path: Path) -> None:
+    journal = Journal.create(tmp_path, 1)
+    seqs: list[int] = []
+
+    async def tool_started(call: int) -> None:
+        seqs.append(await journal.append_durable(EventType.TOOL_STARTED, step=0, call=call, tool="t"))
+
+    async with anyio.create_task_group() as tg:
+        for call in range(16):
+            tg.start_soon(tool_started, call)
+    assert sorted(seqs) == list(range(16))
+    assert journal.fsync_count <= 4, journal.fsync_count
+    assert sorted(e["call"] for e in lines_on_disk(journal.path)) == list(range(16))
+    await journal.aclose()
+
+
+@pytest.mark.anyio
+async def test_flush_fsyncs_only_when_asked_and_only_when_needed(tmp_path: Path) -> None:
+    journal = Journal.create(tmp_path, 1)
+    await journal.flush()
+    assert journal.fsync_count == 0  # nothing to sync
+    journal.append(EventType.STEP_STARTED, step=0)
+    await journal.flush(fsync=False)
+    assert journal.fsync_count == 0
+    await journal.flush()  # written but not yet synced: one fsync
+    assert journal.fsync_count == 1
+    await journal.flush()
+    assert journal.fsync_count == 1
+    await journal.aclose()
+
+
+@pytest.mark.anyio
+async def test_durable_append_of_a_cancelled_caller_is_not_lost(tmp_path: Path) -> None:
+    journal = Journal.create(tmp_path, 1)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await journal.append_durable(EventType.TOOL_STARTED, step=0, call=0, tool="t")
+    await journal.flush()
+    assert [e["type"] for e in lines_on_disk(journal.path)] == ["TOOL_STARTED"]
+    await journal.aclose()
+
+
+# -- periodic flush ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_periodic_flush_writes_buffered_events_without_fsync(tmp_path: Path) -> None:
+    journal = Journal.create(tmp_path, 1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(journal.run_periodic_flush, 0.05)
+        for step in range(3):
+            journal.append(EventType.STEP_STARTED, step=step)
+        await wait_until(lambda: journal.path.stat().st_size > 0 and len(lines_on_disk(journal.path)) == 3)
+        assert journal.fsync_count == 0
+        journal.append(EventType.STEP_STARTED, step=3)
+        await wait_until(lambda: len(lines_on_disk(journal.path)) == 4)
+        tg.cancel_scope.cancel()
+    await journal.aclose()
+
+
+@pytest.mark.anyio
+async def test_periodic_flush_wakes_early_when_the_buffer_is_large(tmp_path: Path) -> None:
+    journal = Journal.create(tmp_path, 1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(journal.run_periodic_flush, 3600.0)
+        await anyio.sleep(0)
+        blob = "x" * 1024
+        for call in range(300):  # ~300 KiB, past the 256 KiB wake threshold
+            journal.append(EventType.TOOL_COMPLETED, step=0, call=call, result=blob)
+        await wait_until(lambda: journal.events_written >= 250)
+        tg.cancel_scope.cancel()
+    await journal.aclose()
+
+
+@pytest.mark.anyio
+async def test_periodic_flush_stops_when_the_journal_closes(tmp_path: Path) -> None:
+    journal = Journal.create(tmp_path, 1)
+    with anyio.fail_after(3):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(journal.run_periodic_flush, 3600.0)
+            await anyio.sleep(0.01)
+            await journal.aclose()  # the flusher returns by itself; the task group then ends
+
+
+@pytest.mark.anyio
+async def test_write_errors_are_raised_to_durable_callers_and_logged_by_the_flusher(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fd = os.open("/dev/full", os.O_WRONLY | os.O_APPEND)  # every write fails with ENOSPC
+    journal = Journal(tmp_path / "session_0001_1.jsonl", fd)
+    with pytest.raises(OSError, match="No space"):
+        await journal.append_durable(EventType.TOOL_STARTED, step=0, call=0, tool="t")
+    assert journal.fsync_count == 0
+    assert journal.events_written == 0
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(journal.run_periodic_flush, 0.02)
+        await wait_until(lambda: "journal flush" in caplog.text)
+        await anyio.sleep(0.1)  # several more failing ticks: logged once, never raised
+        tg.cancel_scope.cancel()
+    assert caplog.text.count("journal flush") == 1
+    with pytest.raises(OSError):
+        await journal.aclose()
+    assert journal.closed
+    await journal.aclose()  # idempotent even after a failed close
+
+
+# -- closing -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_aclose_flushes_is_idempotent_and_drops_late_events(tmp_path: Path) -> None:
+    journal = Journal.create(tmp_path, 1)
+    journal.append(EventType.SESSION_ENDED, exit_code=0)
+    await journal.aclose()
+    assert journal.closed
+    assert journal.fsync_count == 1
+    await journal.aclose()
+    assert journal.append(EventType.LIFECYCLE, **{"from": "DRAINING", "to": "TERMINATED"}) == -1
+    assert journal.events_dropped == 1
+    with pytest.raises(RuntimeError, match="closed"):
+        await journal.append_durable(EventType.TOOL_STARTED, step=0, call=0, tool="t")
+    assert [e["type"] for e in lines_on_disk(journal.path)] == ["SESSION_ENDED"]
+
+
+@pytest.mark.anyio
+async def test_aclose_completes_in_a_shielded_scope_under_cancellation(tmp_path: Path) -> None:
+    journal = Journal.create(tmp_path, 1)
+    journal.append(EventType.DRAIN_STARTED, reason="SIGTERM")
+    with anyio.CancelScope() as outer:
+        outer.cancel()
+        with anyio.CancelScope(shield=True), anyio.fail_after(2):
+            await journal.aclose()
+    assert journal.closed
+    assert lines_on_disk(journal.path)[0]["reason"] == "SIGTERM"
+
+
+@pytest.mark.anyio
+async def test_async_context_manager_closes(tmp_path: Path) -> None:
+    async with Journal.create(tmp_path, 1) as journal:
+        journal.append(EventType.STEP_STARTED, step=0)
+    assert journal.closed
+    assert len(lines_on_disk(journal.path)) == 1
+
+
+@pytest.mark.anyio
+async def test_carry_forward_keeps_fields_and_original_time(tmp_path: Path) -> None:
+    journal = Journal.create(tmp_path, 2)
+    old = [
+        {"v": 1, "ts": 100.5, "seq": 7, "type": "STEP_STARTED", "step": 3},
+        {
+            "v": 1,
+            "ts": 101.0,
+            "seq": 8,
+            "type": "LLM_COMPLETED",
+            "step": 3,
+            "call": 0,
+            "response": {"text": "x"},
+        },
+        {
+            "v": 1,
+            "ts": 102.0,
+            "seq": 9,
+            "type": "TOOL_STARTED",
+            "step": 3,
+            "call": 1,
+            "carried": True,
+            "carried_ts": 50.0,
+        },
+        {"no": "type"},
+    ]
+    assert journal.carry_forward(old) == 3
+    await journal.aclose()
+    new = lines_on_disk(journal.path)
+    assert [e["seq"] for e in new] == [0, 1, 2]
+    assert all(e["carried"] is True for e in new)
+    assert [e["carried_ts"] for e in new] == [100.5, 101.0, 50.0]
+    assert new[1]["response"] == {"text": "x"}
+    assert new[1]["call"] == 0
