@@ -365,6 +365,19 @@ def _otlp_headers(env: Mapping[str, str], signal: str) -> dict[str, str]:
     return headers
 
 
+def _otlp_timeout(env: Mapping[str, str], signal: str) -> float | None:
+    """Export timeout in seconds, as the installed OTLP exporter reads ``OTEL_EXPORTER_OTLP_TIMEOUT``."""
+    raw = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT") or env.get("OTEL_EXPORTER_OTLP_TIMEOUT")
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        _log.warning("OTLP timeout %r is not a number; using the exporter's default", raw)
+        return None
+    return value if value > 0 else None
+
+
 def _check_protocol(env: Mapping[str, str], signal: str) -> None:
     protocol = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL") or env.get(
         "OTEL_EXPORTER_OTLP_PROTOCOL"
@@ -384,7 +397,9 @@ def _metric_readers(env: Mapping[str, str]) -> list[MetricReader]:
 
             _check_protocol(env, "metrics")
             exporter = OTLPMetricExporter(
-                endpoint=_otlp_endpoint(env, "metrics"), headers=_otlp_headers(env, "metrics") or None
+                endpoint=_otlp_endpoint(env, "metrics"),
+                headers=_otlp_headers(env, "metrics") or None,
+                timeout=_otlp_timeout(env, "metrics"),
             )
         elif name == "console":
             # stdout carries the JSON log lines; exporter output must not interleave with them.
@@ -421,7 +436,9 @@ def _span_processors(env: Mapping[str, str]) -> list[SpanProcessor]:
 
             _check_protocol(env, "traces")
             exporter = OTLPSpanExporter(
-                endpoint=_otlp_endpoint(env, "traces"), headers=_otlp_headers(env, "traces") or None
+                endpoint=_otlp_endpoint(env, "traces"),
+                headers=_otlp_headers(env, "traces") or None,
+                timeout=_otlp_timeout(env, "traces"),
             )
             processors.append(BatchSpanProcessor(exporter))
         elif name == "console":
