@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import orjson
@@ -378,17 +378,19 @@ class ProbeServer:
             return
         if stop_event.is_set():
             return
-        web_server = web.Server(
-            self._handle,
-            keepalive_timeout=self._client_timeout,
-            max_line_size=_MAX_LINE_SIZE,
-            max_field_size=_MAX_FIELD_SIZE,
-            max_headers=_MAX_HEADERS,
-            lingering_time=_LINGERING_SECONDS,
-            access_log=None,
-            logger=_malformed_request_logger(self._logger),
-        )
-        listener = await self._bind(web_server)
+        web_server = web.Server(self._handle)
+        handler_class = _half_close_tolerant_handler()
+        handler_options: dict[str, Any] = {
+            "loop": asyncio.get_running_loop(),
+            "keepalive_timeout": self._client_timeout,
+            "max_line_size": _MAX_LINE_SIZE,
+            "max_field_size": _MAX_FIELD_SIZE,
+            "max_headers": _MAX_HEADERS,
+            "lingering_time": _LINGERING_SECONDS,
+            "access_log": None,
+            "logger": _malformed_request_logger(self._logger),
+        }
+        listener = await self._bind(web_server, lambda: handler_class(web_server, **handler_options))
         if listener is None:
             return
         try:
@@ -404,11 +406,13 @@ class ProbeServer:
                 await web_server.shutdown(self._client_timeout)
             self._board.update(probe_port=None)
 
-    async def _bind(self, web_server: web.Server) -> asyncio.Server | None:
+    async def _bind(
+        self, web_server: web.Server, new_handler: Callable[[], RequestHandler]
+    ) -> asyncio.Server | None:
         loop = asyncio.get_running_loop()
         try:
             return await loop.create_server(
-                lambda: self._protocol(web_server),
+                lambda: self._protocol(web_server, new_handler),
                 self._host,
                 self._requested_port,
                 reuse_address=True,
@@ -441,7 +445,7 @@ class ProbeServer:
             self._watchdog.check()
             await anyio.sleep(self._check_interval)
 
-    def _protocol(self, web_server: web.Server) -> RequestHandler:
+    def _protocol(self, web_server: web.Server, new_handler: Callable[[], RequestHandler]) -> RequestHandler:
         """A handler for a new connection, after making room when the server is at its limit."""
         live = [h for h in web_server.connections if h.transport is not None]
         excess = len(live) - self._max_connections + 1
@@ -450,7 +454,7 @@ class ProbeServer:
             handler.force_close()
             self._router.evictions_total += 1
             self._log_eviction()
-        return web_server()
+        return new_handler()
 
     def _log_eviction(self) -> None:
         now = time.monotonic()
@@ -476,6 +480,39 @@ class ProbeServer:
             # The body is never read; closing is cheaper and safer than draining it.
             response.force_close()
         return response
+
+
+def _half_close_tolerant_handler() -> type[RequestHandler]:
+    """The aiohttp connection handler, with two changes for a probe port.
+
+    * aiohttp lets asyncio close the whole connection when the client shuts its sending side, so a
+      request sent as ``printf 'GET /healthz ...' | nc -N`` (or by any checker that half-closes) never
+      gets its answer. Here the requests received before the EOF are answered.
+    * The 400 answers aiohttp writes itself for malformed requests get the same headers as ours
+      (``no-store``, and no library versions in ``Server``).
+
+    Defined lazily because aiohttp is only imported on the probe thread.
+    """
+    from aiohttp.web_protocol import RequestHandler
+
+    class ProbeRequestHandler(RequestHandler):
+        def eof_received(self) -> bool:  # type: ignore[override]  # asyncio allows bool | None
+            # Keep our sending side open so every request already received is answered. The connection
+            # then closes like any other: after a ``Connection: close`` request, or at the client timeout.
+            return True
+
+        def handle_error(
+            self,
+            request: web.BaseRequest,
+            status: int = 500,
+            exc: BaseException | None = None,
+            message: str | None = None,
+        ) -> web.StreamResponse:
+            response = super().handle_error(request, status, exc, message)
+            response.headers.update(_COMMON_HEADERS)
+            return response
+
+    return ProbeRequestHandler
 
 
 class _MalformedRequestFilter(logging.Filter):
