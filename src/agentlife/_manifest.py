@@ -1,0 +1,725 @@
+"""Kubernetes manifests derived from the constants: a batch/v1 Job, and a CronJob for scheduled runs.
+
+``python -m agentlife manifest`` prints them (DESIGN §2, §14). Everything timing-related comes from
+`agentlife.constants.Constants` — the same values the runtime reads — so the pod spec and the process cannot
+disagree: ``terminationGracePeriodSeconds`` is the drain's termination grace, the preStop hook sleeps the
+drain's pre-stop time, the probe blocks are the probe constants, and every constant that differs from its
+default travels to the container as its ``AGENTLIFE_*`` variable. A set of constants that breaks an
+invariant raises `InvariantViolation` before any manifest exists.
+
+The functions here are pure: they build plain dicts. `to_yaml` writes them as block YAML without PyYAML
+(every string that could be read as anything else is double-quoted), `render` as YAML or JSON; ``kubectl
+apply -f`` takes either.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentlife._exceptions import ConfigError
+from agentlife.constants import Constants
+
+if TYPE_CHECKING:
+    from agentlife._schedule import Schedule
+
+__all__ = [
+    "DATA_MOUNT",
+    "DEFAULT_COMMAND",
+    "RUN_AS_USER",
+    "constants_env",
+    "cronjob_manifest",
+    "job_manifest",
+    "register_cli",
+    "render",
+    "to_yaml",
+]
+
+#: What the container runs, before the ``MODULE:CLASS`` argument. It goes to the container's ``args``, so the
+#: image's ENTRYPOINT (an init such as tini, see examples/deploy/) stays PID 1.
+DEFAULT_COMMAND: tuple[str, ...] = ("python", "-m", "agentlife", "run")
+#: Where the data volume is mounted; ``AGENTLIFE_DATA_DIR`` points there.
+DATA_MOUNT = "/data"
+#: The non-root user and group the pod runs as (matches examples/deploy/Dockerfile).
+RUN_AS_USER = 10001
+
+_DEFAULT_RESOURCES: Mapping[str, Mapping[str, str]] = {
+    "requests": {"cpu": "500m", "memory": "512Mi"},
+    "limits": {"memory": "512Mi"},
+}
+_TMP_SIZE_LIMIT = "256Mi"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_AGENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$")
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_SECRET_NAME = re.compile(r"(API_?KEY|_TOKEN$|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"://[^:/@\s]*:[^@\s/]+@")
+# Set by the manifest itself: the data volume and the probe port must match what the pod spec declares.
+_RESERVED_ENV = ("AGENTLIFE_DATA_DIR", "AGENTLIFE_HEALTH_PORT")
+_CRONJOB_NAME_MAX = 52  # the CronJob controller appends "-<minutes since epoch>" to make a Job name
+_JOB_NAME_MAX = 63
+
+
+# -- the Job -------------------------------------------------------------------------------------------
+
+
+def job_manifest(
+    *,
+    name: str,
+    image: str,
+    agent_class: str,
+    command: Sequence[str] = DEFAULT_COMMAND,
+    extra_args: Sequence[str] = (),
+    namespace: str | None = None,
+    env: Mapping[str, str] | None = None,
+    secrets: Sequence[str] = (),
+    resources: Mapping[str, Mapping[str, str]] | None = None,
+    data_volume: str | None = None,
+    constants: Constants | None = None,
+    health_port: int = 8086,
+) -> dict[str, Any]:
+    """A batch/v1 Job that runs one attempt of one agent job.
+
+    Args:
+        name: the Job's name (a DNS label); the pod reads it as its ``AGENTLIFE_JOB_ID`` unless ``env``
+            sets one.
+        image: the container image.
+        agent_class: ``MODULE:CLASS`` of the `AgentProcess` subclass.
+        command: the program and its leading arguments; ``agent_class`` and ``extra_args`` follow.
+        extra_args: further arguments of ``run`` (e.g. ``("--create-job",)``).
+        namespace: the namespace, or ``None`` to leave it to ``kubectl``'s context.
+        env: extra environment variables (plain values: put secrets in a Secret and name it in ``secrets``).
+        secrets: names of Secrets whose keys become environment variables (``envFrom``).
+        resources: the container's ``requests``/``limits``; default 500m CPU, 512Mi memory (limit 512Mi).
+        data_volume: a PersistentVolumeClaim name for ``/data``; ``None`` gives an ``emptyDir``.
+        constants: the timings to derive from (default: the design defaults).
+        health_port: the probe server's port, also passed as ``AGENTLIFE_HEALTH_PORT``.
+
+    Raises:
+        ConfigError: an argument Kubernetes (or the runtime) would refuse, with one line saying which.
+        InvariantViolation: ``constants`` break an invariant (raised when they are built).
+    """
+    constants = constants if constants is not None else Constants()
+    constants.check()
+    _check_name(name, _JOB_NAME_MAX, "Job name")
+    if namespace is not None:
+        _check_name(namespace, 63, "namespace")
+    if not image or any(c.isspace() for c in image):
+        raise ConfigError(f"image {image!r} is refused: give an image reference without spaces")
+    if not _AGENT.match(agent_class):
+        raise ConfigError(f"agent {agent_class!r} is not MODULE:CLASS (e.g. my_agent:MyAgent)")
+    if not 1 <= health_port <= 65535:
+        raise ConfigError(f"health port {health_port} is refused: it must be between 1 and 65535")
+    labels = {
+        "app.kubernetes.io/name": "agentlife",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": "agent",
+    }
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    metadata["labels"] = dict(labels)
+    metadata["annotations"] = {"agentlife/agent": agent_class}
+    pod_spec = _pod_spec(
+        image=image,
+        args=[*command, agent_class, *extra_args],
+        env=_container_env(constants, dict(env or {}), health_port),
+        secrets=secrets,
+        resources=_check_resources(resources if resources is not None else _DEFAULT_RESOURCES),
+        data_volume=data_volume,
+        constants=constants,
+        health_port=health_port,
+    )
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            # One pod is one attempt: retries belong to the control plane, which knows the job row (§1).
+            "backoffLimit": 0,
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
+        },
+    }
+
+
+def _pod_spec(
+    *,
+    image: str,
+    args: list[str],
+    env: list[dict[str, Any]],
+    secrets: Sequence[str],
+    resources: dict[str, dict[str, str]],
+    data_volume: str | None,
+    constants: Constants,
+    health_port: int,
+) -> dict[str, Any]:
+    drain = constants.drain
+    container: dict[str, Any] = {
+        "name": "agent",
+        "image": image,
+        "args": args,
+        "env": env,
+    }
+    if secrets:
+        for secret in secrets:
+            _check_name(secret, 253, "Secret name", subdomain=True)
+        container["envFrom"] = [{"secretRef": {"name": secret}} for secret in secrets]
+    container["ports"] = [{"name": "health", "containerPort": health_port, "protocol": "TCP"}]
+    container["resources"] = resources
+    container["securityContext"] = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_USER,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if drain.pre_stop_seconds > 0:
+        # Endpoints and load balancers stop routing to the pod while it sleeps; SIGTERM comes after.
+        container["lifecycle"] = {
+            "preStop": {"exec": {"command": ["sleep", _number(drain.pre_stop_seconds)]}}
+        }
+    container.update(_probes(constants))
+    container["volumeMounts"] = [
+        {"name": "data", "mountPath": DATA_MOUNT},
+        {"name": "tmp", "mountPath": "/tmp"},  # the only writable path besides /data
+    ]
+    if data_volume is None:
+        data: dict[str, Any] = {"name": "data", "emptyDir": {}}
+    else:
+        _check_name(data_volume, 253, "PersistentVolumeClaim name", subdomain=True)
+        data = {"name": "data", "persistentVolumeClaim": {"claimName": data_volume}}
+    return {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        # preStop + step deadline + cleanup + SIGKILL buffer fit in it: the invariant of DESIGN §2.
+        "terminationGracePeriodSeconds": math.ceil(drain.termination_grace_seconds),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [data, {"name": "tmp", "emptyDir": {"sizeLimit": _TMP_SIZE_LIMIT}}],
+    }
+
+
+def _probes(constants: Constants) -> dict[str, Any]:
+    p = constants.probe
+    return {
+        "startupProbe": _probe(
+            "/healthz", p.startup_period_seconds, p.startup_failure_threshold, p.liveness_timeout_seconds
+        ),
+        "livenessProbe": _probe(
+            "/healthz", p.liveness_period_seconds, p.liveness_failure_threshold, p.liveness_timeout_seconds
+        ),
+        "readinessProbe": _probe(
+            "/readyz", p.readiness_period_seconds, p.readiness_failure_threshold, p.readiness_timeout_seconds
+        ),
+    }
+
+
+def _probe(path: str, period: float, failures: int, timeout: float) -> dict[str, Any]:
+    # Kubernetes takes whole seconds, at least 1; rounding up never shortens a window the runtime relies on.
+    return {
+        "httpGet": {"path": path, "port": "health"},
+        "periodSeconds": max(1, math.ceil(period)),
+        "timeoutSeconds": max(1, math.ceil(timeout)),
+        "failureThreshold": max(1, int(failures)),
+    }
+
+
+def _container_env(constants: Constants, extra: dict[str, str], health_port: int) -> list[dict[str, Any]]:
+    for key, value in extra.items():
+        _check_env_entry(key, value)
+    actual = _constant_values(constants)
+    for key, value in extra.items():
+        if key in actual and not _same_number(value, actual[key]):
+            raise ConfigError(
+                f"env {key}={value} disagrees with the constants the manifest was derived from "
+                f"({actual[key]})"
+            )
+    derived = constants_env(constants)
+    env: dict[str, dict[str, Any]] = {}
+    if "AGENTLIFE_JOB_ID" not in extra:
+        # The Job controller labels its pods with the Job's name; a CronJob's Jobs get one name per run.
+        env["AGENTLIFE_JOB_ID"] = {
+            "name": "AGENTLIFE_JOB_ID",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['job-name']"}},
+        }
+    env["AGENTLIFE_DATA_DIR"] = {"name": "AGENTLIFE_DATA_DIR", "value": DATA_MOUNT}
+    env["AGENTLIFE_HEALTH_PORT"] = {"name": "AGENTLIFE_HEALTH_PORT", "value": str(health_port)}
+    for key, value in {**derived, **extra}.items():
+        env[key] = {"name": key, "value": value}
+    return list(env.values())
+
+
+def _check_env_entry(key: str, value: str) -> None:
+    if not _ENV_NAME.match(key):
+        raise ConfigError(f"env name {key!r} is refused: use letters, digits, '_', '-' and '.'")
+    if key in _RESERVED_ENV:
+        raise ConfigError(f"env {key} is set by the manifest itself (the /data volume and the probe port)")
+    if _SECRET_NAME.search(key) or _URL_PASSWORD.search(value):
+        raise ConfigError(
+            f"env {key} looks like a secret and would be written into the manifest in clear; "
+            "store it in a Secret and pass --secret NAME instead"
+        )
+    if key == "AGENTLIFE_HEALTH_HOST" and value.strip() in ("127.0.0.1", "localhost", "::1"):
+        raise ConfigError(f"env AGENTLIFE_HEALTH_HOST={value} would hide the probes from the kubelet")
+
+
+def constants_env(constants: Constants) -> dict[str, str]:
+    """Every constant that differs from its default, as the ``AGENTLIFE_*`` variable the runtime reads."""
+    defaults = _constant_values(Constants())
+    return {name: value for name, value in _constant_values(constants).items() if defaults[name] != value}
+
+
+def _constant_values(constants: Constants) -> dict[str, str]:
+    """Every constant that has an ``AGENTLIFE_*`` variable, keyed by that variable, written as it would be."""
+    out: dict[str, str] = {}
+    for group_field in fields(constants):
+        if group_field.name == "time_scale":
+            continue
+        group = getattr(constants, group_field.name)
+        for f in fields(group):
+            name = f.metadata.get("env")
+            if name is not None:
+                value = getattr(group, f.name)
+                out[name] = "none" if value is None else _number(value)
+    return dict(sorted(out.items()))
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int) or float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+def _same_number(text: str, expected: str) -> bool:
+    try:
+        return math.isclose(float(text), float(expected))
+    except ValueError:
+        return text.strip().lower() == expected
+
+
+def _check_resources(resources: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for kind, amounts in resources.items():
+        if kind not in ("requests", "limits"):
+            raise ConfigError(f"resources key {kind!r} is refused: use 'requests' and 'limits'")
+        for resource, quantity in amounts.items():
+            if not _QUANTITY.match(str(quantity)):
+                raise ConfigError(
+                    f"{resource} quantity {quantity!r} is not a Kubernetes quantity (e.g. 500m, 1Gi)"
+                )
+        out[kind] = {k: str(v) for k, v in amounts.items()}
+    return out
+
+
+def _check_name(name: str, limit: int, what: str, *, subdomain: bool = False) -> None:
+    parts = name.split(".") if subdomain else [name]
+    if not name or len(name) > limit or not all(_DNS_LABEL.match(part) for part in parts):
+        raise ConfigError(
+            f"{what} {name!r} is refused: it must be at most {limit} lowercase letters, digits and '-'"
+            f"{', dots between parts' if subdomain else ''}, starting and ending with a letter or digit"
+        )
+
+
+# -- the CronJob ---------------------------------------------------------------------------------------
+
+
+def cronjob_manifest(
+    schedule: Schedule,
+    job: Mapping[str, Any],
+    active_deadline_seconds: int,
+    *,
+    starting_deadline_seconds: int | None = None,
+    successful_jobs_history_limit: int = 3,
+    failed_jobs_history_limit: int = 3,
+) -> dict[str, Any]:
+    """A batch/v1 CronJob that runs ``job`` (a `job_manifest`) on ``schedule`` (DESIGN §14).
+
+    Args:
+        schedule: the validated schedule; its zone becomes ``spec.timeZone`` (Kubernetes >= 1.27) and its
+            per-run budget, when set, the pod's ``AGENTLIFE_BUDGET_MAX_COST_USD``.
+        job: the Job whose spec becomes the job template.
+        active_deadline_seconds: the wall-clock limit of one run, from the phase budget
+            (``derive_total_timeout``). When the pod does not set ``AGENTLIFE_RUN_MAX_SECONDS``, it gets
+            this minus the termination grace, so the run fails itself (and records why) before Kubernetes
+            kills it.
+        starting_deadline_seconds: how late a run may still start (default: 300 s, or half the closest
+            gap between runs if that is shorter); a run missed by more is skipped, not run late.
+        successful_jobs_history_limit: finished Jobs (and their pods' logs) kept.
+        failed_jobs_history_limit: failed Jobs kept.
+
+    Raises:
+        ConfigError: a value Kubernetes would refuse.
+    """
+    if job.get("kind") != "Job":
+        raise ConfigError(f"the job template must be a Job manifest, got kind {job.get('kind')!r}")
+    name = str(job["metadata"]["name"])
+    _check_name(name, _CRONJOB_NAME_MAX, "CronJob name")
+    if isinstance(active_deadline_seconds, bool) or not isinstance(active_deadline_seconds, int):
+        raise ConfigError(
+            f"activeDeadlineSeconds {active_deadline_seconds!r} must be a whole number of seconds"
+        )
+    if active_deadline_seconds < 1:
+        raise ConfigError(f"activeDeadlineSeconds {active_deadline_seconds} must be >= 1")
+    gap_seconds = int(schedule.min_gap().total_seconds())
+    if starting_deadline_seconds is None:
+        starting_deadline_seconds = max(10, min(300, gap_seconds // 2))
+    if starting_deadline_seconds < 10:
+        raise ConfigError(
+            f"startingDeadlineSeconds {starting_deadline_seconds} is refused: the CronJob controller "
+            "checks every 10 s, so a deadline under 10 s can miss runs"
+        )
+    for label, limit in (
+        ("successful", successful_jobs_history_limit),
+        ("failed", failed_jobs_history_limit),
+    ):
+        if limit < 0:
+            raise ConfigError(f"{label}JobsHistoryLimit {limit} must be >= 0")
+    job_spec = copy.deepcopy(dict(job["spec"]))
+    job_spec["activeDeadlineSeconds"] = active_deadline_seconds
+    pod = job_spec["template"]["spec"]
+    run_max = active_deadline_seconds - int(pod.get("terminationGracePeriodSeconds", 0))
+    for container in pod["containers"]:
+        if schedule.budget_usd is not None:
+            _set_env(container, "AGENTLIFE_BUDGET_MAX_COST_USD", _number(schedule.budget_usd))
+        if run_max > 0 and not _has_env(container, "AGENTLIFE_RUN_MAX_SECONDS"):
+            _set_env(container, "AGENTLIFE_RUN_MAX_SECONDS", str(run_max))
+    metadata = {
+        k: copy.deepcopy(v) for k, v in job["metadata"].items() if k in ("name", "namespace", "labels")
+    }
+    metadata["annotations"] = {
+        **dict(job["metadata"].get("annotations", {})),
+        "agentlife/schedule": f"{schedule.cron} ({schedule.timezone})",
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": metadata,
+        "spec": {
+            "schedule": schedule.cron,
+            "timeZone": schedule.timezone,
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": starting_deadline_seconds,
+            "successfulJobsHistoryLimit": successful_jobs_history_limit,
+            "failedJobsHistoryLimit": failed_jobs_history_limit,
+            "suspend": False,
+            "jobTemplate": {
+                "metadata": {"labels": copy.deepcopy(dict(job["metadata"].get("labels", {})))},
+                "spec": job_spec,
+            },
+        },
+    }
+
+
+def _has_env(container: Mapping[str, Any], name: str) -> bool:
+    return any(entry.get("name") == name for entry in container.get("env", []))
+
+
+def _set_env(container: dict[str, Any], name: str, value: str) -> None:
+    env = container.setdefault("env", [])
+    for entry in env:
+        if entry.get("name") == name:
+            entry.clear()
+            entry.update({"name": name, "value": value})
+            return
+    env.append({"name": name, "value": value})
+
+
+# -- output --------------------------------------------------------------------------------------------
+
+_PLAIN = re.compile(r"^[A-Za-z][A-Za-z0-9_./-]*$")
+# Words YAML 1.1 readers (PyYAML, go-yaml v2 behind kubectl) take for booleans or null.
+_RESERVED_WORDS = frozenset(["y", "n", "yes", "no", "on", "off", "true", "false", "null"])
+
+
+def to_yaml(document: Mapping[str, Any]) -> str:
+    """Block-style YAML for a JSON-like mapping, deterministic and readable by any YAML 1.1/1.2 parser.
+
+    Strings are written plain only when they cannot be read as another type (letters, digits, ``_./-``,
+    starting with a letter, not a YAML boolean word); everything else is double-quoted with JSON escapes,
+    which YAML shares.
+    """
+    if not document:
+        return "{}\n"
+    lines: list[str] = []
+    _emit_mapping(document, 0, lines)
+    return "\n".join(lines) + "\n"
+
+
+def render(document: Mapping[str, Any], output: str = "yaml") -> str:
+    """``document`` as ``"yaml"`` (default) or ``"json"`` text, ending in a newline."""
+    if output == "json":
+        return json.dumps(document, indent=2) + "\n"
+    if output == "yaml":
+        return to_yaml(document)
+    raise ConfigError(f"output {output!r} is refused: use 'yaml' or 'json'")
+
+
+def _emit_mapping(mapping: Mapping[str, Any], indent: int, lines: list[str]) -> None:
+    pad = " " * indent
+    for key, value in mapping.items():
+        head = f"{pad}{_scalar(str(key))}:"
+        if isinstance(value, Mapping) and value:
+            lines.append(head)
+            _emit_mapping(value, indent + 2, lines)
+        elif isinstance(value, (list, tuple)) and value:
+            lines.append(head)
+            _emit_sequence(value, indent, lines)
+        else:
+            lines.append(f"{head} {_scalar(value)}")
+
+
+def _emit_sequence(items: Sequence[Any], indent: int, lines: list[str]) -> None:
+    pad = " " * indent
+    for item in items:
+        if isinstance(item, (Mapping, list, tuple)) and item:
+            first = len(lines)
+            if isinstance(item, Mapping):
+                _emit_mapping(item, indent + 2, lines)
+            else:
+                _emit_sequence(item, indent + 2, lines)
+            lines[first] = f"{pad}- {lines[first][indent + 2 :]}"
+        else:
+            lines.append(f"{pad}- {_scalar(item)}")
+
+
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ConfigError(f"{value!r} cannot be written to a manifest")
+        return repr(value)
+    if isinstance(value, Mapping):
+        return "{}"
+    if isinstance(value, (list, tuple)):
+        return "[]"
+    text = str(value)
+    if _PLAIN.match(text) and text.lower() not in _RESERVED_WORDS:
+        return text
+    return _double_quoted(text)
+
+
+def _double_quoted(text: str) -> str:
+    """A YAML double-quoted scalar; YAML's escapes, since JSON's surrogate pairs mean nothing to YAML."""
+    out = ['"']
+    for char in text:
+        code = ord(char)
+        if char in ('"', "\\"):
+            out.append("\\" + char)
+        elif _printable(code):
+            out.append(char)
+        elif code <= 0xFF:
+            out.append(f"\\x{code:02x}")
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
+def _printable(code: int) -> bool:
+    # YAML's printable set, minus the characters a YAML 1.1 reader treats as line breaks or strips (BOM).
+    if 0x20 <= code <= 0x7E:
+        return True
+    if code in (0x2028, 0x2029, 0xFEFF):
+        return False
+    return 0xA0 <= code <= 0xD7FF or 0xE000 <= code <= 0xFFFD or 0x10000 <= code <= 0x10FFFF
+
+
+# -- command line --------------------------------------------------------------------------------------
+
+
+def register_cli(subparsers: Any) -> None:
+    """Add ``manifest`` to the ``python -m agentlife`` parser."""
+    parser = subparsers.add_parser(
+        "manifest",
+        help="print the Kubernetes Job (or, with --schedule, CronJob) for an agent",
+        description="Print a batch/v1 Job whose grace period, preStop sleep and probes are derived from the "
+        "constants (AGENTLIFE_* overrides from the environment and --env apply). With --schedule, print a "
+        "batch/v1 CronJob running that Job on a cron schedule in a time zone.",
+    )
+    parser.add_argument("--image", required=True, help="container image, e.g. ghcr.io/acme/reviewer:1.4.2")
+    parser.add_argument("--agent", required=True, metavar="MODULE:CLASS", help="the AgentProcess subclass")
+    parser.add_argument("--name", help="Job/CronJob name (default: derived from the class name)")
+    parser.add_argument("--namespace", help="namespace (default: none, kubectl's current namespace)")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="extra env (repeatable)"
+    )
+    parser.add_argument(
+        "--secret",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Secret whose keys become env, e.g. the API key (repeatable)",
+    )
+    parser.add_argument("--cpu", help="CPU request, e.g. 500m (default: 500m)")
+    parser.add_argument("--memory", help="memory request and limit, e.g. 1Gi (default: 512Mi)")
+    parser.add_argument("--pvc", metavar="CLAIM", help="PersistentVolumeClaim for /data (default: emptyDir)")
+    parser.add_argument("--health-port", type=int, default=8086, help="probe port (default: 8086)")
+    parser.add_argument(
+        "--output", "-o", choices=("yaml", "json"), default="yaml", help="format (default: yaml)"
+    )
+    scheduled = parser.add_argument_group("scheduled runs (CronJob)")
+    scheduled.add_argument("--schedule", metavar="CRON", help="5-field cron, e.g. '0 9 * * 1-5'")
+    scheduled.add_argument("--timezone", metavar="ZONE", help="IANA zone for --schedule (default: UTC)")
+    scheduled.add_argument("--init-p95", type=float, metavar="S", help="p95 of boot + hydration, seconds")
+    scheduled.add_argument("--exec-p95", type=float, metavar="S", help="p95 of execution, seconds")
+    scheduled.add_argument(
+        "--safety-buffer",
+        type=float,
+        metavar="S",
+        help="added to the p95s (default: 180, as for 'budget')",
+    )
+    scheduled.add_argument(
+        "--from-journals", metavar="DIR", help="read both p95s from the session journals in DIR"
+    )
+    scheduled.add_argument(
+        "--budget-usd",
+        type=float,
+        metavar="USD",
+        help="per-run cost budget (default: AGENTLIFE_BUDGET_MAX_COST_USD, 5.00)",
+    )
+    scheduled.add_argument(
+        "--starting-deadline",
+        type=int,
+        metavar="S",
+        help="startingDeadlineSeconds (default: 300, or half the closest gap if shorter)",
+    )
+    parser.set_defaults(handler=_cmd_manifest)
+
+
+def _cmd_manifest(args: argparse.Namespace) -> int:
+    extra_env = _parse_env_flags(args.env)
+    if args.budget_usd is not None:
+        if "AGENTLIFE_BUDGET_MAX_COST_USD" in extra_env:
+            raise ConfigError(
+                "give the per-run budget once: --budget-usd or --env AGENTLIFE_BUDGET_MAX_COST_USD"
+            )
+        if not math.isfinite(args.budget_usd) or args.budget_usd <= 0:
+            raise ConfigError(f"--budget-usd {args.budget_usd:g} is refused: it must be a finite number > 0")
+        extra_env["AGENTLIFE_BUDGET_MAX_COST_USD"] = _number(args.budget_usd)
+    # The constants the pod will run with: the shell's AGENTLIFE_* overrides, then --env on top. Those that
+    # differ from the defaults reach the pod through `constants_env`.
+    constants = Constants.from_env({**os.environ, **extra_env})
+    scheduled = args.schedule is not None
+    job = job_manifest(
+        name=args.name or _default_name(args.agent),
+        image=args.image,
+        agent_class=args.agent,
+        extra_args=("--create-job",) if scheduled else (),
+        namespace=args.namespace,
+        env=extra_env,
+        secrets=args.secret,
+        resources=_resources(args.cpu, args.memory),
+        data_volume=args.pvc,
+        constants=constants,
+        health_port=args.health_port,
+    )
+    if not scheduled:
+        _refuse_schedule_options(args)
+        sys.stdout.write(render(job, args.output))
+        return 0
+    from agentlife._schedule import Schedule
+
+    schedule = Schedule(args.schedule, args.timezone or "UTC", budget_usd=constants.budget.max_cost_usd)
+    deadline = _active_deadline(args)
+    cronjob = cronjob_manifest(schedule, job, deadline, starting_deadline_seconds=args.starting_deadline)
+    if deadline > schedule.min_gap().total_seconds():
+        sys.stderr.write(
+            f"agentlife: warning: a run may take {deadline} s, longer than the closest gap between runs "
+            f"({int(schedule.min_gap().total_seconds())} s); with concurrencyPolicy Forbid the next run "
+            "is skipped\n"
+        )
+    sys.stdout.write(render(cronjob, args.output))
+    return 0
+
+
+def _parse_env_flags(pairs: Sequence[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--env {pair!r} is not KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def _resources(cpu: str | None, memory: str | None) -> dict[str, dict[str, str]]:
+    requests = dict(_DEFAULT_RESOURCES["requests"])
+    limits = dict(_DEFAULT_RESOURCES["limits"])
+    if cpu is not None:
+        requests["cpu"] = cpu
+    if memory is not None:
+        # Memory request = limit: the pod is never OOM-killed for using what it was promised.
+        requests["memory"] = limits["memory"] = memory
+    return {"requests": requests, "limits": limits}
+
+
+def _default_name(agent: str) -> str:
+    class_name = agent.rpartition(":")[2].rpartition(".")[2]
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", class_name).lower()
+    name = re.sub(r"[^a-z0-9-]+", "-", words).strip("-")[:_CRONJOB_NAME_MAX].strip("-")
+    return name or "agent"
+
+
+def _refuse_schedule_options(args: argparse.Namespace) -> None:
+    given = [
+        flag
+        for flag, value in (
+            ("--timezone", args.timezone),
+            ("--init-p95", args.init_p95),
+            ("--exec-p95", args.exec_p95),
+            ("--safety-buffer", args.safety_buffer),
+            ("--from-journals", args.from_journals),
+            ("--starting-deadline", args.starting_deadline),
+        )
+        if value is not None
+    ]
+    if given:
+        raise ConfigError(f"{', '.join(given)} only apply with --schedule")
+
+
+def _active_deadline(args: argparse.Namespace) -> int:
+    """``activeDeadlineSeconds`` from the phase budget: p95s (given or from journals) plus the buffer."""
+    from agentlife._policy import DEFAULT_SAFETY_BUFFER_SECONDS, derive_total_timeout, p95_from_journals
+
+    buffer = args.safety_buffer if args.safety_buffer is not None else DEFAULT_SAFETY_BUFFER_SECONDS
+    if args.from_journals is not None:
+        if args.init_p95 is not None or args.exec_p95 is not None:
+            raise ConfigError("give the p95s either as --init-p95/--exec-p95 or --from-journals, not both")
+        init_p95, exec_p95 = p95_from_journals(Path(args.from_journals))
+    elif args.init_p95 is not None and args.exec_p95 is not None:
+        init_p95, exec_p95 = args.init_p95, args.exec_p95
+    else:
+        raise ConfigError(
+            "--schedule needs the phase budget for activeDeadlineSeconds: --init-p95 S and --exec-p95 S, "
+            "or --from-journals DIR"
+        )
+    for flag, value in (("--init-p95", init_p95), ("--exec-p95", exec_p95), ("--safety-buffer", buffer)):
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{flag} {value:g} is refused: it must be a finite number of seconds >= 0")
+    return int(derive_total_timeout(init_p95, exec_p95, buffer))
