@@ -75,7 +75,7 @@ def reconnect_delay(failures: int, initial: float, maximum: float, rng: random.R
 def format_sse(event: str, data: Mapping[str, Any], event_id: int | None = None) -> bytes:
     """One Server-Sent Events frame: optional ``id:``, ``event:``, one ``data:`` line, a blank line."""
     head = b"" if event_id is None else b"id: %d\n" % event_id
-    return head + b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+    return head + b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data, default=str) + b"\n\n"
 
 
 def _iso_utc(unix_seconds: float) -> str:
@@ -225,6 +225,8 @@ class SseHeartbeat:
         self._pending: deque[_Frame] = deque()
         self._buffer_size = max(1, buffer_size)
         self._seq = 0
+        # push_lifecycle may come from another thread; sequence numbers and the buffer bound stay exact.
+        self._seq_lock = threading.Lock()
         self._last_state = State.BOOTING.value
         self._changed = _Signal()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -235,6 +237,7 @@ class SseHeartbeat:
         self._heartbeats_sent = 0
         self._lifecycle_sent = 0
         self._dropped = 0
+        self._drop_logged = False
         self._failures = 0
         self._backoff_level = 0
         # A refusal (401, 404) comes back within a round trip; this much silence means the stream is accepted.
@@ -273,12 +276,19 @@ class SseHeartbeat:
             for key, value in redacted.items():
                 payload.setdefault(key, value)
         self._last_state = transition.target.value
-        self._seq += 1
-        if len(self._pending) >= self._buffer_size:
-            self._pending.popleft()
-            self._dropped += 1
-            _log.warning("SSE heartbeat buffer full: dropped the oldest lifecycle event")
-        self._pending.append(_Frame(self._seq, "lifecycle", format_sse("lifecycle", payload, self._seq)))
+        with self._seq_lock:
+            seq = self._next_seq()
+            frame = _Frame(seq, "lifecycle", format_sse("lifecycle", payload, seq))
+            if len(self._pending) >= self._buffer_size:
+                self._pending.popleft()
+                self._dropped += 1
+                dropped_first = not self._drop_logged
+                self._drop_logged = True
+            else:
+                dropped_first = False
+            self._pending.append(frame)
+        if dropped_first:  # once per outage: logging must not become the cost of a push
+            _log.warning("SSE heartbeat buffer full (%d events): dropping the oldest", self._buffer_size)
         self._notify()
 
     async def run(self) -> None:
@@ -511,6 +521,7 @@ class SseHeartbeat:
                 self._record(ok=True)
         else:
             self._lifecycle_sent += 1
+            self._drop_logged = False
         self._changed.set()
 
     async def _backoff(self, delay: float) -> None:
@@ -522,8 +533,14 @@ class SseHeartbeat:
     # -- helpers --------------------------------------------------------------------------------------
 
     def _heartbeat_frame(self) -> _Frame:
+        payload = self._heartbeat_payload()
+        with self._seq_lock:
+            seq = self._next_seq()
+        return _Frame(seq, "heartbeat", format_sse("heartbeat", payload, seq))
+
+    def _next_seq(self) -> int:
         self._seq += 1
-        return _Frame(self._seq, "heartbeat", format_sse("heartbeat", self._heartbeat_payload(), self._seq))
+        return self._seq
 
     def _heartbeat_payload(self) -> dict[str, Any]:
         metrics: dict[str, Any] = {
