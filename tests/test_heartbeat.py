@@ -139,7 +139,7 @@ async def test_a_lifecycle_event_goes_out_at_once_not_with_the_next_heartbeat(
         started = time.monotonic()
         hb.push_lifecycle(
             transition(State.EXECUTING, State.DRAINING, "SIGTERM"),
-            {"drainReason": "sigterm", "type": "forged"},
+            {"drainReason": "sigterm", "type": "forged", "dataDir": Path("/data")},  # not JSON: str() it
         )
         event = await plane.wait_for(event="lifecycle", timeout=5.0)
         return event, time.monotonic() - started
@@ -154,6 +154,7 @@ async def test_a_lifecycle_event_goes_out_at_once_not_with_the_next_heartbeat(
     )
     assert event.data["reason"] == "SIGTERM"
     assert event.data["drainReason"] == "sigterm"
+    assert event.data["dataDir"] == "/data"
     assert event.data["agentId"] == "reviewer"
 
 
