@@ -194,6 +194,7 @@ def test_constants_env_lists_only_non_default_values() -> None:
     ("overrides", "needle"),
     [
         ({"name": "Reviewer"}, "Job name 'Reviewer'"),
+        ({"name": "reviewer\n"}, "Job name 'reviewer\\n'"),
         ({"name": "r" * 64}, "at most 63"),
         ({"namespace": "team_a"}, "namespace 'team_a'"),
         ({"image": "has space"}, "image 'has space'"),
@@ -365,6 +366,7 @@ def test_yaml_quotes_what_a_yaml_1_1_reader_would_misread() -> None:
         "g": "a: b",
     }
     assert 'a: "yes"' in text
+    assert to_yaml({"k\n": "v\n"}) == '"k\\n": "v\\n"\n'
 
 
 json_values = st.recursive(

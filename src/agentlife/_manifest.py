@@ -115,7 +115,7 @@ def job_manifest(
         _check_name(namespace, 63, "namespace")
     if not image or any(c.isspace() for c in image):
         raise ConfigError(f"image {image!r} is refused: give an image reference without spaces")
-    if not _AGENT.match(agent_class):
+    if not _AGENT.fullmatch(agent_class):
         raise ConfigError(f"agent {agent_class!r} is not MODULE:CLASS (e.g. my_agent:MyAgent)")
     if not 1 <= health_port <= 65535:
         raise ConfigError(f"health port {health_port} is refused: it must be between 1 and 65535")
@@ -269,7 +269,7 @@ def _container_env(constants: Constants, extra: dict[str, str], health_port: int
 
 
 def _check_env_entry(key: str, value: str) -> None:
-    if not _ENV_NAME.match(key):
+    if not _ENV_NAME.fullmatch(key):
         raise ConfigError(f"env name {key!r} is refused: use letters, digits, '_', '-' and '.'")
     if key in _RESERVED_ENV:
         raise ConfigError(f"env {key} is set by the manifest itself (the /data volume and the probe port)")
@@ -322,7 +322,7 @@ def _check_resources(resources: Mapping[str, Mapping[str, str]]) -> dict[str, di
         if kind not in ("requests", "limits"):
             raise ConfigError(f"resources key {kind!r} is refused: use 'requests' and 'limits'")
         for resource, quantity in amounts.items():
-            if not _QUANTITY.match(str(quantity)):
+            if not _QUANTITY.fullmatch(str(quantity)):
                 raise ConfigError(
                     f"{resource} quantity {quantity!r} is not a Kubernetes quantity (e.g. 500m, 1Gi)"
                 )
@@ -332,7 +332,7 @@ def _check_resources(resources: Mapping[str, Mapping[str, str]]) -> dict[str, di
 
 def _check_name(name: str, limit: int, what: str, *, subdomain: bool = False) -> None:
     parts = name.split(".") if subdomain else [name]
-    if not name or len(name) > limit or not all(_DNS_LABEL.match(part) for part in parts):
+    if not name or len(name) > limit or not all(_DNS_LABEL.fullmatch(part) for part in parts):
         raise ConfigError(
             f"{what} {name!r} is refused: it must be at most {limit} lowercase letters, digits and '-'"
             f"{', dots between parts' if subdomain else ''}, starting and ending with a letter or digit"
@@ -517,9 +517,12 @@ def _scalar(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[]"
     text = str(value)
-    if _PLAIN.match(text) and text.lower() not in _RESERVED_WORDS:
+    if _PLAIN.fullmatch(text) and text.lower() not in _RESERVED_WORDS:
         return text
     return _double_quoted(text)
+
+
+_NAMED_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
 def _double_quoted(text: str) -> str:
@@ -529,6 +532,8 @@ def _double_quoted(text: str) -> str:
         code = ord(char)
         if char in ('"', "\\"):
             out.append("\\" + char)
+        elif char in _NAMED_ESCAPES:
+            out.append(_NAMED_ESCAPES[char])
         elif _printable(code):
             out.append(char)
         elif code <= 0xFF:

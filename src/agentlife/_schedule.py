@@ -263,7 +263,7 @@ def _check_cron(expression: object) -> str:
 
 def _check_item(cron: str, index: int, item: str) -> None:
     name, (low, high) = _FIELD_NAMES[index], _BOUNDS[index]
-    match = _ITEM.match(item)
+    match = _ITEM.fullmatch(item)
     if match is None:
         raise ScheduleError(
             f"cron {cron!r}: {name} item {item!r} is not supported by Kubernetes' cron parser; use numbers"
