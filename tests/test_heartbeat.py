@@ -320,6 +320,20 @@ async def test_aclose_is_bounded_when_the_plane_is_dead() -> None:
     assert hb.stats.lifecycle_pending == 1
 
 
+async def test_the_callers_deadline_bounds_aclose() -> None:
+    hb = make_heartbeat(f"http://127.0.0.1:{free_port()}")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hb.run)
+        hb.push_lifecycle(transition(State.DRAINING, State.TERMINATED))
+        await anyio.sleep(0.05)
+        started = time.monotonic()
+        with anyio.move_on_after(0.1):
+            await hb.aclose(30.0)
+        assert time.monotonic() - started < 2.0
+    # The task group ended: run() was cancelled even though aclose's own timeout had not passed.
+    assert hb.stats.connected is False
+
+
 async def test_run_twice_is_refused(plane: ControlPlaneStub) -> None:
     hb = make_heartbeat(plane.url)
     await hb.aclose()  # closing before running makes run() return at once

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentlife._llm import Usage
+from agentlife._llm import LLMReply, Usage
 from agentlife._state import State, Transition
 from agentlife._telemetry import (
     INSTRUMENTS,
@@ -243,6 +243,41 @@ def test_llm_and_tool_spans_carry_genai_attributes_inside_the_step_span(
     for child in (chat, tool):
         assert child.parent is not None
         assert child.parent.span_id == step.context.span_id  # type: ignore[union-attr]
+
+
+def test_llm_span_records_an_agentlife_reply_and_an_error(
+    traced: tuple[Telemetry, InMemorySpanExporter],
+) -> None:
+    t, exporter = traced
+    reply = LLMReply(
+        text="hi", usage=Usage(input_tokens=5, output_tokens=2), stop_reason="max_tokens", model="m-1"
+    )
+    with t.llm_span("m-1", max_tokens=8) as llm:
+        llm.record_reply(reply)
+
+    def failing_call() -> None:
+        with t.llm_span("m-2") as llm:
+            exc = TimeoutError("stream stalled")
+            llm.record_error(exc)
+            raise exc
+
+    with pytest.raises(TimeoutError):
+        failing_call()
+    spans = by_name(exporter)
+    ok, failed = spans["chat m-1"], spans["chat m-2"]
+    assert (
+        dict(ok.attributes or {}).items()
+        >= {
+            "gen_ai.usage.input_tokens": 5,
+            "gen_ai.usage.output_tokens": 2,
+            "gen_ai.response.model": "m-1",
+        }.items()
+    )
+    assert tuple((ok.attributes or {})["gen_ai.response.finish_reasons"]) == ("max_tokens",)  # type: ignore[arg-type]
+    assert ok.status.status_code is StatusCode.UNSET
+    assert (failed.attributes or {})["error.type"] == "TimeoutError"
+    assert failed.status.status_code is StatusCode.ERROR
+    assert [e.name for e in failed.events] == ["exception"]
 
 
 def test_a_failing_call_marks_its_span(traced: tuple[Telemetry, InMemorySpanExporter]) -> None:

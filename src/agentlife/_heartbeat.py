@@ -334,20 +334,20 @@ class SseHeartbeat:
         """End the stream cleanly after the queued events, waiting at most ``timeout`` s; idempotent.
 
         The request body is terminated so the control plane sees the end of the stream (rather than a reset)
-        and answers; `run` then returns. When the time is up, `run` is cancelled instead.
+        and answers; `run` then returns. When the time is up, or the caller is cancelled first, `run` is
+        cancelled instead: the caller's own deadline always wins.
         """
         self._closing = True
         self._hurry = True
         self._notify()
         if not self._running:
             return
-        with anyio.CancelScope(shield=True):
+        try:
             with anyio.move_on_after(timeout):
                 await self._done.wait()
+        finally:
             if not self._done.is_set() and self._run_scope is not None:
                 self._run_scope.cancel()
-                with anyio.move_on_after(1.0):
-                    await self._done.wait()
 
     @property
     def stats(self) -> SseStats:

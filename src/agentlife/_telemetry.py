@@ -507,6 +507,21 @@ class LlmSpan:
         if response_id is not None:
             self.span.set_attribute("gen_ai.response.id", response_id)
 
+    def record_reply(self, reply: Any) -> None:
+        """`record_response` from an `agentlife.LLMReply` (its usage, stop reason and model)."""
+        self.record_response(
+            getattr(reply, "usage", None),
+            getattr(reply, "stop_reason", None),
+            response_model=getattr(reply, "model", None) or None,
+        )
+
+    def record_error(self, exc: BaseException) -> None:
+        """Mark the call failed with ``error.type``; the exception event is added when it leaves the span."""
+        from opentelemetry.trace import Status, StatusCode
+
+        self.span.set_attribute("error.type", type(exc).__qualname__)
+        self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+
 
 def _usage_tokens(usage: Any) -> tuple[int, int]:
     if usage is None:
