@@ -148,7 +148,7 @@ class PostgresServer:
             "--encoding=UTF8",
             "--locale=C",
             "--no-instructions",
-            *(["--no-sync"] if self.fast else []),
+            "--no-sync",  # only initdb's own final fsync: a throwaway cluster never needs it
         )
         password_file.unlink()
         settings = {
