@@ -289,3 +289,26 @@ def test_importing_the_store_does_not_import_asyncpg() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+async def test_cancelled_transaction_is_rolled_back_before_reuse(postgres_url: str) -> None:
+    store = await _open(postgres_url, min_size=1, max_size=1, command_timeout=10.0)
+    blocker = await asyncpg.connect(postgres_url)
+    try:
+        await store.create_job("job-1", "agent", None)
+        await store.claim("job-1", 1)
+        lock = blocker.transaction()
+        await lock.start()
+        await blocker.execute("SELECT 1 FROM job WHERE id = 'job-1' FOR UPDATE")
+        # add_usage opens a transaction and waits on the row lock: cancel it there.
+        with anyio.move_on_after(0.2) as scope:
+            await store.add_usage("job-1", 1, 100, 10, 1.0)
+        assert scope.cancelled_caught
+        await lock.rollback()
+        # The single pooled connection is reused: no transaction left open, nothing half-applied.
+        totals = await store.add_usage("job-1", 1, 1, 1, 0.5)
+        assert totals == {"input": 1, "output": 1, "cost_usd": 0.5}
+        assert (await store.get_job("job-1")).tokens_consumed == totals
+    finally:
+        await blocker.close()
+        await store.close()
