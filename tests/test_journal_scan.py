@@ -217,17 +217,24 @@ def test_scan_degrades_when_the_directory_or_files_are_missing(tmp_path: Path) -
     assert "no session files" in empty.reason
 
 
-def test_scan_reports_a_marker_mismatch_and_stops_there(tmp_path: Path) -> None:
+def test_scan_reads_past_newer_markers_to_an_older_checkpoint(tmp_path: Path) -> None:
+    # The store fell back to c1 (c2 failed its CRC): the calls of step 1 are still replayable.
     write_session(
         tmp_path, 1, [marker(0, "c1", 0), *step_events(1, 1), marker(8, "c2", 1), *step_events(2, 9)]
     )
     result = scan_for_resume(tmp_path, "c1")
+    assert result.found
+    assert result.events[0]["step"] == 1
+    assert build_replay(result.events, 1).llm  # step 1's completed LLM call is there to replay
+
+
+def test_scan_reports_a_marker_mismatch_when_no_file_has_the_marker(tmp_path: Path) -> None:
+    write_session(tmp_path, 1, [marker(0, "c1", 0), *step_events(1, 1), marker(8, "c2", 1), *step_events(2, 9)])
+    result = scan_for_resume(tmp_path, "c0")
     assert not result.found
     assert result.events == []
     assert "mismatch" in result.reason
-    assert "'c2'" in result.reason
-    assert "'c1'" in result.reason
-    assert result.scanned_lines == 8  # stopped at the newest marker instead of reading on to c1
+    assert "'c2'" in result.reason and "'c0'" in result.reason
 
 
 def test_scan_matches_the_null_marker_of_a_fresh_job_only_with_none(tmp_path: Path) -> None:
@@ -251,10 +258,11 @@ def test_scan_falls_back_to_an_older_file_when_the_newest_has_no_marker(tmp_path
 def test_scan_passes_over_excluded_files(tmp_path: Path) -> None:
     older = write_session(tmp_path, 1, [marker(0, "c1", 0), *step_events(1, 1)], unix_ms=10)
     own = write_session(tmp_path, 2, [marker(0, "zzz", 0)], unix_ms=20)
-    assert not scan_for_resume(tmp_path, "c1").found
+    assert scan_for_resume(tmp_path, "c1").files_scanned == 2
     result = scan_for_resume(tmp_path, "c1", exclude=[own])
     assert result.found
     assert result.path == older
+    assert result.files_scanned == 1
 
 
 def test_scan_without_any_marker_says_so(tmp_path: Path) -> None:

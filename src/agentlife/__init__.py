@@ -7,6 +7,9 @@ when a feature first needs them, on a background thread during boot.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from agentlife._agent import AgentProcess, BudgetView, Done, Footprint, Job
 from agentlife._exceptions import (
     AgentlifeError,
@@ -33,11 +36,48 @@ from agentlife._llm import LLMClient, LLMReply, StreamTimeouts, Usage
 from agentlife._state import State
 from agentlife._tools import NOT_DONE, ToolSpec, tool
 
+if TYPE_CHECKING:
+    from agentlife._anthropic import AnthropicLLM
+    from agentlife._context import StepContext
+    from agentlife._delivery import DeliveryGuard
+    from agentlife._memory import Embedder, HashingEmbedder, MemoryRecord
+    from agentlife._policy import (
+        CircuitBreaker,
+        RetryDecision,
+        crash_backoff_schedule,
+        derive_total_timeout,
+        should_retry_after_crash,
+    )
+    from agentlife._pricing import PriceTable
+    from agentlife._schedule import Schedule
+    from agentlife._scripted import ScriptedLLM, ScriptedTurn
+
+# Public names whose modules pull in more than the core (anyio, the journal, cron and pricing tables):
+# they load on first access, so `import agentlife` stays as cheap as `import asyncio`.
+_LAZY = {
+    "AnthropicLLM": "agentlife._anthropic",
+    "CircuitBreaker": "agentlife._policy",
+    "DeliveryGuard": "agentlife._delivery",
+    "Embedder": "agentlife._memory",
+    "HashingEmbedder": "agentlife._memory",
+    "MemoryRecord": "agentlife._memory",
+    "PriceTable": "agentlife._pricing",
+    "RetryDecision": "agentlife._policy",
+    "Schedule": "agentlife._schedule",
+    "ScriptedLLM": "agentlife._scripted",
+    "ScriptedTurn": "agentlife._scripted",
+    "StepContext": "agentlife._context",
+    "crash_backoff_schedule": "agentlife._policy",
+    "derive_total_timeout": "agentlife._policy",
+    "should_retry_after_crash": "agentlife._policy",
+}
+
 __version__ = "0.1.0"
 
 __all__ = [
     "NOT_DONE",
     "AgentProcess",
+    "AnthropicLLM",
     "AgentlifeError",
     "AttemptFenced",
     "BackgroundOperationRestricted",
@@ -45,9 +85,13 @@ __all__ = [
     "BudgetView",
     "CallError",
     "CheckpointCorrupt",
+    "CircuitBreaker",
     "ConfigError",
+    "DeliveryGuard",
     "Done",
+    "Embedder",
     "Footprint",
+    "HashingEmbedder",
     "InvalidTransition",
     "InvariantViolation",
     "Job",
@@ -56,10 +100,17 @@ __all__ = [
     "LLMConfigurationError",
     "LLMReply",
     "LLMTimeout",
+    "MemoryRecord",
     "PermanentError",
     "PolicyUnavailable",
+    "PriceTable",
+    "RetryDecision",
+    "Schedule",
     "ScheduleError",
+    "ScriptedLLM",
+    "ScriptedTurn",
     "State",
+    "StepContext",
     "StoreError",
     "StoreUnavailable",
     "StreamTimeouts",
@@ -68,11 +119,38 @@ __all__ = [
     "TransientError",
     "Usage",
     "__version__",
+    "crash_backoff_schedule",
+    "derive_total_timeout",
+    "should_retry_after_crash",
     "tool",
 ]
 
+
+
+def _publish(obj: Any) -> Any:
+    """Show the public path in tracebacks and docs: ``agentlife.Done``, not ``agentlife._agent.Done``."""
+    if getattr(obj, "__module__", "").startswith("agentlife._"):
+        try:
+            obj.__module__ = "agentlife"
+        except (AttributeError, TypeError):  # pragma: no cover - builtins and some protocols
+            pass
+    return obj
+
+
 for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type) and _obj.__module__.startswith("agentlife._"):
-        _obj.__module__ = "agentlife"
-del _name, _obj
+    if _name not in _LAZY and _name != "__version__":
+        _publish(globals()[_name])
+del _name
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentlife' has no attribute {name!r}")
+    value = _publish(getattr(importlib.import_module(module), name))
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,102 @@
+"""The job's token, cost and run-time budgets (DESIGN §7 "Before each LLM call ...")."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from agentlife._agent import BudgetView
+from agentlife._exceptions import BudgetExhausted
+from agentlife.constants import BudgetConstants
+
+__all__ = ["Budget", "estimate_input_tokens", "format_usd"]
+
+
+def format_usd(value: float) -> str:
+    """Dollars as people read them; small amounts keep enough digits to differ from zero."""
+    return f"{value:.2f}" if value >= 0.1 or value == 0 else f"{value:.4f}"
+
+
+def estimate_input_tokens(messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> int:
+    """A conservative guess of a request's input tokens (about 4 bytes per token), made before sending it."""
+    size = len(orjson.dumps(list(messages), default=str))
+    if "system" in params:
+        size += len(orjson.dumps(params["system"], default=str))
+    if "tools" in params:
+        size += len(orjson.dumps(params["tools"], default=str))
+    return max(1, size // 4)
+
+
+@dataclass(slots=True)
+class Budget:
+    """Tracks consumption against the limits; the job row's ``token_budget`` overrides the defaults."""
+
+    max_input_tokens: int
+    max_cost_usd: float
+    run_max_seconds: float | None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    started_monotonic: float = 0.0
+
+    @classmethod
+    def build(
+        cls,
+        constants: BudgetConstants,
+        row_budget: Mapping[str, Any] | None,
+        consumed: Mapping[str, Any] | None,
+    ) -> Budget:
+        """Limits from the row (when set) or the constants, consumption from the row."""
+        row_budget = row_budget or {}
+        consumed = consumed or {}
+        return cls(
+            max_input_tokens=int(row_budget.get("max_input_tokens", constants.max_input_tokens)),
+            max_cost_usd=float(row_budget.get("max_cost_usd", constants.max_cost_usd)),
+            run_max_seconds=constants.run_max_seconds,
+            input_tokens=int(consumed.get("input", 0)),
+            output_tokens=int(consumed.get("output", 0)),
+            cost_usd=float(consumed.get("cost_usd", 0.0)),
+            started_monotonic=time.monotonic(),
+        )
+
+    def exhausted_message(self) -> str:
+        """The reason recorded on the job row."""
+        return f"token budget exhausted (${format_usd(self.cost_usd)} / ${format_usd(self.max_cost_usd)} max)"
+
+    def check_before_call(self, estimated_input_tokens: int) -> None:
+        """Raise `BudgetExhausted` if the next call would go over a limit; it is then never made."""
+        if self.cost_usd >= self.max_cost_usd or self.input_tokens + estimated_input_tokens > self.max_input_tokens:
+            raise BudgetExhausted(self.exhausted_message())
+        self.check_run_time()
+
+    def check_run_time(self) -> None:
+        """Raise `BudgetExhausted` once the run-time budget (``AGENTLIFE_RUN_MAX_SECONDS``) is spent."""
+        remaining = self.run_seconds_remaining()
+        if remaining is not None and remaining <= 0:
+            raise BudgetExhausted(f"run time budget exhausted ({self.run_max_seconds:g} s max)")
+
+    def run_seconds_remaining(self) -> float | None:
+        """Seconds left of the run budget, None when unlimited."""
+        if self.run_max_seconds is None:
+            return None
+        return self.run_max_seconds - (time.monotonic() - self.started_monotonic)
+
+    def add(self, totals: Mapping[str, Any]) -> None:
+        """Adopt the totals the store returned after adding a call's usage."""
+        self.input_tokens = int(totals.get("input", self.input_tokens))
+        self.output_tokens = int(totals.get("output", self.output_tokens))
+        self.cost_usd = float(totals.get("cost_usd", self.cost_usd))
+
+    def view(self) -> BudgetView:
+        """A snapshot for ``ctx.budget``."""
+        return BudgetView(
+            input_tokens_remaining=max(0, self.max_input_tokens - self.input_tokens),
+            cost_usd_remaining=max(0.0, self.max_cost_usd - self.cost_usd),
+            run_seconds_remaining=self.run_seconds_remaining(),
+            input_tokens_used=self.input_tokens,
+            cost_usd_used=self.cost_usd,
+        )

@@ -1,0 +1,396 @@
+"""`StepContext` and the guarded, journaled, replayable calls a step makes (DESIGN §3, §4, §7)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from agentlife._agent import BudgetView, Footprint, Job
+from agentlife._budget import Budget, estimate_input_tokens
+from agentlife._exceptions import BackgroundOperationRestricted, PolicyUnavailable, ToolTimeout
+from agentlife._journal import ReplayMap, args_digest
+from agentlife._llm import LLMClient, LLMReply, StreamTimeouts
+from agentlife._logging import log_fields
+from agentlife._retry import RetryEvent, retry_call
+from agentlife._tools import NOT_DONE, ToolSpec
+
+if TYPE_CHECKING:
+    from agentlife._journal import Journal
+    from agentlife._memory import MemoryRecord
+    from agentlife._runtime import Runtime
+
+__all__ = ["StepContext", "StepLLM"]
+
+T = TypeVar("T")
+log = logging.getLogger("agentlife.calls")
+
+
+class ParkRequested(BaseException):  # noqa: N818 - control flow, not an error
+    """Raised inside a step when the approval idle timeout expired: the job parks and the process exits 0.
+
+    A BaseException so an agent's ``except Exception`` cannot swallow it.
+    """
+
+
+@dataclass(slots=True)
+class _CallCounter:
+    next: int = 0
+    current: str | None = None
+
+
+@dataclass(slots=True)
+class CallEnv:
+    """What the calls of one step need from the runtime."""
+
+    runtime: Runtime
+    journal: Journal
+    replay: ReplayMap | None
+    budget: Budget
+    llm_client: LLMClient
+    rng: random.Random
+    step_started: float = field(default_factory=anyio.current_time)
+
+
+class StepLLM:
+    """``ctx.llm``: the agent's LLM client behind replay, budget checks, retries and the stream guard."""
+
+    def __init__(self, ctx: StepContext) -> None:
+        self._ctx = ctx
+
+    async def complete(
+        self, *, model: str, messages: Sequence[Mapping[str, Any]], max_tokens: int, **params: Any
+    ) -> LLMReply:
+        """One completion; replayed from the journal when this call already completed before a crash.
+
+        Raises:
+            BudgetExhausted: the token, cost or run budget would be exceeded; the call is not made.
+        """
+        return await self._ctx._llm_complete(model=model, messages=messages, max_tokens=max_tokens, params=params)
+
+
+class StepContext:
+    """What a step sees: its number, the saved state, the job, memories and guarded calls.
+
+    Attributes:
+        step: the step number (from 0).
+        state: JSON-serialisable dict, saved in the checkpoint after every completed step.
+        job: the job being run.
+        memories: memory records hydrated for this job (best first).
+        footprint: resource settings, reduced after an OOM-killed attempt.
+        llm: the progress-guarded, journaled, budget-checked LLM client.
+    """
+
+    def __init__(
+        self,
+        *,
+        step: int,
+        state: dict[str, Any],
+        job: Job,
+        memories: Sequence[MemoryRecord],
+        footprint: Footprint,
+        env: CallEnv,
+    ) -> None:
+        self.step = step
+        self.state = state
+        self.job = job
+        self.memories = list(memories)
+        self.footprint = footprint
+        self.llm = StepLLM(self)
+        self._env = env
+        self._calls = _CallCounter()
+        self._tool_slots = anyio.Semaphore(max(1, footprint.max_concurrent_tools))
+
+    # -- public read-only views ------------------------------------------------------------------------
+
+    @property
+    def draining(self) -> bool:
+        """True once a drain began: finish quickly, start nothing long."""
+        return self._env.runtime.draining
+
+    @property
+    def budget(self) -> BudgetView:
+        """What is left of the job's budgets."""
+        return self._env.budget.view()
+
+    @property
+    def invocation_id(self) -> str:
+        """``{job_id}/{step}/{call}`` of the call in progress (or of the next call when none is)."""
+        return self._calls.current or self._invocation_id(self._calls.next)
+
+    async def call_tool(self, fn: ToolSpec[..., T] | Callable[..., Any], /, **kwargs: Any) -> T:
+        """Run a tool under its timeout, journaled (write-ahead when it has side effects) and replayable.
+
+        Raises:
+            ToolTimeout: the tool outlived its timeout (after retries within the step budget).
+            BackgroundOperationRestricted: a restricted tool was refused approval.
+            PolicyUnavailable: the policy check kept failing until the step budget ran out.
+        """
+        spec = fn if isinstance(fn, ToolSpec) else _as_spec(fn)
+        call = self._claim_call()
+        invocation_id = self._invocation_id(call)
+        self._calls.current = invocation_id
+        try:
+            return await self._run_tool_call(spec, call, invocation_id, kwargs)  # type: ignore[no-any-return]
+        finally:
+            self._calls.current = None
+
+    # -- numbering ----------------------------------------------------------------------------------------
+
+    def _claim_call(self) -> int:
+        call = self._calls.next
+        self._calls.next += 1
+        return call
+
+    def _invocation_id(self, call: int) -> str:
+        return f"{self.job.id}/{self.step}/{call}"
+
+    def _retry_deadline(self) -> float:
+        """Retries never start past the step budget, the drain deadline or the run budget."""
+        runtime = self._env.runtime
+        deadline = self._env.step_started + runtime.constants.drain.step_deadline_seconds
+        if runtime.drain_deadline is not None:
+            deadline = min(deadline, runtime.drain_deadline)
+        remaining_run = self._env.budget.run_seconds_remaining()
+        if remaining_run is not None:
+            deadline = min(deadline, anyio.current_time() + remaining_run)
+        return deadline
+
+    def _on_retry(self, kind: str, name: str, call: int) -> Callable[[RetryEvent], None]:
+        def record(event: RetryEvent) -> None:
+            self._env.journal.append(
+                "RETRY",
+                step=self.step,
+                call=call,
+                kind=kind,
+                name=name,
+                attempt=event.attempt,
+                delay=round(event.delay, 3),
+                error_class=event.error_type,
+                classified_as=event.error_class,
+                error=self._env.runtime.redactor.redact(event.message),
+                remaining_budget=round(event.remaining_budget, 3) if event.remaining_budget is not None else None,
+            )
+            log.warning(
+                f"{kind} {name} call {call} failed with {event.error_type}; retry {event.attempt} in "
+                f"{event.delay:.2f}s",
+                extra=log_fields(step=self.step, call=call, remaining_budget_s=event.remaining_budget),
+            )
+
+        return record
+
+    # -- LLM ----------------------------------------------------------------------------------------------
+
+    async def _llm_complete(
+        self, *, model: str, messages: Sequence[Mapping[str, Any]], max_tokens: int, params: dict[str, Any]
+    ) -> LLMReply:
+        call = self._claim_call()
+        self._calls.current = self._invocation_id(call)
+        try:
+            replayed = self._env.replay.llm_result(call) if self._env.replay else None
+            if replayed is not None:
+                log.info(f"LLM call {call} of step {self.step} replayed from the journal")
+                return LLMReply.from_json(replayed)
+            return await self._llm_call_live(call, model, messages, max_tokens, params)
+        finally:
+            self._calls.current = None
+
+    async def _llm_call_live(
+        self,
+        call: int,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        max_tokens: int,
+        params: dict[str, Any],
+    ) -> LLMReply:
+        runtime, env = self._env.runtime, self._env
+        env.budget.check_before_call(estimate_input_tokens(messages, params))
+        c = runtime.constants.calls
+        timeouts = StreamTimeouts(
+            c.llm_connect_timeout_seconds, c.llm_inter_chunk_timeout_seconds, c.llm_total_timeout_seconds
+        )
+
+        async def attempt() -> LLMReply:
+            return await env.llm_client.complete(
+                model=model, messages=messages, max_tokens=max_tokens, timeouts=timeouts, **params
+            )
+
+        started = time.monotonic()
+        with runtime.telemetry.llm_span(model, max_tokens=max_tokens) as span:
+            try:
+                reply = await retry_call(
+                    attempt,
+                    initial=runtime.constants.retry.transient_initial_seconds,
+                    cap=runtime.constants.retry.transient_max_seconds,
+                    deadline=self._retry_deadline(),
+                    rng=env.rng,
+                    on_retry=self._on_retry("llm", model, call),
+                )
+            except Exception as exc:
+                runtime.telemetry.llm_call(model, "error", None)
+                runtime.stats.llm_calls += 1
+                span.record_error(exc)
+                raise
+            span.record_reply(reply)
+        runtime.stats.llm_calls += 1
+        runtime.telemetry.llm_call(model, "ok", reply.usage)
+        env.journal.append(
+            "LLM_COMPLETED",
+            step=self.step,
+            call=call,
+            response=reply.to_json(),
+            usage=reply.usage.to_json(),
+            duration=round(time.monotonic() - started, 6),
+        )
+        await runtime.add_usage(reply)
+        return reply
+
+    # -- tools --------------------------------------------------------------------------------------------
+
+    async def _run_tool_call(self, spec: ToolSpec[..., Any], call: int, invocation_id: str, kwargs: dict[str, Any]) -> Any:
+        replay = self._env.replay.tool(call) if self._env.replay else None
+        if replay is not None and replay.status == "completed":
+            log.info(f"tool {spec.name} ({invocation_id}) replayed from the journal")
+            return replay.result
+        if replay is not None and replay.status == "pending" and spec.verify is not None:
+            verified = await spec.verify(invocation_id)
+            if verified is not NOT_DONE:
+                log.info(f"tool {spec.name} ({invocation_id}) verified as already done")
+                await self._journal_tool_completed(spec, call, invocation_id, verified, verified=True)
+                return verified
+        if spec.restricted:
+            await self._env.runtime.approvals.require_approval(spec.name)
+            await self._check_policy(spec, call, kwargs)
+        async with self._tool_slots:
+            return await retry_call(
+                lambda: self._run_tool_once(spec, call, invocation_id, kwargs),
+                initial=self._env.runtime.constants.retry.transient_initial_seconds,
+                cap=self._env.runtime.constants.retry.transient_max_seconds,
+                deadline=self._retry_deadline(),
+                rng=self._env.rng,
+                on_retry=self._on_retry("tool", spec.name, call),
+            )
+
+    async def _run_tool_once(self, spec: ToolSpec[..., Any], call: int, invocation_id: str, kwargs: dict[str, Any]) -> Any:
+        runtime, journal = self._env.runtime, self._env.journal
+        fields = {
+            "step": self.step,
+            "call": call,
+            "invocation_id": invocation_id,
+            "tool": spec.name,
+            "args_digest": args_digest(kwargs),
+        }
+        if spec.side_effects:
+            await journal.append_durable("TOOL_STARTED", **fields)
+        else:
+            journal.append("TOOL_STARTED", **fields)
+        runtime.notify("tool_started", tool=spec.name, step=self.step, call=call)
+        timeout = spec.timeout if spec.timeout is not None else runtime.constants.tool_timeout(spec.name)
+        if spec.timeout is not None:
+            timeout *= runtime.constants.time_scale
+        args = dict(kwargs)
+        if spec.wants_invocation_id:
+            args["invocation_id"] = invocation_id
+        started = time.monotonic()
+        try:
+            with runtime.telemetry.tool_span(spec.name, invocation_id):
+                result = await _call_with_timeout(spec, args, timeout)
+        except Exception as exc:
+            duration = time.monotonic() - started
+            runtime.stats.tool_calls += 1
+            runtime.telemetry.tool_call(spec.name, type(exc).__name__, duration)
+            journal.append(
+                "TOOL_FAILED",
+                **fields,
+                error_class=type(exc).__name__,
+                error=runtime.redactor.redact(str(exc))[:2000],
+                duration=round(duration, 6),
+            )
+            raise
+        runtime.stats.tool_calls += 1
+        runtime.telemetry.tool_call(spec.name, "ok", time.monotonic() - started)
+        await self._journal_tool_completed(spec, call, invocation_id, result, duration=time.monotonic() - started)
+        return result
+
+    async def _journal_tool_completed(
+        self,
+        spec: ToolSpec[..., Any],
+        call: int,
+        invocation_id: str,
+        result: Any,
+        *,
+        verified: bool = False,
+        duration: float | None = None,
+    ) -> None:
+        fields: dict[str, Any] = {
+            "step": self.step,
+            "call": call,
+            "invocation_id": invocation_id,
+            "tool": spec.name,
+            "result": result,
+        }
+        if verified:
+            fields["verified"] = True
+        if duration is not None:
+            fields["duration"] = round(duration, 6)
+        if spec.side_effects:
+            await self._env.journal.append_durable("TOOL_COMPLETED", **fields)
+        else:
+            self._env.journal.append("TOOL_COMPLETED", **fields)
+
+    async def _check_policy(self, spec: ToolSpec[..., Any], call: int, kwargs: Mapping[str, Any]) -> None:
+        """Ask ``check_policy`` under its timeout; a timeout or error refuses the call (fail closed)."""
+        runtime = self._env.runtime
+        calls = runtime.constants.calls
+        while True:
+            try:
+                with anyio.fail_after(calls.policy_timeout_seconds):
+                    allowed = await runtime.agent.check_policy(spec.name, kwargs)
+            except Exception as exc:
+                reason = "timed out" if isinstance(exc, TimeoutError) else f"failed: {type(exc).__name__}"
+                self._env.journal.append(
+                    "TOOL_FAILED",
+                    step=self.step,
+                    call=call,
+                    invocation_id=self._invocation_id(call),
+                    tool=spec.name,
+                    error_class="PolicyUnavailable",
+                    error=f"policy check {reason}",
+                )
+                if anyio.current_time() + calls.policy_retry_seconds > self._retry_deadline():
+                    raise PolicyUnavailable(f"policy check for {spec.name} {reason}; refused (fail closed)") from exc
+                log.warning(f"policy check for {spec.name} {reason}; call refused, retrying in "
+                            f"{calls.policy_retry_seconds:g}s")
+                await anyio.sleep(calls.policy_retry_seconds)
+                continue
+            if not allowed:
+                raise BackgroundOperationRestricted(f"policy refused tool {spec.name}")
+            return
+
+
+async def _call_with_timeout(spec: ToolSpec[..., Any], args: dict[str, Any], timeout: float) -> Any:
+    try:
+        with anyio.fail_after(timeout):
+            if spec.is_async:
+                return await spec.fn(**args)  # type: ignore[misc]
+            # A sync tool that ignores cancellation is abandoned on its worker thread at the deadline;
+            # the process-level hard deadline guarantees it cannot hold the exit.
+            return await anyio.to_thread.run_sync(lambda: spec.fn(**args), abandon_on_cancel=True)
+    except TimeoutError as exc:
+        if isinstance(exc, ToolTimeout):
+            raise
+        raise ToolTimeout(spec.name, timeout) from None
+
+
+def _as_spec(fn: Callable[..., Any]) -> ToolSpec[..., Any]:
+    from agentlife._tools import tool
+
+    spec: ToolSpec[..., Any] = tool(fn)
+    return spec
+

@@ -1,0 +1,167 @@
+"""Hydration, in the order of DESIGN §6: checkpoint (mandatory), journal scan (5 s), memory (10 s)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+
+from agentlife._checkpoint import CheckpointDoc
+from agentlife._exceptions import CheckpointCorrupt, JobNotFound, StoreUnavailable
+from agentlife._logging import log_fields
+from agentlife.stores import JobRecord
+
+if TYPE_CHECKING:
+    from agentlife._journal import ReplayMap
+    from agentlife._memory import MemoryRecord
+    from agentlife._runtime import Runtime
+
+__all__ = ["Hydrator"]
+
+log = logging.getLogger("agentlife.hydration")
+
+
+class Hydrator:
+    """The three hydration steps, each timed into ``agent.hydration.duration``."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        assert runtime.settings is not None and runtime.store is not None and runtime.journal is not None
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.store = runtime.store
+        self.journal = runtime.journal
+        self.constants = runtime.settings.constants.hydration
+
+    async def _with_store_retries(self, what: str, fn: Any) -> Any:
+        """Up to ``checkpoint_tries`` attempts with a fixed backoff while the store is unreachable."""
+        from agentlife._runtime import _Fatal
+
+        tries = max(1, self.constants.checkpoint_tries)
+        for attempt in range(1, tries + 1):
+            try:
+                return await fn()
+            except StoreUnavailable as exc:
+                message = self.runtime.redactor.redact(str(exc))
+                if attempt == tries:
+                    raise _Fatal(f"{what}: store unreachable after {tries} tries: {message}") from None
+                log.warning(f"{what}: store unreachable (try {attempt}/{tries}): {message}")
+                await anyio.sleep(self.constants.checkpoint_backoff_seconds)
+        raise AssertionError("unreachable")
+
+    async def claim_job(self) -> JobRecord:
+        """Find (or create) the job row and claim it for this attempt."""
+        from agentlife._runtime import _Fatal
+
+        s, options = self.settings, self.runtime.options
+        started = time.monotonic()
+
+        async def find_or_create() -> JobRecord:
+            row = await self.store.get_job(s.job_id)
+            if row is None:
+                if self.store.url_scheme != "sqlite" and not options.create_job:
+                    raise JobNotFound(
+                        f"job {s.job_id} does not exist in the store (the control plane creates job rows; "
+                        "pass --create-job to create it)"
+                    )
+                budget = {"max_input_tokens": s.constants.budget.max_input_tokens,
+                          "max_cost_usd": s.constants.budget.max_cost_usd}
+                row = await self.store.create_job(s.job_id, s.agent_id, options.payload, budget)
+                log.info(f"created job row {s.job_id}")
+            return await self.store.claim(s.job_id, s.attempt)
+
+        try:
+            row: JobRecord = await self._with_store_retries("claim", find_or_create)
+        except JobNotFound as exc:
+            raise _Fatal(str(exc)) from None
+        self.runtime.telemetry.hydration_phase("claim", time.monotonic() - started)
+        return row
+
+    async def load_checkpoint(self) -> tuple[CheckpointDoc, str | None]:
+        """Step 1: the newest checkpoint that verifies (history fallback); a fresh job starts at step 0."""
+        from agentlife._runtime import _Fatal
+
+        s = self.settings
+        started = time.monotonic()
+        try:
+            loaded = await self._with_store_retries("checkpoint load", lambda: self.store.load_checkpoint(s.job_id))
+            doc = CheckpointDoc() if loaded is None else CheckpointDoc.decode(loaded.data, s.job_id)
+        except CheckpointCorrupt as exc:
+            raise _Fatal(str(exc)) from None
+        self.runtime.telemetry.hydration_phase("checkpoint", time.monotonic() - started)
+        if loaded is None:
+            log.info("fresh job: starting at step 0")
+            return doc, None
+        if loaded.source == "history":
+            log.warning(f"resuming from history checkpoint {loaded.checkpoint_id}")
+        log.info(f"checkpoint {loaded.checkpoint_id} loaded: resuming at step {doc.next_step} ({doc.phase})",
+                 extra=log_fields(checkpoint_id=loaded.checkpoint_id, next_step=doc.next_step))
+        return doc, loaded.checkpoint_id
+
+    async def scan_journal(self, checkpoint_id: str | None, doc: CheckpointDoc) -> ReplayMap | None:
+        """Step 2: the replay map of the resumed step; any trouble degrades to checkpoint-only resume."""
+        from agentlife._journal import build_replay, scan_for_resume
+
+        budget = self.constants.buffer_scan_timeout_seconds
+        started = time.monotonic()
+        replay: ReplayMap | None = None
+        try:
+            with anyio.fail_after(budget + 0.5):
+                result = await anyio.to_thread.run_sync(
+                    lambda: scan_for_resume(self.settings.session_dir, checkpoint_id, budget_seconds=budget),
+                    abandon_on_cancel=True,
+                )
+            if result.found:
+                replay = build_replay(result.events, doc.next_step)
+                log.info(f"journal scan: {len(result.events)} events after checkpoint "
+                         f"{checkpoint_id}; {len(replay.llm)} LLM and {len(replay.tools)} tool calls to replay")
+            else:
+                log.warning(f"journal scan: degrading to checkpoint-only resume: {result.reason}")
+        except TimeoutError:
+            log.warning(f"journal scan: degrading to checkpoint-only resume: exceeded {budget:g}s")
+        except Exception as exc:  # the scan is optional: nothing it meets may stop hydration
+            log.warning(f"journal scan: degrading to checkpoint-only resume: {type(exc).__name__}: {exc}")
+        self.runtime.telemetry.hydration_phase("journal_scan", time.monotonic() - started)
+        self._write_resume_marker(checkpoint_id, doc, replay)
+        return replay
+
+    def _write_resume_marker(self, checkpoint_id: str | None, doc: CheckpointDoc, replay: ReplayMap | None) -> None:
+        """Start this session's file with the marker and the resumed step's completed calls.
+
+        Each session file then holds everything the next attempt's scan needs, however many attempts die
+        in the same step.
+        """
+        self.journal.append("CHECKPOINT_WRITTEN", step=doc.next_step - 1, checkpoint_id=checkpoint_id,
+                            crc=None, resumed=True)
+        if replay is not None:
+            self.journal.carry_forward(replay.events_for_carry_forward())
+
+    async def fetch_memories(self, doc: CheckpointDoc) -> list[MemoryRecord]:
+        """Step 3: memories for the query text; unreachable or slow means a warning and none."""
+        runtime = self.runtime
+        assert runtime.job is not None
+        started = time.monotonic()
+        try:
+            query = runtime.agent.memory_query(runtime.job, {"summary": doc.state.get("summary"), **doc.state})
+        except Exception as exc:
+            log.warning(f"memory_query() failed: {exc}; continuing without memories")
+            return []
+        if not query:
+            return []
+        path = self.settings.data_dir / "qdrant"
+        if self.settings.qdrant_url is None and not path.exists():
+            log.info("memory: no memory store yet; continuing without memories")
+            return []
+        records: list[MemoryRecord] = []
+        try:
+            with anyio.fail_after(self.constants.memory_timeout_seconds):
+                memory = await runtime.open_memory()
+                records = await memory.search(query, top_k=self.constants.memory_top_k)
+            log.info(f"memory: {len(records)} records hydrated")
+        except Exception as exc:
+            reason = "timed out" if isinstance(exc, TimeoutError) else runtime.redactor.redact(str(exc))
+            log.warning(f"memory fetch failed ({reason}); continuing without memories")
+        runtime.telemetry.hydration_phase("memory", time.monotonic() - started)
+        return records

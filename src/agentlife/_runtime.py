@@ -1,0 +1,783 @@
+"""The lifecycle of one agent process: boot, hydrate, execute, drain, exit (DESIGN §1, §6, §8).
+
+`Runtime.run()` is the whole process in one structured-concurrency scope:
+
+* BOOTING: probe server thread first, background imports, settings, session journal, store.
+* HYDRATING: claim + checkpoint (mandatory), journal scan (5 s), memory fetch (10 s), in that order.
+* READY → EXECUTING: the step loop, checkpointing after every completed step.
+* DRAINING: on SIGTERM/SIGINT the current step gets ``STEP_DEADLINE`` to finish, then cleanup runs
+  shielded inside ``CLEANUP_BUDGET``; after job completion the same path closes everything.
+* TERMINATED, with the exit code of DESIGN §1.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+import orjson
+
+from agentlife._agent import AgentProcess, Done, Footprint, Job
+from agentlife._approvals import Approvals
+from agentlife._budget import Budget
+from agentlife._checkpoint import CheckpointDoc
+from agentlife._config import Settings
+from agentlife._context import CallEnv, ParkRequested, StepContext
+from agentlife._exceptions import (
+    AgentlifeError,
+    AttemptFenced,
+    BudgetExhausted,
+    ConfigError,
+    JobNotFound,
+    StoreUnavailable,
+)
+from agentlife._logging import installed_json_logging, log_fields
+from agentlife._preload import Preloader
+from agentlife._redact import Redactor
+from agentlife._state import State, StateMachine, Transition
+from agentlife._status import StatusBoard
+from agentlife._telemetry_facade import TelemetryFacade
+from agentlife.constants import Constants
+from agentlife.stores import JobStatus, store_from_url
+
+if TYPE_CHECKING:
+    from agentlife._journal import Journal, ReplayMap
+    from agentlife._llm import LLMClient, LLMReply
+    from agentlife._memory import MemoryRecord, QdrantMemory
+    from agentlife.stores import CheckpointStore
+
+__all__ = ["EXIT_CRASH", "EXIT_DONE", "EXIT_DRAINED", "EXIT_USAGE", "EarlySignal", "RunOptions", "Runtime", "RuntimeStats"]
+
+EXIT_DONE = 0
+EXIT_CRASH = 1
+EXIT_USAGE = 2
+EXIT_DRAINED = 143
+
+log = logging.getLogger("agentlife.runtime")
+_TERMINAL_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.DEAD_LETTER)
+
+
+class _Fatal(Exception):
+    """A boot or hydration failure that ends the process with exit 1 after one clear log line."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """How this process runs; the CLI and the test harness differ only here.
+
+    Attributes:
+        job_id: overrides ``AGENTLIFE_JOB_ID``.
+        payload: the job payload for a job row this process creates.
+        create_job: create a missing job row on PostgreSQL too (SQLite always creates it).
+        handle_signals: install the SIGTERM/SIGINT receiver (main thread only).
+        json_logs: route logging through the JSON handler on stdout.
+        hard_exit: after the drain budget, ``os._exit`` even if code ignoring cancellation still runs.
+        probes: start the probe server.
+        constants: use these instead of reading them from the environment.
+        log_stream: where JSON logs go (default stdout).
+        early_signal: a signal caught before the runtime started (see `EarlySignal`).
+    """
+
+    job_id: str | None = None
+    payload: Any = None
+    create_job: bool = False
+    handle_signals: bool = True
+    json_logs: bool = True
+    hard_exit: bool = True
+    probes: bool = True
+    constants: Constants | None = None
+    log_stream: Any = None
+    early_signal: EarlySignal | None = None
+
+
+@dataclass(slots=True)
+class RuntimeStats:
+    """Counters for heartbeats, ``/status`` and the harness."""
+
+    steps_completed: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    checkpoints_written: int = 0
+
+
+@dataclass(slots=True)
+class _Outcome:
+    exit_code: int
+    reason: str
+    status: str | None = None
+
+
+@dataclass(slots=True)
+class _Resume:
+    doc: CheckpointDoc
+    checkpoint_id: str | None
+    replay: ReplayMap | None = None
+    memories: list[MemoryRecord] = field(default_factory=list)
+
+
+Observer = Callable[[str, dict[str, Any]], None]
+
+
+class Runtime:
+    """Runs one `AgentProcess` through its lifecycle and returns the process exit code."""
+
+    def __init__(
+        self,
+        agent: AgentProcess,
+        *,
+        env: Mapping[str, str] | None = None,
+        options: RunOptions | None = None,
+    ) -> None:
+        self.agent = agent
+        self.env: Mapping[str, str] = dict(os.environ if env is None else env)
+        self.options = options or RunOptions()
+        self.redactor = Redactor.from_env(self.env)
+        self.machine = StateMachine(on_listener_error=self._listener_failed)
+        self.stats = RuntimeStats()
+        self.telemetry = TelemetryFacade()
+        self.constants: Constants = self.options.constants or Constants()
+        self.settings: Settings | None = None
+        self.board = StatusBoard(job_id="", agent_id=agent.agent_id, attempt=0)
+        self.journal: Journal | None = None
+        self.store: CheckpointStore | None = None
+        self.memory: QdrantMemory | None = None
+        self.approvals = Approvals(self)
+        self.budget: Budget | None = None
+        self.job: Job | None = None
+        self.draining = False
+        self.drain_event: anyio.Event | None = None
+        self.drain_reason: str | None = None
+        self.drain_deadline: float | None = None
+        self.observers: list[Observer] = []
+        self.exit_code: int | None = None
+        self.checkpoint_id: str | None = None
+        self._llm_client: LLMClient | None = None
+        self._drain_started: float | None = None
+        self._phase_scope: anyio.CancelScope | None = None
+        self._step_scope: anyio.CancelScope | None = None
+        self._services: anyio.abc.TaskGroup | None = None
+        self._preloader: Preloader | None = None
+        self._probe_server: Any = None
+        self._heartbeat: Any = None
+        self._hard_exit_timer: threading.Timer | None = None
+        self._current_step: int | None = None
+        self._fenced: AttemptFenced | None = None
+        self._first_tool_seen = False
+        self._rng = random.Random()
+        self.machine.add_listener(self._on_transition)
+
+    # -- public control ---------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        """The current lifecycle state."""
+        return self.machine.state
+
+    def notify(self, event: str, **info: Any) -> None:
+        """Tell observers (the test harness) that ``event`` happened; never lets one break the run."""
+        if event == "tool_started" and not self._first_tool_seen:
+            self._first_tool_seen = True
+            if self.settings is not None:
+                self.telemetry.bootstrap_done(str(self.settings.data_dir), self.settings.job_id)
+        for observer in list(self.observers):
+            try:
+                observer(event, info)
+            except Exception:
+                log.exception(f"runtime observer failed on {event}")
+
+    def request_drain(self, reason: str) -> None:
+        """Begin the drain of DESIGN §8 (what SIGTERM does). A second request is logged and ignored."""
+        if self.draining:
+            log.warning(f"{reason} received during drain: ignored until cleanup is over")
+            return
+        if self.state is State.TERMINATED:
+            return
+        self.draining = True
+        self.drain_reason = reason
+        if self.drain_event is not None:
+            self.drain_event.set()
+        self._drain_started = time.monotonic()
+        self.drain_deadline = anyio.current_time() + self.constants.drain.step_deadline_seconds
+        log.info(f"drain requested by {reason}", extra=log_fields(reason=reason))
+        self._arm_hard_exit(self.constants.drain.step_deadline_seconds + self.constants.drain.cleanup_budget_seconds)
+        if self.journal is not None:
+            self.journal.append("DRAIN_STARTED", reason=reason)
+        state = self.state
+        if state in (State.BOOTING, State.HYDRATING, State.READY, State.EXECUTING):
+            self.machine.move(State.DRAINING, reason)
+        if state in (State.BOOTING, State.HYDRATING) and self._phase_scope is not None:
+            self._phase_scope.cancel()
+        if self._step_scope is not None:
+            self._step_scope.deadline = min(self._step_scope.deadline, self.drain_deadline)
+
+    # -- the whole process -----------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Run the lifecycle to TERMINATED and return the exit code."""
+        self.drain_event = anyio.Event()
+        if self.draining:
+            self.drain_event.set()
+        with self._logging():
+            try:
+                async with anyio.create_task_group() as services:
+                    self._services = services
+                    if self.options.handle_signals:
+                        await services.start(self._watch_signals)
+                    outcome = await self._lifecycle()
+                    services.cancel_scope.cancel()
+            finally:
+                self._disarm_hard_exit()
+            self.exit_code = outcome.exit_code
+            log.info(
+                f"exit {outcome.exit_code}: {outcome.reason}",
+                extra=log_fields(exit_code=outcome.exit_code, reason=outcome.reason),
+            )
+            return outcome.exit_code
+
+    async def _lifecycle(self) -> _Outcome:
+        resume: _Resume | None = None
+        outcome: _Outcome
+        try:
+            with anyio.CancelScope() as self._phase_scope:
+                await self._boot()
+                self.machine.move(State.HYDRATING, "stores open")
+                resume = await self._hydrate()
+            self._phase_scope = None
+            if resume is None or self.draining:
+                outcome = _Outcome(EXIT_DRAINED, f"drained during {'boot' if resume is None else 'hydration'}")
+            elif isinstance(resume.doc.status, str) and resume.doc.phase == "done":
+                outcome = _Outcome(EXIT_DONE, f"job already {resume.doc.status}")
+            else:
+                outcome = await self._execute(resume)
+        except _Fatal as exc:
+            outcome = _Outcome(EXIT_CRASH, str(exc))
+        except AttemptFenced as exc:
+            log.error(f"stopping: {exc}")
+            outcome = _Outcome(EXIT_CRASH, str(exc))
+        except Exception as exc:
+            outcome = await self._crashed(exc)
+        await self._cleanup(outcome)
+        return outcome
+
+    # -- BOOTING ----------------------------------------------------------------------------------------
+
+    async def _boot(self) -> None:
+        self._start_probe_server()
+        self.notify("booting")
+        try:
+            settings = Settings.from_env(
+                self.env,
+                job_id=self.options.job_id,
+                agent_id=self.agent.agent_id or None,
+                constants=self.options.constants,
+            )
+        except ConfigError as exc:
+            raise _Fatal(f"configuration error: {exc}") from None
+        self.settings, self.constants = settings, settings.constants
+        self.telemetry.start_building(settings, self.board, dict(self.env))
+        logging.getLogger().setLevel(settings.log_level)
+        self.board.update(job_id=settings.job_id, agent_id=settings.agent_id, attempt=settings.attempt,
+                          pod_name=settings.pod_name,
+                          blocked_threshold_seconds=settings.constants.probe.blocked_threshold_seconds)
+        self._preloader = Preloader(self._modules_to_preload(settings)).start()
+        self._open_journal(settings)
+        self._start_services(settings)
+        self.store = store_from_url(settings.resolved_database_url)
+        try:
+            with anyio.fail_after(settings.constants.hydration.store_connect_timeout_seconds * 3):
+                await self.store.open()
+        except (StoreUnavailable, TimeoutError) as exc:
+            raise _Fatal(f"store unreachable: {self.redactor.redact(str(exc))}") from None
+        self.board.store_has_free_connection = self.store.has_free_connection
+
+    def _modules_to_preload(self, settings: Settings) -> list[str]:
+        modules: list[str] = []
+        if settings.control_plane_url:
+            modules.append("httpx")
+        if self.env.get("ANTHROPIC_API_KEY"):
+            modules.append("anthropic")
+        if settings.qdrant_url or (settings.data_dir / "qdrant").exists():
+            modules.append("qdrant_client")
+        return modules
+
+    def _open_journal(self, settings: Settings) -> None:
+        from agentlife._journal import Journal
+
+        self.journal = Journal.create(settings.session_dir, settings.attempt, redactor=self.redactor)
+        self.journal.append(
+            "SESSION_STARTED",
+            job_id=settings.job_id,
+            agent_id=settings.agent_id,
+            attempt=settings.attempt,
+            pid=os.getpid(),
+            pod_name=self.redactor.redact(settings.pod_name),
+            previous_exit_code=settings.previous_exit_code,
+        )
+        # Transitions that happened before the journal existed (BOOTING is the start state; none so far).
+
+    def _start_services(self, settings: Settings) -> None:
+        assert self._services is not None and self.journal is not None
+        from agentlife._lag import run_lag_monitor
+
+        self._services.start_soon(self.journal.run_periodic_flush, 1.0)
+        self._services.start_soon(run_lag_monitor, self.board, settings.constants.probe.lag_interval_seconds)
+        if settings.control_plane_url:
+            from agentlife._heartbeat import SseHeartbeat
+
+            hb = settings.constants.heartbeat
+            self._heartbeat = SseHeartbeat(
+                settings.control_plane_url,
+                settings.control_plane_token,
+                agent_id=settings.agent_id,
+                job_id=settings.job_id,
+                pod_name=settings.pod_name,
+                interval=hb.sse_interval_seconds,
+                snapshot_metrics=self._heartbeat_metrics,
+                board=self.board,
+                reconnect_initial=hb.reconnect_initial_seconds,
+                reconnect_max=hb.reconnect_max_seconds,
+                redactor=self.redactor,
+            )
+            self._services.start_soon(self._heartbeat.run)
+
+    def _start_job_heartbeat(self) -> None:
+        from agentlife._heartbeat import JobHeartbeat
+
+        assert self._services is not None and self.store is not None and self.settings is not None
+        s = self.settings
+        beat = JobHeartbeat(self.store, s.job_id, s.attempt, s.constants.heartbeat.job_interval_seconds, self.board,
+                            on_fenced=self._fenced_out, redactor=self.redactor)
+        self._services.start_soon(beat.run)
+
+    def _fenced_out(self, exc: AttemptFenced) -> None:
+        """A later attempt owns the job: stop the step loop now, exit 1, never write the row again."""
+        log.error(f"fenced: {exc}; stopping the step loop")
+        self._fenced = exc
+        if self._step_scope is not None:
+            self._step_scope.cancel()
+
+    def _start_probe_server(self) -> None:
+        if not self.options.probes:
+            return
+        host = self.env.get("AGENTLIFE_HEALTH_HOST") or "0.0.0.0"  # noqa: S104 - the kubelet must reach it
+        raw_port = (self.env.get("AGENTLIFE_HEALTH_PORT") or "8086").strip()
+        if raw_port.lower() == "off":
+            return
+        try:
+            port = int(raw_port)
+        except ValueError:
+            return  # Settings reports the bad value as a configuration error right after this
+        from agentlife._probes import ProbeServer
+
+        threshold = self.constants.probe.blocked_threshold_seconds
+        self._probe_server = ProbeServer(self.board, host, port, blocked_threshold=threshold)
+        self._probe_server.start()
+
+    # -- HYDRATING --------------------------------------------------------------------------------------
+
+    async def _hydrate(self) -> _Resume:
+        from agentlife._hydration import Hydrator
+
+        assert self.settings is not None and self.store is not None and self.journal is not None
+        hydrator = Hydrator(self)
+        self.notify("hydration_started")
+        job_row = await hydrator.claim_job()
+        self._start_job_heartbeat()
+        self.job = Job(job_row.id, job_row.agent_id, self.settings.attempt, job_row.payload, job_row.status)
+        self.budget = Budget.build(self.constants.budget, job_row.token_budget, job_row.tokens_consumed)
+        if job_row.status in _TERMINAL_STATUSES:
+            log.info(f"job {job_row.id} is already {job_row.status}: nothing to do")
+            return _Resume(CheckpointDoc(status=job_row.status, phase="done"), job_row.checkpoint_id)  # type: ignore[arg-type]
+        doc, checkpoint_id = await hydrator.load_checkpoint()
+        self.checkpoint_id = checkpoint_id
+        replay = await hydrator.scan_journal(checkpoint_id, doc)
+        self.approvals.restore(doc, job_row.status)
+        memories = await hydrator.fetch_memories(doc)
+        self.machine.move(State.READY, "hydrated")
+        self.notify("ready")
+        return _Resume(doc, checkpoint_id, replay, memories)
+
+    # -- EXECUTING --------------------------------------------------------------------------------------
+
+    async def _execute(self, resume: _Resume) -> _Outcome:
+        assert self.settings is not None
+        if self.draining:
+            return _Outcome(EXIT_DRAINED, "drained before execution")
+        self.machine.move(State.EXECUTING, "step loop")
+        self._llm_client = self.agent.make_llm()
+        doc, replay = resume.doc, resume.replay
+        while doc.phase != "delivering":
+            if self.draining:
+                return _Outcome(EXIT_DRAINED, f"drained by {self.drain_reason} between steps")
+            try:
+                result, doc = await self._run_step(doc, replay, resume.memories)
+            except ParkRequested:
+                return await self._park(doc)
+            except BudgetExhausted as exc:
+                log.error(str(exc))
+                return await self._finish_failed_by_runtime(doc, str(exc))
+            replay = None
+            if self._fenced is not None:
+                raise self._fenced
+            if result is None:
+                return _Outcome(EXIT_DRAINED, f"step {doc.next_step} cancelled at the drain deadline")
+        return await self._deliver_and_finish(doc)
+
+    async def _run_step(
+        self, doc: CheckpointDoc, replay: ReplayMap | None, memories: list[MemoryRecord]
+    ) -> tuple[Done | bool | None, CheckpointDoc]:
+        """Run one step; returns (outcome, new doc). Outcome None means cancelled at the drain deadline."""
+        assert self.job is not None and self.journal is not None and self.budget is not None
+        assert self._llm_client is not None and self.settings is not None
+        step = doc.next_step
+        self.budget.check_run_time()
+        # A private copy: a crashed or cancelled step must not leak half-made changes into the next checkpoint.
+        state = orjson.loads(orjson.dumps(doc.state, option=orjson.OPT_NON_STR_KEYS))
+        env = CallEnv(self, self.journal, replay if replay and replay.step == step else None, self.budget,
+                      self._llm_client, self._rng)
+        ctx = StepContext(step=step, state=state, job=self.job, memories=memories,
+                          footprint=Footprint.after_exit(self.settings.previous_exit_code), env=env)
+        self._current_step = step
+        self.board.update(step=step)
+        self.journal.append("STEP_STARTED", step=step)
+        self.notify("step_started", step=step)
+        started = time.monotonic()
+        outcome: Done | None = None
+        with anyio.CancelScope() as scope, self.telemetry.step_span(step):
+            self._step_scope = scope
+            if self.drain_deadline is not None:
+                scope.deadline = self.drain_deadline
+            outcome = await self.agent.step(ctx)
+        self._step_scope = None
+        if scope.cancelled_caught:
+            log.warning(f"step {step} cancelled at the drain deadline; nothing checkpointed for it")
+            return None, doc
+        if outcome is not None and not isinstance(outcome, Done):
+            raise TypeError(f"{type(self.agent).__name__}.step() must return Done or None, got {type(outcome).__name__}")
+        self.telemetry.step_completed(time.monotonic() - started)
+        self.stats.steps_completed += 1
+        if isinstance(outcome, Done):
+            new = doc.evolve(next_step=step + 1, state=ctx.state, phase="delivering", result=outcome.result,
+                             status=outcome.status, reason=outcome.reason, approved=self.approvals.approved)
+        else:
+            new = doc.evolve(next_step=step + 1, state=ctx.state, phase="running", approved=self.approvals.approved)
+        await self.write_checkpoint(new, step)
+        self.notify("step_completed", step=step)
+        return outcome or True, new
+
+    async def write_checkpoint(self, doc: CheckpointDoc, step: int) -> None:
+        """Store ``doc`` (fenced by attempt), retrying an unreachable store within the step budget."""
+        assert self.store is not None and self.settings is not None and self.journal is not None
+        s = self.settings
+        data = doc.evolve(attempt=s.attempt, written_at=time.time()).encode()
+        checkpoint_id = f"{s.attempt:04d}-{step:06d}-{uuid.uuid4().hex[:8]}"
+        deadline = anyio.current_time() + self.constants.drain.step_deadline_seconds
+        delay = self.constants.retry.transient_initial_seconds
+        while True:
+            try:
+                crc = await self.store.write_checkpoint(s.job_id, s.attempt, checkpoint_id, step, data)
+                break
+            except StoreUnavailable as exc:
+                if anyio.current_time() + delay > deadline:
+                    raise
+                log.warning(f"checkpoint write failed ({self.redactor.redact(str(exc))}); retrying in {delay:.1f}s")
+                await anyio.sleep(delay)
+                delay = min(delay * 2, self.constants.retry.transient_max_seconds)
+        self.checkpoint_id = checkpoint_id
+        self.stats.checkpoints_written += 1
+        self.journal.append("CHECKPOINT_WRITTEN", step=step, checkpoint_id=checkpoint_id, crc=crc)
+        await self.journal.flush(fsync=False)
+
+    async def _deliver_and_finish(self, doc: CheckpointDoc) -> _Outcome:
+        """Delivery first (at most once per channel), then the terminal status, then housekeeping."""
+        from agentlife._delivery import DeliveryGuard, run_housekeeping
+
+        assert self.store is not None and self.settings is not None
+        s, status = self.settings, doc.status or JobStatus.COMPLETED
+        retry = self.constants.retry
+        guard = DeliveryGuard(self.store, s.job_id, self.agent.delivery_channel, attempts=retry.delivery_attempts,
+                              initial=retry.delivery_initial_seconds, multiplier=retry.delivery_multiplier)
+        with anyio.CancelScope() as scope:
+            self._step_scope = scope
+            if self.drain_deadline is not None:
+                scope.deadline = self.drain_deadline
+            delivered = await guard.deliver(lambda: self.agent.deliver(doc.result))
+            log.info("delivered" if delivered else "delivery already recorded: not delivered again")
+        self._step_scope = None
+        if scope.cancelled_caught:
+            return _Outcome(EXIT_DRAINED, "drain deadline reached during delivery; the next attempt delivers")
+        await self.store.set_status(s.job_id, s.attempt, status, result=_row_result(doc.result, doc.reason),
+                                    error=_failure_record(doc.reason, s.attempt) if status == "FAILED" else None)
+        if not self.draining:
+            errors = await run_housekeeping([lambda: self.agent.housekeeping(doc.result)])
+            for error in errors:
+                log.warning(f"housekeeping failed: {self.redactor.redact(str(error))}")
+            await self._store_memories(doc)
+        self.machine.move(State.DRAINING, f"job {status.lower()}")
+        return _Outcome(EXIT_DONE, f"job {status}", status)
+
+    async def _finish_failed_by_runtime(self, doc: CheckpointDoc, reason: str) -> _Outcome:
+        assert self.store is not None and self.settings is not None
+        s = self.settings
+        await self.store.set_status(s.job_id, s.attempt, JobStatus.FAILED, result={"reason": reason},
+                                    error=_failure_record(reason, s.attempt, "BudgetExhausted"))
+        self.machine.move(State.DRAINING, "job failed")
+        return _Outcome(EXIT_DONE, reason, JobStatus.FAILED)
+
+    async def _park(self, doc: CheckpointDoc) -> _Outcome:
+        parked = doc.evolve(phase="awaiting_approval")
+        await self.write_checkpoint(parked, max(doc.next_step - 1, 0))
+        if self.draining:
+            return _Outcome(EXIT_DRAINED, "drained while waiting for approval")
+        self.machine.move(State.DRAINING, "parked: approval idle timeout")
+        return _Outcome(EXIT_DONE, "parked: WAITING_FOR_APPROVAL after the idle timeout", JobStatus.WAITING_FOR_APPROVAL)
+
+    async def open_memory(self) -> QdrantMemory:
+        """The memory client, opened on first use (its import overlapped boot on the preload thread)."""
+        from agentlife._memory import QdrantMemory
+
+        assert self.settings is not None
+        if self.memory is None:
+            if self._preloader is not None:
+                await anyio.to_thread.run_sync(self._preloader.wait, "qdrant_client", 10.0, abandon_on_cancel=True)
+            self.memory = QdrantMemory(
+                url=self.settings.qdrant_url,
+                path=self.settings.data_dir / "qdrant",
+                collection=f"agentlife_{self.settings.agent_id}",
+                embedder=self.agent.make_embedder(),
+            )
+        return self.memory
+
+    async def _store_memories(self, doc: CheckpointDoc) -> None:
+        """Write the agent's memories of this job back, best effort, within the memory budget."""
+        try:
+            texts = self.agent.memories_to_store(doc.result, doc.state)
+            if texts:
+                with anyio.fail_after(self.constants.hydration.memory_timeout_seconds):
+                    memory = await self.open_memory()
+                    await memory.add(texts, {"job_id": self.job.id if self.job else None})
+        except Exception as exc:
+            log.warning(f"memory write-back failed: {self.redactor.redact(str(exc))}")
+
+    # -- crash ------------------------------------------------------------------------------------------
+
+    async def _crashed(self, exc: BaseException) -> _Outcome:
+        message = self.redactor.redact(f"{type(exc).__name__}: {exc}")
+        log.error(f"crash in step {self._current_step}: {message}", exc_info=exc)
+        record = {
+            "at": time.time(),
+            "attempt": self.settings.attempt if self.settings else None,
+            "exit_code": EXIT_CRASH,
+            "error_class": type(exc).__name__,
+            "message": message[:2000],
+            "step": self._current_step,
+            "state": self.state.value,
+            "traceback": self.redactor.redact("".join(traceback.format_exception(exc)))[-4000:],
+        }
+        if self.store is not None and self.settings is not None and self.job is not None:
+            with anyio.move_on_after(self.constants.drain.cleanup_budget_seconds / 2, shield=True):
+                try:
+                    await self.store.set_status(self.settings.job_id, self.settings.attempt,
+                                                self.job.status if self.job.status != "PENDING" else "RUNNING",
+                                                error=record)
+                except AgentlifeError as store_exc:
+                    log.error(f"could not record the crash on the job row: {self.redactor.redact(str(store_exc))}")
+        return _Outcome(EXIT_CRASH, f"crash: {message.splitlines()[0][:300]}")
+
+    # -- DRAINING / cleanup -----------------------------------------------------------------------------
+
+    async def _cleanup(self, outcome: _Outcome) -> None:
+        """Flush and close everything inside the cleanup budget, shielded from cancellation."""
+        budget = self.constants.drain.cleanup_budget_seconds
+        if not self.draining:
+            self._arm_hard_exit(budget)
+        with anyio.move_on_after(budget, shield=True) as scope:
+            await self._close_resources()
+        if scope.cancelled_caught:
+            log.error(f"cleanup exceeded its {budget:g}s budget; exiting anyway")
+        if self._drain_started is not None:
+            self.telemetry.drain(self.drain_reason or outcome.reason, time.monotonic() - self._drain_started)
+        if self.state is not State.TERMINATED:
+            self.machine.move(State.TERMINATED, outcome.reason)
+        if self.journal is not None:
+            self.journal.append("SESSION_ENDED", exit_code=outcome.exit_code, reason=self.redactor.redact(outcome.reason))
+            with anyio.move_on_after(budget, shield=True):
+                await self.journal.aclose()
+        await self._close_heartbeat()
+        self.telemetry.shutdown()
+        if self._probe_server is not None:
+            await anyio.to_thread.run_sync(self._probe_server.stop)
+
+    async def _close_resources(self) -> None:
+        """One at a time, so a failure leaves the rest still closed (no gather of half-closed state)."""
+        if self.journal is not None:
+            await _quietly("journal flush", self.journal.flush(fsync=True))
+        if self._llm_client is not None:
+            await _quietly("LLM client close", self._llm_client.aclose())
+        if self.memory is not None:
+            await _quietly("memory close", self.memory.aclose())
+        if self.store is not None:
+            await _quietly("store close", self.store.close())
+
+    async def _close_heartbeat(self) -> None:
+        if self._heartbeat is None:
+            return
+        with anyio.move_on_after(min(1.0, self.constants.drain.cleanup_budget_seconds / 4), shield=True):
+            await _quietly("heartbeat flush", self._heartbeat.flush(1.0))
+        with anyio.move_on_after(1.0, shield=True):
+            await _quietly("heartbeat close", self._heartbeat.aclose())
+
+    # -- signals, hard deadline -------------------------------------------------------------------------
+
+    async def _watch_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
+            early = self.options.early_signal
+            if early is not None and early.is_set():
+                self.request_drain(early.name)
+            async for signum in signals:
+                self.request_drain(signal.Signals(signum).name)
+
+    def _arm_hard_exit(self, seconds: float) -> None:
+        """A thread-side guarantee: code that ignores cancellation cannot hold the process past the budget."""
+        if not self.options.hard_exit or self._hard_exit_timer is not None:
+            return
+        margin = min(self.constants.drain.sigkill_buffer_seconds / 2, 2.0)
+        code = EXIT_DRAINED if self.draining else EXIT_CRASH
+        timer = threading.Timer(seconds + margin, _hard_exit, args=(code, seconds + margin))
+        timer.daemon = True
+        timer.start()
+        self._hard_exit_timer = timer
+
+    def _disarm_hard_exit(self) -> None:
+        if self._hard_exit_timer is not None:
+            self._hard_exit_timer.cancel()
+            self._hard_exit_timer = None
+
+    # -- listeners, usage, logging ----------------------------------------------------------------------
+
+    def _on_transition(self, transition: Transition) -> None:
+        self.board.update(state=transition.target)
+        if self.journal is not None:
+            self.journal.append("LIFECYCLE", **{"from": transition.source.value, "to": transition.target.value},
+                                reason=self.redactor.redact(transition.reason))
+        log.info(f"{transition.source} -> {transition.target}" + (f" ({transition.reason})" if transition.reason else ""),
+                 extra=log_fields(transition_from=transition.source.value, transition_to=transition.target.value))
+        self.telemetry.record_transition(transition)
+        if self._heartbeat is not None:
+            self._heartbeat.push_lifecycle(transition, {"reason": self.redactor.redact(transition.reason)})
+        self.notify("transition", source=transition.source, target=transition.target)
+
+    def _listener_failed(self, listener: Callable[[Transition], None], exc: BaseException) -> None:
+        log.error(f"lifecycle listener {getattr(listener, '__qualname__', listener)} failed: {exc}")
+
+    async def add_usage(self, reply: LLMReply) -> None:
+        """Add a call's usage to the job row and the in-memory budget."""
+        assert self.store is not None and self.settings is not None and self.budget is not None
+        totals = await self.store.add_usage(self.settings.job_id, self.settings.attempt, reply.usage.input_tokens,
+                                            reply.usage.output_tokens, reply.cost_usd)
+        self.budget.add(totals)
+
+    def _heartbeat_metrics(self) -> dict[str, Any]:
+        return {
+            "rssMb": _rss_mb(),
+            "uptimeSeconds": round(time.monotonic() - self.board.snapshot().started_monotonic, 3),
+            "stepsCompleted": self.stats.steps_completed,
+            "llmCallsTotal": self.stats.llm_calls,
+            "toolCallsTotal": self.stats.tool_calls,
+        }
+
+    def _log_context(self) -> dict[str, Any]:
+        snap = self.board.snapshot()
+        return {"job_id": snap.job_id or None, "agent_id": snap.agent_id or None, "attempt": snap.attempt or None,
+                "state": snap.state.value, "step": snap.step}
+
+    def _logging(self) -> Any:
+        from contextlib import nullcontext
+
+        if not self.options.json_logs:
+            return nullcontext()
+        level = (self.env.get("AGENTLIFE_LOG_LEVEL") or "INFO").upper()
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            level = "INFO"
+        return installed_json_logging(level, context=self._log_context, redactor=self.redactor,
+                                      stream=self.options.log_stream)
+
+
+async def _quietly(what: str, awaitable: Any) -> None:
+    try:
+        await awaitable
+    except Exception as exc:
+        log.warning(f"{what} failed: {type(exc).__name__}: {exc}")
+
+
+def _row_result(result: Any, reason: str | None) -> Any:
+    if result is None and reason:
+        return {"reason": reason}
+    return result
+
+
+def _failure_record(reason: str | None, attempt: int, error_class: str = "JobFailed") -> dict[str, Any]:
+    return {"at": time.time(), "attempt": attempt, "exit_code": 0, "error_class": error_class,
+            "message": reason or "job failed"}
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return round(pages * os.sysconf("SC_PAGE_SIZE") / 1_048_576, 1)
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _hard_exit(code: int, seconds: float) -> None:
+    sys.stderr.write(
+        orjson.dumps({"ts": time.time(), "level": "CRITICAL", "logger": "agentlife.runtime",
+                      "msg": f"drain budget of {seconds:.1f}s exceeded by code that ignores cancellation: "
+                             f"exiting {code} now"}).decode() + "\n"
+    )
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class EarlySignal:
+    """Remembers a SIGTERM/SIGINT that arrives before the event loop's receiver is installed.
+
+    The CLI installs it first thing, so a pod stopped while Python is still importing drains cleanly
+    (exit 143) instead of dying of the default handler.
+    """
+
+    def __init__(self) -> None:
+        self.name = "SIGTERM"
+        self._event = threading.Event()
+
+    def is_set(self) -> bool:
+        """Whether a signal arrived."""
+        return self._event.is_set()
+
+    def install(self) -> EarlySignal:
+        """Take over SIGTERM and SIGINT until the runtime's receiver replaces this handler."""
+
+        def handler(signum: int, frame: object) -> None:
+            self.name = signal.Signals(signum).name
+            self._event.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+        return self

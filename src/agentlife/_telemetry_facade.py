@@ -1,0 +1,157 @@
+"""A stand-in for `Telemetry` until the OpenTelemetry SDK has been imported off the boot path.
+
+Boot does not wait for OpenTelemetry's imports: a thread builds the real `Telemetry` while the store
+connects and hydration runs. Until it is attached, what happens is buffered and replayed into it, so
+no transition or hydration timing is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentlife._config import Settings
+    from agentlife._llm import LLMReply, Usage
+    from agentlife._state import Transition
+    from agentlife._status import StatusBoard
+    from agentlife._telemetry import Telemetry
+
+__all__ = ["TelemetryFacade"]
+
+log = logging.getLogger("agentlife.telemetry")
+
+
+class _NullSpan:
+    def record_error(self, exc: BaseException) -> None:
+        pass
+
+    def record_reply(self, reply: LLMReply) -> None:
+        pass
+
+
+class TelemetryFacade:
+    """Forwards to the real `Telemetry` once attached; buffers until then."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._telemetry: Telemetry | None = None
+        self._pending: list[Callable[[Telemetry], None]] = []
+        self._thread: threading.Thread | None = None
+
+    @property
+    def telemetry(self) -> Telemetry | None:
+        """The real telemetry, once built."""
+        return self._telemetry
+
+    def start_building(self, settings: Settings, board: StatusBoard, env: dict[str, str]) -> None:
+        """Build `Telemetry` on a daemon thread and attach it when done."""
+
+        def build() -> None:
+            try:
+                from agentlife._telemetry import Telemetry
+
+                attributes = {"agent.id": settings.agent_id, "job.id": settings.job_id,
+                              "job.attempt": settings.attempt, "k8s.pod.name": settings.pod_name}
+                telemetry = Telemetry(env.get("OTEL_SERVICE_NAME") or f"agentlife-{settings.agent_id}",
+                                      attributes, env=env)
+            except Exception as exc:
+                log.warning(f"telemetry disabled: {type(exc).__name__}: {exc}")
+                return
+            self._attach(telemetry)
+            board.metrics_text = telemetry.prometheus_text
+
+        self._thread = threading.Thread(target=build, name="agentlife-telemetry", daemon=True)
+        self._thread.start()
+
+    def _attach(self, telemetry: Telemetry) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+            self._telemetry = telemetry
+        for record in pending:
+            self._safely(record, telemetry)
+
+    def _record(self, fn: Callable[[Telemetry], None]) -> None:
+        with self._lock:
+            telemetry = self._telemetry
+            if telemetry is None:
+                self._pending.append(fn)
+                return
+        self._safely(fn, telemetry)
+
+    @staticmethod
+    def _safely(fn: Callable[[Telemetry], None], telemetry: Telemetry) -> None:
+        try:
+            fn(telemetry)
+        except Exception as exc:  # telemetry must never break the agent
+            log.debug(f"telemetry record failed: {exc}")
+
+    # -- recorders --------------------------------------------------------------------------------------
+
+    def record_transition(self, transition: Transition) -> None:
+        self._record(lambda t: t.record_transition(transition))
+
+    def hydration_phase(self, phase: str, seconds: float) -> None:
+        self._record(lambda t: t.hydration_phase(phase, seconds))
+
+    def step_completed(self, seconds: float) -> None:
+        self._record(lambda t: t.step_completed(seconds))
+
+    def llm_call(self, model: str, outcome: str, usage: Usage | None) -> None:
+        self._record(lambda t: t.llm_call(model, outcome, usage))
+
+    def tool_call(self, name: str, outcome: str, seconds: float) -> None:
+        self._record(lambda t: t.tool_call(name, outcome, seconds))
+
+    def drain(self, reason: str, seconds: float) -> None:
+        self._record(lambda t: t.drain(reason, seconds))
+
+    def bootstrap_done(self, data_dir: str | None = None, job_id: str | None = None) -> None:
+        """Spawn -> first tool dispatch, measured from the kernel's process start time."""
+        from agentlife._telemetry import bootstrap_kind
+
+        kind = bootstrap_kind(data_dir=data_dir, job_id=job_id)
+        self._record(lambda t: t.bootstrap(kind))
+
+    def execution(self, seconds: float) -> None:
+        self._record(lambda t: t.execution(seconds))
+
+    # -- spans: only once attached (a span that started before cannot be replayed) ------------------------
+
+    @contextmanager
+    def step_span(self, step: int) -> Iterator[None]:
+        telemetry = self._telemetry
+        if telemetry is None:
+            yield
+            return
+        with telemetry.step_span(step):
+            yield
+
+    @contextmanager
+    def llm_span(self, model: str, *, max_tokens: int) -> Iterator[Any]:
+        telemetry = self._telemetry
+        if telemetry is None:
+            yield _NullSpan()
+            return
+        with telemetry.llm_span(model, max_tokens=max_tokens) as span:
+            yield span
+
+    @contextmanager
+    def tool_span(self, name: str, invocation_id: str) -> Iterator[None]:
+        telemetry = self._telemetry
+        if telemetry is None:
+            yield
+            return
+        with telemetry.tool_span(name, invocation_id):
+            yield
+
+    def shutdown(self) -> None:
+        telemetry = self._telemetry
+        if telemetry is not None:
+            try:
+                telemetry.shutdown(2.0)
+            except Exception as exc:
+                log.debug(f"telemetry shutdown failed: {exc}")
