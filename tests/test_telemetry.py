@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentlife._llm import LLMReply, Usage
 from agentlife._state import State, Transition
+from agentlife._status import StatusBoard
 from agentlife._telemetry import (
     INSTRUMENTS,
     Telemetry,
@@ -100,7 +101,7 @@ def test_recorded_values_come_out_in_prometheus_text(telemetry: Telemetry) -> No
     telemetry.tool_call("read_file", "ok", 0.02)
     telemetry.drain("sigterm", 0.4)
     telemetry.loop_lag(0.0125)
-    for phase, seconds in (("checkpoint", 0.01), ("journal_scan", 0.002), ("memory", 0.3)):
+    for phase, seconds in (("claim", 0.004), ("checkpoint", 0.01), ("journal_scan", 0.002), ("memory", 0.3)):
         telemetry.hydration_phase(phase, seconds)
     telemetry.bootstrap("cold")
     telemetry.execution(42.0)
@@ -122,7 +123,7 @@ def test_recorded_values_come_out_in_prometheus_text(telemetry: Telemetry) -> No
     assert samples(text, "agent_drains_total") == [("agent_drains_total", {"reason": "sigterm"}, 1.0)]
     assert samples(text, "agent_event_loop_lag_seconds")[0][2] == pytest.approx(0.0125)
     phases = {s[1]["phase"] for s in samples(text, "agent_hydration_duration_seconds_count")}
-    assert phases == {"checkpoint", "journal_scan", "memory"}
+    assert phases == {"claim", "checkpoint", "journal_scan", "memory"}
     assert samples(text, "agent_bootstrap_seconds_count")[0][1] == {"start": "cold"}
     assert samples(text, "agent_execution_seconds_sum")[0][2] == pytest.approx(42.0)
 
@@ -176,6 +177,15 @@ def test_prometheus_text_is_safe_from_other_threads(telemetry: Telemetry) -> Non
         thread.join()
     assert errors == []
     assert samples(telemetry.prometheus_text(), "agent_steps_completed_total")[0][2] == 2000.0
+
+
+def test_loop_lag_follows_the_status_board_at_scrape_time(telemetry: Telemetry) -> None:
+    board = StatusBoard(job_id="job-1", agent_id="reviewer", attempt=1)
+    telemetry.follow_board(board)
+    board.tick(0.25)
+    assert samples(telemetry.prometheus_text(), "agent_event_loop_lag_seconds")[0][2] == pytest.approx(0.25)
+    board.tick(0.003)
+    assert samples(telemetry.prometheus_text(), "agent_event_loop_lag_seconds")[0][2] == pytest.approx(0.003)
 
 
 def test_unknown_hydration_phase_is_refused(telemetry: Telemetry) -> None:

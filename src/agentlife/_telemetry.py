@@ -28,7 +28,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,12 +38,14 @@ from urllib.parse import unquote
 from agentlife._state import State, Transition
 
 if TYPE_CHECKING:
-    from opentelemetry.metrics import Meter
+    from opentelemetry.metrics import CallbackOptions, CallbackT, Meter, Observation
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.trace import Span
+
+    from agentlife._status import StatusBoard
 
 __all__ = [
     "HYDRATION_PHASES",
@@ -58,8 +60,9 @@ __all__ = [
 
 _log = logging.getLogger("agentlife.telemetry")
 
-#: Values of the ``phase`` attribute of ``agent.hydration.duration`` (DESIGN §6).
-HYDRATION_PHASES = ("checkpoint", "journal_scan", "memory")
+#: Values of the ``phase`` attribute of ``agent.hydration.duration``: the three steps of DESIGN §6, and
+#: ``claim`` (taking ownership of the job row before the checkpoint load), which the runtime times too.
+HYDRATION_PHASES = ("claim", "checkpoint", "journal_scan", "memory")
 
 StartKind = Literal["cold", "warm"]
 
@@ -575,7 +578,9 @@ class Telemetry:
             self.tracer_provider.add_span_processor(processor)
         self.meter: Meter = self.meter_provider.get_meter("agentlife")
         self._tracer = self.tracer_provider.get_tracer("agentlife")
-        self._instruments = {spec.name: _create(self.meter, spec) for spec in INSTRUMENTS}
+        self._lag_source: Callable[[], float] | None = None
+        self._last_lag = 0.0
+        self._instruments = {spec.name: _create(self.meter, spec, self._observe_lag) for spec in INSTRUMENTS}
         self._lock = threading.Lock()
         self._closed = False
         self._final_text: str | None = None
@@ -628,8 +633,16 @@ class Telemetry:
         self._instruments["agent.hydration.duration"].record(seconds, {"phase": phase})
 
     def loop_lag(self, seconds: float) -> None:
-        """Publish the event loop's drift."""
-        self._instruments["agent.event_loop.lag"].set(seconds)
+        """Publish the event loop's drift (read at the next collection; see also `follow_board`)."""
+        self._last_lag = seconds
+
+    def follow_board(self, board: StatusBoard) -> None:
+        """Read ``agent.event_loop.lag`` from ``board`` (what the lag sampler ticks) at every collection.
+
+        The gauge is observed when ``/metrics`` is scraped or an exporter collects, so the sampler on the
+        agent's loop need not know about telemetry.
+        """
+        self._lag_source = lambda: board.snapshot().loop_lag_seconds
 
     def bootstrap(self, start_kind: StartKind | None = None) -> float:
         """Record ``agent.bootstrap_seconds`` (kernel process start -> now) once; return the value.
@@ -758,6 +771,18 @@ class Telemetry:
 
     # -- internals ------------------------------------------------------------------------------------
 
+    def _observe_lag(self, options: CallbackOptions) -> Iterable[Observation]:
+        from opentelemetry.metrics import Observation
+
+        value = self._last_lag
+        source = self._lag_source
+        if source is not None:
+            try:
+                value = source()
+            except Exception:  # a collection must never fail because of one gauge
+                _log.debug("loop lag source failed", exc_info=True)
+        return [Observation(value)]
+
     def _set_state(self, target: State) -> None:
         gauge = self._instruments["agent.lifecycle.state"]
         for state in State:
@@ -788,7 +813,12 @@ class Telemetry:
         out.append(f"target_info{_labels(attrs)} 1")
 
 
-def _create(meter: Meter, spec: InstrumentSpec) -> Any:
+def _create(meter: Meter, spec: InstrumentSpec, observe_lag: CallbackT) -> Any:
+    if spec.name == "agent.event_loop.lag":
+        # Observed at collection time: the sampler only ticks the board; a scrape reads the latest value.
+        return meter.create_observable_gauge(
+            spec.name, callbacks=[observe_lag], unit=spec.unit, description=spec.description
+        )
     if spec.kind == "counter":
         return meter.create_counter(spec.name, unit=spec.unit, description=spec.description)
     if spec.kind == "gauge":
