@@ -291,7 +291,9 @@ def test_importing_the_store_does_not_import_asyncpg() -> None:
     assert result.returncode == 0, result.stderr
 
 
-async def test_cancelled_transaction_is_rolled_back_before_reuse(postgres_url: str) -> None:
+async def test_cancelled_transaction_is_rolled_back_before_reuse(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     store = await _open(postgres_url, min_size=1, max_size=1, command_timeout=10.0)
     blocker = await asyncpg.connect(postgres_url)
     try:
@@ -301,7 +303,7 @@ async def test_cancelled_transaction_is_rolled_back_before_reuse(postgres_url: s
         await lock.start()
         await blocker.execute("SELECT 1 FROM job WHERE id = 'job-1' FOR UPDATE")
         # add_usage opens a transaction and waits on the row lock: cancel it there.
-        with anyio.move_on_after(0.2) as scope:
+        with caplog.at_level(logging.ERROR), anyio.move_on_after(0.2) as scope:
             await store.add_usage("job-1", 1, 100, 10, 1.0)
         assert scope.cancelled_caught
         await lock.rollback()
@@ -309,6 +311,8 @@ async def test_cancelled_transaction_is_rolled_back_before_reuse(postgres_url: s
         totals = await store.add_usage("job-1", 1, 1, 1, 0.5)
         assert totals == {"input": 1, "output": 1, "cost_usd": 0.5}
         assert (await store.get_job("job-1")).tokens_consumed == totals
+        # The cancelled connection was dropped, not reset with its transaction open (asyncpg logs that).
+        assert not [r for r in caplog.records if r.name == "asyncio"]
     finally:
         await blocker.close()
         await store.close()

@@ -343,7 +343,14 @@ class PostgresStore:
             raise StoreUnavailable(f"PostgreSQL store {self._display_url} is not open")
         try:
             async with pool.acquire(timeout=self._command_timeout) as conn:
-                yield conn
+                try:
+                    yield conn
+                except anyio.get_cancelled_exc_class():
+                    # A cancelled statement leaves the session mid-query or mid-transaction, and every await
+                    # of asyncpg's own cleanup would be cancelled again: drop the connection instead (the
+                    # server rolls back) and let the pool open a fresh one when it is next needed.
+                    conn.terminate()
+                    raise
         except self._unavailable as exc:
             raise StoreUnavailable(
                 f"PostgreSQL store {self._display_url} unavailable: {self._describe(exc)}"
