@@ -394,7 +394,8 @@ def cronjob_manifest(
         if limit < 0:
             raise ConfigError(f"{label}JobsHistoryLimit {limit} must be >= 0")
     job_spec = copy.deepcopy(dict(job["spec"]))
-    job_spec["activeDeadlineSeconds"] = active_deadline_seconds
+    job_spec.pop("activeDeadlineSeconds", None)
+    job_spec = {"activeDeadlineSeconds": active_deadline_seconds, **job_spec}
     pod = job_spec["template"]["spec"]
     run_max = active_deadline_seconds - int(pod.get("terminationGracePeriodSeconds", 0))
     for container in pod["containers"]:
