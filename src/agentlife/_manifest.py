@@ -14,7 +14,6 @@ apply -f`` takes either.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import math
@@ -30,6 +29,8 @@ from agentlife._exceptions import ConfigError
 from agentlife.constants import Constants
 
 if TYPE_CHECKING:
+    import argparse
+
     from agentlife._schedule import Schedule
 
 __all__ = [

@@ -21,7 +21,6 @@ croniter and zoneinfo are imported when a schedule is built, never at ``import a
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import math
 import re
@@ -30,9 +29,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentlife._exceptions import ScheduleError
+
+if TYPE_CHECKING:
+    import argparse
 
 __all__ = [
     "DEFAULT_BUDGET_CAP_USD",
