@@ -351,7 +351,7 @@ class AnthropicLLM:
         """Stream one Messages API call and return the whole reply.
 
         ``params`` go to ``messages.create`` unchanged (``system``, ``tools``, ``tool_choice``,
-        ``thinking``, ``temperature``, ``stop_sequences``, ``metadata``, ``extra_headers`` ...).
+        ``thinking``, ``stop_sequences``, ``metadata``, ``extra_headers`` ...).
 
         Raises:
             LLMTimeout: connect, inter-chunk or total timeout (the response is closed first).

@@ -65,16 +65,19 @@ class ModelPrice:
 
 
 #: Anthropic list prices (USD per million tokens) by model-name prefix; the longest matching prefix wins.
+#: The bare family prefixes (``claude-opus``, ``claude-sonnet``, ``claude-haiku``) price model versions
+#: newer than this table at their family's latest known rates; override them when a release changes that.
 DEFAULT_PRICES: Mapping[str, ModelPrice] = MappingProxyType(
     {
-        "claude-opus-4-5": ModelPrice(input=5.0, output=25.0),
+        "claude-opus": ModelPrice(input=5.0, output=25.0),
         "claude-opus-4-1": ModelPrice(input=15.0, output=75.0),
-        "claude-opus-4": ModelPrice(input=15.0, output=75.0),
-        "claude-sonnet-4-5": ModelPrice(input=3.0, output=15.0),
-        "claude-sonnet-4": ModelPrice(input=3.0, output=15.0),
-        "claude-haiku-4-5": ModelPrice(input=1.0, output=5.0),
+        "claude-opus-4-0": ModelPrice(input=15.0, output=75.0),
+        "claude-opus-4-2025": ModelPrice(input=15.0, output=75.0),
+        "claude-sonnet": ModelPrice(input=3.0, output=15.0),
+        "claude-haiku": ModelPrice(input=1.0, output=5.0),
         "claude-3-7-sonnet": ModelPrice(input=3.0, output=15.0),
         "claude-3-5-sonnet": ModelPrice(input=3.0, output=15.0),
+        "claude-3-sonnet": ModelPrice(input=3.0, output=15.0),
         "claude-3-5-haiku": ModelPrice(input=0.8, output=4.0),
         "claude-3-opus": ModelPrice(input=15.0, output=75.0),
         "claude-3-haiku": ModelPrice(input=0.25, output=1.25),

@@ -500,6 +500,8 @@ class ScriptedLLM:
         )
         self.calls = 0
         self.requests: list[ScriptedRequest] = []
+        # The next turn to play; a call that finds the script exhausted does not move it.
+        self._position = 0
         self.add(*turns)
 
     def __repr__(self) -> str:
@@ -526,10 +528,9 @@ class ScriptedLLM:
             ScriptExhausted: no turn left and ``cycle`` is off.
             BaseException: whatever an `ScriptedTurn.error` turn holds.
         """
-        index = self.calls
         self.calls += 1
         self.requests.append(ScriptedRequest(model, tuple(messages), max_tokens, dict(params)))
-        turn = self._turn(index)
+        turn = self._next_turn()
         if turn.exception is not None:
             raise turn.exception
         if turn.status != 200:
@@ -549,15 +550,15 @@ class ScriptedLLM:
     async def aclose(self) -> None:
         """Nothing to release."""
 
-    def _turn(self, index: int) -> ScriptedTurn:
-        if index < len(self.turns):
-            return self.turns[index]
-        if self.cycle and self.turns:
-            return self.turns[index % len(self.turns)]
-        raise ScriptExhausted(
-            f"ScriptedLLM has {len(self.turns)} scripted turn(s) and got call #{index + 1}: "
-            "add turns (ScriptedLLM.add) or pass cycle=True"
-        )
+    def _next_turn(self) -> ScriptedTurn:
+        position = self._position
+        if position >= len(self.turns) and not (self.cycle and self.turns):
+            raise ScriptExhausted(
+                f"ScriptedLLM has {len(self.turns)} scripted turn(s) and got call #{self.calls}: "
+                "add turns (ScriptedLLM.add) or pass cycle=True"
+            )
+        self._position += 1
+        return self.turns[position % len(self.turns)]
 
 
 async def _replay(turn: ScriptedTurn, events: Sequence[ScriptedEvent]) -> AsyncIterator[Mapping[str, Any]]:

@@ -68,7 +68,8 @@ class FakeAnthropicServer:
         script: the turns to answer with, one per request, in order; a string stands for
             ``ScriptedTurn.text(string)``. More can be added with `enqueue`. A request that finds the
             script empty gets a 400 ``invalid_request_error`` saying so (never retried).
-        api_key: when set, requests without this ``x-api-key`` get a 401, like the real API.
+        api_key: when set, requests without this key (``x-api-key`` or ``Authorization: Bearer``) get a
+            401, like the real API.
         host: the address to listen on (loopback by default).
         port: the port (0: any free one; read `base_url`).
 
@@ -213,7 +214,7 @@ class FakeAnthropicServer:
         self.requests.append(FakeRequest(number, request.path, _safe_headers(request.headers), body))
         self._notify()
         try:
-            if self._api_key is not None and request.headers.get("x-api-key") != self._api_key:
+            if self._api_key is not None and not _authenticated(request.headers, self._api_key):
                 return _error_response(401, "authentication_error", "invalid x-api-key", None)
             if not self._script:
                 message = f"FakeAnthropicServer: no scripted turn left for request #{number}"
@@ -313,6 +314,11 @@ def _error_response(
 def _sse(event: Mapping[str, Any]) -> bytes:
     name = str(event.get("type", "message")).encode()
     return b"event: " + name + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+def _authenticated(headers: Mapping[str, str], api_key: str) -> bool:
+    # The SDKs send the key as x-api-key or, in newer versions, as a bearer token.
+    return headers.get("x-api-key") == api_key or headers.get("authorization") == f"Bearer {api_key}"
 
 
 def _safe_headers(headers: Mapping[str, str]) -> dict[str, str]:

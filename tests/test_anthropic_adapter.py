@@ -1,0 +1,341 @@
+"""The Anthropic adapter: the real ``anthropic`` SDK against `FakeAnthropicServer` on 127.0.0.1."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from agentlife import (
+    LLMConfigurationError,
+    LLMReply,
+    LLMTimeout,
+    PermanentError,
+    StreamTimeouts,
+    TransientError,
+    Usage,
+)
+from agentlife._anthropic import AnthropicLLM, MessageAssembler, parse_retry_after
+from agentlife._pricing import DEFAULT_PRICES, ModelPrice, PriceTable
+from agentlife._retry import RetryEvent, retry_call
+from agentlife._scripted import ScriptedEvent, ScriptedTurn
+from agentlife.testing._anthropic_server import FakeAnthropicServer
+
+pytestmark = pytest.mark.anyio
+
+KEY = "sk-ant-api03-test-secret-0123456789"
+FAST = StreamTimeouts(connect=0.3, chunk=0.2, total=2.0)
+MESSAGES = [{"role": "user", "content": "Review the diff."}]
+# A name the SDK will never list as deprecated (its warning would be an error here); priced as a sonnet.
+MODEL = "claude-sonnet-agentlife-test"
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeAnthropicServer]:
+    async with FakeAnthropicServer(api_key=KEY) as fake:
+        yield fake
+
+
+@pytest.fixture
+async def llm(server: FakeAnthropicServer) -> AsyncIterator[AnthropicLLM]:
+    client = AnthropicLLM(api_key=KEY, base_url=server.base_url, timeouts=FAST)
+    yield client
+    await client.aclose()
+
+
+async def ask(llm: AnthropicLLM, timeouts: StreamTimeouts = FAST, **params: object) -> LLMReply:
+    return await llm.complete(model=MODEL, messages=MESSAGES, max_tokens=256, timeouts=timeouts, **params)
+
+
+async def test_a_text_stream_gives_text_usage_and_cost(
+    server: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    usage = Usage(
+        input_tokens=1200, output_tokens=300, cache_creation_input_tokens=100, cache_read_input_tokens=400
+    )
+    server.enqueue(ScriptedTurn.text("Looks good to me.", chunks=5, delay=0.005, usage=usage))
+    reply = await ask(llm, system="You review code.", stop_sequences=["END"])
+    assert reply.text == "Looks good to me."
+    assert reply.content == ({"type": "text", "text": "Looks good to me."},)
+    assert reply.usage == usage
+    assert reply.stop_reason == "end_turn"
+    assert reply.model == MODEL
+    expected = (1200 * 3.0 + 300 * 15.0 + 100 * 3.75 + 400 * 0.3) / 1e6
+    assert reply.cost_usd == pytest.approx(expected)
+    [request] = server.requests
+    assert request.path == "/v1/messages"
+    assert request.body["stream"] is True
+    assert request.body["model"] == MODEL
+    assert request.body["max_tokens"] == 256
+    assert request.body["system"] == "You review code."
+    assert request.body["stop_sequences"] == ["END"]
+    assert KEY not in str(request.headers)
+    assert "***" in (request.headers.get("x-api-key"), request.headers.get("authorization"))
+    assert server.completed == 1
+    assert server.disconnects == 0
+
+
+async def test_thinking_and_tool_use_blocks_are_kept(server: FakeAnthropicServer, llm: AnthropicLLM) -> None:
+    tool_input = {"command": "kubectl get pods", "namespace": "agents", "flags": ["-o", "json"]}
+    server.enqueue(
+        ScriptedTurn.tool_use(
+            "kubectl_get",
+            tool_input,
+            id="toolu_01",
+            thinking="Check the pods first.",
+            text="Let me look.",
+            chunks=4,
+        )
+    )
+    reply = await ask(llm)
+    assert [b["type"] for b in reply.content] == ["thinking", "text", "tool_use"]
+    thinking, text, tool_use = reply.content
+    assert thinking["thinking"] == "Check the pods first."
+    assert thinking["signature"]
+    assert text == {"type": "text", "text": "Let me look."}
+    assert tool_use == {"type": "tool_use", "id": "toolu_01", "name": "kubectl_get", "input": tool_input}
+    assert reply.stop_reason == "tool_use"
+
+
+async def test_a_stall_mid_response_is_aborted_at_the_chunk_timeout(
+    server: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    server.enqueue(ScriptedTurn.stall("partial answer that stops", after_chunks=2))
+    started = time.monotonic()
+    with pytest.raises(LLMTimeout) as caught:
+        await ask(llm)
+    assert caught.value.kind == "chunk"
+    assert time.monotonic() - started < FAST.total
+    await server.wait_for_disconnects(1)
+    assert server.disconnected_requests == (0,)
+
+
+async def test_a_long_thinking_pause_with_pings_is_not_aborted(
+    server: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    # 0.5 s of thinking: more than twice the chunk timeout, with a ping every 50 ms.
+    server.enqueue(ScriptedTurn.thinking("Hmm, tricky.", "The answer is 42.", pause=0.5, ping_every=0.05))
+    reply = await ask(llm)
+    assert reply.text == "The answer is 42."
+    assert reply.content[0]["thinking"] == "Hmm, tricky."
+    assert server.disconnects == 0
+
+
+async def test_accept_and_never_answer_is_a_connect_timeout(
+    server: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    server.enqueue(ScriptedTurn.never_answer())
+    with pytest.raises(LLMTimeout) as caught:
+        await ask(llm)
+    assert caught.value.kind == "connect"
+    await server.wait_for_disconnects(1)
+
+
+async def test_a_trickle_forever_is_a_total_timeout(server: FakeAnthropicServer, llm: AnthropicLLM) -> None:
+    server.enqueue(ScriptedTurn.trickle(0.01))
+    timeouts = StreamTimeouts(connect=0.3, chunk=0.1, total=0.4)
+    started = time.monotonic()
+    with pytest.raises(LLMTimeout) as caught:
+        await ask(llm, timeouts)
+    assert caught.value.kind == "total"
+    assert time.monotonic() - started >= timeouts.total - 0.01
+    await server.wait_for_disconnects(1)
+
+
+async def test_an_outside_cancellation_closes_the_response(
+    server: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    server.enqueue(ScriptedTurn.stall(after_chunks=1))
+    with anyio.move_on_after(0.2) as scope:
+        await ask(llm, StreamTimeouts(connect=5, chunk=5, total=10))
+    assert scope.cancelled_caught
+    await server.wait_for_disconnects(1)
+
+
+async def test_429_and_529_are_retried_within_budget_then_succeed(
+    server: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    server.enqueue(
+        ScriptedTurn.http_error(429, retry_after=0.2),
+        ScriptedTurn.http_error(529),
+        ScriptedTurn.text("finally"),
+    )
+    events: list[RetryEvent] = []
+    started = anyio.current_time()
+    reply = await retry_call(
+        lambda: ask(llm),
+        initial=0.01,
+        cap=0.05,
+        deadline=started + 3.0,
+        rng=random.Random(1),
+        on_retry=events.append,
+    )
+    assert reply.text == "finally"
+    assert len(server.requests) == 3
+    assert [e.error_type for e in events] == ["TransientError", "TransientError"]
+    assert events[0].retry_after == 0.2
+    assert events[0].delay >= 0.2
+    assert "429 rate_limit_error" in events[0].message
+    assert "529 overloaded_error" in events[1].message
+    assert anyio.current_time() - started >= 0.2
+
+
+async def test_retries_stop_at_the_deadline(server: FakeAnthropicServer, llm: AnthropicLLM) -> None:
+    server.enqueue(*(ScriptedTurn.http_error(500) for _ in range(20)))
+    deadline = anyio.current_time() + 0.4
+    with pytest.raises(TransientError, match="500"):
+        await retry_call(lambda: ask(llm), initial=0.05, cap=0.1, deadline=deadline, rng=random.Random(2))
+    assert anyio.current_time() < deadline + 0.2
+    assert 2 <= len(server.requests) < 20
+
+
+async def test_400_is_permanent_and_not_retried(server: FakeAnthropicServer, llm: AnthropicLLM) -> None:
+    server.enqueue(
+        ScriptedTurn.http_error(400, message="max_tokens: must be positive"), ScriptedTurn.text("x")
+    )
+    with pytest.raises(
+        PermanentError, match="400 invalid_request_error: max_tokens: must be positive"
+    ) as caught:
+        await retry_call(lambda: ask(llm), initial=0.01, deadline=anyio.current_time() + 5)
+    assert caught.value.status_code == 400  # type: ignore[attr-defined]
+    assert len(server.requests) == 1
+
+
+async def test_401_is_a_configuration_error_that_never_shows_the_key(server: FakeAnthropicServer) -> None:
+    wrong = "sk-ant-api03-wrong-key-abcdefghijklmnop"
+    client = AnthropicLLM(api_key=wrong, base_url=server.base_url)
+    try:
+        with pytest.raises(LLMConfigurationError) as caught:
+            await retry_call(lambda: ask(client), initial=0.01)
+    finally:
+        await client.aclose()
+    assert "401" in str(caught.value)
+    assert wrong not in str(caught.value)
+    assert wrong not in repr(caught.value)
+    assert len(server.requests) == 1
+
+
+async def test_an_error_event_mid_stream_is_mapped(server: FakeAnthropicServer, llm: AnthropicLLM) -> None:
+    start = ScriptedTurn.text("x").events[0]
+    overloaded = ScriptedEvent(
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    )
+    server.enqueue(ScriptedTurn(events=(start, overloaded)))
+    with pytest.raises(TransientError, match="529 overloaded_error: Overloaded"):
+        await ask(llm)
+
+
+async def test_an_unreachable_server_is_transient_and_keyless() -> None:
+    async with FakeAnthropicServer() as gone:
+        url = gone.base_url
+    client = AnthropicLLM(api_key=KEY, base_url=url)
+    try:
+        with pytest.raises(TransientError, match="cannot reach the Anthropic API") as caught:
+            await ask(client)
+    finally:
+        await client.aclose()
+    assert KEY not in str(caught.value)
+
+
+async def test_a_missing_key_fails_before_any_request(server: FakeAnthropicServer) -> None:
+    client = AnthropicLLM(base_url=server.base_url, env={})
+    with pytest.raises(LLMConfigurationError, match="ANTHROPIC_API_KEY"):
+        await ask(client)
+    assert server.requests == []
+
+
+async def test_the_environment_configures_key_url_and_timeouts(
+    server: FakeAnthropicServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+    monkeypatch.setenv("AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS", "0.15")
+    client = AnthropicLLM()
+    server.enqueue(ScriptedTurn.text("from env"), ScriptedTurn.stall())
+    try:
+        assert (await client.complete(model=MODEL, messages=MESSAGES, max_tokens=8)).text == "from env"
+        with pytest.raises(LLMTimeout, match=r"chunk timeout after 0\.15 s"):
+            await client.complete(model=MODEL, messages=MESSAGES, max_tokens=8)
+    finally:
+        await client.aclose()
+    assert client.timeouts.chunk == 0.15
+
+
+async def test_stream_is_not_a_parameter(llm: AnthropicLLM) -> None:
+    with pytest.raises(TypeError, match="stream"):
+        await ask(llm, stream=False)
+
+
+def test_the_assembler_keeps_the_latest_usage_and_partial_tool_input() -> None:
+    assembler = MessageAssembler()
+    events = [
+        {
+            "type": "message_start",
+            "message": {"model": "m", "usage": {"input_tokens": 10, "output_tokens": 1}},
+        },
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "tool_use", "id": "t", "name": "n", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": '{"a": '},
+        },
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "max_tokens"},
+            "usage": {"output_tokens": 7, "input_tokens": None},
+        },
+        {"type": "message_stop"},
+    ]
+    for event in events:
+        assembler.feed(event)
+    reply = assembler.reply()
+    assert reply.usage == Usage(input_tokens=10, output_tokens=7)
+    assert reply.stop_reason == "max_tokens"
+    assert reply.content[0]["input"] == {}
+    assert reply.content[0]["partial_json"] == '{"a": '
+
+
+def test_parse_retry_after() -> None:
+    assert parse_retry_after({"retry-after": "2"}) == 2.0
+    assert parse_retry_after({"retry-after": "0.25"}) == 0.25
+    assert parse_retry_after({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
+    assert parse_retry_after({}) is None
+    assert parse_retry_after({"retry-after": "soon"}) is None
+    in_ten = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 10))
+    assert 8.0 <= (parse_retry_after({"retry-after": in_ten}) or 0) <= 10.5
+
+
+def test_price_table_longest_prefix_overrides_and_unknown_models(caplog: pytest.LogCaptureFixture) -> None:
+    table = PriceTable.default()
+    million = Usage(input_tokens=1_000_000, output_tokens=1_000_000)
+    assert table.cost_usd("claude-opus-4-5-20251101", million) == pytest.approx(30.0)
+    assert table.cost_usd("claude-opus-4-1-20250805", million) == pytest.approx(90.0)
+    assert table.cost_usd("claude-opus-4-20250514", million) == pytest.approx(90.0)
+    assert table.cost_usd("claude-haiku-4-5", million) == pytest.approx(6.0)
+    assert table.cost_usd("claude-3-5-haiku-latest", million) == pytest.approx(4.8)
+    assert table.cost_usd("claude-sonnet-4-5-20250929", million) == pytest.approx(18.0)
+    custom = table.with_prices(
+        {"claude-sonnet-4-6": {"input": 1.0, "output": 2.0}, "my-model": ModelPrice(0.5, 0.5)}
+    )
+    assert custom.cost_usd("claude-sonnet-4-6-20260101", million) == pytest.approx(3.0)
+    assert custom.cost_usd("claude-sonnet-4-5", million) == pytest.approx(
+        18.0
+    )  # the family rate still applies
+    assert custom.cost_usd("my-model-v2", million) == pytest.approx(1.0)
+    assert table.cost_usd("claude-sonnet-4-6", million) == pytest.approx(18.0)  # the original is unchanged
+    with caplog.at_level(logging.WARNING, logger="agentlife.llm"):
+        assert table.cost_usd("gpt-unknown", million) == 0.0
+        assert table.cost_usd("gpt-unknown", million) == 0.0
+    assert sum("gpt-unknown" in r.getMessage() for r in caplog.records) == 1
+    assert set(DEFAULT_PRICES) <= set(table.to_json())
+    with pytest.raises(ValueError, match="input"):
+        ModelPrice(input=-1.0, output=1.0)
