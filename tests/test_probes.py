@@ -454,3 +454,18 @@ async def test_healthz_turns_503_while_the_agent_loop_is_blocked(block: Callable
     assert len(warnings) == 1
     assert warnings[0].startswith("event loop blocked for ")
     assert len([m for m in handler.messages(logging.INFO) if m.startswith("event loop recovered")]) == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"blocked_threshold": 0.0},
+        {"blocked_threshold": 5.0, "client_timeout": 0.0},
+        {"blocked_threshold": 5.0, "max_connections": 0},
+        {"blocked_threshold": 5.0, "check_interval": 0.0},
+    ],
+)
+def test_nonsense_settings_are_refused(kwargs: dict[str, float]) -> None:
+    board = StatusBoard(job_id="j", agent_id="a", attempt=1)
+    with pytest.raises(ValueError, match="must be"):
+        ProbeServer(board, "127.0.0.1", 0, **kwargs)  # type: ignore[arg-type]

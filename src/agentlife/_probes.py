@@ -258,8 +258,12 @@ class ProbeServer:
     ) -> None:
         if not blocked_threshold > 0:
             raise ValueError(f"blocked_threshold must be > 0 s, got {blocked_threshold!r}")
-        if not client_timeout > 0 or max_connections < 1:
-            raise ValueError("client_timeout must be > 0 s and max_connections >= 1")
+        if (
+            not client_timeout > 0
+            or max_connections < 1
+            or not (check_interval is None or check_interval > 0)
+        ):
+            raise ValueError("client_timeout and check_interval must be > 0 s, max_connections >= 1")
         self._board = board
         self._host = host
         self._requested_port = port
@@ -348,6 +352,10 @@ class ProbeServer:
 
     # -- the probe thread --------------------------------------------------------------------------
 
+    def _stopping(self) -> bool:
+        with self._lock:
+            return self._stop_requested
+
     def _thread_main(self) -> None:
         try:
             anyio.run(self._serve, backend="asyncio")
@@ -376,7 +384,7 @@ class ProbeServer:
                 extra=log_fields(event="probe_unavailable"),
             )
             return
-        if stop_event.is_set():
+        if self._stopping():  # stop() came during the import; its wake-up has not run yet
             return
         web_server = web.Server(self._handle)
         handler_class = _half_close_tolerant_handler()
@@ -536,7 +544,8 @@ class _MalformedRequestFilter(logging.Filter):
             return False
         self._last = now
         exc = record.exc_info[1] if record.exc_info else None
-        detail = f"{type(exc).__name__}: {str(exc)[:200]}" if exc is not None else record.getMessage()
+        detail = f"{type(exc).__name__}: {exc}" if exc is not None else record.getMessage()
+        detail = " ".join(detail.split())[:200]  # one line, however the parser formats its complaint
         record.msg = "probe server refused a malformed request (%s); %d more since the last such line"
         record.args = (detail, self._suppressed)
         record.levelno, record.levelname = logging.WARNING, "WARNING"
