@@ -316,3 +316,15 @@ async def test_cancelled_transaction_is_rolled_back_before_reuse(
     finally:
         await blocker.close()
         await store.close()
+
+
+async def test_misuse_is_not_reported_as_an_outage(postgres_url: str) -> None:
+    store = await _open(postgres_url)
+    try:
+        await store.create_job("job-1", "agent", None)
+        await store.claim("job-1", 1)
+        with pytest.raises(asyncpg.exceptions.DataError):
+            await store.heartbeat("job-1", "not-an-attempt")  # type: ignore[arg-type]
+        await store.heartbeat("job-1", 1)
+    finally:
+        await store.close()

@@ -240,6 +240,7 @@ class PostgresStore:
         self._sql = _Sql.build(self.tables)
         self._pool: Any = None
         self._unavailable: tuple[type[BaseException], ...] = ()
+        self._misuse: tuple[type[BaseException], ...] = ()
         self._undefined_table: type[BaseException] | None = None
 
     def __repr__(self) -> str:
@@ -264,6 +265,8 @@ class PostgresStore:
         import asyncpg  # type: ignore[import-untyped]  # heavy: only when PostgreSQL is used
 
         self._unavailable = _unavailable_errors(asyncpg)
+        e = asyncpg.exceptions
+        self._misuse = (e.DataError, e.ClientConfigurationError, e.UnsupportedClientFeatureError)
         self._undefined_table = asyncpg.exceptions.UndefinedTableError
         # Credentials or a missing database will not fix themselves: fail at once instead of retrying.
         permanent = (
@@ -352,6 +355,8 @@ class PostgresStore:
                     conn.terminate()
                     raise
         except self._unavailable as exc:
+            if isinstance(exc, self._misuse):
+                raise  # a bug (bad argument type, ...) is not an outage: retrying cannot help
             raise StoreUnavailable(
                 f"PostgreSQL store {self._display_url} unavailable: {self._describe(exc)}"
             ) from None
