@@ -256,7 +256,7 @@ class Journal:
         self._next_seq = 0
         self._written_seq = -1
         self._synced_seq = -1
-        self._io_lock = anyio.Lock()
+        self._io_lock = anyio.Lock(fast_acquire=True)
         self._wake: anyio.Event | None = None
         self._dir_synced = False
         self._closed = False
@@ -345,7 +345,9 @@ class Journal:
         self._next_seq = seq + 1
         # Header and fields are dumped apart and joined instead of merged into one dict: measured faster,
         # and the joined line is a small exact-size object, cheaper to hold than orjson's output buffer.
-        head = orjson.dumps({"v": FORMAT_VERSION, "ts": time.time(), "seq": seq, "type": type}, default=_safe_str)
+        head = orjson.dumps(
+            {"v": FORMAT_VERSION, "ts": time.time(), "seq": seq, "type": type}, default=_safe_str
+        )
         if fields:
             try:
                 body = orjson.dumps(fields, default=str, option=orjson.OPT_APPEND_NEWLINE)
