@@ -229,7 +229,9 @@ def test_scan_reads_past_newer_markers_to_an_older_checkpoint(tmp_path: Path) ->
 
 
 def test_scan_reports_a_marker_mismatch_when_no_file_has_the_marker(tmp_path: Path) -> None:
-    write_session(tmp_path, 1, [marker(0, "c1", 0), *step_events(1, 1), marker(8, "c2", 1), *step_events(2, 9)])
+    write_session(
+        tmp_path, 1, [marker(0, "c1", 0), *step_events(1, 1), marker(8, "c2", 1), *step_events(2, 9)]
+    )
     result = scan_for_resume(tmp_path, "c0")
     assert not result.found
     assert result.events == []
