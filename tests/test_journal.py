@@ -359,6 +359,25 @@ async def test_aclose_completes_in_a_shielded_scope_under_cancellation(tmp_path:
 
 
 @pytest.mark.anyio
+async def test_a_durable_append_queued_behind_aclose_is_synced_by_it(tmp_path: Path) -> None:
+    journal = Journal.create(tmp_path, 1)
+    seqs: list[int] = []
+
+    async def durable(call: int) -> None:
+        seqs.append(await journal.append_durable(EventType.TOOL_STARTED, step=0, call=call, tool="t"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(durable, 0)  # holds the I/O lock first
+        await anyio.sleep(0)
+        tg.start_soon(journal.aclose)  # queues for the lock
+        await anyio.sleep(0)
+        tg.start_soon(durable, 1)  # queues behind aclose, which writes and syncs its line
+    assert sorted(seqs) == [0, 1]
+    assert journal.closed
+    assert [e["call"] for e in lines_on_disk(journal.path)] == [0, 1]
+
+
+@pytest.mark.anyio
 async def test_async_context_manager_closes(tmp_path: Path) -> None:
     async with Journal.create(tmp_path, 1) as journal:
         journal.append(EventType.STEP_STARTED, step=0)

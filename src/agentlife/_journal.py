@@ -377,11 +377,13 @@ class Journal:
         seq = self.append(type, **fields)
         while self._synced_seq < seq:
             async with self._io_lock:
+                # The holder before us (a flush, another durable append, aclose) may have written and synced
+                # our line along with its own.
+                if self._synced_seq >= seq:
+                    break
                 if self._fd is None:
                     raise RuntimeError(f"journal {self.path.name} was closed before event {seq} was synced")
-                # The holder before us may have written and synced our line along with its own.
-                if self._synced_seq < seq:
-                    await self._write_out(fsync=True)
+                await self._write_out(fsync=True)
         return seq
 
     def carry_forward(self, events: Iterable[Mapping[str, Any]]) -> int:
