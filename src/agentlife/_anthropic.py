@@ -10,8 +10,8 @@ The stream is assembled into an `LLMReply` whose ``content`` keeps every block i
 ``thinking`` with its ``signature``, ``redacted_thinking``, ``tool_use`` with ``input`` parsed from the
 JSON deltas), so a reply can be sent back as the assistant turn of the next request unchanged.
 
-``anthropic`` (about 1.5-2 s to import) is imported on a worker thread at the first call, never when
-agentlife is imported, and never on the event loop.
+``anthropic`` (about 1.5-2 s to import) is imported, and its client built, on a worker thread at the
+first call: never when agentlife is imported, never on the event loop.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import email.utils
 import logging
 import math
 import os
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
@@ -384,19 +383,21 @@ class AnthropicLLM:
         if self._sdk is None:
             if not self._api_key:
                 raise LLMConfigurationError(_NO_KEY)
-            module: Any = sys.modules.get("anthropic")
-            if module is None:
-                # The first import costs seconds of CPU: never on the event loop.
-                module = await anyio.to_thread.run_sync(_import_anthropic)
+            # Importing the SDK takes seconds of CPU and building its client ~0.1 s (TLS context):
+            # both on a worker thread, never on the event loop.
+            module, sdk = await anyio.to_thread.run_sync(self._make_sdk)
             if self._sdk is None:
-                self._module = module
-                self._sdk = module.AsyncAnthropic(
-                    api_key=self._api_key,
-                    base_url=self._base_url,
-                    max_retries=0,
-                    **({} if self._http_timeout is None else {"timeout": self._http_timeout}),
-                )
+                self._module, self._sdk = module, sdk
         return self._sdk, self._module
+
+    def _make_sdk(self) -> tuple[Any, Any]:
+        import anthropic
+
+        options: dict[str, Any] = {} if self._http_timeout is None else {"timeout": self._http_timeout}
+        sdk = anthropic.AsyncAnthropic(
+            api_key=self._api_key, base_url=self._base_url, max_retries=0, **options
+        )
+        return anthropic, sdk
 
     async def _events(
         self, sdk: Any, module: Any, holder: _ResponseHolder, request: dict[str, Any]
@@ -505,9 +506,3 @@ def _error_details(body: Any) -> tuple[str | None, str | None]:
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _import_anthropic() -> Any:
-    import anthropic
-
-    return anthropic

@@ -117,7 +117,7 @@ def guard_stream(
     watch = _Watch(timeouts, precision)
     generator = _guarded(source, watch, close, close_timeout)
     # A weak reference: the generator's frame holds the watch, and a cycle would delay finalisation.
-    watch.generator = weakref.ref(cast(types.AsyncGeneratorType, generator))  # type: ignore[type-arg]
+    watch.generator = weakref.ref(cast("types.AsyncGeneratorType[Any, None]", generator))
     return generator
 
 
