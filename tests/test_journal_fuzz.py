@@ -212,4 +212,4 @@ def test_format_timeline_renders_any_event_objects(items: list[dict[str, Any]]) 
     with session_file(b"".join(orjson.dumps(e) + b"\n" for e in items)) as (session_dir, path):
         text = format_timeline(path)
         check_consistent(scan_for_resume(session_dir, None))
-    assert f"{len(items)} events" in text
+    assert f"{len(items)} event{'s' if len(items) != 1 else ''}" in text

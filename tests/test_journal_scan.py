@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -236,7 +238,38 @@ def test_scan_reports_a_marker_mismatch_when_no_file_has_the_marker(tmp_path: Pa
     assert not result.found
     assert result.events == []
     assert "mismatch" in result.reason
-    assert "'c2'" in result.reason and "'c0'" in result.reason
+    assert "'c2'" in result.reason
+    assert "'c0'" in result.reason
+
+
+def test_checkpoint_step_bounds_a_mismatch_to_the_events_after_the_newest_marker(tmp_path: Path) -> None:
+    # The process died between committing checkpoint c3 and journaling its marker: c3 is in no file.
+    before = [line(i, "RETRY", step=0) for i in range(100, 2100)]
+    after = step_events(3, 9)
+    older = write_session(tmp_path, 1, [marker(0, "c1", 1), *before, marker(8, "c2", 2), *after], unix_ms=1)
+    unbounded = scan_for_resume(tmp_path, "c3")
+    assert not unbounded.found
+    assert unbounded.scanned_lines == len(before) + len(after) + 2  # read the whole file
+    bounded = scan_for_resume(tmp_path, "c3", checkpoint_step=3)
+    assert not bounded.found
+    assert bounded.scanned_lines == len(after) + 1  # stopped at the marker of step 2
+    assert "marker mismatch" in bounded.reason
+    assert "'c2'" in bounded.reason
+    assert "'c3' (step 3)" in bounded.reason
+    assert bounded.path == older
+    # a fallback to an older checkpoint still reads past the newer marker
+    fallback = scan_for_resume(tmp_path, "c1", checkpoint_step=1)
+    assert fallback.found
+    assert fallback.events[0]["step"] == 0
+
+
+def test_checkpoint_step_stops_across_files(tmp_path: Path) -> None:
+    write_session(tmp_path, 1, [marker(0, "c1", 1), *step_events(2, 1)], unix_ms=1)
+    write_session(tmp_path, 2, head(), unix_ms=2)  # died during hydration: no marker
+    result = scan_for_resume(tmp_path, "c5", checkpoint_step=5)
+    assert not result.found
+    assert result.files_scanned == 2
+    assert "step 1" in result.reason
 
 
 def test_scan_matches_the_null_marker_of_a_fresh_job_only_with_none(tmp_path: Path) -> None:
@@ -474,6 +507,38 @@ def test_cli_journal_show_missing_file_and_missing_subcommand(tmp_path: Path) ->
     with pytest.raises(SystemExit) as exit_info:
         make_cli().parse_args(["journal"])
     assert exit_info.value.code == 2
+
+
+def test_python_m_agentlife_journal_show(tmp_path: Path) -> None:
+    path = timeline_file(tmp_path, tail=b'{"v":1,"ts"')
+    shown = subprocess.run(
+        [sys.executable, "-m", "agentlife", "journal", "show", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == format_timeline(path) + "\n"
+    missing = subprocess.run(
+        [sys.executable, "-m", "agentlife", "journal", "show", str(tmp_path / "gone.jsonl")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [
+        f"agentlife: error: journal file not found: {tmp_path / 'gone.jsonl'}"
+    ]
+
+
+def test_an_unfinished_step_is_marked(tmp_path: Path) -> None:
+    only = write_session(tmp_path / "a", 1, [line(0, "STEP_STARTED", step=0)])
+    assert "step 0 started (unfinished)" in format_timeline(only)
+    later = write_session(
+        tmp_path / "b", 1, [line(0, "STEP_STARTED", step=0), line(5, "DRAIN_STARTED", reason="x")]
+    )
+    assert "step 0 started (unfinished, at least 500.0 ms)" in format_timeline(later)
+    assert "1 event;" in format_timeline(only)
 
 
 def test_format_timeline_survives_fields_of_the_wrong_type(tmp_path: Path) -> None:

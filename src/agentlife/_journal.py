@@ -648,6 +648,14 @@ class _BudgetSpent(Exception):
     pass
 
 
+class _PastTarget(Exception):
+    """Reading back reached a marker older than the store's checkpoint: it cannot lie further back."""
+
+    def __init__(self, marker: Event, newest: Any) -> None:
+        self.marker = marker
+        self.newest = newest
+
+
 _NO_MARKER = object()
 
 
@@ -655,6 +663,7 @@ _NO_MARKER = object()
 class _Scan:
     deadline: float
     started: float
+    floor_step: int | None = None
     scanned: int = 0
     skipped: int = 0
     files: int = 0
@@ -694,6 +703,9 @@ class _Scan:
                 if parsed.get("checkpoint_id") == target:
                     after.reverse()
                     return parsed, after, newest
+                step = _as_int(parsed.get("step"))
+                if self.floor_step is not None and step is not None and step < self.floor_step:
+                    raise _PastTarget(parsed, newest)
             after.append(parsed)
         return None, [], newest
 
@@ -704,6 +716,7 @@ def scan_for_resume(
     *,
     budget_seconds: float = 5.0,
     exclude: Collection[Path] = (),
+    checkpoint_step: int | None = None,
 ) -> ScanResult:
     """Find the events written after the store's checkpoint, reading the newest session file backwards.
 
@@ -715,6 +728,12 @@ def scan_for_resume(
     A file without the marker (an attempt that died during hydration) is passed over for the next older one;
     when no file has it, the result is a ``marker mismatch`` (or ``no checkpoint marker``).
 
+    When the store's checkpoint is newer than every marker (the process died between committing it and
+    journaling its marker), reading past markers would read the whole history. Pass ``checkpoint_step``
+    (the step the store's checkpoint was written after) to bound that: markers are written in step order,
+    so the scan stops at the first marker of an earlier step, and the cost again grows only with the
+    events after the newest marker. Without it, only ``budget_seconds`` bounds a mismatch.
+
     Synchronous and blocking: the runtime calls it on a worker thread. It never raises: a missing
     directory or file, torn or corrupt lines, a mismatch or a spent budget give ``found=False`` and a reason.
 
@@ -723,9 +742,10 @@ def scan_for_resume(
         checkpoint_id: the id of the checkpoint the store returned, None for a fresh job.
         budget_seconds: wall-time budget (``AGENTLIFE_HYDRATION_BUFFER_SCAN_TIMEOUT_SECONDS``).
         exclude: files to pass over, typically the running process's own new session file.
+        checkpoint_step: the step of the store's checkpoint (-1 for a fresh job), bounding a mismatch.
     """
     started = time.monotonic()
-    scan = _Scan(started + budget_seconds, started)
+    scan = _Scan(started + budget_seconds, started, checkpoint_step)
     session_dir = Path(session_dir)
     if not session_dir.is_dir():
         return scan.result(False, f"session directory {session_dir} does not exist", None)
@@ -739,6 +759,14 @@ def scan_for_resume(
             marker, after, newest = scan.scan_file(path, checkpoint_id)
         except _BudgetSpent:
             reason = f"scan budget of {budget_seconds:g} s spent after {scan.scanned} lines in {path.name}"
+            return scan.result(False, reason, path)
+        except _PastTarget as past:
+            newest_id = newest_seen[0] if newest_seen is not _NO_MARKER else past.newest
+            reason = (
+                f"marker mismatch: the newest checkpoint marker is {newest_id!r}, and the store's checkpoint "
+                f"{checkpoint_id!r} (step {checkpoint_step}) is not in the journal (reading back reached the "
+                f"marker of step {past.marker.get('step')} in {path.name})"
+            )
             return scan.result(False, reason, path)
         except OSError as exc:
             return scan.result(False, f"cannot read {path.name}: {exc}", path)

@@ -127,7 +127,8 @@ class _Timeline:
             head += f": {who}" if who else ""
         lines = [head]
         when = _utc(self.t0) if self.t0 is not None else "unknown start time"
-        summary = f"started {when}; {len(self.events)} events"
+        count = len(self.events)
+        summary = f"started {when}; {count} event{'s' if count != 1 else ''}"
         if bad:
             summary += f", {bad} corrupt line{'s' if bad != 1 else ''}"
         ended = next((e for _, e in reversed(self.events) if e.get("type") == EventType.SESSION_ENDED), None)
@@ -162,9 +163,11 @@ class _Timeline:
     def _step(self, index: int, event: Event) -> str:
         text = f"step {_short(event.get('step'))} started"
         end = self.step_ends.get(index)
-        if end is not None:
-            text += f" ({self._span(index, end[0])}, {end[1]})"
-        return text
+        if end is None or end[0] == index:
+            return text + " (unfinished)"
+        if end[1] == "unfinished":
+            return text + f" (unfinished, at least {self._span(index, end[0])})"
+        return text + f" ({self._span(index, end[0])}, {end[1]})"
 
     def _llm_start(self, index: int, event: Event) -> str:
         text = f"llm call {_short(event.get('call'))}"
