@@ -6,7 +6,7 @@ One file per process, ``{session_dir}/session_{attempt:04d}_{unix_ms}.jsonl``; e
 Writing (`Journal`):
 
 - `Journal.append` serialises the event into an in-memory buffer and returns its ``seq``; it never touches
-  the disk, so it costs about a microsecond on the event loop.
+  the disk, so it costs a few microseconds of CPU on the event loop.
 - `Journal.append_durable` is the write-ahead path: it returns only once the line, and everything buffered
   before it, is written and fsynced. Concurrent callers share one fsync (group commit): whoever takes the
   I/O lock writes the whole buffer and syncs it; the others find their ``seq`` already covered.
