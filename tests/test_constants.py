@@ -92,3 +92,8 @@ def test_scaled_multiplies_durations_only() -> None:
     assert c.violations() == []
     with pytest.raises(ConfigError):
         Constants().scaled(0)
+
+
+def test_lag_interval_must_leave_room_below_the_blocked_threshold() -> None:
+    with pytest.raises(InvariantViolation, match="lag_interval x 2 = 6 s must be <= blocked_threshold = 5 s"):
+        Constants.from_env({"AGENTLIFE_PROBE_LAG_INTERVAL_SECONDS": "3"})

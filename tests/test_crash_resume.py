@@ -15,7 +15,8 @@ import pytest
 
 from procs import agent_env, spawn
 
-KILLS_PER_JOB = 26  # two jobs: 52 kills in the suite
+KILLS_PER_JOB = 26  # two jobs: 52 kills in the suite, each landing while the job still had work to do
+STEPS = 150  # enough work that every kill lands before the job completes
 
 
 def _run_until_done(tmp_path: Path, *, verify: bool, seed: int) -> tuple[int, Path]:
@@ -33,27 +34,30 @@ def _run_until_done(tmp_path: Path, *, verify: bool, seed: int) -> tuple[int, Pa
             AGENTLIFE_HEALTH_PORT="off",
             KILL_LOG_DIR=str(logs),
             KILL_VERIFY="1" if verify else "0",
+            KILL_STEPS=str(STEPS),
         )
         proc = spawn("agents.kill_agent:KillAgent", env)
         if kills < KILLS_PER_JOB:
-            _kill_while_running(proc, rng)
+            assert _kill_while_running(proc, rng), "the job completed before every kill landed: add steps"
             kills += 1
             continue
         out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, (out + err).decode()
+        assert proc.returncode == 0, (proc.returncode, (out + err).decode()[-3000:])
         return kills, logs
 
 
-def _kill_while_running(proc: subprocess.Popen[bytes], rng: random.Random) -> None:
+def _kill_while_running(proc: subprocess.Popen[bytes], rng: random.Random) -> bool:
+    """SIGKILL at a random moment after the step loop started; False if the process had already exited."""
     assert proc.stdout is not None
-    # Wait until the runtime says it is executing (or has finished), then kill at a random moment after.
     deadline = time.monotonic() + 30
     for raw in proc.stdout:
         if b"READY -> EXECUTING" in raw or b'"exit_code"' in raw or time.monotonic() > deadline:
             break
-    time.sleep(rng.uniform(0.0, 0.12))
+    time.sleep(rng.uniform(0.0, 0.4))
+    alive = proc.poll() is None
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
+    return alive and proc.returncode == -signal.SIGKILL
 
 
 def _lines(path: Path) -> list[tuple[str, int]]:
@@ -89,8 +93,8 @@ def test_sigkill_with_verify_runs_each_side_effect_exactly_once(tmp_path: Path) 
     assert kills == KILLS_PER_JOB
     effects = _lines(logs / "effects")
     ids = [key for key, _ in effects]
-    assert sorted(ids) == sorted(f"kill-job/{s}/1" for s in range(6))  # exactly once each
-    assert _final(tmp_path) == {"steps": [0, 1, 2, 3, 4, 5]}  # no completed step lost or repeated
+    assert sorted(ids) == sorted(f"kill-job/{s}/1" for s in range(STEPS))  # exactly once each
+    assert _final(tmp_path) == {"steps": list(range(STEPS))}  # no completed step lost or repeated
     assert max(_reissued_per_attempt(_lines(logs / "llm")).values(), default=0) <= 1
 
 
@@ -98,8 +102,8 @@ def test_sigkill_with_verify_runs_each_side_effect_exactly_once(tmp_path: Path) 
 def test_sigkill_without_verify_reruns_at_most_one_call_per_kill(tmp_path: Path) -> None:
     kills, logs = _run_until_done(tmp_path, verify=False, seed=5678)
     effects = _lines(logs / "effects")
-    assert {key for key, _ in effects} == {f"kill-job/{s}/1" for s in range(6)}
-    assert len(effects) - 6 <= kills
+    assert {key for key, _ in effects} == {f"kill-job/{s}/1" for s in range(STEPS)}
+    assert len(effects) - STEPS <= kills
     assert max(_reissued_per_attempt(effects).values(), default=0) <= 1
     assert max(_reissued_per_attempt(_lines(logs / "llm")).values(), default=0) <= 1
-    assert _final(tmp_path) == {"steps": [0, 1, 2, 3, 4, 5]}
+    assert _final(tmp_path) == {"steps": list(range(STEPS))}

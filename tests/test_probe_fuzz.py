@@ -194,7 +194,8 @@ def test_well_formed_requests_get_the_documented_answer(
 )
 def test_oversized_or_malformed_requests_are_refused(target: Target, request_bytes: bytes) -> None:
     response = exchange(target.port, request_bytes)
-    assert status_of(response) == 400, response[:200]
+    # 400, or the precise refusal: 414 URI too long, 431 header fields too large, 505 version not supported.
+    assert status_of(response) in (400, 414, 431, 505), response[:200]
     assert_healthy(target)
 
 

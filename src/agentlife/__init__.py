@@ -77,8 +77,8 @@ __version__ = "0.1.0"
 __all__ = [
     "NOT_DONE",
     "AgentProcess",
-    "AnthropicLLM",
     "AgentlifeError",
+    "AnthropicLLM",
     "AttemptFenced",
     "BackgroundOperationRestricted",
     "BudgetExhausted",

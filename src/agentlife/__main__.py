@@ -1,6 +1,6 @@
 """``python -m agentlife``: the command line (see ``python -m agentlife --help``)."""
 
-from agentlife._cli import main
+from agentlife._cli import exit_now, main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_now(main())

@@ -133,7 +133,7 @@ class AgentProcess:
     @classmethod
     def main(cls, argv: list[str] | None = None) -> None:
         """Run this agent as the process's main program (``if __name__ == "__main__": MyAgent.main()``)."""
-        from agentlife._cli import run_agent_main
+        from agentlife._cli import exit_now, run_agent_main
 
-        raise SystemExit(run_agent_main(cls, argv))
+        exit_now(run_agent_main(cls, argv))
 

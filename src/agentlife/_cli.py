@@ -18,7 +18,7 @@ import orjson
 
 from agentlife._exceptions import AgentlifeError, ConfigError
 
-__all__ = ["main", "run_agent_main"]
+__all__ = ["exit_now", "main", "run_agent_main"]
 
 EXIT_USAGE = 2
 
@@ -100,6 +100,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def exit_now(code: int) -> None:
+    """Flush stdio and leave at once with ``code``.
+
+    Everything the process owns was closed explicitly during cleanup, so interpreter finalisation has
+    nothing left to do but join threads: and a worker thread still running a sync tool that ignored
+    cancellation must not be able to hold the pod past its drain budget. This also saves ~25 ms per exit.
+    """
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _install_early_signal() -> Any:

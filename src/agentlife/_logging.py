@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,6 +32,7 @@ class JsonLogHandler(logging.Handler):
         self._stream = stream
         self._context = context
         self._redactor = redactor or Redactor()
+        self._broken = False
 
     def to_dict(self, record: logging.LogRecord) -> dict[str, Any]:
         """The JSON object for ``record``, already redacted."""
@@ -56,11 +56,16 @@ class JsonLogHandler(logging.Handler):
         return redacted
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self._broken:
+            return
         try:
             line = orjson.dumps(self.to_dict(record), default=str).decode()
             stream = self._stream or sys.stdout
             stream.write(line + "\n")
             stream.flush()
+        except OSError:
+            # stdout closed under us (a broken pipe): losing log lines must not cost the agent its work.
+            self._broken = True
         except Exception:
             self.handleError(record)
 
@@ -95,7 +100,3 @@ def log_fields(**fields: Any) -> dict[str, Any]:
     """``extra=`` for a log call that adds structured fields to the JSON line."""
     return {"fields": fields}
 
-
-def monotonic_ms() -> float:
-    """Milliseconds on the monotonic clock, for durations in log lines."""
-    return time.monotonic() * 1000.0

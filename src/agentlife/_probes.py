@@ -6,9 +6,10 @@ sees a timeout instead of a reason. `ProbeServer` runs its own asyncio loop on o
 `StatusBoard` (a lock-protected snapshot the agent's loop writes) and answers from the last values written.
 The loop's *silence* on the board is what turns ``/healthz`` to 503 during a block (see `agentlife._lag`).
 
-Why the import happens on that thread: ``aiohttp.web`` costs ~370 ms to import on the target machine
-(DESIGN §13). `ProbeServer.start` only spawns the thread; the import, the bind and the first log line happen
-there, overlapping boot instead of delaying it.
+Why no web framework: ``aiohttp.web`` costs ~370 ms to import on the target machine (DESIGN §13), CPU that
+would compete with boot for the interpreter lock and delay the first ``/readyz`` 200. The probes speak a
+deliberately small, strictly limited HTTP/1.1 (`agentlife._probe_http`) on stdlib asyncio streams instead.
+`ProbeServer.start` only spawns the thread; the bind and the first log line happen there.
 
 Example:
     >>> from agentlife._status import StatusBoard
@@ -29,20 +30,16 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 import anyio
 import orjson
 
 from agentlife._lag import LoopWatchdog
 from agentlife._logging import get_logger, log_fields
+from agentlife._probe_http import HttpRequest, RequestError, read_request, render_response
 from agentlife._redact import Redactor
 from agentlife._state import State
 from agentlife._status import StatusBoard
-
-if TYPE_CHECKING:
-    from aiohttp import web
-    from aiohttp.web_protocol import RequestHandler
 
 __all__ = ["PROBE_PATHS", "ProbeResponse", "ProbeRouter", "ProbeServer"]
 
@@ -55,16 +52,11 @@ _PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 _COMMON_HEADERS = {
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
-    # aiohttp would announce its own and Python's versions; a probe port has no reason to.
     "Server": "agentlife",
 }
 
-# Request limits. A kubelet probe is one small request line and four or five short headers.
-_MAX_LINE_SIZE = 2048
-_MAX_FIELD_SIZE = 4096
-_MAX_HEADERS = 32
-_LINGERING_SECONDS = 0.5
 _EVICTION_LOG_EVERY_SECONDS = 60.0
+_READ_LIMIT = 8192  # StreamReader buffer: a longer line is refused (414/431) instead of buffered
 _MALFORMED_LOG_EVERY_SECONDS = 60.0
 
 
@@ -283,6 +275,9 @@ class ProbeServer:
         self._started = threading.Event()
         self._port: int | None = None
         self._last_eviction_log = -_EVICTION_LOG_EVERY_SECONDS
+        self._last_malformed_log = -_MALFORMED_LOG_EVERY_SECONDS
+        self._malformed_suppressed = 0
+        self._connections: list[asyncio.StreamWriter] = []
 
     @property
     def port(self) -> int | None:
@@ -374,31 +369,7 @@ class ProbeServer:
             if self._stop_requested:
                 return
             self._loop, self._stop_event = asyncio.get_running_loop(), stop_event
-        try:
-            from aiohttp import web
-        except ImportError as exc:
-            # One clear line, no traceback: the cause is in the message (TRY400 on purpose).
-            self._logger.error(  # noqa: TRY400
-                "probe server unavailable: aiohttp cannot be imported (%s); the agent goes on without probes",
-                exc,
-                extra=log_fields(event="probe_unavailable"),
-            )
-            return
-        if self._stopping():  # stop() came during the import; its wake-up has not run yet
-            return
-        web_server = web.Server(self._handle)
-        handler_class = _half_close_tolerant_handler()
-        handler_options: dict[str, Any] = {
-            "loop": asyncio.get_running_loop(),
-            "keepalive_timeout": self._client_timeout,
-            "max_line_size": _MAX_LINE_SIZE,
-            "max_field_size": _MAX_FIELD_SIZE,
-            "max_headers": _MAX_HEADERS,
-            "lingering_time": _LINGERING_SECONDS,
-            "access_log": None,
-            "logger": _malformed_request_logger(self._logger),
-        }
-        listener = await self._bind(web_server, lambda: handler_class(web_server, **handler_options))
+        listener = await self._bind()
         if listener is None:
             return
         try:
@@ -408,23 +379,18 @@ class ProbeServer:
                 await stop_event.wait()
                 tg.cancel_scope.cancel()
         finally:
+            listener.close()
+            for writer in list(self._connections):
+                writer.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._client_timeout):
-                listener.close()
-                web_server.pre_shutdown()  # wakes idle keep-alive connections so they close at once
-                await web_server.shutdown(self._client_timeout)
+                await listener.wait_closed()
             self._board.update(probe_port=None)
 
-    async def _bind(
-        self, web_server: web.Server, new_handler: Callable[[], RequestHandler]
-    ) -> asyncio.Server | None:
-        loop = asyncio.get_running_loop()
+    async def _bind(self) -> asyncio.Server | None:
         try:
-            return await loop.create_server(
-                lambda: self._protocol(web_server, new_handler),
-                self._host,
-                self._requested_port,
-                reuse_address=True,
-                backlog=128,
+            return await asyncio.start_server(
+                self._connection, self._host, self._requested_port, reuse_address=True, backlog=128,
+                limit=_READ_LIMIT,
             )
         except OSError as exc:
             self._logger.error(  # noqa: TRY400 - one clear line; a traceback adds nothing to "port in use"
@@ -453,16 +419,12 @@ class ProbeServer:
             self._watchdog.check()
             await anyio.sleep(self._check_interval)
 
-    def _protocol(self, web_server: web.Server, new_handler: Callable[[], RequestHandler]) -> RequestHandler:
-        """A handler for a new connection, after making room when the server is at its limit."""
-        live = [h for h in web_server.connections if h.transport is not None]
-        excess = len(live) - self._max_connections + 1
-        for handler in live[: max(0, excess)]:
-            # The oldest connection: with `max_connections` newer ones behind it, it is a stuck client.
-            handler.force_close()
+    def _make_room(self) -> None:
+        """Close the oldest connections beyond the limit: with newer ones behind them, they are stuck."""
+        while len(self._connections) >= self._max_connections:
+            self._connections.pop(0).close()
             self._router.evictions_total += 1
             self._log_eviction()
-        return new_handler()
 
     def _log_eviction(self) -> None:
         now = time.monotonic()
@@ -476,87 +438,53 @@ class ProbeServer:
                 ),
             )
 
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        from aiohttp import web
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer requests until the client closes, asks to, errs, or stalls past the client timeout."""
+        self._make_room()
+        self._connections.append(writer)
+        try:
+            keep_alive = True
+            while keep_alive:
+                answer, keep_alive = await self._answer(reader)
+                if not answer:
+                    break
+                writer.write(answer)
+                async with asyncio.timeout(self._client_timeout):
+                    await writer.drain()
+        except (ConnectionError, TimeoutError, OSError):
+            pass  # the client went away or stalled reading its answer: nothing to tell anyone
+        finally:
+            if writer in self._connections:
+                self._connections.remove(writer)
+            writer.close()
 
-        answer = self._router.respond(request.method, request.path, has_body=request.body_exists)
-        headers = {**_COMMON_HEADERS, "Content-Type": answer.content_type}
+    async def _answer(self, reader: asyncio.StreamReader) -> tuple[bytes, bool]:
+        try:
+            async with asyncio.timeout(self._client_timeout):
+                request = await read_request(reader)
+        except (EOFError, TimeoutError):
+            return b"", False  # closed, idle or too slow: hang up without an answer
+        except RequestError as exc:
+            return self._refusal(exc.status, str(exc)), False
+        return self._render(request), request.keep_alive
+
+    def _render(self, request: HttpRequest) -> bytes:
+        answer = self._router.respond(request.method, request.path, has_body=request.has_body)
+        headers = dict(_COMMON_HEADERS)
         if answer.allow is not None:
             headers["Allow"] = answer.allow
-        response = web.Response(status=answer.status, body=answer.body, headers=headers)
-        if request.body_exists:
-            # The body is never read; closing is cheaper and safer than draining it.
-            response.force_close()
-        return response
+        return render_response(answer.status, answer.body, answer.content_type, headers,
+                               head=request.method == "HEAD", keep_alive=request.keep_alive)
 
-
-def _half_close_tolerant_handler() -> type[RequestHandler]:
-    """The aiohttp connection handler, with two changes for a probe port.
-
-    * aiohttp lets asyncio close the whole connection when the client shuts its sending side, so a
-      request sent as ``printf 'GET /healthz ...' | nc -N`` (or by any checker that half-closes) never
-      gets its answer. Here the requests received before the EOF are answered.
-    * The 400 answers aiohttp writes itself for malformed requests get the same headers as ours
-      (``no-store``, and no library versions in ``Server``).
-
-    Defined lazily because aiohttp is only imported on the probe thread.
-    """
-    from aiohttp.web_protocol import RequestHandler
-
-    class ProbeRequestHandler(RequestHandler):
-        def eof_received(self) -> bool:  # type: ignore[override]  # asyncio allows bool | None
-            # Keep our sending side open so every request already received is answered. The connection
-            # then closes like any other: after a ``Connection: close`` request, or at the client timeout.
-            return True
-
-        def handle_error(
-            self,
-            request: web.BaseRequest,
-            status: int = 500,
-            exc: BaseException | None = None,
-            message: str | None = None,
-        ) -> web.StreamResponse:
-            response = super().handle_error(request, status, exc, message)
-            response.headers.update(_COMMON_HEADERS)
-            return response
-
-    return ProbeRequestHandler
-
-
-class _MalformedRequestFilter(logging.Filter):
-    """Turns aiohttp's ERROR-with-traceback per malformed request into one short WARNING a minute.
-
-    A port scanner or a confused client would otherwise flood the agent's log with tracebacks.
-    """
-
-    def __init__(self, every_seconds: float) -> None:
-        super().__init__()
-        self._every = every_seconds
-        self._last = -every_seconds
-        self._suppressed = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING:
-            return True  # aiohttp's debug lines only show when the user asked for DEBUG
+    def _refusal(self, status: int, reason: str) -> bytes:
         now = time.monotonic()
-        if now - self._last < self._every:
-            self._suppressed += 1
-            return False
-        self._last = now
-        exc = record.exc_info[1] if record.exc_info else None
-        detail = f"{type(exc).__name__}: {exc}" if exc is not None else record.getMessage()
-        detail = " ".join(detail.split())[:200]  # one line, however the parser formats its complaint
-        record.msg = "probe server refused a malformed request (%s); %d more since the last such line"
-        record.args = (detail, self._suppressed)
-        record.levelno, record.levelname = logging.WARNING, "WARNING"
-        record.exc_info, record.exc_text = None, None
-        self._suppressed = 0
-        return True
-
-
-def _malformed_request_logger(parent: logging.Logger) -> logging.Logger:
-    """A private child of ``parent`` (not registered globally) for aiohttp's per-request error lines."""
-    logger = logging.Logger(f"{parent.name}.http")
-    logger.parent = parent
-    logger.addFilter(_MalformedRequestFilter(_MALFORMED_LOG_EVERY_SECONDS))
-    return logger
+        self._malformed_suppressed += 1
+        if now - self._last_malformed_log >= _MALFORMED_LOG_EVERY_SECONDS:
+            self._logger.warning(
+                "probe server refused a malformed request (%s); %d such since the last line",
+                reason,
+                self._malformed_suppressed,
+                extra=log_fields(event="probe_bad_request", status=status),
+            )
+            self._last_malformed_log, self._malformed_suppressed = now, 0
+        return render_response(status, f"{reason}\n".encode(), _TEXT, dict(_COMMON_HEADERS))

@@ -297,9 +297,8 @@ class Runtime:
         self._start_services(settings)
         self.store = store_from_url(settings.resolved_database_url)
         try:
-            with anyio.fail_after(settings.constants.hydration.store_connect_timeout_seconds * 3):
-                await self.store.open()
-        except (StoreUnavailable, TimeoutError) as exc:
+            await self.store.open()  # bounded by the store's own connect timeout and tries
+        except StoreUnavailable as exc:
             raise _Fatal(f"store unreachable: {self.redactor.redact(str(exc))}") from None
         self.board.store_has_free_connection = self.store.has_free_connection
 
@@ -383,7 +382,7 @@ class Runtime:
         from agentlife._probes import ProbeServer
 
         threshold = self.constants.probe.blocked_threshold_seconds
-        self._probe_server = ProbeServer(self.board, host, port, blocked_threshold=threshold)
+        self._probe_server = ProbeServer(self.board, host, port, blocked_threshold=threshold, redactor=self.redactor)
         self._probe_server.start()
 
     # -- HYDRATING --------------------------------------------------------------------------------------
@@ -522,9 +521,7 @@ class Runtime:
         await self.store.set_status(s.job_id, s.attempt, status, result=_row_result(doc.result, doc.reason),
                                     error=_failure_record(doc.reason, s.attempt) if status == "FAILED" else None)
         if not self.draining:
-            errors = await run_housekeeping([lambda: self.agent.housekeeping(doc.result)])
-            for error in errors:
-                log.warning(f"housekeeping failed: {self.redactor.redact(str(error))}")
+            await run_housekeeping([lambda: self.agent.housekeeping(doc.result)])  # logs its own errors
             await self._store_memories(doc)
         self.machine.move(State.DRAINING, f"job {status.lower()}")
         return _Outcome(EXIT_DONE, f"job {status}", status)
@@ -617,7 +614,8 @@ class Runtime:
             with anyio.move_on_after(budget, shield=True):
                 await self.journal.aclose()
         await self._close_heartbeat()
-        self.telemetry.shutdown()
+        with anyio.move_on_after(min(2.0, budget), shield=True):
+            await self.telemetry.ashutdown(min(2.0, budget))
         if self._probe_server is not None:
             await anyio.to_thread.run_sync(self._probe_server.stop)
 
@@ -678,7 +676,7 @@ class Runtime:
                  extra=log_fields(transition_from=transition.source.value, transition_to=transition.target.value))
         self.telemetry.record_transition(transition)
         if self._heartbeat is not None:
-            self._heartbeat.push_lifecycle(transition, {"reason": self.redactor.redact(transition.reason)})
+            self._heartbeat.push_lifecycle(transition)
         self.notify("transition", source=transition.source, target=transition.target)
 
     def _listener_failed(self, listener: Callable[[Transition], None], exc: BaseException) -> None:

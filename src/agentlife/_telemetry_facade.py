@@ -62,6 +62,7 @@ class TelemetryFacade:
                 log.warning(f"telemetry disabled: {type(exc).__name__}: {exc}")
                 return
             self._attach(telemetry)
+            telemetry.follow_board(board)
             board.metrics_text = telemetry.prometheus_text
 
         self._thread = threading.Thread(target=build, name="agentlife-telemetry", daemon=True)
@@ -148,10 +149,11 @@ class TelemetryFacade:
         with telemetry.tool_span(name, invocation_id):
             yield
 
-    def shutdown(self) -> None:
+    async def ashutdown(self, timeout: float) -> None:
+        """Flush exporters without blocking the loop (an OTLP export can take seconds)."""
         telemetry = self._telemetry
         if telemetry is not None:
             try:
-                telemetry.shutdown(2.0)
+                await telemetry.ashutdown(timeout)
             except Exception as exc:
                 log.debug(f"telemetry shutdown failed: {exc}")

@@ -260,6 +260,11 @@ class Constants:
                 f"{p.liveness_period_seconds:g} s x {p.liveness_failure_threshold} = "
                 f"{p.liveness_window_seconds:g} s"
             )
+        if not p.lag_interval_seconds * 2 <= p.blocked_threshold_seconds:
+            out.append(
+                f"probe lag_interval x 2 = {2 * p.lag_interval_seconds:g} s must be <= blocked_threshold = "
+                f"{p.blocked_threshold_seconds:g} s (a normal gap between samples must not look like a block)"
+            )
         for group in (d, h, p, self.calls, hy, self.retry, self.budget):
             out.extend(_negative_fields(group))
         return out

@@ -25,7 +25,6 @@ from agentlife import (
     tool,
 )
 
-STEPS = 6
 
 
 def _append(name: str, line: str) -> None:
@@ -93,6 +92,6 @@ class KillAgent(AgentProcess):
         result = await ctx.call_tool(spec)
         ctx.state.setdefault("steps", []).append([ctx.step, reply.text, result])
         await anyio.sleep(0.005)
-        if ctx.step + 1 >= STEPS:
+        if ctx.step + 1 >= int(os.environ.get("KILL_STEPS", "6")):
             return Done(result={"steps": [s[0] for s in ctx.state["steps"]]})
         return None

@@ -57,8 +57,7 @@ def _schema(t: TableNames) -> list[str]:
             created_at REAL NOT NULL,
             PRIMARY KEY (job_id, checkpoint_id)
         )""",
-        f"""CREATE INDEX IF NOT EXISTS {t.checkpoint_history.replace('.', '_')}_job_created
-            ON {t.checkpoint_history} (job_id, created_at DESC)""",
+        _history_index(t.checkpoint_history),
         f"""CREATE TABLE IF NOT EXISTS {t.delivery} (
             key TEXT PRIMARY KEY,
             job_id TEXT NOT NULL,
@@ -66,6 +65,13 @@ def _schema(t: TableNames) -> list[str]:
             delivered_at REAL NOT NULL
         )""",
     ]
+
+
+def _history_index(table: str) -> str:
+    # SQLite wants the schema on the index name, not on the table: CREATE INDEX s.i ON t (...).
+    schema, _, base = table.rpartition(".")
+    name = f"{schema + '.' if schema else ''}{base}_job_created"
+    return f"CREATE INDEX IF NOT EXISTS {name} ON {base} (job_id, created_at DESC)"
 
 
 class SQLiteStore:

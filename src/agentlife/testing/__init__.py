@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentlife._scripted import ScriptedLLM, ScriptedTurn
     from agentlife.testing._anthropic_server import FakeAnthropicServer
-    from agentlife.testing._control_plane import ControlPlaneStub, HeartbeatMonitor, ReceivedEvent
+    from agentlife.testing._control_plane import ControlPlaneStub, HeartbeatMonitor, HeartbeatStatus, ReceivedEvent
     from agentlife.testing._harness import AgentHarness, AgentRun, DrainAt
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "DrainAt",
     "FakeAnthropicServer",
     "HeartbeatMonitor",
+    "HeartbeatStatus",
     "ReceivedEvent",
     "ScriptedLLM",
     "ScriptedTurn",
@@ -41,6 +42,7 @@ _WHERE = {
     "FakeAnthropicServer": "agentlife.testing._anthropic_server",
     "ControlPlaneStub": "agentlife.testing._control_plane",
     "HeartbeatMonitor": "agentlife.testing._control_plane",
+    "HeartbeatStatus": "agentlife.testing._control_plane",
     "ReceivedEvent": "agentlife.testing._control_plane",
 }
 

@@ -1,0 +1,42 @@
+"""Type-checked (mypy --strict) the way users write agents: a regression test for the public API's types."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentlife import NOT_DONE, AgentProcess, Done, LLMReply, StepContext, tool
+from agentlife.testing import AgentHarness, DrainAt, ScriptedLLM, ScriptedTurn
+
+
+@tool(timeout=10, side_effects=False)
+async def read_file(path: str) -> str:
+    return path
+
+
+async def _already_sent(invocation_id: str) -> Any:
+    return NOT_DONE
+
+
+@tool(verify=_already_sent)
+async def send(text: str, invocation_id: str) -> str:
+    return invocation_id
+
+
+class Reviewer(AgentProcess):
+    agent_id = "reviewer"
+
+    def make_llm(self) -> ScriptedLLM:
+        return ScriptedLLM([ScriptedTurn.text("looks good")])
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        text: str = await ctx.call_tool(read_file, path="README.md")
+        reply: LLMReply = await ctx.llm.complete(model="m", max_tokens=10, messages=[{"role": "user", "content": text}])
+        ctx.state["summary"] = reply.text
+        sent: str = await ctx.call_tool(send, text=reply.text)
+        budget_left: float = ctx.budget.cost_usd_remaining
+        return Done(result={"sent": sent, "left": budget_left}) if ctx.step > 0 else None
+
+
+async def use_harness(harness: AgentHarness) -> int:
+    run = await harness.run(Reviewer(), drain=DrainAt.during_tool("send"))
+    return run.exit_code
