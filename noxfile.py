@@ -36,7 +36,7 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Every benchmarks/bench_*.py, each against a baseline measured in the same run; writes docs/performance.md."""
+    """Every benchmarks/bench_*.py against a baseline measured in the same run; writes docs/performance.md."""
     session.install("-e", ".[all,test]")
     session.run("python", "benchmarks/run.py", *session.posargs)
 

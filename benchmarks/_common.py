@@ -13,14 +13,30 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 
 
-def emit(bench: str, metric: str, value: float, unit: str, *, baseline: float | None = None,
-         target: str = "", ok: bool | None = None, **extra: Any) -> dict[str, Any]:
+def emit(
+    bench: str,
+    metric: str,
+    value: float,
+    unit: str,
+    *,
+    baseline: float | None = None,
+    target: str = "",
+    ok: bool | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """Print one result line (JSON) the way `benchmarks/run.py` collects them."""
     ratio = (value / baseline) if baseline else None
-    line = {"bench": bench, "metric": metric, "value": round(value, 6), "unit": unit,
-            "baseline": None if baseline is None else round(baseline, 6),
-            "ratio": None if ratio is None else round(ratio, 3), "target": target,
-            "pass": ok if ok is not None else True, **extra}
+    line = {
+        "bench": bench,
+        "metric": metric,
+        "value": round(value, 6),
+        "unit": unit,
+        "baseline": None if baseline is None else round(baseline, 6),
+        "ratio": None if ratio is None else round(ratio, 3),
+        "target": target,
+        "pass": ok if ok is not None else True,
+        **extra,
+    }
     sys.stdout.write(json.dumps(line) + "\n")
     sys.stdout.flush()
     return line
@@ -38,6 +54,8 @@ def free_port() -> int:
 
 def child_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLIFE_", "ANTHROPIC_", "OTEL_"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "benchmarks"), str(REPO / "src"), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO / "benchmarks"), str(REPO / "src"), env.get("PYTHONPATH", "")]
+    )
     env.update(extra)
     return env

@@ -41,8 +41,15 @@ def bench_import() -> None:
         base.append(process_seconds("import asyncio"))
         ours.append(process_seconds("import agentlife"))
     b, o = median(base), median(ours)
-    emit("startup", "import agentlife (process wall time, median)", o * 1000, "ms", baseline=b * 1000,
-         target="<= 1.5x import asyncio", ok=o / b <= 1.5)
+    emit(
+        "startup",
+        "import agentlife (process wall time, median)",
+        o * 1000,
+        "ms",
+        baseline=b * 1000,
+        target="<= 1.5x import asyncio",
+        ok=o / b <= 1.5,
+    )
 
 
 def readyz_ok(port: int) -> bool:
@@ -55,10 +62,18 @@ def readyz_ok(port: int) -> bool:
 
 
 def spawn_agent(data_dir: Path, port: int, job: str) -> subprocess.Popen[bytes]:
-    env = child_env(AGENTLIFE_DATA_DIR=str(data_dir), AGENTLIFE_JOB_ID=job, AGENTLIFE_HEALTH_HOST="127.0.0.1",
-                    AGENTLIFE_HEALTH_PORT=str(port))
-    return subprocess.Popen([sys.executable, "-m", "agentlife", "run", "bench_agents:IdleAgent"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = child_env(
+        AGENTLIFE_DATA_DIR=str(data_dir),
+        AGENTLIFE_JOB_ID=job,
+        AGENTLIFE_HEALTH_HOST="127.0.0.1",
+        AGENTLIFE_HEALTH_PORT=str(port),
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentlife", "run", "bench_agents:IdleAgent"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def time_to_ready(data_dir: Path, job: str) -> tuple[float, subprocess.Popen[bytes]]:
@@ -94,12 +109,26 @@ def bench_ready_and_sigterm() -> None:
             bare.wait(timeout=10)
             base_drain.append(time.perf_counter() - sent)
     r, b = median(ready), median(base_spawn)
-    emit("startup", "spawn -> /readyz 200, embedded defaults (median)", r * 1000, "ms", baseline=b * 1000,
-         target="<= 4x spawn of python -c 'import asyncio'", ok=r / b <= 4)
+    emit(
+        "startup",
+        "spawn -> /readyz 200, embedded defaults (median)",
+        r * 1000,
+        "ms",
+        baseline=b * 1000,
+        target="<= 4x spawn of python -c 'import asyncio'",
+        ok=r / b <= 4,
+    )
     d, bd = median(drain), median(base_drain)
-    emit("startup", "SIGTERM -> exit, idle between steps (median)", d * 1000, "ms", baseline=bd * 1000,
-         target="<= 100 ms and <= 3x a bare asyncio process", ok=d <= 0.1 and d / bd <= 3,
-         p_max_ms=round(max(drain) * 1000, 1))
+    emit(
+        "startup",
+        "SIGTERM -> exit, idle between steps (median)",
+        d * 1000,
+        "ms",
+        baseline=bd * 1000,
+        target="<= 100 ms and <= 3x a bare asyncio process",
+        ok=d <= 0.1 and d / bd <= 3,
+        p_max_ms=round(max(drain) * 1000, 1),
+    )
 
 
 if __name__ == "__main__":

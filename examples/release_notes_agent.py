@@ -22,6 +22,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
+
 from agentlife import NOT_DONE, AgentProcess, Done, LLMClient, StepContext, tool
 from agentlife.testing import ScriptedLLM, ScriptedTurn
 
@@ -54,6 +57,13 @@ async def publish_draft(text: str, invocation_id: str) -> str:
     return str(path)
 
 
+def _append_delivery(result: Any) -> None:
+    outbox = Path(os.environ.get("RELEASE_NOTES_OUTBOX", ".agentlife/outbox"))
+    outbox.mkdir(parents=True, exist_ok=True)
+    with (outbox / "deliveries.jsonl").open("a") as f:
+        f.write(json.dumps(result) + "\n")
+
+
 class ReleaseNotesAgent(AgentProcess):
     """Four steps: read the changes, draft with the LLM, publish the draft, finish."""
 
@@ -62,22 +72,37 @@ class ReleaseNotesAgent(AgentProcess):
     def make_llm(self) -> LLMClient:
         if os.environ.get("ANTHROPIC_API_KEY"):
             return super().make_llm()
-        return ScriptedLLM([ScriptedTurn.text(
-            "## Release notes\n\n- Faster start-up: heavy clients load in the background.\n"
-            "- Drains finish the current step, then exit 143.\n", chunks=6, delay=0.02)])
+        return ScriptedLLM(
+            [
+                ScriptedTurn.text(
+                    "## Release notes\n\n- Faster start-up: heavy clients load in the background.\n"
+                    "- Drains finish the current step, then exit 143.\n",
+                    chunks=6,
+                    delay=0.02,
+                )
+            ]
+        )
 
     async def step(self, ctx: StepContext) -> Done | None:
         payload = ctx.job.payload or {}
         if ctx.step == 0:
-            ctx.state["changes"] = await ctx.call_tool(read_changes, path=payload.get("changes", "examples/changes.txt"))
+            ctx.state["changes"] = await ctx.call_tool(
+                read_changes, path=payload.get("changes", "examples/changes.txt")
+            )
             return None
         if ctx.step == 1:
             context = "\n".join(f"- {m.text}" for m in ctx.memories[:3])
             reply = await ctx.llm.complete(
                 model=payload.get("model", "claude-sonnet-4-5"),
                 max_tokens=800,
-                messages=[{"role": "user", "content": "Write release notes for:\n" + "\n".join(ctx.state["changes"])
-                           + (f"\n\nEarlier notes:\n{context}" if context else "")}],
+                messages=[
+                    {
+                        "role": "user",
+                        "content": "Write release notes for:\n"
+                        + "\n".join(ctx.state["changes"])
+                        + (f"\n\nEarlier notes:\n{context}" if context else ""),
+                    }
+                ],
             )
             ctx.state["draft"] = reply.text
             return None
@@ -87,16 +112,16 @@ class ReleaseNotesAgent(AgentProcess):
         return Done(result={"draft": ctx.state["published"], "changes": len(ctx.state["changes"])})
 
     async def deliver(self, result: Any) -> None:
-        outbox = Path(os.environ.get("RELEASE_NOTES_OUTBOX", ".agentlife/outbox"))
-        outbox.mkdir(parents=True, exist_ok=True)
-        with (outbox / "deliveries.jsonl").open("a") as f:
-            f.write(json.dumps(result) + "\n")
+        # Blocking file I/O goes to a worker thread: the event loop keeps answering heartbeats meanwhile.
+        await anyio.to_thread.run_sync(_append_delivery, result)
 
     async def housekeeping(self, result: Any) -> None:
         Path(result["draft"]).with_suffix(".archived").touch()
 
     def memories_to_store(self, result: Any, state: Any) -> list[str]:
-        return [f"release notes covered {len(state.get('changes', []))} changes: {state.get('draft', '')[:200]}"]
+        return [
+            f"release notes covered {len(state.get('changes', []))} changes: {state.get('draft', '')[:200]}"
+        ]
 
 
 if __name__ == "__main__":

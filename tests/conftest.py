@@ -8,4 +8,6 @@ import pytest
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
 from _pg import *  # noqa: E402, F403 - PostgreSQL fixtures (postgres_server, postgres_url)

@@ -24,26 +24,46 @@ def test_good_job_ids(job_id: str) -> None:
 
 
 def test_from_env_reads_everything() -> None:
-    s = Settings.from_env({
-        "AGENTLIFE_JOB_ID": "j1", "AGENTLIFE_AGENT_ID": "agent", "AGENTLIFE_ATTEMPT": "3",
-        "AGENTLIFE_DATA_DIR": "/tmp/d", "AGENTLIFE_HEALTH_PORT": "0", "AGENTLIFE_PREVIOUS_EXIT_CODE": "137",
-        "AGENTLIFE_CONTROL_PLANE_URL": "http://cp/", "AGENTLIFE_CONTROL_PLANE_TOKEN": "cp-token-value",
-        "HOSTNAME": "pod-1", "AGENTLIFE_LOG_LEVEL": "debug",
-    })
-    assert (s.job_id, s.agent_id, s.attempt, s.health_port, s.previous_exit_code) == ("j1", "agent", 3, 0, 137)
+    s = Settings.from_env(
+        {
+            "AGENTLIFE_JOB_ID": "j1",
+            "AGENTLIFE_AGENT_ID": "agent",
+            "AGENTLIFE_ATTEMPT": "3",
+            "AGENTLIFE_DATA_DIR": "/tmp/d",
+            "AGENTLIFE_HEALTH_PORT": "0",
+            "AGENTLIFE_PREVIOUS_EXIT_CODE": "137",
+            "AGENTLIFE_CONTROL_PLANE_URL": "http://cp/",
+            "AGENTLIFE_CONTROL_PLANE_TOKEN": "cp-token-value",
+            "HOSTNAME": "pod-1",
+            "AGENTLIFE_LOG_LEVEL": "debug",
+        }
+    )
+    assert (s.job_id, s.agent_id, s.attempt, s.health_port, s.previous_exit_code) == (
+        "j1",
+        "agent",
+        3,
+        0,
+        137,
+    )
     assert s.control_plane_url == "http://cp" and s.pod_name == "pod-1" and s.log_level == "DEBUG"
     assert s.resolved_database_url == "sqlite:////tmp/d/agentlife.db"  # absolute path: four slashes
     assert "cp-token-value" not in repr(s)
 
 
-@pytest.mark.parametrize(("env", "match"), [
-    ({}, "no job id"),
-    ({"AGENTLIFE_JOB_ID": "j", "AGENTLIFE_ATTEMPT": "two"}, "AGENTLIFE_ATTEMPT='two' is not a whole number"),
-    ({"AGENTLIFE_JOB_ID": "j", "AGENTLIFE_ATTEMPT": "0"}, "must be >= 1"),
-    ({"AGENTLIFE_JOB_ID": "j", "AGENTLIFE_HEALTH_PORT": "70000"}, "AGENTLIFE_HEALTH_PORT"),
-    ({"AGENTLIFE_JOB_ID": "j", "AGENTLIFE_LOG_LEVEL": "LOUD"}, "AGENTLIFE_LOG_LEVEL"),
-    ({"AGENTLIFE_JOB_ID": "../../x"}, "is not allowed"),
-])
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        ({}, "no job id"),
+        (
+            {"AGENTLIFE_JOB_ID": "j", "AGENTLIFE_ATTEMPT": "two"},
+            "AGENTLIFE_ATTEMPT='two' is not a whole number",
+        ),
+        ({"AGENTLIFE_JOB_ID": "j", "AGENTLIFE_ATTEMPT": "0"}, "must be >= 1"),
+        ({"AGENTLIFE_JOB_ID": "j", "AGENTLIFE_HEALTH_PORT": "70000"}, "AGENTLIFE_HEALTH_PORT"),
+        ({"AGENTLIFE_JOB_ID": "j", "AGENTLIFE_LOG_LEVEL": "LOUD"}, "AGENTLIFE_LOG_LEVEL"),
+        ({"AGENTLIFE_JOB_ID": "../../x"}, "is not allowed"),
+    ],
+)
 def test_bad_env_is_one_clear_error(env: dict[str, str], match: str) -> None:
     with pytest.raises(ConfigError, match=match) as info:
         Settings.from_env(env, agent_id="agent")

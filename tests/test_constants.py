@@ -10,12 +10,20 @@ from agentlife.constants import DEFAULT_TOOL_TIMEOUTS, Constants, DrainConstants
 
 def test_defaults_are_the_spike_values() -> None:
     c = Constants()
-    assert (c.drain.pre_stop_seconds, c.drain.termination_grace_seconds, c.drain.step_deadline_seconds,
-            c.drain.cleanup_budget_seconds, c.drain.sigkill_buffer_seconds) == (5, 65, 45, 10, 5)
+    assert (
+        c.drain.pre_stop_seconds,
+        c.drain.termination_grace_seconds,
+        c.drain.step_deadline_seconds,
+        c.drain.cleanup_budget_seconds,
+        c.drain.sigkill_buffer_seconds,
+    ) == (5, 65, 45, 10, 5)
     assert (c.heartbeat.sse_interval_seconds, c.heartbeat.unhealthy_after_seconds) == (15, 45)
     assert (c.heartbeat.job_interval_seconds, c.heartbeat.zombie_after_seconds) == (30, 300)
-    assert (c.calls.llm_connect_timeout_seconds, c.calls.llm_inter_chunk_timeout_seconds,
-            c.calls.llm_total_timeout_seconds) == (30, 60, 300)
+    assert (
+        c.calls.llm_connect_timeout_seconds,
+        c.calls.llm_inter_chunk_timeout_seconds,
+        c.calls.llm_total_timeout_seconds,
+    ) == (30, 60, 300)
     assert c.budget.max_input_tokens == 500_000 and c.budget.max_cost_usd == 5.0
     assert c.budget.run_max_seconds is None
     assert c.probe.startup_window_seconds == 60 and c.probe.liveness_window_seconds == 30
@@ -36,12 +44,14 @@ def test_constants_are_frozen() -> None:
 
 
 def test_env_overrides_apply() -> None:
-    c = Constants.from_env({
-        "AGENTLIFE_DRAIN_STEP_DEADLINE_SECONDS": "30.5",
-        "AGENTLIFE_BUDGET_MAX_INPUT_TOKENS": "1000",
-        "AGENTLIFE_RUN_MAX_SECONDS": "120",
-        "UNRELATED": "x",
-    })
+    c = Constants.from_env(
+        {
+            "AGENTLIFE_DRAIN_STEP_DEADLINE_SECONDS": "30.5",
+            "AGENTLIFE_BUDGET_MAX_INPUT_TOKENS": "1000",
+            "AGENTLIFE_RUN_MAX_SECONDS": "120",
+            "UNRELATED": "x",
+        }
+    )
     assert c.drain.step_deadline_seconds == 30.5
     assert c.budget.max_input_tokens == 1000
     assert c.budget.run_max_seconds == 120

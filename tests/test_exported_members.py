@@ -41,17 +41,35 @@ def test_public_names_point_to_the_public_module_and_have_docstrings() -> None:
 
 
 def test_exceptions_share_one_root_and_timeouts_are_timeouts() -> None:
-    errors = [getattr(agentlife, n) for n in agentlife.__all__ if n.endswith(("Error", "Timeout", "Exhausted"))]
+    errors = [
+        getattr(agentlife, n) for n in agentlife.__all__ if n.endswith(("Error", "Timeout", "Exhausted"))
+    ]
     for error in errors:
         assert issubclass(error, agentlife.AgentlifeError), error
     assert issubclass(agentlife.LLMTimeout, TimeoutError) and issubclass(agentlife.ToolTimeout, TimeoutError)
 
 
 def test_design_names_exist() -> None:
-    for name in ("AgentProcess", "StepContext", "Done", "tool", "NOT_DONE", "State", "InvalidTransition",
-                 "LLMTimeout", "ScriptedLLM", "DeliveryGuard", "CircuitBreaker", "should_retry_after_crash",
-                 "derive_total_timeout", "Schedule", "PolicyUnavailable", "BackgroundOperationRestricted",
-                 "Embedder", "AgentlifeError"):
+    for name in (
+        "AgentProcess",
+        "StepContext",
+        "Done",
+        "tool",
+        "NOT_DONE",
+        "State",
+        "InvalidTransition",
+        "LLMTimeout",
+        "ScriptedLLM",
+        "DeliveryGuard",
+        "CircuitBreaker",
+        "should_retry_after_crash",
+        "derive_total_timeout",
+        "Schedule",
+        "PolicyUnavailable",
+        "BackgroundOperationRestricted",
+        "Embedder",
+        "AgentlifeError",
+    ):
         assert name in agentlife.__all__, name
     assert "HeartbeatMonitor" in agentlife.testing.__all__
 

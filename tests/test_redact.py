@@ -4,8 +4,14 @@ from agentlife._redact import MASK, Redactor
 
 
 def test_env_secret_values_are_masked_everywhere() -> None:
-    r = Redactor.from_env({"ANTHROPIC_API_KEY": "sk-ant-api03-SECRETVALUE", "AGENTLIFE_CONTROL_PLANE_TOKEN": "tok123456",
-                           "AGENTLIFE_DATABASE_URL": "postgresql://u:hunter22@db:5432/x", "PATH": "/usr/bin"})
+    r = Redactor.from_env(
+        {
+            "ANTHROPIC_API_KEY": "sk-ant-api03-SECRETVALUE",
+            "AGENTLIFE_CONTROL_PLANE_TOKEN": "tok123456",
+            "AGENTLIFE_DATABASE_URL": "postgresql://u:hunter22@db:5432/x",
+            "PATH": "/usr/bin",
+        }
+    )
     text = "key sk-ant-api03-SECRETVALUE and tok123456 and pw hunter22 in /usr/bin"
     out = r.redact(text)
     assert "SECRETVALUE" not in out and "tok123456" not in out and "hunter22" not in out
@@ -22,7 +28,10 @@ def test_secret_shapes_are_masked_without_env() -> None:
 
 def test_redact_obj_walks_json() -> None:
     r = Redactor(["topsecret"])
-    assert r.redact_obj({"a": ["x topsecret", {"topsecret": 1}], "n": 3}) == {"a": [f"x {MASK}", {MASK: 1}], "n": 3}
+    assert r.redact_obj({"a": ["x topsecret", {"topsecret": 1}], "n": 3}) == {
+        "a": [f"x {MASK}", {MASK: 1}],
+        "n": 3,
+    }
 
 
 def test_short_values_are_not_treated_as_secrets() -> None:

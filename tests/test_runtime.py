@@ -105,7 +105,7 @@ async def test_drain_between_steps_exits_143_with_a_fresh_checkpoint(agent_harne
     rerun = await agent_harness.run(resumed)
     assert rerun.exit_code == 0
     assert rerun.job is not None and rerun.job.result == {"n": 4}
-    assert EFFECTS == [f"job-1/{i}/0" for i in range(4)]
+    assert [f"job-1/{i}/0" for i in range(4)] == EFFECTS
 
 
 async def test_drain_inside_a_tool_that_finishes_in_time(agent_harness: AgentHarness) -> None:
@@ -255,7 +255,7 @@ async def test_stale_attempt_is_fenced_and_exits_1(agent_harness: AgentHarness) 
 
 
 class Verifying(AgentProcess):
-    """The tool's effect lands, then the 'process' dies before TOOL_COMPLETED (simulated by a drain cancel)."""
+    """The tool's effect lands, then the process stops before TOOL_COMPLETED (a drain cancel here)."""
 
     agent_id = "verifying"
     done: set[str] = set()

@@ -18,10 +18,16 @@ PATHS = {
 }
 
 ALLOWED = {
-    (State.BOOTING, State.HYDRATING), (State.BOOTING, State.TERMINATED), (State.BOOTING, State.DRAINING),
-    (State.HYDRATING, State.READY), (State.HYDRATING, State.TERMINATED), (State.HYDRATING, State.DRAINING),
-    (State.READY, State.EXECUTING), (State.READY, State.DRAINING),
-    (State.EXECUTING, State.DRAINING), (State.EXECUTING, State.TERMINATED),
+    (State.BOOTING, State.HYDRATING),
+    (State.BOOTING, State.TERMINATED),
+    (State.BOOTING, State.DRAINING),
+    (State.HYDRATING, State.READY),
+    (State.HYDRATING, State.TERMINATED),
+    (State.HYDRATING, State.DRAINING),
+    (State.READY, State.EXECUTING),
+    (State.READY, State.DRAINING),
+    (State.EXECUTING, State.DRAINING),
+    (State.EXECUTING, State.TERMINATED),
     (State.DRAINING, State.TERMINATED),
 }
 

@@ -7,6 +7,7 @@ when a feature first needs them, on a background thread during boot.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from typing import TYPE_CHECKING, Any
 
@@ -126,14 +127,11 @@ __all__ = [
 ]
 
 
-
 def _publish(obj: Any) -> Any:
     """Show the public path in tracebacks and docs: ``agentlife.Done``, not ``agentlife._agent.Done``."""
     if getattr(obj, "__module__", "").startswith("agentlife._"):
-        try:
+        with contextlib.suppress(AttributeError, TypeError):  # builtins and some protocols refuse it
             obj.__module__ = "agentlife"
-        except (AttributeError, TypeError):  # pragma: no cover - builtins and some protocols
-            pass
     return obj
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 if TYPE_CHECKING:
@@ -136,4 +136,3 @@ class AgentProcess:
         from agentlife._cli import exit_now, run_agent_main
 
         exit_now(run_agent_main(cls, argv))
-

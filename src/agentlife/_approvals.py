@@ -1,4 +1,4 @@
-"""Approvals for ``restricted=True`` tools: park in WAITING_FOR_APPROVAL, poll, give up after the idle timeout.
+"""Approvals for ``restricted=True`` tools: park in WAITING_FOR_APPROVAL, poll, give up at the idle timeout.
 
 How a job is approved: the control plane moves the row's status from ``WAITING_FOR_APPROVAL`` back to
 ``RUNNING`` (or ``PENDING``); any other status (``FAILED``, ``DEAD_LETTER`` ...) refuses the call. A job
@@ -44,7 +44,9 @@ class Approvals:
             or (doc.phase == "awaiting_approval" and row_status in _APPROVED)
         )
         if doc.phase == "awaiting_approval":
-            log.info("resuming a parked job: " + ("approved" if self.approved else "still waiting for approval"))
+            log.info(
+                "resuming a parked job: " + ("approved" if self.approved else "still waiting for approval")
+            )
 
     async def require_approval(self, tool_name: str) -> None:
         """Return once the job is approved; raise `ParkRequested` at the idle timeout or on drain.
@@ -59,8 +61,11 @@ class Approvals:
         s, budget = rt.settings, rt.constants.budget
         await rt.store.set_status(s.job_id, s.attempt, JobStatus.WAITING_FOR_APPROVAL)
         rt.journal.append("APPROVAL_REQUESTED", tool=tool_name, step=rt.board.snapshot().step)
-        log.info(f"{tool_name} needs approval: job parked in WAITING_FOR_APPROVAL "
-                 f"(polling every {budget.approval_poll_seconds:g}s, idle timeout {budget.idle_timeout_seconds:g}s)")
+        log.info(
+            f"{tool_name} needs approval: job parked in WAITING_FOR_APPROVAL "
+            f"(polling every {budget.approval_poll_seconds:g}s, "
+            f"idle timeout {budget.idle_timeout_seconds:g}s)"
+        )
         deadline = anyio.current_time() + budget.idle_timeout_seconds
         while True:
             if rt.draining:
@@ -74,9 +79,12 @@ class Approvals:
                 log.info(f"{tool_name} approved")
                 return
             if status != JobStatus.WAITING_FOR_APPROVAL:
-                raise BackgroundOperationRestricted(f"{tool_name} refused: the job was not approved (status {status})")
+                raise BackgroundOperationRestricted(
+                    f"{tool_name} refused: the job was not approved (status {status})"
+                )
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 raise ParkRequested
+            assert rt.drain_event is not None
             with anyio.move_on_after(min(budget.approval_poll_seconds, remaining)):
                 await rt.drain_event.wait()

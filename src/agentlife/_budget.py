@@ -69,7 +69,10 @@ class Budget:
 
     def check_before_call(self, estimated_input_tokens: int) -> None:
         """Raise `BudgetExhausted` if the next call would go over a limit; it is then never made."""
-        if self.cost_usd >= self.max_cost_usd or self.input_tokens + estimated_input_tokens > self.max_input_tokens:
+        if (
+            self.cost_usd >= self.max_cost_usd
+            or self.input_tokens + estimated_input_tokens > self.max_input_tokens
+        ):
             raise BudgetExhausted(self.exhausted_message())
         self.check_run_time()
 

@@ -58,7 +58,7 @@ class CheckpointDoc:
         try:
             raw = orjson.loads(data)
             if not isinstance(raw, dict) or not isinstance(raw.get("state"), dict):
-                raise ValueError("not a checkpoint object")
+                raise TypeError("not a checkpoint object")
             return cls(
                 next_step=int(raw["next_step"]),
                 state=raw["state"],

@@ -7,6 +7,7 @@ import it only when they run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -26,44 +27,63 @@ EXIT_USAGE = 2
 class _Parser(argparse.ArgumentParser):
     """argparse that reports errors as one line and exit 2 (its default prints usage first)."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> Any:
         sys.stderr.write(f"agentlife: error: {message}\n")
         raise SystemExit(EXIT_USAGE)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command-line parser."""
-    parser = _Parser(prog="python -m agentlife", description="Lifecycle runtime for AI-agent jobs on Kubernetes.")
+    parser = _Parser(
+        prog="python -m agentlife", description="Lifecycle runtime for AI-agent jobs on Kubernetes."
+    )
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    run = sub.add_parser("run", help="run an agent class as this process's job",
-                         description="Run MODULE:CLASS (an AgentProcess subclass) through its lifecycle.")
+    run = sub.add_parser(
+        "run",
+        help="run an agent class as this process's job",
+        description="Run MODULE:CLASS (an AgentProcess subclass) through its lifecycle.",
+    )
     _add_run_arguments(run)
     run.add_argument("target", metavar="MODULE:CLASS", help="e.g. mypkg.agents:Reviewer")
     run.set_defaults(handler=_cmd_run)
 
-    check = sub.add_parser("check", help="validate the constants and environment, print the derived values",
-                           description="Check every invariant of the constants (after AGENTLIFE_* overrides).")
+    check = sub.add_parser(
+        "check",
+        help="validate the constants and environment, print the derived values",
+        description="Check every invariant of the constants (after AGENTLIFE_* overrides).",
+    )
     check.add_argument("--json", action="store_true", help="print the constants as JSON")
     check.set_defaults(handler=_cmd_check)
 
     db = sub.add_parser("db", help="database commands", description="Database commands.")
     db_sub = db.add_subparsers(dest="db_command", metavar="COMMAND", parser_class=_Parser)
     db_sub.required = True
-    init = db_sub.add_parser("init", help="create the tables (idempotent)",
-                             description="Create the job, checkpoint_history and delivery tables if missing.")
+    init = db_sub.add_parser(
+        "init",
+        help="create the tables (idempotent)",
+        description="Create the job, checkpoint_history and delivery tables if missing.",
+    )
     init.add_argument("--database-url", help="default: AGENTLIFE_DATABASE_URL or the embedded SQLite file")
     init.set_defaults(handler=_cmd_db_init)
 
-    demo = sub.add_parser("demo", help="run the example agent end to end on the embedded defaults",
-                          description="Run the example agent twice (SQLite, local Qdrant, scripted LLM) and "
-                                      "print each session's timeline.")
+    demo = sub.add_parser(
+        "demo",
+        help="run the example agent end to end on the embedded defaults",
+        description="Run the example agent twice (SQLite, local Qdrant, scripted LLM) and "
+        "print each session's timeline.",
+    )
     demo.add_argument("--data-dir", default=None, help="default: ./.agentlife-demo")
     demo.set_defaults(handler=_cmd_demo)
 
-    for module in ("agentlife._journal_show", "agentlife._policy", "agentlife._manifest", "agentlife._schedule"):
+    for module in (
+        "agentlife._journal_show",
+        "agentlife._policy",
+        "agentlife._manifest",
+        "agentlife._schedule",
+    ):
         _register(module, sub)
     return parser
 
@@ -71,7 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _register(module: str, sub: Any) -> None:
     try:
         register: Callable[[Any], None] = importlib.import_module(module).register_cli
-    except (ImportError, AttributeError):  # pragma: no cover - a command module missing from a partial install
+    except (
+        ImportError,
+        AttributeError,
+    ):  # pragma: no cover - a command module missing from a partial install
         return
     register(sub)
 
@@ -79,8 +102,9 @@ def _register(module: str, sub: Any) -> None:
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--job-id", help="default: AGENTLIFE_JOB_ID")
     parser.add_argument("--payload", help="job payload as JSON, for a job row this process creates")
-    parser.add_argument("--create-job", action="store_true",
-                        help="create the job row if missing (always done on SQLite)")
+    parser.add_argument(
+        "--create-job", action="store_true", help="create the job row if missing (always done on SQLite)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -113,10 +137,8 @@ def exit_now(code: int) -> None:
 
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
     os._exit(code)
 
 
@@ -140,7 +162,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def run_agent_main(agent_cls: type, argv: Sequence[str] | None = None) -> int:
     """``AgentProcess.main()``: the ``run`` command for a class already at hand."""
     early = _install_early_signal()
-    parser = _Parser(prog=Path(sys.argv[0]).name, description=f"Run {agent_cls.__name__} as this process's job.")
+    parser = _Parser(
+        prog=Path(sys.argv[0]).name, description=f"Run {agent_cls.__name__} as this process's job."
+    )
     _add_run_arguments(parser)
     args = parser.parse_args(argv)
     args.early_signal = early
@@ -160,8 +184,13 @@ def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
     payload = _parse_payload(args.payload)
     # Constants are checked before the lifecycle starts: a bad value is a usage error (exit 2).
     constants = Constants.from_env(os.environ)
-    options = RunOptions(job_id=args.job_id, payload=payload, create_job=args.create_job, constants=constants,
-                         early_signal=args.early_signal)
+    options = RunOptions(
+        job_id=args.job_id,
+        payload=payload,
+        create_job=args.create_job,
+        constants=constants,
+        early_signal=args.early_signal,
+    )
     runtime = Runtime(agent_cls(), options=options)
     code = anyio.run(runtime.run)
     sys.stdout.flush()
@@ -197,9 +226,9 @@ def load_agent_class(target: str) -> type:
         raise ConfigError(f"cannot import module {module_name!r}: {exc}") from None
     except Exception as exc:
         raise ConfigError(f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from None
-    obj = module
+    obj: Any = module
     for part in class_name.split("."):
-        obj = getattr(obj, part, None)  # type: ignore[assignment]
+        obj = getattr(obj, part, None)
         if obj is None:
             raise ConfigError(f"module {module_name!r} has no attribute {class_name!r}")
     if not isinstance(obj, type) or not issubclass(obj, AgentProcess):
@@ -216,19 +245,24 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     constants = Constants.from_env(os.environ)  # raises InvariantViolation (a ConfigError): exit 2
     if os.environ.get("AGENTLIFE_JOB_ID"):
-        Settings.from_env(os.environ, agent_id=os.environ.get("AGENTLIFE_AGENT_ID") or "check", constants=constants)
+        Settings.from_env(
+            os.environ, agent_id=os.environ.get("AGENTLIFE_AGENT_ID") or "check", constants=constants
+        )
     if args.json:
         sys.stdout.write(orjson.dumps(constants.as_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
     d, p, hy = constants.drain, constants.probe, constants.hydration
-    drain_sum = d.pre_stop_seconds + d.step_deadline_seconds + d.cleanup_budget_seconds + d.sigkill_buffer_seconds
+    drain_sum = (
+        d.pre_stop_seconds + d.step_deadline_seconds + d.cleanup_budget_seconds + d.sigkill_buffer_seconds
+    )
     lines = [
         "constants: all invariants hold",
         f"  drain: pre_stop {d.pre_stop_seconds:g} + step_deadline {d.step_deadline_seconds:g} + cleanup "
         f"{d.cleanup_budget_seconds:g} + sigkill_buffer {d.sigkill_buffer_seconds:g} = {drain_sum:g} s "
         f"<= termination_grace {d.termination_grace_seconds:g} s",
         f"  heartbeat: unhealthy after {constants.heartbeat.unhealthy_after_seconds:g} s = 3 x "
-        f"{constants.heartbeat.sse_interval_seconds:g} s; zombie after {constants.heartbeat.zombie_after_seconds:g} s "
+        f"{constants.heartbeat.sse_interval_seconds:g} s; "
+        f"zombie after {constants.heartbeat.zombie_after_seconds:g} s "
         f">= 2 x {constants.heartbeat.job_interval_seconds:g} s",
         f"  startup: worst-case boot + hydration {hy.worst_case_seconds:g} s <= startup window "
         f"{p.startup_window_seconds:g} s",
@@ -246,7 +280,11 @@ def _cmd_db_init(args: argparse.Namespace) -> int:
     from agentlife.stores import store_from_url
 
     data_dir = Path(os.environ.get("AGENTLIFE_DATA_DIR") or ".agentlife")
-    url = args.database_url or os.environ.get("AGENTLIFE_DATABASE_URL") or f"sqlite:///{data_dir / 'agentlife.db'}"
+    url = (
+        args.database_url
+        or os.environ.get("AGENTLIFE_DATABASE_URL")
+        or f"sqlite:///{data_dir / 'agentlife.db'}"
+    )
     store = store_from_url(url)
 
     async def init() -> None:

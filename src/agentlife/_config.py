@@ -44,7 +44,7 @@ class Settings:
     qdrant_url: str | None = None
     control_plane_url: str | None = None
     control_plane_token: str | None = field(default=None, repr=False)
-    health_host: str = "0.0.0.0"  # noqa: S104 - probes must be reachable by the kubelet
+    health_host: str = "0.0.0.0"
     health_port: int | None = 8086
     previous_exit_code: int | None = None
     log_level: str = "INFO"
@@ -55,11 +55,15 @@ class Settings:
     def __post_init__(self) -> None:
         validate_job_id(self.job_id)
         if not self.agent_id or not JOB_ID_PATTERN.fullmatch(self.agent_id):
-            raise ConfigError(f"agent id {self.agent_id!r} is not allowed: it must match {JOB_ID_PATTERN.pattern}")
+            raise ConfigError(
+                f"agent id {self.agent_id!r} is not allowed: it must match {JOB_ID_PATTERN.pattern}"
+            )
         if self.attempt < 1:
             raise ConfigError(f"AGENTLIFE_ATTEMPT={self.attempt} must be >= 1")
         if self.log_level not in _LOG_LEVELS:
-            raise ConfigError(f"AGENTLIFE_LOG_LEVEL={self.log_level!r} must be one of {', '.join(_LOG_LEVELS)}")
+            raise ConfigError(
+                f"AGENTLIFE_LOG_LEVEL={self.log_level!r} must be one of {', '.join(_LOG_LEVELS)}"
+            )
 
     @property
     def resolved_database_url(self) -> str:
@@ -101,7 +105,7 @@ class Settings:
             qdrant_url=env.get("AGENTLIFE_QDRANT_URL") or None,
             control_plane_url=(env.get("AGENTLIFE_CONTROL_PLANE_URL") or "").rstrip("/") or None,
             control_plane_token=env.get("AGENTLIFE_CONTROL_PLANE_TOKEN") or None,
-            health_host=env.get("AGENTLIFE_HEALTH_HOST") or "0.0.0.0",  # noqa: S104
+            health_host=env.get("AGENTLIFE_HEALTH_HOST") or "0.0.0.0",
             health_port=_port(env),
             previous_exit_code=_int(env, "AGENTLIFE_PREVIOUS_EXIT_CODE", None),
             log_level=(env.get("AGENTLIFE_LOG_LEVEL") or "INFO").upper(),

@@ -32,7 +32,7 @@ T = TypeVar("T")
 log = logging.getLogger("agentlife.calls")
 
 
-class ParkRequested(BaseException):  # noqa: N818 - control flow, not an error
+class ParkRequested(BaseException):
     """Raised inside a step when the approval idle timeout expired: the job parks and the process exits 0.
 
     A BaseException so an agent's ``except Exception`` cannot swallow it.
@@ -72,7 +72,9 @@ class StepLLM:
         Raises:
             BudgetExhausted: the token, cost or run budget would be exceeded; the call is not made.
         """
-        return await self._ctx._llm_complete(model=model, messages=messages, max_tokens=max_tokens, params=params)
+        return await self._ctx._llm_complete(
+            model=model, messages=messages, max_tokens=max_tokens, params=params
+        )
 
 
 class StepContext:
@@ -175,7 +177,9 @@ class StepContext:
                 error_class=event.error_type,
                 classified_as=event.error_class,
                 error=self._env.runtime.redactor.redact(event.message),
-                remaining_budget=round(event.remaining_budget, 3) if event.remaining_budget is not None else None,
+                remaining_budget=round(event.remaining_budget, 3)
+                if event.remaining_budget is not None
+                else None,
             )
             log.warning(
                 f"{kind} {name} call {call} failed with {event.error_type}; retry {event.attempt} in "
@@ -253,7 +257,9 @@ class StepContext:
 
     # -- tools --------------------------------------------------------------------------------------------
 
-    async def _run_tool_call(self, spec: ToolSpec[..., Any], call: int, invocation_id: str, kwargs: dict[str, Any]) -> Any:
+    async def _run_tool_call(
+        self, spec: ToolSpec[..., Any], call: int, invocation_id: str, kwargs: dict[str, Any]
+    ) -> Any:
         replay = self._env.replay.tool(call) if self._env.replay else None
         if replay is not None and replay.status == "completed":
             log.info(f"tool {spec.name} ({invocation_id}) replayed from the journal")
@@ -277,7 +283,9 @@ class StepContext:
                 on_retry=self._on_retry("tool", spec.name, call),
             )
 
-    async def _run_tool_once(self, spec: ToolSpec[..., Any], call: int, invocation_id: str, kwargs: dict[str, Any]) -> Any:
+    async def _run_tool_once(
+        self, spec: ToolSpec[..., Any], call: int, invocation_id: str, kwargs: dict[str, Any]
+    ) -> Any:
         runtime, journal = self._env.runtime, self._env.journal
         fields = {
             "step": self.step,
@@ -315,7 +323,9 @@ class StepContext:
             raise
         runtime.stats.tool_calls += 1
         runtime.telemetry.tool_call(spec.name, "ok", time.monotonic() - started)
-        await self._journal_tool_completed(spec, call, invocation_id, result, duration=time.monotonic() - started)
+        await self._journal_tool_completed(
+            spec, call, invocation_id, result, duration=time.monotonic() - started
+        )
         return result
 
     async def _journal_tool_completed(
@@ -364,9 +374,13 @@ class StepContext:
                     error=f"policy check {reason}",
                 )
                 if anyio.current_time() + calls.policy_retry_seconds > self._retry_deadline():
-                    raise PolicyUnavailable(f"policy check for {spec.name} {reason}; refused (fail closed)") from exc
-                log.warning(f"policy check for {spec.name} {reason}; call refused, retrying in "
-                            f"{calls.policy_retry_seconds:g}s")
+                    raise PolicyUnavailable(
+                        f"policy check for {spec.name} {reason}; refused (fail closed)"
+                    ) from exc
+                log.warning(
+                    f"policy check for {spec.name} {reason}; call refused, retrying in "
+                    f"{calls.policy_retry_seconds:g}s"
+                )
                 await anyio.sleep(calls.policy_retry_seconds)
                 continue
             if not allowed:
@@ -378,7 +392,7 @@ async def _call_with_timeout(spec: ToolSpec[..., Any], args: dict[str, Any], tim
     try:
         with anyio.fail_after(timeout):
             if spec.is_async:
-                return await spec.fn(**args)  # type: ignore[misc]
+                return await spec.fn(**args)
             # A sync tool that ignores cancellation is abandoned on its worker thread at the deadline;
             # the process-level hard deadline guarantees it cannot hold the exit.
             return await anyio.to_thread.run_sync(lambda: spec.fn(**args), abandon_on_cancel=True)
@@ -393,4 +407,3 @@ def _as_spec(fn: Callable[..., Any]) -> ToolSpec[..., Any]:
 
     spec: ToolSpec[..., Any] = tool(fn)
     return spec
-

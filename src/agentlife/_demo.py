@@ -50,10 +50,15 @@ def run_demo(data_dir: Path) -> int:
     for n in (1, 2):
         job_id = f"demo-{stamp}-{n}"
         logs = io.StringIO()
-        runtime = Runtime(agent_cls(), env={**env, "AGENTLIFE_JOB_ID": job_id}, options=RunOptions(
-            payload={"changes": str(examples / "changes.txt"), "outbox": str(data_dir / "outbox")},
-            log_stream=logs, hard_exit=False,
-        ))
+        runtime = Runtime(
+            agent_cls(),
+            env={**env, "AGENTLIFE_JOB_ID": job_id},
+            options=RunOptions(
+                payload={"changes": str(examples / "changes.txt"), "outbox": str(data_dir / "outbox")},
+                log_stream=logs,
+                hard_exit=False,
+            ),
+        )
         started = time.monotonic()
         code = anyio.run(runtime.run)
         elapsed = time.monotonic() - started

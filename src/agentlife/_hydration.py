@@ -66,8 +66,10 @@ class Hydrator:
                         f"job {s.job_id} does not exist in the store (the control plane creates job rows; "
                         "pass --create-job to create it)"
                     )
-                budget = {"max_input_tokens": s.constants.budget.max_input_tokens,
-                          "max_cost_usd": s.constants.budget.max_cost_usd}
+                budget = {
+                    "max_input_tokens": s.constants.budget.max_input_tokens,
+                    "max_cost_usd": s.constants.budget.max_cost_usd,
+                }
                 row = await self.store.create_job(s.job_id, s.agent_id, options.payload, budget)
                 log.info(f"created job row {s.job_id}")
             return await self.store.claim(s.job_id, s.attempt)
@@ -86,7 +88,9 @@ class Hydrator:
         s = self.settings
         started = time.monotonic()
         try:
-            loaded = await self._with_store_retries("checkpoint load", lambda: self.store.load_checkpoint(s.job_id))
+            loaded = await self._with_store_retries(
+                "checkpoint load", lambda: self.store.load_checkpoint(s.job_id)
+            )
             doc = CheckpointDoc() if loaded is None else CheckpointDoc.decode(loaded.data, s.job_id)
         except CheckpointCorrupt as exc:
             raise _Fatal(str(exc)) from None
@@ -96,8 +100,10 @@ class Hydrator:
             return doc, None
         if loaded.source == "history":
             log.warning(f"resuming from history checkpoint {loaded.checkpoint_id}")
-        log.info(f"checkpoint {loaded.checkpoint_id} loaded: resuming at step {doc.next_step} ({doc.phase})",
-                 extra=log_fields(checkpoint_id=loaded.checkpoint_id, next_step=doc.next_step))
+        log.info(
+            f"checkpoint {loaded.checkpoint_id} loaded: resuming at step {doc.next_step} ({doc.phase})",
+            extra=log_fields(checkpoint_id=loaded.checkpoint_id, next_step=doc.next_step),
+        )
         return doc, loaded.checkpoint_id
 
     async def scan_journal(self, checkpoint_id: str | None, doc: CheckpointDoc) -> ReplayMap | None:
@@ -115,8 +121,10 @@ class Hydrator:
                 )
             if result.found:
                 replay = build_replay(result.events, doc.next_step)
-                log.info(f"journal scan: {len(result.events)} events after checkpoint "
-                         f"{checkpoint_id}; {len(replay.llm)} LLM and {len(replay.tools)} tool calls to replay")
+                log.info(
+                    f"journal scan: {len(result.events)} events after checkpoint "
+                    f"{checkpoint_id}; {len(replay.llm)} LLM and {len(replay.tools)} tool calls to replay"
+                )
             else:
                 log.warning(f"journal scan: degrading to checkpoint-only resume: {result.reason}")
         except TimeoutError:
@@ -127,14 +135,17 @@ class Hydrator:
         self._write_resume_marker(checkpoint_id, doc, replay)
         return replay
 
-    def _write_resume_marker(self, checkpoint_id: str | None, doc: CheckpointDoc, replay: ReplayMap | None) -> None:
+    def _write_resume_marker(
+        self, checkpoint_id: str | None, doc: CheckpointDoc, replay: ReplayMap | None
+    ) -> None:
         """Start this session's file with the marker and the resumed step's completed calls.
 
         Each session file then holds everything the next attempt's scan needs, however many attempts die
         in the same step.
         """
-        self.journal.append("CHECKPOINT_WRITTEN", step=doc.next_step - 1, checkpoint_id=checkpoint_id,
-                            crc=None, resumed=True)
+        self.journal.append(
+            "CHECKPOINT_WRITTEN", step=doc.next_step - 1, checkpoint_id=checkpoint_id, crc=None, resumed=True
+        )
         if replay is not None:
             self.journal.carry_forward(replay.events_for_carry_forward())
 
@@ -144,7 +155,9 @@ class Hydrator:
         assert runtime.job is not None
         started = time.monotonic()
         try:
-            query = runtime.agent.memory_query(runtime.job, {"summary": doc.state.get("summary"), **doc.state})
+            query = runtime.agent.memory_query(
+                runtime.job, {"summary": doc.state.get("summary"), **doc.state}
+            )
         except Exception as exc:
             log.warning(f"memory_query() failed: {exc}; continuing without memories")
             return []

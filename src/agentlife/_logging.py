@@ -26,8 +26,13 @@ def get_logger(name: str = "agentlife") -> logging.Logger:
 class JsonLogHandler(logging.Handler):
     """Formats each record as one JSON object: ts, level, logger, msg, the context, extras, exception."""
 
-    def __init__(self, stream: IO[str] | None = None, *, context: ContextFn | None = None,
-                 redactor: Redactor | None = None) -> None:
+    def __init__(
+        self,
+        stream: IO[str] | None = None,
+        *,
+        context: ContextFn | None = None,
+        redactor: Redactor | None = None,
+    ) -> None:
         super().__init__()
         self._stream = stream
         self._context = context
@@ -72,7 +77,10 @@ class JsonLogHandler(logging.Handler):
 
 @contextmanager
 def installed_json_logging(
-    level: str, *, context: ContextFn | None = None, redactor: Redactor | None = None,
+    level: str,
+    *,
+    context: ContextFn | None = None,
+    redactor: Redactor | None = None,
     stream: IO[str] | None = None,
 ) -> Iterator[JsonLogHandler]:
     """Route the root logger through a `JsonLogHandler` for the duration of the block.
@@ -99,4 +107,3 @@ def installed_json_logging(
 def log_fields(**fields: Any) -> dict[str, Any]:
     """``extra=`` for a log call that adds structured fields to the JSON line."""
     return {"fields": fields}
-

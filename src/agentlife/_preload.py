@@ -19,7 +19,7 @@ log = logging.getLogger("agentlife.preload")
 
 
 class Preloader:
-    """Imports ``modules`` in order on one daemon thread; `wait` blocks (off the event loop) until one is in."""
+    """Imports ``modules`` in order on one daemon thread; `wait` blocks (off the loop) until one is in."""
 
     def __init__(self, modules: Sequence[str]) -> None:
         self.modules = tuple(dict.fromkeys(modules))

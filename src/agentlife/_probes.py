@@ -389,11 +389,15 @@ class ProbeServer:
     async def _bind(self) -> asyncio.Server | None:
         try:
             return await asyncio.start_server(
-                self._connection, self._host, self._requested_port, reuse_address=True, backlog=128,
+                self._connection,
+                self._host,
+                self._requested_port,
+                reuse_address=True,
+                backlog=128,
                 limit=_READ_LIMIT,
             )
         except OSError as exc:
-            self._logger.error(  # noqa: TRY400 - one clear line; a traceback adds nothing to "port in use"
+            self._logger.error(  # one clear line: a traceback adds nothing to "port in use"
                 "probe server cannot listen on %s:%s (%s); the agent goes on without probes",
                 self._host,
                 self._requested_port,
@@ -473,8 +477,14 @@ class ProbeServer:
         headers = dict(_COMMON_HEADERS)
         if answer.allow is not None:
             headers["Allow"] = answer.allow
-        return render_response(answer.status, answer.body, answer.content_type, headers,
-                               head=request.method == "HEAD", keep_alive=request.keep_alive)
+        return render_response(
+            answer.status,
+            answer.body,
+            answer.content_type,
+            headers,
+            head=request.method == "HEAD",
+            keep_alive=request.keep_alive,
+        )
 
     def _refusal(self, status: int, reason: str) -> bytes:
         now = time.monotonic()

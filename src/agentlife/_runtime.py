@@ -41,7 +41,6 @@ from agentlife._exceptions import (
     AttemptFenced,
     BudgetExhausted,
     ConfigError,
-    JobNotFound,
     StoreUnavailable,
 )
 from agentlife._logging import installed_json_logging, log_fields
@@ -59,7 +58,16 @@ if TYPE_CHECKING:
     from agentlife._memory import MemoryRecord, QdrantMemory
     from agentlife.stores import CheckpointStore
 
-__all__ = ["EXIT_CRASH", "EXIT_DONE", "EXIT_DRAINED", "EXIT_USAGE", "EarlySignal", "RunOptions", "Runtime", "RuntimeStats"]
+__all__ = [
+    "EXIT_CRASH",
+    "EXIT_DONE",
+    "EXIT_DRAINED",
+    "EXIT_USAGE",
+    "EarlySignal",
+    "RunOptions",
+    "Runtime",
+    "RuntimeStats",
+]
 
 EXIT_DONE = 0
 EXIT_CRASH = 1
@@ -157,7 +165,7 @@ class Runtime:
         self.approvals = Approvals(self)
         self.budget: Budget | None = None
         self.job: Job | None = None
-        self.draining = False
+        self._draining = False
         self.drain_event: anyio.Event | None = None
         self.drain_reason: str | None = None
         self.drain_deadline: float | None = None
@@ -186,6 +194,14 @@ class Runtime:
         """The current lifecycle state."""
         return self.machine.state
 
+    @property
+    def draining(self) -> bool:
+        """True once a drain was requested (by a signal or `request_drain`)."""
+        return self._draining
+
+    def _drain_pending(self) -> bool:
+        return self._draining
+
     def notify(self, event: str, **info: Any) -> None:
         """Tell observers (the test harness) that ``event`` happened; never lets one break the run."""
         if event == "tool_started" and not self._first_tool_seen:
@@ -205,14 +221,16 @@ class Runtime:
             return
         if self.state is State.TERMINATED:
             return
-        self.draining = True
+        self._draining = True
         self.drain_reason = reason
         if self.drain_event is not None:
             self.drain_event.set()
         self._drain_started = time.monotonic()
         self.drain_deadline = anyio.current_time() + self.constants.drain.step_deadline_seconds
         log.info(f"drain requested by {reason}", extra=log_fields(reason=reason))
-        self._arm_hard_exit(self.constants.drain.step_deadline_seconds + self.constants.drain.cleanup_budget_seconds)
+        self._arm_hard_exit(
+            self.constants.drain.step_deadline_seconds + self.constants.drain.cleanup_budget_seconds
+        )
         if self.journal is not None:
             self.journal.append("DRAIN_STARTED", reason=reason)
         state = self.state
@@ -257,7 +275,9 @@ class Runtime:
                 resume = await self._hydrate()
             self._phase_scope = None
             if resume is None or self.draining:
-                outcome = _Outcome(EXIT_DRAINED, f"drained during {'boot' if resume is None else 'hydration'}")
+                outcome = _Outcome(
+                    EXIT_DRAINED, f"drained during {'boot' if resume is None else 'hydration'}"
+                )
             elif isinstance(resume.doc.status, str) and resume.doc.phase == "done":
                 outcome = _Outcome(EXIT_DONE, f"job already {resume.doc.status}")
             else:
@@ -289,9 +309,13 @@ class Runtime:
         self.settings, self.constants = settings, settings.constants
         self.telemetry.start_building(settings, self.board, dict(self.env))
         logging.getLogger().setLevel(settings.log_level)
-        self.board.update(job_id=settings.job_id, agent_id=settings.agent_id, attempt=settings.attempt,
-                          pod_name=settings.pod_name,
-                          blocked_threshold_seconds=settings.constants.probe.blocked_threshold_seconds)
+        self.board.update(
+            job_id=settings.job_id,
+            agent_id=settings.agent_id,
+            attempt=settings.attempt,
+            pod_name=settings.pod_name,
+            blocked_threshold_seconds=settings.constants.probe.blocked_threshold_seconds,
+        )
         self._preloader = Preloader(self._modules_to_preload(settings)).start()
         self._open_journal(settings)
         self._start_services(settings)
@@ -357,8 +381,15 @@ class Runtime:
 
         assert self._services is not None and self.store is not None and self.settings is not None
         s = self.settings
-        beat = JobHeartbeat(self.store, s.job_id, s.attempt, s.constants.heartbeat.job_interval_seconds, self.board,
-                            on_fenced=self._fenced_out, redactor=self.redactor)
+        beat = JobHeartbeat(
+            self.store,
+            s.job_id,
+            s.attempt,
+            s.constants.heartbeat.job_interval_seconds,
+            self.board,
+            on_fenced=self._fenced_out,
+            redactor=self.redactor,
+        )
         self._services.start_soon(beat.run)
 
     def _fenced_out(self, exc: AttemptFenced) -> None:
@@ -371,7 +402,7 @@ class Runtime:
     def _start_probe_server(self) -> None:
         if not self.options.probes:
             return
-        host = self.env.get("AGENTLIFE_HEALTH_HOST") or "0.0.0.0"  # noqa: S104 - the kubelet must reach it
+        host = self.env.get("AGENTLIFE_HEALTH_HOST") or "0.0.0.0"
         raw_port = (self.env.get("AGENTLIFE_HEALTH_PORT") or "8086").strip()
         if raw_port.lower() == "off":
             return
@@ -382,7 +413,9 @@ class Runtime:
         from agentlife._probes import ProbeServer
 
         threshold = self.constants.probe.blocked_threshold_seconds
-        self._probe_server = ProbeServer(self.board, host, port, blocked_threshold=threshold, redactor=self.redactor)
+        self._probe_server = ProbeServer(
+            self.board, host, port, blocked_threshold=threshold, redactor=self.redactor
+        )
         self._probe_server.start()
 
     # -- HYDRATING --------------------------------------------------------------------------------------
@@ -399,7 +432,7 @@ class Runtime:
         self.budget = Budget.build(self.constants.budget, job_row.token_budget, job_row.tokens_consumed)
         if job_row.status in _TERMINAL_STATUSES:
             log.info(f"job {job_row.id} is already {job_row.status}: nothing to do")
-            return _Resume(CheckpointDoc(status=job_row.status, phase="done"), job_row.checkpoint_id)  # type: ignore[arg-type]
+            return _Resume(CheckpointDoc(status=job_row.status, phase="done"), job_row.checkpoint_id)
         doc, checkpoint_id = await hydrator.load_checkpoint()
         self.checkpoint_id = checkpoint_id
         replay = await hydrator.scan_journal(checkpoint_id, doc)
@@ -419,7 +452,7 @@ class Runtime:
         self._llm_client = self.agent.make_llm()
         doc, replay = resume.doc, resume.replay
         while doc.phase != "delivering":
-            if self.draining:
+            if self._drain_pending():  # a call, not the property: a signal may have come during the step
                 return _Outcome(EXIT_DRAINED, f"drained by {self.drain_reason} between steps")
             try:
                 result, doc = await self._run_step(doc, replay, resume.memories)
@@ -443,12 +476,24 @@ class Runtime:
         assert self._llm_client is not None and self.settings is not None
         step = doc.next_step
         self.budget.check_run_time()
-        # A private copy: a crashed or cancelled step must not leak half-made changes into the next checkpoint.
+        # A private copy: a crashed or cancelled step must not leak half-made changes into a checkpoint.
         state = orjson.loads(orjson.dumps(doc.state, option=orjson.OPT_NON_STR_KEYS))
-        env = CallEnv(self, self.journal, replay if replay and replay.step == step else None, self.budget,
-                      self._llm_client, self._rng)
-        ctx = StepContext(step=step, state=state, job=self.job, memories=memories,
-                          footprint=Footprint.after_exit(self.settings.previous_exit_code), env=env)
+        env = CallEnv(
+            self,
+            self.journal,
+            replay if replay and replay.step == step else None,
+            self.budget,
+            self._llm_client,
+            self._rng,
+        )
+        ctx = StepContext(
+            step=step,
+            state=state,
+            job=self.job,
+            memories=memories,
+            footprint=Footprint.after_exit(self.settings.previous_exit_code),
+            env=env,
+        )
         self._current_step = step
         self.board.update(step=step)
         self.journal.append("STEP_STARTED", step=step)
@@ -465,14 +510,25 @@ class Runtime:
             log.warning(f"step {step} cancelled at the drain deadline; nothing checkpointed for it")
             return None, doc
         if outcome is not None and not isinstance(outcome, Done):
-            raise TypeError(f"{type(self.agent).__name__}.step() must return Done or None, got {type(outcome).__name__}")
+            raise TypeError(
+                f"{type(self.agent).__name__}.step() must return Done or None, got {type(outcome).__name__}"
+            )
         self.telemetry.step_completed(time.monotonic() - started)
         self.stats.steps_completed += 1
         if isinstance(outcome, Done):
-            new = doc.evolve(next_step=step + 1, state=ctx.state, phase="delivering", result=outcome.result,
-                             status=outcome.status, reason=outcome.reason, approved=self.approvals.approved)
+            new = doc.evolve(
+                next_step=step + 1,
+                state=ctx.state,
+                phase="delivering",
+                result=outcome.result,
+                status=outcome.status,
+                reason=outcome.reason,
+                approved=self.approvals.approved,
+            )
         else:
-            new = doc.evolve(next_step=step + 1, state=ctx.state, phase="running", approved=self.approvals.approved)
+            new = doc.evolve(
+                next_step=step + 1, state=ctx.state, phase="running", approved=self.approvals.approved
+            )
         await self.write_checkpoint(new, step)
         self.notify("step_completed", step=step)
         return outcome or True, new
@@ -492,7 +548,9 @@ class Runtime:
             except StoreUnavailable as exc:
                 if anyio.current_time() + delay > deadline:
                     raise
-                log.warning(f"checkpoint write failed ({self.redactor.redact(str(exc))}); retrying in {delay:.1f}s")
+                log.warning(
+                    f"checkpoint write failed ({self.redactor.redact(str(exc))}); retrying in {delay:.1f}s"
+                )
                 await anyio.sleep(delay)
                 delay = min(delay * 2, self.constants.retry.transient_max_seconds)
         self.checkpoint_id = checkpoint_id
@@ -507,8 +565,14 @@ class Runtime:
         assert self.store is not None and self.settings is not None
         s, status = self.settings, doc.status or JobStatus.COMPLETED
         retry = self.constants.retry
-        guard = DeliveryGuard(self.store, s.job_id, self.agent.delivery_channel, attempts=retry.delivery_attempts,
-                              initial=retry.delivery_initial_seconds, multiplier=retry.delivery_multiplier)
+        guard = DeliveryGuard(
+            self.store,
+            s.job_id,
+            self.agent.delivery_channel,
+            attempts=retry.delivery_attempts,
+            initial=retry.delivery_initial_seconds,
+            multiplier=retry.delivery_multiplier,
+        )
         with anyio.CancelScope() as scope:
             self._step_scope = scope
             if self.drain_deadline is not None:
@@ -518,8 +582,13 @@ class Runtime:
         self._step_scope = None
         if scope.cancelled_caught:
             return _Outcome(EXIT_DRAINED, "drain deadline reached during delivery; the next attempt delivers")
-        await self.store.set_status(s.job_id, s.attempt, status, result=_row_result(doc.result, doc.reason),
-                                    error=_failure_record(doc.reason, s.attempt) if status == "FAILED" else None)
+        await self.store.set_status(
+            s.job_id,
+            s.attempt,
+            status,
+            result=_row_result(doc.result, doc.reason),
+            error=_failure_record(doc.reason, s.attempt) if status == "FAILED" else None,
+        )
         if not self.draining:
             await run_housekeeping([lambda: self.agent.housekeeping(doc.result)])  # logs its own errors
             await self._store_memories(doc)
@@ -529,8 +598,13 @@ class Runtime:
     async def _finish_failed_by_runtime(self, doc: CheckpointDoc, reason: str) -> _Outcome:
         assert self.store is not None and self.settings is not None
         s = self.settings
-        await self.store.set_status(s.job_id, s.attempt, JobStatus.FAILED, result={"reason": reason},
-                                    error=_failure_record(reason, s.attempt, "BudgetExhausted"))
+        await self.store.set_status(
+            s.job_id,
+            s.attempt,
+            JobStatus.FAILED,
+            result={"reason": reason},
+            error=_failure_record(reason, s.attempt, "BudgetExhausted"),
+        )
         self.machine.move(State.DRAINING, "job failed")
         return _Outcome(EXIT_DONE, reason, JobStatus.FAILED)
 
@@ -540,7 +614,9 @@ class Runtime:
         if self.draining:
             return _Outcome(EXIT_DRAINED, "drained while waiting for approval")
         self.machine.move(State.DRAINING, "parked: approval idle timeout")
-        return _Outcome(EXIT_DONE, "parked: WAITING_FOR_APPROVAL after the idle timeout", JobStatus.WAITING_FOR_APPROVAL)
+        return _Outcome(
+            EXIT_DONE, "parked: WAITING_FOR_APPROVAL after the idle timeout", JobStatus.WAITING_FOR_APPROVAL
+        )
 
     async def open_memory(self) -> QdrantMemory:
         """The memory client, opened on first use (its import overlapped boot on the preload thread)."""
@@ -549,7 +625,9 @@ class Runtime:
         assert self.settings is not None
         if self.memory is None:
             if self._preloader is not None:
-                await anyio.to_thread.run_sync(self._preloader.wait, "qdrant_client", 10.0, abandon_on_cancel=True)
+                await anyio.to_thread.run_sync(
+                    self._preloader.wait, "qdrant_client", 10.0, abandon_on_cancel=True
+                )
             self.memory = QdrantMemory(
                 url=self.settings.qdrant_url,
                 path=self.settings.data_dir / "qdrant",
@@ -587,11 +665,16 @@ class Runtime:
         if self.store is not None and self.settings is not None and self.job is not None:
             with anyio.move_on_after(self.constants.drain.cleanup_budget_seconds / 2, shield=True):
                 try:
-                    await self.store.set_status(self.settings.job_id, self.settings.attempt,
-                                                self.job.status if self.job.status != "PENDING" else "RUNNING",
-                                                error=record)
+                    await self.store.set_status(
+                        self.settings.job_id,
+                        self.settings.attempt,
+                        self.job.status if self.job.status != "PENDING" else "RUNNING",
+                        error=record,
+                    )
                 except AgentlifeError as store_exc:
-                    log.error(f"could not record the crash on the job row: {self.redactor.redact(str(store_exc))}")
+                    log.error(
+                        f"could not record the crash on the job row: {self.redactor.redact(str(store_exc))}"
+                    )
         return _Outcome(EXIT_CRASH, f"crash: {message.splitlines()[0][:300]}")
 
     # -- DRAINING / cleanup -----------------------------------------------------------------------------
@@ -610,7 +693,9 @@ class Runtime:
         if self.state is not State.TERMINATED:
             self.machine.move(State.TERMINATED, outcome.reason)
         if self.journal is not None:
-            self.journal.append("SESSION_ENDED", exit_code=outcome.exit_code, reason=self.redactor.redact(outcome.reason))
+            self.journal.append(
+                "SESSION_ENDED", exit_code=outcome.exit_code, reason=self.redactor.redact(outcome.reason)
+            )
             with anyio.move_on_after(budget, shield=True):
                 await self.journal.aclose()
         await self._close_heartbeat()
@@ -640,7 +725,9 @@ class Runtime:
 
     # -- signals, hard deadline -------------------------------------------------------------------------
 
-    async def _watch_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def _watch_signals(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             task_status.started()
             early = self.options.early_signal
@@ -670,10 +757,16 @@ class Runtime:
     def _on_transition(self, transition: Transition) -> None:
         self.board.update(state=transition.target)
         if self.journal is not None:
-            self.journal.append("LIFECYCLE", **{"from": transition.source.value, "to": transition.target.value},
-                                reason=self.redactor.redact(transition.reason))
-        log.info(f"{transition.source} -> {transition.target}" + (f" ({transition.reason})" if transition.reason else ""),
-                 extra=log_fields(transition_from=transition.source.value, transition_to=transition.target.value))
+            self.journal.append(
+                "LIFECYCLE",
+                **{"from": transition.source.value, "to": transition.target.value},
+                reason=self.redactor.redact(transition.reason),
+            )
+        log.info(
+            f"{transition.source} -> {transition.target}"
+            + (f" ({transition.reason})" if transition.reason else ""),
+            extra=log_fields(transition_from=transition.source.value, transition_to=transition.target.value),
+        )
         self.telemetry.record_transition(transition)
         if self._heartbeat is not None:
             self._heartbeat.push_lifecycle(transition)
@@ -685,8 +778,13 @@ class Runtime:
     async def add_usage(self, reply: LLMReply) -> None:
         """Add a call's usage to the job row and the in-memory budget."""
         assert self.store is not None and self.settings is not None and self.budget is not None
-        totals = await self.store.add_usage(self.settings.job_id, self.settings.attempt, reply.usage.input_tokens,
-                                            reply.usage.output_tokens, reply.cost_usd)
+        totals = await self.store.add_usage(
+            self.settings.job_id,
+            self.settings.attempt,
+            reply.usage.input_tokens,
+            reply.usage.output_tokens,
+            reply.cost_usd,
+        )
         self.budget.add(totals)
 
     def _heartbeat_metrics(self) -> dict[str, Any]:
@@ -700,8 +798,13 @@ class Runtime:
 
     def _log_context(self) -> dict[str, Any]:
         snap = self.board.snapshot()
-        return {"job_id": snap.job_id or None, "agent_id": snap.agent_id or None, "attempt": snap.attempt or None,
-                "state": snap.state.value, "step": snap.step}
+        return {
+            "job_id": snap.job_id or None,
+            "agent_id": snap.agent_id or None,
+            "attempt": snap.attempt or None,
+            "state": snap.state.value,
+            "step": snap.step,
+        }
 
     def _logging(self) -> Any:
         from contextlib import nullcontext
@@ -711,8 +814,9 @@ class Runtime:
         level = (self.env.get("AGENTLIFE_LOG_LEVEL") or "INFO").upper()
         if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
             level = "INFO"
-        return installed_json_logging(level, context=self._log_context, redactor=self.redactor,
-                                      stream=self.options.log_stream)
+        return installed_json_logging(
+            level, context=self._log_context, redactor=self.redactor, stream=self.options.log_stream
+        )
 
 
 async def _quietly(what: str, awaitable: Any) -> None:
@@ -729,8 +833,13 @@ def _row_result(result: Any, reason: str | None) -> Any:
 
 
 def _failure_record(reason: str | None, attempt: int, error_class: str = "JobFailed") -> dict[str, Any]:
-    return {"at": time.time(), "attempt": attempt, "exit_code": 0, "error_class": error_class,
-            "message": reason or "job failed"}
+    return {
+        "at": time.time(),
+        "attempt": attempt,
+        "exit_code": 0,
+        "error_class": error_class,
+        "message": reason or "job failed",
+    }
 
 
 def _rss_mb() -> float:
@@ -746,9 +855,16 @@ def _rss_mb() -> float:
 
 def _hard_exit(code: int, seconds: float) -> None:
     sys.stderr.write(
-        orjson.dumps({"ts": time.time(), "level": "CRITICAL", "logger": "agentlife.runtime",
-                      "msg": f"drain budget of {seconds:.1f}s exceeded by code that ignores cancellation: "
-                             f"exiting {code} now"}).decode() + "\n"
+        orjson.dumps(
+            {
+                "ts": time.time(),
+                "level": "CRITICAL",
+                "logger": "agentlife.runtime",
+                "msg": f"drain budget of {seconds:.1f}s exceeded by code that ignores cancellation: "
+                f"exiting {code} now",
+            }
+        ).decode()
+        + "\n"
     )
     sys.stderr.flush()
     os._exit(code)

@@ -118,11 +118,13 @@ class StatusBoard:
     def tick(self, lag_seconds: float) -> None:
         """Called by the lag sampler on the agent's loop: the loop is alive, with this much drift."""
         with self._lock:
-            self._snap = replace(self._snap, loop_tick_monotonic=time.monotonic(), loop_lag_seconds=lag_seconds)
+            self._snap = replace(
+                self._snap, loop_tick_monotonic=time.monotonic(), loop_lag_seconds=lag_seconds
+            )
 
     def record_heartbeat(self, kind: str, *, ok: bool, error: str | None = None, failures: int = 0) -> None:
         """Remember the last result of the ``sse`` or ``job`` heartbeat for ``/status``."""
-        entry = {"ok": ok, "at": time.time(), "failures": failures}
+        entry: dict[str, Any] = {"ok": ok, "at": time.time(), "failures": failures}
         if error is not None:
             entry["error"] = error
         with self._lock:

@@ -39,7 +39,7 @@ class TelemetryFacade:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._telemetry: Telemetry | None = None
-        self._pending: list[Callable[[Telemetry], None]] = []
+        self._pending: list[Callable[[Telemetry], object]] = []
         self._thread: threading.Thread | None = None
 
     @property
@@ -54,10 +54,15 @@ class TelemetryFacade:
             try:
                 from agentlife._telemetry import Telemetry
 
-                attributes = {"agent.id": settings.agent_id, "job.id": settings.job_id,
-                              "job.attempt": settings.attempt, "k8s.pod.name": settings.pod_name}
-                telemetry = Telemetry(env.get("OTEL_SERVICE_NAME") or f"agentlife-{settings.agent_id}",
-                                      attributes, env=env)
+                attributes = {
+                    "agent.id": settings.agent_id,
+                    "job.id": settings.job_id,
+                    "job.attempt": settings.attempt,
+                    "k8s.pod.name": settings.pod_name,
+                }
+                telemetry = Telemetry(
+                    env.get("OTEL_SERVICE_NAME") or f"agentlife-{settings.agent_id}", attributes, env=env
+                )
             except Exception as exc:
                 log.warning(f"telemetry disabled: {type(exc).__name__}: {exc}")
                 return
@@ -75,7 +80,7 @@ class TelemetryFacade:
         for record in pending:
             self._safely(record, telemetry)
 
-    def _record(self, fn: Callable[[Telemetry], None]) -> None:
+    def _record(self, fn: Callable[[Telemetry], object]) -> None:
         with self._lock:
             telemetry = self._telemetry
             if telemetry is None:
@@ -84,7 +89,7 @@ class TelemetryFacade:
         self._safely(fn, telemetry)
 
     @staticmethod
-    def _safely(fn: Callable[[Telemetry], None], telemetry: Telemetry) -> None:
+    def _safely(fn: Callable[[Telemetry], object], telemetry: Telemetry) -> None:
         try:
             fn(telemetry)
         except Exception as exc:  # telemetry must never break the agent

@@ -108,7 +108,7 @@ def tool(
         if timeout is not None and not timeout > 0:
             raise ValueError(f"tool timeout must be > 0, got {timeout}")
         params = inspect.signature(f).parameters
-        spec = ToolSpec(
+        return ToolSpec(
             fn=f,
             name=name or f.__name__,
             timeout=timeout,
@@ -118,6 +118,5 @@ def tool(
             is_async=inspect.iscoroutinefunction(f),
             wants_invocation_id="invocation_id" in params,
         )
-        return spec
 
     return wrap(fn) if fn is not None else wrap

@@ -35,7 +35,7 @@ __all__ = [
     "RetryConstants",
 ]
 
-#: Per-tool default timeouts in seconds (DESIGN §2); any other tool gets ``CallConstants.tool_default_seconds``.
+#: Per-tool default timeouts in seconds (DESIGN §2); other tools get ``tool_default_timeout_seconds``.
 DEFAULT_TOOL_TIMEOUTS: Mapping[str, float] = MappingProxyType(
     {
         "kubectl_apply": 30.0,
@@ -202,7 +202,7 @@ class Constants:
             ConfigError: a value does not parse as a number.
             InvariantViolation: the result breaks an invariant of DESIGN §2.
         """
-        groups = {f.name: _group_from_env(f.default_factory(), env) for f in _group_fields()}  # type: ignore[misc]
+        groups = {f.name: _group_from_env(_default_group(f), env) for f in _group_fields()}
         return cls(**groups)
 
     def scaled(self, factor: float) -> Constants:
@@ -276,6 +276,11 @@ class Constants:
 
 def _group_fields() -> list[dataclasses.Field[Any]]:
     return [f for f in dataclasses.fields(Constants) if f.name != "time_scale"]
+
+
+def _default_group(f: dataclasses.Field[Any]) -> Any:
+    factory: Any = f.default_factory
+    return factory()
 
 
 def _group_from_env(group: _Group, env: Mapping[str, str]) -> _Group:

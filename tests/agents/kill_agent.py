@@ -26,7 +26,6 @@ from agentlife import (
 )
 
 
-
 def _append(name: str, line: str) -> None:
     path = Path(os.environ["KILL_LOG_DIR"]) / name
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -30,7 +30,9 @@ class Reviewer(AgentProcess):
 
     async def step(self, ctx: StepContext) -> Done | None:
         text: str = await ctx.call_tool(read_file, path="README.md")
-        reply: LLMReply = await ctx.llm.complete(model="m", max_tokens=10, messages=[{"role": "user", "content": text}])
+        reply: LLMReply = await ctx.llm.complete(
+            model="m", max_tokens=10, messages=[{"role": "user", "content": text}]
+        )
         ctx.state["summary"] = reply.text
         sent: str = await ctx.call_tool(send, text=reply.text)
         budget_left: float = ctx.budget.cost_usd_remaining

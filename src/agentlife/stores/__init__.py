@@ -50,7 +50,9 @@ def store_from_url(url: str, *, tables: TableNames | None = None) -> CheckpointS
 
         return PostgresStore(url, tables=tables)
     scheme = url.split(":", 1)[0] if ":" in url else url[:20]
-    raise ConfigError(f"AGENTLIFE_DATABASE_URL scheme {scheme!r} is not supported (use sqlite:/// or postgresql://)")
+    raise ConfigError(
+        f"AGENTLIFE_DATABASE_URL scheme {scheme!r} is not supported (use sqlite:/// or postgresql://)"
+    )
 
 
 def __getattr__(name: str) -> object:

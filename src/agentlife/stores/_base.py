@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 import logging
 import zlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -175,7 +174,9 @@ def first_valid_checkpoint(job_id: str, history: list[tuple[Any, ...]]) -> Loade
     raise CheckpointCorrupt(f"Checkpoint CRC mismatch for job {job_id}: no valid checkpoint in history")
 
 
-def add_usage_totals(totals: dict[str, Any], input_tokens: int, output_tokens: int, cost_usd: float) -> dict[str, Any]:
+def add_usage_totals(
+    totals: dict[str, Any], input_tokens: int, output_tokens: int, cost_usd: float
+) -> dict[str, Any]:
     """``tokens_consumed`` after adding one call's usage."""
     return {
         "input": int(totals.get("input", 0)) + input_tokens,

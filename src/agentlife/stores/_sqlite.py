@@ -78,12 +78,14 @@ class SQLiteStore:
     """`CheckpointStore` over one SQLite file (``sqlite:///path``), the embedded default.
 
     sqlite3 blocks, so every statement runs on a worker thread; a lock serialises them on the single
-    connection. The file is opened in WAL mode with ``synchronous=FULL``: a checkpoint that returned is on disk.
+    connection. The file is opened in WAL mode with ``synchronous=FULL``: a returned checkpoint is on disk.
     """
 
     url_scheme = "sqlite"
 
-    def __init__(self, path: str | Path, *, tables: TableNames | None = None, create_schema: bool = True) -> None:
+    def __init__(
+        self, path: str | Path, *, tables: TableNames | None = None, create_schema: bool = True
+    ) -> None:
         self.path = Path(path)
         self.tables = tables or TableNames()
         self._create_schema = create_schema
@@ -182,8 +184,9 @@ class SQLiteStore:
     ) -> JobRecord:
         def create(conn: sqlite3.Connection) -> JobRecord:
             conn.execute(
-                f"INSERT OR IGNORE INTO {self.tables.job} (id, agent_id, status, payload, attempt, token_budget,"
-                " updated_at) VALUES (?, ?, ?, ?, 0, ?, ?)",
+                f"INSERT OR IGNORE INTO {self.tables.job}"
+                " (id, agent_id, status, payload, attempt, token_budget, updated_at)"
+                " VALUES (?, ?, ?, ?, 0, ?, ?)",
                 (job_id, agent_id, JobStatus.PENDING, _dumps(payload), _dumps(token_budget), time.time()),
             )
             record = self._row(conn, job_id)
@@ -200,7 +203,9 @@ class SQLiteStore:
                 if record is None:
                     raise JobNotFound(f"job {job_id} does not exist")
                 if attempt < record.attempt:
-                    raise AttemptFenced(f"job {job_id} is owned by attempt {record.attempt}, this is {attempt}")
+                    raise AttemptFenced(
+                        f"job {job_id} is owned by attempt {record.attempt}, this is {attempt}"
+                    )
                 status = record.status
                 if status in (JobStatus.PENDING, JobStatus.RETRYING):
                     status = JobStatus.RUNNING
@@ -220,14 +225,17 @@ class SQLiteStore:
 
     def _fenced(self, conn: sqlite3.Connection, cursor: sqlite3.Cursor, job_id: str, attempt: int) -> None:
         if cursor.rowcount == 0:
-            raise AttemptFenced(f"job {job_id}: write by attempt {attempt} refused, a later attempt owns the row")
+            raise AttemptFenced(
+                f"job {job_id}: write by attempt {attempt} refused, a later attempt owns the row"
+            )
 
     # -- checkpoints ----------------------------------------------------------------------------------
 
     async def load_checkpoint(self, job_id: str) -> LoadedCheckpoint | None:
         def load(conn: sqlite3.Connection) -> LoadedCheckpoint | None:
             row = conn.execute(
-                f"SELECT checkpoint, checkpoint_crc, checkpoint_id FROM {self.tables.job} WHERE id = ?", (job_id,)
+                f"SELECT checkpoint, checkpoint_crc, checkpoint_id FROM {self.tables.job} WHERE id = ?",
+                (job_id,),
             ).fetchone()
             if row is None:
                 raise JobNotFound(f"job {job_id} does not exist")
@@ -245,7 +253,9 @@ class SQLiteStore:
 
         return await self._run(load)
 
-    async def write_checkpoint(self, job_id: str, attempt: int, checkpoint_id: str, step: int, data: bytes) -> int:
+    async def write_checkpoint(
+        self, job_id: str, attempt: int, checkpoint_id: str, step: int, data: bytes
+    ) -> int:
         crc = crc32(data)
 
         def write(conn: sqlite3.Connection) -> int:
@@ -265,7 +275,8 @@ class SQLiteStore:
                     (job_id, checkpoint_id, step, data, crc, now),
                 )
                 conn.execute(
-                    f"DELETE FROM {h} WHERE job_id = ? AND checkpoint_id NOT IN (SELECT checkpoint_id FROM {h}"
+                    f"DELETE FROM {h} WHERE job_id = ? AND checkpoint_id NOT IN"
+                    f" (SELECT checkpoint_id FROM {h}"
                     " WHERE job_id = ? ORDER BY created_at DESC, step DESC LIMIT ?)",
                     (job_id, job_id, HISTORY_KEEP),
                 )
@@ -318,7 +329,8 @@ class SQLiteStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 row = conn.execute(
-                    f"SELECT tokens_consumed FROM {self.tables.job} WHERE id = ? AND attempt = ?", (job_id, attempt)
+                    f"SELECT tokens_consumed FROM {self.tables.job} WHERE id = ? AND attempt = ?",
+                    (job_id, attempt),
                 ).fetchone()
                 if row is None:
                     raise AttemptFenced(f"job {job_id}: usage write by attempt {attempt} refused")
@@ -349,7 +361,10 @@ class SQLiteStore:
 
     async def is_delivered(self, key: str) -> bool:
         def check(conn: sqlite3.Connection) -> bool:
-            return conn.execute(f"SELECT 1 FROM {self.tables.delivery} WHERE key = ?", (key,)).fetchone() is not None
+            return (
+                conn.execute(f"SELECT 1 FROM {self.tables.delivery} WHERE key = ?", (key,)).fetchone()
+                is not None
+            )
 
         return await self._run(check)
 

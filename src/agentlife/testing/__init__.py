@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentlife._scripted import ScriptedLLM, ScriptedTurn
     from agentlife.testing._anthropic_server import FakeAnthropicServer
-    from agentlife.testing._control_plane import ControlPlaneStub, HeartbeatMonitor, HeartbeatStatus, ReceivedEvent
+    from agentlife.testing._control_plane import (
+        ControlPlaneStub,
+        HeartbeatMonitor,
+        HeartbeatStatus,
+        ReceivedEvent,
+    )
     from agentlife.testing._harness import AgentHarness, AgentRun, DrainAt
 
 __all__ = [

@@ -111,7 +111,9 @@ class AgentHarness:
         >>> assert result.exit_code == 143
     """
 
-    def __init__(self, data_dir: Path, *, time_scale: float = 0.01, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *, time_scale: float = 0.01, env: Mapping[str, str] | None = None
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.time_scale = time_scale
         self.base_env = dict(env or {})
@@ -152,10 +154,18 @@ class AgentHarness:
             "AGENTLIFE_ATTEMPT": str(attempt),
         }
         logs = io.StringIO()
-        runtime = Runtime(agent, env=run_env, options=RunOptions(
-            payload=payload, handle_signals=False, hard_exit=False, probes=probes,
-            constants=self.constants(run_env), log_stream=logs,
-        ))
+        runtime = Runtime(
+            agent,
+            env=run_env,
+            options=RunOptions(
+                payload=payload,
+                handle_signals=False,
+                hard_exit=False,
+                probes=probes,
+                constants=self.constants(run_env),
+                log_stream=logs,
+            ),
+        )
         transitions: list[tuple[State, State]] = []
         events: list[tuple[str, dict[str, Any]]] = []
         drained_at: list[float] = []
