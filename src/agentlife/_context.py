@@ -15,8 +15,9 @@ import anyio.to_thread
 from agentlife._agent import BudgetView, Footprint, Job
 from agentlife._budget import Budget, estimate_input_tokens
 from agentlife._exceptions import BackgroundOperationRestricted, PolicyUnavailable, ToolTimeout
+from agentlife._guard import stream_timeouts_from_constants
 from agentlife._journal import ReplayMap, args_digest
-from agentlife._llm import LLMClient, LLMReply, StreamTimeouts
+from agentlife._llm import LLMClient, LLMReply
 from agentlife._logging import log_fields
 from agentlife._retry import RetryEvent, retry_call
 from agentlife._tools import NOT_DONE, ToolSpec
@@ -215,10 +216,7 @@ class StepContext:
     ) -> LLMReply:
         runtime, env = self._env.runtime, self._env
         env.budget.check_before_call(estimate_input_tokens(messages, params))
-        c = runtime.constants.calls
-        timeouts = StreamTimeouts(
-            c.llm_connect_timeout_seconds, c.llm_inter_chunk_timeout_seconds, c.llm_total_timeout_seconds
-        )
+        timeouts = stream_timeouts_from_constants(runtime.constants.calls)
 
         async def attempt() -> LLMReply:
             return await env.llm_client.complete(

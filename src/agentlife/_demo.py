@@ -46,6 +46,8 @@ def run_demo(data_dir: Path) -> int:
         "RELEASE_NOTES_OUTBOX": str(data_dir / "outbox"),
     }
     env.pop("AGENTLIFE_DATABASE_URL", None)
+    # The example's tools read their outbox from the process environment (verify sees only an invocation id).
+    os.environ["RELEASE_NOTES_OUTBOX"] = env["RELEASE_NOTES_OUTBOX"]
     sys.stdout.write(f"agentlife demo: data dir {data_dir} (SQLite, local Qdrant, scripted LLM)\n")
     for n in (1, 2):
         job_id = f"demo-{stamp}-{n}"

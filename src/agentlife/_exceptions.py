@@ -19,6 +19,7 @@
     │   │   └── PolicyUnavailable        the policy check timed out or failed: fail closed
     │   ├── PermanentError               retrying cannot help (HTTP 400, a tool's own refusal)
     │   └── LLMConfigurationError        no API key, 401/403
+    ├── MemoryUnavailable                the memory store is unreachable, slow or locked (never fatal)
     ├── BudgetExhausted                  token, cost or run-time budget spent
     └── BackgroundOperationRestricted    a restricted tool without approval
 """
@@ -40,6 +41,7 @@ __all__ = [
     "JobNotFound",
     "LLMConfigurationError",
     "LLMTimeout",
+    "MemoryUnavailable",
     "PermanentError",
     "PolicyUnavailable",
     "ScheduleError",
@@ -142,6 +144,13 @@ class PermanentError(CallError):
 
 class LLMConfigurationError(CallError):
     """The LLM client is not configured (no API key) or was refused (401/403)."""
+
+
+class MemoryUnavailable(AgentlifeError):
+    """The memory store could not be used: unreachable, too slow, locked by another process, misconfigured.
+
+    The runtime logs it as a warning and goes on without memories (hydration) or without writing them back.
+    """
 
 
 class BudgetExhausted(AgentlifeError):

@@ -116,7 +116,13 @@ class Hydrator:
         try:
             with anyio.fail_after(budget + 0.5):
                 result = await anyio.to_thread.run_sync(
-                    lambda: scan_for_resume(self.settings.session_dir, checkpoint_id, budget_seconds=budget),
+                    lambda: scan_for_resume(
+                        self.settings.session_dir,
+                        checkpoint_id,
+                        budget_seconds=budget,
+                        exclude=[self.journal.path],
+                        checkpoint_step=doc.next_step - 1,
+                    ),
                     abandon_on_cancel=True,
                 )
             if result.found:

@@ -24,12 +24,12 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
 
-from agentlife._exceptions import AgentlifeError
+from agentlife._exceptions import MemoryUnavailable
 
 __all__ = [
     "DEFAULT_HALF_LIFE_DAYS",
@@ -53,14 +53,6 @@ _ID_NAMESPACE = uuid.UUID("6f1c2b7e-2d4a-4f0e-9c1b-a9e5d1f0c3b7")
 _T = TypeVar("_T")
 
 
-class MemoryUnavailable(AgentlifeError):
-    """The memory store could not be used: unreachable, too slow, locked by another process, misconfigured.
-
-    The runtime logs it as a warning and goes on without memories (hydration) or without writing them back.
-    """
-
-
-@runtime_checkable
 class Embedder(Protocol):
     """Turns texts into vectors of a fixed ``dimension``; called on a worker thread, so it may block."""
 

@@ -620,7 +620,7 @@ class Runtime:
 
     async def open_memory(self) -> QdrantMemory:
         """The memory client, opened on first use (its import overlapped boot on the preload thread)."""
-        from agentlife._memory import QdrantMemory
+        from agentlife._memory import QdrantMemory, collection_name
 
         assert self.settings is not None
         if self.memory is None:
@@ -631,7 +631,7 @@ class Runtime:
             self.memory = QdrantMemory(
                 url=self.settings.qdrant_url,
                 path=self.settings.data_dir / "qdrant",
-                collection=f"agentlife_{self.settings.agent_id}",
+                collection=collection_name(self.settings.agent_id),
                 embedder=self.agent.make_embedder(),
             )
         return self.memory
