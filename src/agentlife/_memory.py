@@ -53,6 +53,7 @@ _ID_NAMESPACE = uuid.UUID("6f1c2b7e-2d4a-4f0e-9c1b-a9e5d1f0c3b7")
 _T = TypeVar("_T")
 
 
+@runtime_checkable
 class Embedder(Protocol):
     """Turns texts into vectors of a fixed ``dimension``; called on a worker thread, so it may block."""
 
