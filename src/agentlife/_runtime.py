@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -181,6 +182,8 @@ class Runtime:
         self._probe_server: Any = None
         self._heartbeat: Any = None
         self._hard_exit_timer: threading.Timer | None = None
+        self._hard_exit_lock = threading.Lock()  # armed from the loop and from the signal watcher thread
+        self._hard_exit_closed = False
         self._current_step: int | None = None
         self._fenced: AttemptFenced | None = None
         self._first_tool_seen = False
@@ -728,29 +731,73 @@ class Runtime:
     async def _watch_signals(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            task_status.started()
-            early = self.options.early_signal
-            if early is not None and early.is_set():
-                self.request_drain(early.name)
-            async for signum in signals:
-                self.request_drain(signal.Signals(signum).name)
+        stop_watch: Callable[[], None] | None = None
+        try:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                stop_watch = self._watch_signals_off_loop()
+                task_status.started()
+                early = self.options.early_signal
+                if early is not None and early.is_set():
+                    self.request_drain(early.name)
+                async for signum in signals:
+                    self.request_drain(signal.Signals(signum).name)
+        finally:
+            if stop_watch is not None:  # after the receiver put the default handlers back
+                stop_watch()
 
-    def _arm_hard_exit(self, seconds: float) -> None:
+    def _watch_signals_off_loop(self) -> Callable[[], None]:
+        """Arm the hard exit in the signal handler, so a tool that blocks the event loop cannot hold the exit.
+
+        The loop's receiver (installed just before) still gets every signal through asyncio's wakeup fd and
+        runs the drain. But while a tool blocks the loop (``time.sleep`` in an ``async def``, a CPU loop) that
+        receiver never runs, so nothing would arm the drain budget. This Python-level handler replaces
+        asyncio's no-op one and runs in the main thread even then; a handler must not take locks or start
+        threads (it may interrupt code holding them), so it only writes to a pipe that a watcher thread
+        reads. Returns the function that stops the watcher.
+        """
+        if not self.options.hard_exit:
+            return lambda: None
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        budget = self.constants.drain.step_deadline_seconds + self.constants.drain.cleanup_budget_seconds
+
+        def on_signal(signum: int, frame: object) -> None:
+            with contextlib.suppress(OSError):
+                os.write(write_fd, b"\0")
+
+        def watch() -> None:
+            try:
+                if os.read(read_fd, 1):  # b"" when stopped
+                    self._arm_hard_exit(budget, EXIT_DRAINED)
+            finally:
+                os.close(read_fd)
+
+        threading.Thread(target=watch, name="agentlife-signal-watch", daemon=True).start()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, on_signal)
+        return lambda: os.close(write_fd)
+
+    def _arm_hard_exit(self, seconds: float, code: int | None = None) -> None:
         """A thread-side guarantee: code that ignores cancellation cannot hold the process past the budget."""
-        if not self.options.hard_exit or self._hard_exit_timer is not None:
+        if not self.options.hard_exit:
             return
-        margin = min(self.constants.drain.sigkill_buffer_seconds / 2, 2.0)
-        code = EXIT_DRAINED if self.draining else EXIT_CRASH
-        timer = threading.Timer(seconds + margin, _hard_exit, args=(code, seconds + margin))
-        timer.daemon = True
-        timer.start()
-        self._hard_exit_timer = timer
+        with self._hard_exit_lock:
+            if self._hard_exit_timer is not None or self._hard_exit_closed:
+                return
+            margin = min(self.constants.drain.sigkill_buffer_seconds / 2, 2.0)
+            if code is None:
+                code = EXIT_DRAINED if self.draining else EXIT_CRASH
+            timer = threading.Timer(seconds + margin, _hard_exit, args=(code, seconds + margin))
+            timer.daemon = True
+            timer.start()
+            self._hard_exit_timer = timer
 
     def _disarm_hard_exit(self) -> None:
-        if self._hard_exit_timer is not None:
-            self._hard_exit_timer.cancel()
-            self._hard_exit_timer = None
+        with self._hard_exit_lock:
+            self._hard_exit_closed = True
+            if self._hard_exit_timer is not None:
+                self._hard_exit_timer.cancel()
+                self._hard_exit_timer = None
 
     # -- listeners, usage, logging ----------------------------------------------------------------------
 
