@@ -185,3 +185,12 @@ def test_help_on_every_command() -> None:
     ):
         result = run_cli(*args)
         assert result.returncode == 0 and "usage:" in result.stdout, args
+
+
+def test_sigterm_while_the_agent_module_imports_drains_with_143(tmp_path: Path) -> None:
+    # The CLI's EarlySignal holds the signal until the runtime's receiver is up; then boot is skipped.
+    proc = spawn("agents.early_signal_agent:EarlySignalAgent", _env(tmp_path))
+    out, err = proc.communicate(timeout=30)
+    output = (out + err).decode(errors="replace")
+    assert proc.returncode == 143, output
+    assert any(line.get("msg") == "exit 143: drained during boot" for line in json_lines(output)), output

@@ -273,6 +273,8 @@ class Runtime:
         outcome: _Outcome
         try:
             with anyio.CancelScope() as self._phase_scope:
+                if self.draining:  # a signal caught during imports (EarlySignal) arrived before this scope
+                    self._phase_scope.cancel()
                 await self._boot()
                 self.machine.move(State.HYDRATING, "stores open")
                 resume = await self._hydrate()
