@@ -58,6 +58,9 @@ DEFAULT_BUFFER_SIZE = 64
 JITTER_FRACTION = 0.2
 #: A failure is logged at WARNING the first time and every this many times after; DEBUG otherwise.
 _LOG_EVERY = 10
+#: How long `SseHeartbeat.aclose` waits for the server's answer once the last frame is written: a round
+#: trip for a live plane; a plane that accepts but never answers would otherwise hold a drain for the timeout.
+_ANSWER_GRACE_SECONDS = 0.25
 
 
 def reconnect_delay(failures: int, initial: float, maximum: float, rng: random.Random | None = None) -> float:
@@ -239,6 +242,7 @@ class SseHeartbeat:
         self._dropped = 0
         self._drop_logged = False
         self._failures = 0
+        self._failed_attempts = 0  # never reset: `flush` stops waiting once an attempt fails
         self._backoff_level = 0
         # A refusal (401, 404) comes back within a round trip; this much silence means the stream is accepted.
         self._accept_grace = min(1.0, interval / 2)
@@ -246,6 +250,7 @@ class SseHeartbeat:
         self._running = False
         self._started = False
         self._closing = False
+        self._body_ended = False
         self._hurry = False
         self._done = anyio.Event()
         self._run_scope: anyio.CancelScope | None = None
@@ -316,17 +321,20 @@ class SseHeartbeat:
     async def flush(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s until every queued lifecycle event was written to the stream.
 
-        A pending reconnect backoff is cut short so the events get one prompt try. Returns True when nothing
-        is left queued. "Written" means handed to the socket; `aclose` also waits for the server's answer.
+        A pending reconnect backoff is cut short so the events get one prompt try; when a connection attempt
+        fails meanwhile, it returns at once (a dead plane must not hold a drain for ``timeout``). Returns True
+        when nothing is left queued. "Written" means handed to the socket; `aclose` also waits (briefly) for
+        the server's answer.
         """
         if not self._pending_or_in_flight():
             return True
         if not self._running:
             return False
+        failed_attempts = self._failed_attempts
         self._hurry = True
         self._notify()
         with anyio.move_on_after(timeout):
-            while self._pending_or_in_flight() and self._running:
+            while self._pending_or_in_flight() and self._running and self._failed_attempts == failed_attempts:
                 await self._changed.wait()
         return not self._pending_or_in_flight()
 
@@ -334,8 +342,9 @@ class SseHeartbeat:
         """End the stream cleanly after the queued events, waiting at most ``timeout`` s; idempotent.
 
         The request body is terminated so the control plane sees the end of the stream (rather than a reset)
-        and answers; `run` then returns. When the time is up, or the caller is cancelled first, `run` is
-        cancelled instead: the caller's own deadline always wins.
+        and answers; `run` then returns. The answer is awaited for a round trip at most once the last frame is
+        written. When the time is up, or the caller is cancelled first, `run` is cancelled instead: the
+        caller's own deadline always wins.
         """
         self._closing = True
         self._hurry = True
@@ -344,7 +353,10 @@ class SseHeartbeat:
             return
         try:
             with anyio.move_on_after(timeout):
-                await self._done.wait()
+                while not (self._done.is_set() or self._body_ended):
+                    await self._changed.wait()
+                with anyio.move_on_after(_ANSWER_GRACE_SECONDS):
+                    await self._done.wait()
         finally:
             if not self._done.is_set() and self._run_scope is not None:
                 self._run_scope.cancel()
@@ -396,6 +408,8 @@ class SseHeartbeat:
                 self._record(ok=True)
                 continue
             self._failures += 1
+            self._failed_attempts += 1
+            self._changed.set()
             # A stream that stayed up a full interval was healthy: start the backoff over. One refused or
             # dropped at once keeps doubling, so a crash-looping control plane is not hammered.
             healthy = conn.accepted and lived >= self.interval
@@ -496,6 +510,8 @@ class SseHeartbeat:
                 self._written(conn, frame)
             if self._closing:
                 await self._stop_watching(conn)
+                self._body_ended = True
+                self._changed.set()
                 return
             if anyio.current_time() >= next_beat:
                 frame = self._heartbeat_frame()
