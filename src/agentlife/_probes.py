@@ -278,6 +278,7 @@ class ProbeServer:
         self._last_malformed_log = -_MALFORMED_LOG_EVERY_SECONDS
         self._malformed_suppressed = 0
         self._connections: list[asyncio.StreamWriter] = []
+        self._handlers: set[asyncio.Task[object]] = set()
 
     @property
     def port(self) -> int | None:
@@ -384,6 +385,10 @@ class ProbeServer:
                 writer.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._client_timeout):
                 await listener.wait_closed()
+                # Before Python 3.12 wait_closed does not wait for the handlers; one still running when the
+                # loop ends is cancelled there, and asyncio logs that as "Exception in callback" (ERROR).
+                if self._handlers:
+                    await asyncio.wait(set(self._handlers))
             self._board.update(probe_port=None)
 
     async def _bind(self) -> asyncio.Server | None:
@@ -446,6 +451,9 @@ class ProbeServer:
         """Answer requests until the client closes, asks to, errs, or stalls past the client timeout."""
         self._make_room()
         self._connections.append(writer)
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
         try:
             keep_alive = True
             while keep_alive:
@@ -460,6 +468,8 @@ class ProbeServer:
         finally:
             if writer in self._connections:
                 self._connections.remove(writer)
+            if task is not None:
+                self._handlers.discard(task)
             writer.close()
 
     async def _answer(self, reader: asyncio.StreamReader) -> tuple[bytes, bool]:
