@@ -286,3 +286,14 @@ async def test_pending_call_goes_through_verify(agent_harness: AgentHarness) -> 
     assert second.job is not None and second.job.result == "ok"
     completed = [e for e in second.journal if e["type"] == "TOOL_COMPLETED"]
     assert completed[-1]["result"] == "verified" and completed[-1].get("verified") is True
+
+
+async def test_sigterm_after_the_final_step_still_delivers_and_exits_0(agent_harness: AgentHarness) -> None:
+    # The signal lands between the Done step's checkpoint and delivery: the runtime is already DRAINING.
+    agent = Counter(steps=2)
+    run = await agent_harness.run(agent, drain=DrainAt.between_steps(after_step=1))
+    assert run.exit_code == 0, run.log_messages()
+    assert run.job is not None and run.job.status == "COMPLETED" and run.job.error == []
+    assert agent.delivered == [{"n": 2}]
+    assert agent.housekept == []  # housekeeping is skipped once a drain began
+    assert run.transitions[-2:] == [(State.EXECUTING, State.DRAINING), (State.DRAINING, State.TERMINATED)]

@@ -288,6 +288,8 @@ class Runtime:
             else:
                 outcome = await self._execute(resume)
         except _Fatal as exc:
+            # The one ERROR line saying why the pod died (the transition and exit lines are INFO).
+            log.error(f"fatal: {exc}")
             outcome = _Outcome(EXIT_CRASH, str(exc))
         except AttemptFenced as exc:
             log.error(f"stopping: {exc}")
@@ -597,7 +599,7 @@ class Runtime:
         if not self.draining:
             await run_housekeeping([lambda: self.agent.housekeeping(doc.result)])  # logs its own errors
             await self._store_memories(doc)
-        self.machine.move(State.DRAINING, f"job {status.lower()}")
+        self._enter_draining(f"job {status.lower()}")
         return _Outcome(EXIT_DONE, f"job {status}", status)
 
     async def _finish_failed_by_runtime(self, doc: CheckpointDoc, reason: str) -> _Outcome:
@@ -610,8 +612,13 @@ class Runtime:
             result={"reason": reason},
             error=_failure_record(reason, s.attempt, "BudgetExhausted"),
         )
-        self.machine.move(State.DRAINING, "job failed")
+        self._enter_draining("job failed")
         return _Outcome(EXIT_DONE, reason, JobStatus.FAILED)
+
+    def _enter_draining(self, reason: str) -> None:
+        """Move to DRAINING after the job ended, unless a signal already did (SIGTERM during delivery)."""
+        if self.state is not State.DRAINING:
+            self.machine.move(State.DRAINING, reason)
 
     async def _park(self, doc: CheckpointDoc) -> _Outcome:
         parked = doc.evolve(phase="awaiting_approval")
