@@ -21,7 +21,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff: lint and formatting."""
-    session.install("ruff")
+    session.install("ruff==0.17.6")  # pinned: a new ruff release must not fail an unchanged tree
     session.run("ruff", "check", "src", "tests", "benchmarks", "examples", "noxfile.py")
     session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "examples", "noxfile.py")
 
@@ -29,7 +29,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy strict on src/, plus the typed usage file that shows the public API as users write it."""
-    session.install("-e", ".[all,test]", "mypy")
+    session.install("-e", ".[all,test]", "mypy==2.4.1")
     session.run("mypy")
     session.run("mypy", "--strict", "tests/typing/api_usage.py")
 
