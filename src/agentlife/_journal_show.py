@@ -212,6 +212,13 @@ def _session_started(_: _Timeline, __: int, event: Event) -> str:
 
 def _checkpoint(_: _Timeline, __: int, event: Event) -> str:
     cid = event.get("checkpoint_id")
+    if event.get("resumed"):
+        # The marker a session writes after hydration, so the next attempt's scan finds its place here.
+        if cid is None:
+            return "resume point: fresh job, starting at step 0"
+        step = event.get("step")
+        resumes_at = step + 1 if isinstance(step, int) and not isinstance(step, bool) else "?"
+        return f"resume point: checkpoint {_short(cid)}, resuming at step {resumes_at}"
     text = f"checkpoint {_short(cid) if cid is not None else '(fresh job, no checkpoint yet)'}"
     if event.get("step") is not None:
         text += f" after step {_short(event.get('step'))}"
