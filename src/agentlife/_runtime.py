@@ -677,10 +677,14 @@ class Runtime:
         if self.store is not None and self.settings is not None and self.job is not None:
             with anyio.move_on_after(self.constants.drain.cleanup_budget_seconds / 2, shield=True):
                 try:
+                    # The row's status as it is now, not as hydration saw it: a control plane that failed
+                    # the job meanwhile (say, refusing a parked approval) must not be overruled by the crash.
+                    row = await self.store.get_job(self.settings.job_id)
+                    status = row.status if row is not None else self.job.status
                     await self.store.set_status(
                         self.settings.job_id,
                         self.settings.attempt,
-                        self.job.status if self.job.status != "PENDING" else "RUNNING",
+                        status if status != JobStatus.PENDING else JobStatus.RUNNING,
                         error=record,
                     )
                 except AgentlifeError as store_exc:
