@@ -1,0 +1,580 @@
+"""Progress-aware calls *through the runtime*: ``ctx.llm``, ``ctx.call_tool``, the drain and the job row.
+
+The pieces (the stream guard, `AnthropicLLM`, `ScriptedTurn`, `retry_call`, `FakeAnthropicServer`) have
+their own unit tests; here they run together. LLM calls go through the real ``anthropic`` SDK to a
+`FakeAnthropicServer` on 127.0.0.1. Most tests use the in-process `AgentHarness` (time scaled by 0.01: the
+45 s step deadline lasts 0.45 s); the ones whose point is the real process (exit codes, signals, a blocked
+event loop, ``ANTHROPIC_BASE_URL`` read from the environment) run ``python -m agentlife run``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sqlite3
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from agentlife import (
+    AgentProcess,
+    Done,
+    LLMClient,
+    LLMReply,
+    PolicyUnavailable,
+    StepContext,
+    Usage,
+    tool,
+)
+from agentlife._anthropic import AnthropicLLM
+from agentlife._runtime import Runtime
+from agentlife._scripted import ScriptedTurn
+from agentlife.testing import AgentHarness, DrainAt
+from agentlife.testing._anthropic_server import FakeAnthropicServer
+from procs import REPO, agent_env, json_lines, spawn, terminate, wait_for
+
+pytestmark = pytest.mark.anyio
+
+KEY = "sk-ant-api03-calls-e2e-secret-0123456789"
+# A name the SDK never lists as deprecated; the default price table prices it as a sonnet ($3 / $15 per MTok).
+MODEL = "claude-sonnet-agentlife-test"
+# Step budget of 2 s (scaled) for LLM tests: the first call builds the SDK client on a thread, and retries
+# must not lose to that one-off cost on a busy machine. Grace grows so the drain invariant still holds.
+WIDE_STEP = {
+    "AGENTLIFE_DRAIN_STEP_DEADLINE_SECONDS": "200",
+    "AGENTLIFE_DRAIN_TERMINATION_GRACE_SECONDS": "230",
+}
+
+
+@pytest.fixture(scope="module")
+def _anthropic_imported() -> None:
+    """Import the SDK once, outside any measured step (it takes ~2 s of CPU the first time)."""
+    import anthropic  # noqa: F401
+
+
+@pytest.fixture
+async def server(_anthropic_imported: None) -> AsyncIterator[FakeAnthropicServer]:
+    async with FakeAnthropicServer(api_key=KEY) as fake:
+        yield fake
+
+
+def _harness(tmp_path: Path, **env: str) -> AgentHarness:
+    return AgentHarness(tmp_path / "agentlife", env=env)
+
+
+def _events(run_journal: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [e for e in run_journal if e["type"] == kind]
+
+
+def _job_row(db: Path, job_id: str) -> dict[str, Any]:
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        row = conn.execute("SELECT * FROM job WHERE id = ?", (job_id,)).fetchone()
+    finally:
+        conn.close()
+    assert row is not None
+    json_columns = ("payload", "tokens_consumed", "token_budget", "error", "result")
+    record = dict(zip(row.keys(), tuple(row), strict=True))
+    return {k: (orjson.loads(v) if k in json_columns and v else v) for k, v in record.items()}
+
+
+def _set_row_status(db: Path, job_id: str, status: str) -> None:
+    """What a control plane does to approve (RUNNING) or refuse (FAILED) a parked job."""
+    conn = sqlite3.connect(db, timeout=10)
+    try:
+        conn.execute("UPDATE job SET status = ? WHERE id = ?", (status, job_id))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _row_status(db: Path, job_id: str) -> str | None:
+    if not db.exists():
+        return None
+    conn = sqlite3.connect(db, timeout=10)
+    try:
+        row = conn.execute("SELECT status FROM job WHERE id = ?", (job_id,)).fetchone()
+    except sqlite3.OperationalError:  # the schema is not created yet
+        return None
+    finally:
+        conn.close()
+    return None if row is None else str(row[0])
+
+
+async def _when_row_status(db: Path, job_id: str, status: str, timeout: float = 10.0) -> None:
+    with anyio.fail_after(timeout):
+        while await anyio.to_thread.run_sync(_row_status, db, job_id) != status:
+            await anyio.sleep(0.01)
+
+
+class LLMAgent(AgentProcess):
+    """Each step makes ``calls`` LLM calls through ``ctx.llm`` with the real `AnthropicLLM`."""
+
+    agent_id = "llm-e2e"
+
+    def __init__(
+        self, base_url: str, *, calls: int = 1, steps: int = 1, prompt: str = "Review the diff."
+    ) -> None:
+        self.base_url = base_url
+        self.calls = calls
+        self.steps = steps
+        self.prompt = prompt
+        self.replies: list[LLMReply] = []
+
+    def make_llm(self) -> LLMClient:
+        return AnthropicLLM(api_key=KEY, base_url=self.base_url)
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        for _ in range(self.calls):
+            reply = await ctx.llm.complete(
+                model=MODEL, max_tokens=64, messages=[{"role": "user", "content": self.prompt}]
+            )
+            self.replies.append(reply)
+            ctx.state.setdefault("texts", []).append(reply.text)
+        if ctx.step + 1 >= self.steps:
+            return Done(result={"texts": ctx.state["texts"]})
+        return None
+
+
+# --- 1. token budget -------------------------------------------------------------------------------------
+
+
+async def test_cost_budget_fails_a_real_process_before_the_next_call(
+    tmp_path: Path, server: FakeAnthropicServer
+) -> None:
+    # Each call costs 1000 x $3/MTok + 200 x $15/MTok = $0.006; the budget is $0.01. The default make_llm()
+    # builds AnthropicLLM from ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL.
+    usage = Usage(input_tokens=1000, output_tokens=200)
+    server.enqueue(*(ScriptedTurn.text(f"reply {i}", usage=usage) for i in range(3)))
+    data = tmp_path / "data"
+    env = agent_env(
+        data,
+        AGENTLIFE_JOB_ID="job-budget",
+        AGENTLIFE_BUDGET_MAX_COST_USD="0.01",
+        ANTHROPIC_API_KEY=KEY,
+        ANTHROPIC_BASE_URL=server.base_url,
+        TEST_STEPS="5",
+    )
+    command = [sys.executable, "-m", "agentlife", "run", "agents.calls_agents:LLMStepsAgent"]
+    with anyio.fail_after(60):
+        proc = await anyio.run_process(command, env=env, cwd=REPO, check=False)
+    output = (proc.stdout + proc.stderr).decode()
+    assert proc.returncode == 0, output
+
+    # After two calls ($0.012 >= $0.01) the third was refused before any request: the server saw two.
+    assert len(server.requests) == 2 and server.pending == 1
+    message = "token budget exhausted ($0.0120 / $0.0100 max)"
+    row = _job_row(data / "agentlife.db", "job-budget")
+    assert row["status"] == "FAILED"
+    assert row["token_budget"] == {"max_input_tokens": 500000, "max_cost_usd": 0.01}
+    assert row["tokens_consumed"] == {"input": 2000, "output": 400, "cost_usd": pytest.approx(0.012)}
+    assert row["result"] == {"reason": message}
+    assert row["error"][-1]["error_class"] == "BudgetExhausted"
+    assert row["error"][-1]["message"] == message
+    assert row["error"][-1]["exit_code"] == 0
+    checkpoint = orjson.loads(row["checkpoint"])
+    assert checkpoint["state"]["replies"] == ["reply 0", "reply 1"]  # steps 0 and 1 completed
+    assert any(line.get("msg") == message for line in json_lines(output))
+    assert KEY not in output and KEY not in str(row)
+
+
+async def test_input_token_budget_refuses_a_call_whose_estimate_would_exceed_it(
+    tmp_path: Path, server: FakeAnthropicServer
+) -> None:
+    # 1000 input tokens used of 1500; the next request alone is estimated at ~600 tokens (4 bytes each).
+    server.enqueue(ScriptedTurn.text("first", usage=Usage(input_tokens=1000, output_tokens=10)), "second")
+    agent = LLMAgent(server.base_url, calls=2, prompt="x" * 2400)
+    run = await _harness(tmp_path, AGENTLIFE_BUDGET_MAX_INPUT_TOKENS="1500", **WIDE_STEP).run(agent)
+    assert run.exit_code == 0
+    assert len(server.requests) == 1 and server.pending == 1
+    assert run.job is not None and run.job.status == "FAILED"
+    assert run.job.token_budget == {"max_input_tokens": 1500, "max_cost_usd": 5.0}
+    assert run.job.tokens_consumed["input"] == 1000 and run.job.tokens_consumed["output"] == 10
+    assert run.job.result["reason"].startswith("token budget exhausted ($0.00")
+    assert [r.text for r in agent.replies] == ["first"]
+    assert len(_events(run.journal, "LLM_COMPLETED")) == 1
+
+
+# --- 2. stalls, pings and retries ------------------------------------------------------------------------
+
+
+async def test_a_stalled_stream_is_aborted_and_retried_but_a_pinging_think_is_not(
+    tmp_path: Path, server: FakeAnthropicServer
+) -> None:
+    # Inter-chunk timeout 10 s scaled to 0.1 s; step budget 2 s. Call 0 stalls after two chunks and is
+    # retried; call 1 thinks for 0.4 s of silence filled with pings every 20 ms and must not be aborted.
+    server.enqueue(
+        ScriptedTurn.stall(after_chunks=2),
+        ScriptedTurn.text("recovered", usage=Usage(input_tokens=20, output_tokens=5)),
+        ScriptedTurn.thinking("Let me think.", "thought it through", pause=0.4, ping_every=0.02),
+    )
+    agent = LLMAgent(server.base_url, calls=2)
+    h = _harness(tmp_path, AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS="10", **WIDE_STEP)
+    run = await h.run(agent)
+    assert run.exit_code == 0
+    assert run.job is not None and run.job.result == {"texts": ["recovered", "thought it through"]}
+    assert len(server.requests) == 3
+    await server.wait_for_disconnects(1)
+    assert server.disconnected_requests == (0,)  # the stalled response only: the client hung up on it
+
+    [retry] = _events(run.journal, "RETRY")
+    assert (retry["kind"], retry["step"], retry["call"], retry["name"]) == ("llm", 0, 0, MODEL)
+    assert retry["error_class"] == "LLMTimeout" and retry["classified_as"] == "timeout"
+    assert retry["error"] == "LLM stream chunk timeout after 0.1 s"
+    assert 0 < retry["remaining_budget"] <= 2.0  # what the step budget had left when it was scheduled
+    assert retry["attempt"] == 1
+    [started] = _events(run.journal, "STEP_STARTED")
+    assert retry["ts"] - started["ts"] >= 0.1  # the guard never fires before the inter-chunk timeout
+
+    completed = _events(run.journal, "LLM_COMPLETED")
+    assert [e["call"] for e in completed] == [0, 1]
+    assert completed[1]["response"]["content"][0]["type"] == "thinking"
+    assert completed[1]["duration"] >= 0.4  # the whole pause was waited out
+    assert run.job.tokens_consumed["input"] >= 20
+
+
+# --- 3. drain during a stalled stream --------------------------------------------------------------------
+
+
+async def test_drain_deadline_cancels_a_stalled_stream_and_closes_the_connection(
+    tmp_path: Path, server: FakeAnthropicServer
+) -> None:
+    # The guard's own clocks are far away (inter-chunk 600 s -> 6 s): only the drain deadline (0.45 s)
+    # can end this call.
+    server.enqueue(ScriptedTurn.stall(after_chunks=2))
+    agent = LLMAgent(server.base_url)
+    h = _harness(
+        tmp_path,
+        AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS="600",
+        AGENTLIFE_LLM_TOTAL_TIMEOUT_SECONDS="6000",
+    )
+    runtimes: list[Runtime] = []
+    drained_at: list[float] = []
+
+    def keep(runtime: Runtime, event: str, info: dict[str, Any]) -> None:
+        if not runtimes:
+            runtimes.append(runtime)
+
+    async def sigterm_during_the_stream() -> None:
+        await server.wait_for_requests(1, timeout=10)
+        await anyio.sleep(0.05)  # the first chunks are on their way; then silence
+        drained_at.append(time.monotonic())
+        runtimes[0].request_drain("SIGTERM")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sigterm_during_the_stream)
+        run = await h.run(agent, on_event=keep)
+    ended = time.monotonic()
+
+    assert run.exit_code == 143
+    await server.wait_for_disconnects(1, timeout=2)  # the HTTP connection was closed by the client
+    assert server.disconnected_requests == (0,) and len(server.requests) == 1
+    assert ended - drained_at[0] >= 0.4  # the step had its (scaled 0.45 s) deadline, not less
+    assert agent.replies == []
+    assert run.job is not None and run.job.status == "RUNNING"  # resumable
+    assert run.checkpoint is None or run.checkpoint.next_step == 0  # nothing checkpointed for the step
+    types = run.journal_types()
+    assert "DRAIN_STARTED" in types and "LLM_COMPLETED" not in types and "RETRY" not in types
+    assert _events(run.journal, "CHECKPOINT_WRITTEN")[-1].get("resumed") is True  # only the resume marker
+    assert run.journal[-1]["type"] == "SESSION_ENDED" and run.journal[-1]["exit_code"] == 143
+
+
+# --- 4. HTTP errors through ctx.llm ----------------------------------------------------------------------
+
+
+async def test_429_with_retry_after_and_529_are_retried_and_succeed(
+    tmp_path: Path, server: FakeAnthropicServer
+) -> None:
+    server.enqueue(
+        ScriptedTurn.http_error(429, retry_after=0.05),
+        ScriptedTurn.http_error(529),
+        ScriptedTurn.text("third time lucky", usage=Usage(input_tokens=30, output_tokens=4)),
+    )
+    agent = LLMAgent(server.base_url)
+    run = await _harness(tmp_path, **WIDE_STEP).run(agent)
+    assert run.exit_code == 0
+    assert run.job is not None and run.job.status == "COMPLETED"
+    assert run.job.result == {"texts": ["third time lucky"]}
+    assert len(server.requests) == 3
+    retries = _events(run.journal, "RETRY")
+    assert [r["attempt"] for r in retries] == [1, 2]
+    assert {r["classified_as"] for r in retries} == {"transient"}
+    assert "429" in retries[0]["error"] and "529" in retries[1]["error"]
+    assert retries[0]["delay"] >= 0.05  # the server's retry-after is a lower bound on the backoff
+    assert all(0 < r["remaining_budget"] <= 2.0 for r in retries)
+    assert run.job.tokens_consumed == {"input": 30, "output": 4, "cost_usd": pytest.approx(90e-6 + 60e-6)}
+    assert KEY not in orjson.dumps(run.journal).decode()
+
+
+async def test_400_is_not_retried_and_crashes_the_step(tmp_path: Path, server: FakeAnthropicServer) -> None:
+    server.enqueue(ScriptedTurn.http_error(400, message="messages: field required"), "never sent")
+    run = await _harness(tmp_path, **WIDE_STEP).run(LLMAgent(server.base_url))
+    assert run.exit_code == 1
+    assert len(server.requests) == 1 and server.pending == 1
+    assert "RETRY" not in run.journal_types()
+    assert run.job is not None and run.job.status == "RUNNING"  # a crash: the control plane retries it
+    [crash] = run.job.error
+    assert crash["error_class"] == "PermanentError" and crash["exit_code"] == 1 and crash["step"] == 0
+    assert "Anthropic API error 400" in crash["message"] and "field required" in crash["message"]
+    assert KEY not in str(crash)
+
+
+# --- 5. tools that ignore cancellation cannot hold a real process ----------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sync", "loop"])
+def test_a_tool_ignoring_cancellation_cannot_hold_the_process_past_the_drain_budget(
+    tmp_path: Path, kind: str
+) -> None:
+    # Step deadline 0.5 s + cleanup 0.5 s + hard-exit margin (half the 0.5 s SIGKILL buffer) = 1.25 s. The
+    # tool sleeps 60 s, either on its worker thread (sync) or on the event loop itself (loop).
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    env = agent_env(
+        tmp_path / "data",
+        AGENTLIFE_JOB_ID="job-stubborn",
+        AGENTLIFE_DRAIN_STEP_DEADLINE_SECONDS="0.5",
+        AGENTLIFE_DRAIN_CLEANUP_BUDGET_SECONDS="0.5",
+        AGENTLIFE_DRAIN_SIGKILL_BUFFER_SECONDS="0.5",
+        TEST_MARKER_DIR=str(markers),
+        TEST_TOOL=kind,
+        TEST_TOOL_SECONDS="60",
+    )
+    proc = spawn("agents.calls_agents:StubbornToolAgent", env)
+    try:
+        wait_for(markers / "tool-started")
+        code, elapsed, output = terminate(proc, timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 143, output
+    assert 0.4 <= elapsed < 5.0, elapsed  # about 0.5 s (sync) or 1.25 s (loop); never the tool's 60 s
+    assert not (markers / "tool-finished").exists()
+    row = _job_row(tmp_path / "data" / "agentlife.db", "job-stubborn")
+    assert row["status"] == "RUNNING" and row["checkpoint"] is None  # nothing saved for the partial step
+    if kind == "sync":
+        # The worker thread is abandoned at the deadline; cleanup runs normally on the free loop.
+        assert any("cancelled at the drain deadline" in str(line.get("msg")) for line in json_lines(output))
+    else:
+        # The loop never ran again: the signal handler armed the hard exit off the loop.
+        assert "exceeded by code that ignores cancellation: exiting 143 now" in output
+
+
+# --- 6. a subprocess started by a tool dies with it ------------------------------------------------------
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("how", ["run_process", "open_process"])
+async def test_drain_deadline_kills_a_tool_subprocess(tmp_path: Path, how: str) -> None:
+    pid_file = tmp_path / "child.pid"
+    command = ["sh", "-c", f'echo $$ > "{pid_file}"; exec sleep 60']
+
+    @tool(name="spawn_child", side_effects=True)
+    async def spawn_child() -> str:
+        if how == "run_process":
+            await anyio.run_process(command)
+        else:
+            async with await anyio.open_process(command) as process:
+                await process.wait()
+        return "child finished"
+
+    class Spawner(AgentProcess):
+        agent_id = "spawner"
+
+        async def step(self, ctx: StepContext) -> Done | None:
+            return Done(result=await ctx.call_tool(spawn_child))
+
+    run = await _harness(tmp_path).run(Spawner(), drain=DrainAt.during_tool("spawn_child"))
+    assert run.exit_code == 143
+    pid = int(pid_file.read_text())
+    assert not _pid_alive(pid)  # killed and reaped when the deadline cancelled the tool
+    [failed] = _events(run.journal, "TOOL_STARTED")
+    assert failed["tool"] == "spawn_child" and "TOOL_COMPLETED" not in run.journal_types()
+
+
+# --- 7. approvals and policy -----------------------------------------------------------------------------
+
+EFFECTS: list[str] = []
+
+
+@tool(side_effects=True, restricted=True)
+async def deploy(target: str, invocation_id: str) -> str:
+    EFFECTS.append(invocation_id)
+    return f"deployed {target}"
+
+
+class Deployer(AgentProcess):
+    """Calls the restricted ``deploy`` tool in step 0; ``policy`` says how ``check_policy`` behaves."""
+
+    agent_id = "deployer"
+
+    def __init__(self, policy: str = "allow") -> None:
+        self.policy = policy
+        self.policy_calls = 0
+
+    async def check_policy(self, tool_name: str, args: Any) -> bool:
+        self.policy_calls += 1
+        if self.policy == "hang":
+            await anyio.sleep(60)
+        if self.policy == "error":
+            raise ConnectionError("policy service unreachable")
+        return True
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        try:
+            result = await ctx.call_tool(deploy, target="prod")
+        except PolicyUnavailable as exc:
+            return Done(result={"refused": str(exc)}, status="FAILED", reason=str(exc))
+        return Done(result={"deployed": result})
+
+
+@pytest.fixture(autouse=True)
+def _clear_effects() -> None:
+    EFFECTS.clear()
+
+
+# Idle timeout 30 s -> 0.3 s, approval poll 5 s -> 0.05 s.
+PARKING = {"AGENTLIFE_IDLE_TIMEOUT_SECONDS": "30", "AGENTLIFE_APPROVAL_POLL_SECONDS": "5"}
+
+
+def _recording_polls(polls: list[tuple[float, str | None]]) -> Callable[[Runtime, str, dict[str, Any]], None]:
+    """Wrap the runtime's store so each approval poll (a read of the job row) is recorded."""
+
+    def on_event(runtime: Runtime, event: str, info: dict[str, Any]) -> None:
+        if event != "ready" or runtime.store is None:
+            return
+        store: Any = runtime.store
+        read = store.get_job
+
+        async def get_job(job_id: str) -> Any:
+            row = await read(job_id)
+            polls.append((anyio.current_time(), row.status if row is not None else None))
+            return row
+
+        store.get_job = get_job
+
+    return on_event
+
+
+async def test_restricted_tool_parks_until_the_control_plane_approves(tmp_path: Path) -> None:
+    h = _harness(tmp_path, **PARKING)
+    db = h.data_dir / "agentlife.db"
+    polls: list[tuple[float, str | None]] = []
+    parked = await h.run(Deployer(), on_event=_recording_polls(polls))
+    assert parked.exit_code == 0
+    assert parked.job is not None and parked.job.status == "WAITING_FOR_APPROVAL"
+    assert parked.checkpoint is not None and parked.checkpoint.phase == "awaiting_approval"
+    assert parked.checkpoint.next_step == 0 and EFFECTS == []
+    assert "APPROVAL_REQUESTED" in parked.journal_types()
+    assert parked.journal[-1]["type"] == "SESSION_ENDED" and parked.journal[-1]["exit_code"] == 0
+    # Polled every 0.05 s (never faster) until the 0.3 s idle timeout, always seeing the parked status.
+    assert {status for _, status in polls} == {"WAITING_FOR_APPROVAL"}
+    assert 2 <= len(polls) <= 8
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(polls)]
+    assert min(gaps[:-1]) >= 0.045  # the last wait is only what was left of the idle timeout
+
+    # Another attempt before anyone approved parks again without running the tool.
+    again = await h.run(Deployer())
+    assert again.exit_code == 0 and EFFECTS == []
+    assert again.job is not None and again.job.status == "WAITING_FOR_APPROVAL"
+
+    await anyio.to_thread.run_sync(_set_row_status, db, "job-1", "RUNNING")  # the control plane approves
+    resumed = await h.run(Deployer())
+    assert resumed.exit_code == 0
+    assert resumed.job is not None and resumed.job.status == "COMPLETED"
+    assert resumed.job.result == {"deployed": "deployed prod"}
+    assert EFFECTS == ["job-1/0/0"]
+    assert "APPROVAL_REQUESTED" not in resumed.journal_types()
+    assert resumed.checkpoint is not None and resumed.checkpoint.approved is True
+
+
+async def test_approval_granted_while_polling_lets_the_call_proceed(tmp_path: Path) -> None:
+    h = _harness(tmp_path, AGENTLIFE_APPROVAL_POLL_SECONDS="5")  # idle timeout stays 1800 s -> 18 s
+    db = h.data_dir / "agentlife.db"
+
+    async def approve() -> None:
+        await _when_row_status(db, "job-1", "WAITING_FOR_APPROVAL")
+        await anyio.to_thread.run_sync(_set_row_status, db, "job-1", "RUNNING")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(approve)
+        run = await h.run(Deployer())
+    assert run.exit_code == 0
+    assert run.duration < 10  # well inside the idle timeout: it did not park
+    assert run.job is not None and run.job.status == "COMPLETED"
+    assert EFFECTS == ["job-1/0/0"]
+    types = run.journal_types()
+    assert types.index("APPROVAL_REQUESTED") < types.index("TOOL_STARTED") < types.index("TOOL_COMPLETED")
+
+
+async def test_a_job_failed_while_parked_refuses_the_call(tmp_path: Path) -> None:
+    h = _harness(tmp_path, AGENTLIFE_APPROVAL_POLL_SECONDS="5")
+    db = h.data_dir / "agentlife.db"
+
+    async def refuse() -> None:
+        await _when_row_status(db, "job-1", "WAITING_FOR_APPROVAL")
+        await anyio.to_thread.run_sync(_set_row_status, db, "job-1", "FAILED")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(refuse)
+        run = await h.run(Deployer())
+    assert run.exit_code == 1
+    assert EFFECTS == [] and "TOOL_STARTED" not in run.journal_types()
+    assert run.job is not None
+    [crash] = run.job.error
+    assert crash["error_class"] == "BackgroundOperationRestricted"
+    assert "not approved (status FAILED)" in crash["message"]
+    assert run.job.status == "FAILED"  # the control plane's decision is not overwritten by the crash record
+
+
+@pytest.mark.parametrize("policy", ["hang", "error"])
+async def test_policy_check_that_times_out_or_fails_refuses_the_call(tmp_path: Path, policy: str) -> None:
+    # Policy timeout 2 s -> 0.02 s, retried every 5 s -> 0.05 s while the 0.45 s step budget allows.
+    agent = Deployer(policy=policy)
+    run = await _harness(tmp_path).run(agent, payload={"approved": True})
+    assert run.exit_code == 0
+    assert EFFECTS == [] and "TOOL_STARTED" not in run.journal_types()  # never run, fail closed
+    assert run.job is not None and run.job.status == "FAILED"
+    reason = "timed out" if policy == "hang" else "failed: ConnectionError"
+    assert run.job.result["refused"] == f"policy check for deploy {reason}; refused (fail closed)"
+    refusals = [e for e in _events(run.journal, "TOOL_FAILED") if e["error_class"] == "PolicyUnavailable"]
+    assert len(refusals) == agent.policy_calls >= 2  # every try journaled; retried within the step budget
+    assert all(e["tool"] == "deploy" and e["invocation_id"] == "job-1/0/0" for e in refusals)
+    assert "APPROVAL_REQUESTED" not in run.journal_types()  # approved by the payload
+
+
+# --- 8. run budget ---------------------------------------------------------------------------------------
+
+
+class Looper(AgentProcess):
+    agent_id = "looper"
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        ctx.state["steps"] = ctx.state.get("steps", 0) + 1
+        await anyio.sleep(0.02)
+        return None
+
+
+async def test_run_budget_fails_the_job_with_a_run_time_reason(tmp_path: Path) -> None:
+    run = await _harness(tmp_path, AGENTLIFE_RUN_MAX_SECONDS="30").run(Looper())  # 30 s -> 0.3 s
+    assert run.exit_code == 0
+    assert run.job is not None and run.job.status == "FAILED"
+    assert run.job.result == {"reason": "run time budget exhausted (0.3 s max)"}
+    assert run.job.error[-1]["error_class"] == "BudgetExhausted"
+    assert run.checkpoint is not None and 1 <= run.checkpoint.state["steps"] <= 15
+    assert run.duration < 5
