@@ -410,6 +410,13 @@ async def test_drain_deadline_kills_a_tool_subprocess(tmp_path: Path, how: str) 
 # --- 7. approvals and policy -----------------------------------------------------------------------------
 
 EFFECTS: list[str] = []
+PLANS: list[str] = []
+
+
+@tool(side_effects=True)
+async def plan(invocation_id: str) -> str:
+    PLANS.append(invocation_id)
+    return "planned"
 
 
 @tool(side_effects=True, restricted=True)
@@ -419,12 +426,16 @@ async def deploy(target: str, invocation_id: str) -> str:
 
 
 class Deployer(AgentProcess):
-    """Calls the restricted ``deploy`` tool in step 0; ``policy`` says how ``check_policy`` behaves."""
+    """Calls the restricted ``deploy`` tool in step 0; ``policy`` says how ``check_policy`` behaves.
+
+    With ``plan_first`` the step first calls the side-effecting (unrestricted) ``plan`` tool.
+    """
 
     agent_id = "deployer"
 
-    def __init__(self, policy: str = "allow") -> None:
+    def __init__(self, policy: str = "allow", *, plan_first: bool = False) -> None:
         self.policy = policy
+        self.plan_first = plan_first
         self.policy_calls = 0
 
     async def check_policy(self, tool_name: str, args: Any) -> bool:
@@ -436,6 +447,8 @@ class Deployer(AgentProcess):
         return True
 
     async def step(self, ctx: StepContext) -> Done | None:
+        if self.plan_first:
+            await ctx.call_tool(plan)
         try:
             result = await ctx.call_tool(deploy, target="prod")
         except PolicyUnavailable as exc:
@@ -446,6 +459,7 @@ class Deployer(AgentProcess):
 @pytest.fixture(autouse=True)
 def _clear_effects() -> None:
     EFFECTS.clear()
+    PLANS.clear()
 
 
 # Idle timeout 30 s -> 0.3 s, approval poll 5 s -> 0.05 s.
@@ -475,11 +489,11 @@ async def test_restricted_tool_parks_until_the_control_plane_approves(tmp_path: 
     h = _harness(tmp_path, **PARKING)
     db = h.data_dir / "agentlife.db"
     polls: list[tuple[float, str | None]] = []
-    parked = await h.run(Deployer(), on_event=_recording_polls(polls))
+    parked = await h.run(Deployer(plan_first=True), on_event=_recording_polls(polls))
     assert parked.exit_code == 0
     assert parked.job is not None and parked.job.status == "WAITING_FOR_APPROVAL"
     assert parked.checkpoint is not None and parked.checkpoint.phase == "awaiting_approval"
-    assert parked.checkpoint.next_step == 0 and EFFECTS == []
+    assert parked.checkpoint.next_step == 0 and EFFECTS == [] and PLANS == ["job-1/0/0"]
     assert "APPROVAL_REQUESTED" in parked.journal_types()
     assert parked.journal[-1]["type"] == "SESSION_ENDED" and parked.journal[-1]["exit_code"] == 0
     # Polled every 0.05 s (never faster) until the 0.3 s idle timeout, always seeing the parked status.
@@ -488,17 +502,18 @@ async def test_restricted_tool_parks_until_the_control_plane_approves(tmp_path: 
     gaps = [b - a for (a, _), (b, _) in itertools.pairwise(polls)]
     assert min(gaps[:-1]) >= 0.045  # the last wait is only what was left of the idle timeout
 
-    # Another attempt before anyone approved parks again without running the tool.
-    again = await h.run(Deployer())
-    assert again.exit_code == 0 and EFFECTS == []
+    # Another attempt before anyone approved parks again without running the tool; the completed call
+    # before it in the same step is replayed from the journal, not run again.
+    again = await h.run(Deployer(plan_first=True))
+    assert again.exit_code == 0 and EFFECTS == [] and PLANS == ["job-1/0/0"]
     assert again.job is not None and again.job.status == "WAITING_FOR_APPROVAL"
 
     await anyio.to_thread.run_sync(_set_row_status, db, "job-1", "RUNNING")  # the control plane approves
-    resumed = await h.run(Deployer())
+    resumed = await h.run(Deployer(plan_first=True))
     assert resumed.exit_code == 0
     assert resumed.job is not None and resumed.job.status == "COMPLETED"
     assert resumed.job.result == {"deployed": "deployed prod"}
-    assert EFFECTS == ["job-1/0/0"]
+    assert EFFECTS == ["job-1/0/1"] and PLANS == ["job-1/0/0"]
     assert "APPROVAL_REQUESTED" not in resumed.journal_types()
     assert resumed.checkpoint is not None and resumed.checkpoint.approved is True
 

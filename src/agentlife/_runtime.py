@@ -185,6 +185,7 @@ class Runtime:
         self._hard_exit_lock = threading.Lock()  # armed from the loop and from the signal watcher thread
         self._hard_exit_closed = False
         self._current_step: int | None = None
+        self._executing_since: float | None = None
         self._fenced: AttemptFenced | None = None
         self._first_tool_seen = False
         self._rng = random.Random()
@@ -621,14 +622,43 @@ class Runtime:
             self.machine.move(State.DRAINING, reason)
 
     async def _park(self, doc: CheckpointDoc) -> _Outcome:
+        # The park checkpoint's marker lands after the parked step's completed calls, and the next attempt
+        # replays only what follows the marker: carry those calls past it, or they would run again.
+        step_events = await self._step_events_since_checkpoint(doc.next_step)
         parked = doc.evolve(phase="awaiting_approval")
         await self.write_checkpoint(parked, max(doc.next_step - 1, 0))
+        if step_events:
+            assert self.journal is not None
+            self.journal.carry_forward(step_events)
+            await self.journal.flush(fsync=True)
         if self.draining:
             return _Outcome(EXIT_DRAINED, "drained while waiting for approval")
         self.machine.move(State.DRAINING, "parked: approval idle timeout")
         return _Outcome(
             EXIT_DONE, "parked: WAITING_FOR_APPROVAL after the idle timeout", JobStatus.WAITING_FOR_APPROVAL
         )
+
+    async def _step_events_since_checkpoint(self, step: int) -> list[dict[str, Any]]:
+        """This session's events of ``step`` after the current checkpoint's marker (best effort)."""
+        from agentlife._journal import build_replay, scan_for_resume
+
+        assert self.journal is not None and self.settings is not None
+        session_dir, checkpoint_id = self.settings.session_dir, self.checkpoint_id
+        budget = self.constants.hydration.buffer_scan_timeout_seconds
+        try:
+            await self.journal.flush(fsync=False)
+            result = await anyio.to_thread.run_sync(
+                lambda: scan_for_resume(
+                    session_dir, checkpoint_id, budget_seconds=budget, checkpoint_step=step - 1
+                )
+            )
+        except Exception as exc:
+            log.warning(f"parking: cannot read the step's calls back ({type(exc).__name__}: {exc})")
+            return []
+        if not result.found:
+            log.warning(f"parking: the step's calls were not found in the journal: {result.reason}")
+            return []
+        return build_replay(result.events, step).events_for_carry_forward()
 
     async def open_memory(self) -> QdrantMemory:
         """The memory client, opened on first use (its import overlapped boot on the preload thread)."""
@@ -645,6 +675,8 @@ class Runtime:
                 path=self.settings.data_dir / "qdrant",
                 collection=collection_name(self.settings.agent_id),
                 embedder=self.agent.make_embedder(),
+                # Its calls run on worker threads a cancel scope cannot interrupt: bound each by the budget.
+                timeout=self.constants.hydration.memory_timeout_seconds,
             )
         return self.memory
 
@@ -816,6 +848,11 @@ class Runtime:
 
     def _on_transition(self, transition: Transition) -> None:
         self.board.update(state=transition.target)
+        if transition.target is State.EXECUTING:
+            self._executing_since = time.monotonic()
+        elif transition.source is State.EXECUTING and self._executing_since is not None:
+            # The execution half of the phase budget (DESIGN §10): EXECUTING until DRAINING (or a crash).
+            self.telemetry.execution(time.monotonic() - self._executing_since)
         if self.journal is not None:
             self.journal.append(
                 "LIFECYCLE",
@@ -859,7 +896,8 @@ class Runtime:
     def _log_context(self) -> dict[str, Any]:
         snap = self.board.snapshot()
         return {
-            "job_id": snap.job_id or None,
+            # Lines logged before the settings are read (the probe server's first) still name the job.
+            "job_id": snap.job_id or self.options.job_id or self.env.get("AGENTLIFE_JOB_ID") or None,
             "agent_id": snap.agent_id or None,
             "attempt": snap.attempt or None,
             "state": snap.state.value,
