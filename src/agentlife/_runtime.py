@@ -666,6 +666,7 @@ class Runtime:
 
         assert self.settings is not None
         if self.memory is None:
+            budget = self.constants.hydration.memory_timeout_seconds
             if self._preloader is not None:
                 await anyio.to_thread.run_sync(
                     self._preloader.wait, "qdrant_client", 10.0, abandon_on_cancel=True
@@ -675,8 +676,9 @@ class Runtime:
                 path=self.settings.data_dir / "qdrant",
                 collection=collection_name(self.settings.agent_id),
                 embedder=self.agent.make_embedder(),
-                # Its calls run on worker threads a cancel scope cannot interrupt: bound each by the budget.
-                timeout=self.constants.hydration.memory_timeout_seconds,
+                # Its calls run on worker threads a cancel scope cannot stop: bound each by what is left of
+                # the memory budget (qdrant-client's own 5 s would outlast a scaled budget).
+                timeout=min(budget, max(0.0, anyio.current_effective_deadline() - anyio.current_time())),
             )
         return self.memory
 
