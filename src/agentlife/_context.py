@@ -271,9 +271,24 @@ class StepContext:
         if spec.restricted:
             await self._env.runtime.approvals.require_approval(spec.name)
             await self._check_policy(spec, call, kwargs)
+        tries = 0
+
+        async def try_once() -> Any:
+            nonlocal tries
+            tries += 1
+            if tries > 1 and spec.side_effects and spec.verify is not None:
+                # The failed try may have done its effect before failing (a timeout after the request went
+                # out): ask verify, as after a crash, rather than doing the effect a second time.
+                verified = await spec.verify(invocation_id)
+                if verified is not NOT_DONE:
+                    log.info(f"tool {spec.name} ({invocation_id}) verified as done after a failed try")
+                    await self._journal_tool_completed(spec, call, invocation_id, verified, verified=True)
+                    return verified
+            return await self._run_tool_once(spec, call, invocation_id, kwargs)
+
         async with self._tool_slots:
             return await retry_call(
-                lambda: self._run_tool_once(spec, call, invocation_id, kwargs),
+                try_once,
                 initial=self._env.runtime.constants.retry.transient_initial_seconds,
                 cap=self._env.runtime.constants.retry.transient_max_seconds,
                 deadline=self._retry_deadline(),
