@@ -814,8 +814,9 @@ class Runtime:
 
         def watch() -> None:
             try:
-                if os.read(read_fd, 1):  # b"" when stopped
-                    self._arm_hard_exit(budget, EXIT_DRAINED)
+                # Read every signal's byte until stopped (b""), so a later signal never meets a closed pipe.
+                while os.read(read_fd, 1):
+                    self._arm_hard_exit(budget, EXIT_DRAINED)  # idempotent: the first signal's timer stays
             finally:
                 os.close(read_fd)
 
