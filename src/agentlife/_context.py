@@ -155,9 +155,16 @@ class StepContext:
         return f"{self.job.id}/{self.step}/{call}"
 
     def _retry_deadline(self) -> float:
-        """Retries never start past the step budget, the drain deadline or the run budget."""
+        """Retries never start past the step budget, the drain deadline or the run budget.
+
+        The step budget is the longer of the drain's step deadline (45 s) and the LLM total timeout
+        (300 s), counted from the step's start: with the step deadline alone, a stream that stalled for the
+        60 s inter-chunk timeout could never be retried at all. A drain still caps it at its own deadline.
+        """
         runtime = self._env.runtime
-        deadline = self._env.step_started + runtime.constants.drain.step_deadline_seconds
+        c = runtime.constants
+        step_budget = max(c.drain.step_deadline_seconds, c.calls.llm_total_timeout_seconds)
+        deadline = self._env.step_started + step_budget
         if runtime.drain_deadline is not None:
             deadline = min(deadline, runtime.drain_deadline)
         remaining_run = self._env.budget.run_seconds_remaining()
