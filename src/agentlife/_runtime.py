@@ -187,6 +187,7 @@ class Runtime:
         self._current_step: int | None = None
         self._executing_since: float | None = None
         self._fenced: AttemptFenced | None = None
+        self._drained_in = State.BOOTING  # the state a drain interrupted, for the exit line
         self._first_tool_seen = False
         self._rng = random.Random()
         self.machine.add_listener(self._on_transition)
@@ -237,7 +238,7 @@ class Runtime:
         )
         if self.journal is not None:
             self.journal.append("DRAIN_STARTED", reason=reason)
-        state = self.state
+        state = self._drained_in = self.state
         if state in (State.BOOTING, State.HYDRATING, State.READY, State.EXECUTING):
             self.machine.move(State.DRAINING, reason)
         if state in (State.BOOTING, State.HYDRATING) and self._phase_scope is not None:
@@ -281,9 +282,7 @@ class Runtime:
                 resume = await self._hydrate()
             self._phase_scope = None
             if resume is None or self.draining:
-                outcome = _Outcome(
-                    EXIT_DRAINED, f"drained during {'boot' if resume is None else 'hydration'}"
-                )
+                outcome = _Outcome(EXIT_DRAINED, f"drained during {self._drained_in.value.lower()}")
             elif isinstance(resume.doc.status, str) and resume.doc.phase == "done":
                 outcome = _Outcome(EXIT_DONE, f"job already {resume.doc.status}")
             else:
@@ -469,6 +468,19 @@ class Runtime:
             except BudgetExhausted as exc:
                 log.error(str(exc))
                 return await self._finish_failed_by_runtime(doc, str(exc))
+            except Exception as exc:
+                from agentlife._retry import classify
+
+                if not (self._drain_pending() and self._fenced is None and classify(exc).retryable):
+                    raise
+                # The drain left no time to retry a transient error: the step is as resumable as one cancelled
+                # at the deadline (its completed calls are journaled). A crash record here would count a
+                # drain against the job's crash policy (same error 3x -> dead letter).
+                log.warning(
+                    f"step {doc.next_step} failed during the drain with {type(exc).__name__}: "
+                    f"{self.redactor.redact(str(exc))}; not retried now, the next attempt resumes the step"
+                )
+                return _Outcome(EXIT_DRAINED, f"step {doc.next_step} failed transiently during the drain")
             replay = None
             if self._fenced is not None:
                 raise self._fenced
