@@ -745,7 +745,7 @@ class Runtime:
         """Flush and close everything inside the cleanup budget, shielded from cancellation."""
         budget = self.constants.drain.cleanup_budget_seconds
         if not self.draining:
-            self._arm_hard_exit(budget)
+            self._arm_hard_exit(budget, outcome.exit_code)  # the work is settled: keep its exit code
         with anyio.move_on_after(budget, shield=True) as scope:
             await self._close_resources()
         if scope.cancelled_caught:
