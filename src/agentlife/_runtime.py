@@ -76,6 +76,11 @@ EXIT_USAGE = 2
 EXIT_DRAINED = 143
 
 log = logging.getLogger("agentlife.runtime")
+_PHASE_NAMES = {
+    State.BOOTING: "boot",
+    State.HYDRATING: "hydration",
+    State.READY: "the wait for the first step",
+}
 _TERMINAL_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.DEAD_LETTER)
 
 
@@ -282,7 +287,10 @@ class Runtime:
                 resume = await self._hydrate()
             self._phase_scope = None
             if resume is None or self.draining:
-                outcome = _Outcome(EXIT_DRAINED, f"drained during {self._drained_in.value.lower()}")
+                outcome = _Outcome(
+                    EXIT_DRAINED,
+                    f"drained during {_PHASE_NAMES.get(self._drained_in, self._drained_in.value.lower())}",
+                )
             elif isinstance(resume.doc.status, str) and resume.doc.phase == "done":
                 outcome = _Outcome(EXIT_DONE, f"job already {resume.doc.status}")
             else:
