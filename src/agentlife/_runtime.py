@@ -322,7 +322,6 @@ class Runtime:
         except ConfigError as exc:
             raise _Fatal(f"configuration error: {exc}") from None
         self.settings, self.constants = settings, settings.constants
-        self.telemetry.start_building(settings, self.board, dict(self.env))
         logging.getLogger().setLevel(settings.log_level)
         self.board.update(
             job_id=settings.job_id,
@@ -454,6 +453,9 @@ class Runtime:
         self.approvals.restore(doc, job_row.status)
         memories = await hydrator.fetch_memories(doc)
         self.machine.move(State.READY, "hydrated")
+        # Built after READY: its ~120 ms of SDK imports would otherwise compete with boot for the GIL.
+        # Everything recorded before then is buffered by the facade and replayed.
+        self.telemetry.start_building(self.settings, self.board, dict(self.env))
         self.notify("ready")
         return _Resume(doc, checkpoint_id, replay, memories)
 
