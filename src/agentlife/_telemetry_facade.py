@@ -1,8 +1,9 @@
 """A stand-in for `Telemetry` until the OpenTelemetry SDK has been imported off the boot path.
 
-Boot does not wait for OpenTelemetry's imports: a thread builds the real `Telemetry` while the store
-connects and hydration runs. Until it is attached, what happens is buffered and replayed into it, so
-no transition or hydration timing is lost.
+The SDK's imports (~120 ms) would compete with boot for the GIL, so the real `Telemetry` is built on a
+thread once the process is READY. Until it is attached, what happens is buffered and replayed into it, so
+no transition or hydration timing is lost. (A process drained before READY never builds it: its probes
+still serve the core gauges.)
 """
 
 from __future__ import annotations
