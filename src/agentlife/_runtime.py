@@ -22,9 +22,9 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -82,6 +82,7 @@ _PHASE_NAMES = {
     State.READY: "the wait for the first step",
 }
 _TERMINAL_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.DEAD_LETTER)
+_T = TypeVar("_T")
 
 
 class _Fatal(Exception):
@@ -569,20 +570,10 @@ class Runtime:
         s = self.settings
         data = doc.evolve(attempt=s.attempt, written_at=time.time()).encode()
         checkpoint_id = f"{s.attempt:04d}-{step:06d}-{uuid.uuid4().hex[:8]}"
-        deadline = anyio.current_time() + self.constants.drain.step_deadline_seconds
-        delay = self.constants.retry.transient_initial_seconds
-        while True:
-            try:
-                crc = await self.store.write_checkpoint(s.job_id, s.attempt, checkpoint_id, step, data)
-                break
-            except StoreUnavailable as exc:
-                if anyio.current_time() + delay > deadline:
-                    raise
-                log.warning(
-                    f"checkpoint write failed ({self.redactor.redact(str(exc))}); retrying in {delay:.1f}s"
-                )
-                await anyio.sleep(delay)
-                delay = min(delay * 2, self.constants.retry.transient_max_seconds)
+        store = self.store
+        crc = await self._retrying_store(
+            "checkpoint write", lambda: store.write_checkpoint(s.job_id, s.attempt, checkpoint_id, step, data)
+        )
         self.checkpoint_id = checkpoint_id
         self.stats.checkpoints_written += 1
         self.journal.append("CHECKPOINT_WRITTEN", step=step, checkpoint_id=checkpoint_id, crc=crc)
@@ -897,15 +888,34 @@ class Runtime:
     def _listener_failed(self, listener: Callable[[Transition], None], exc: BaseException) -> None:
         log.error(f"lifecycle listener {getattr(listener, '__qualname__', listener)} failed: {exc}")
 
+    async def _retrying_store(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
+        """``call()``, retried with backoff while the store is unreachable, within the step budget."""
+        deadline = anyio.current_time() + self.constants.drain.step_deadline_seconds
+        delay = self.constants.retry.transient_initial_seconds
+        while True:
+            try:
+                return await call()
+            except StoreUnavailable as exc:
+                if anyio.current_time() + delay > deadline:
+                    raise
+                log.warning(f"{what} failed ({self.redactor.redact(str(exc))}); retrying in {delay:.1f}s")
+                await anyio.sleep(delay)
+                delay = min(delay * 2, self.constants.retry.transient_max_seconds)
+
     async def add_usage(self, reply: LLMReply) -> None:
-        """Add a call's usage to the job row and the in-memory budget."""
+        """Add a call's usage to the job row and the in-memory budget.
+
+        Retried like a checkpoint write while the store is unreachable: a short PostgreSQL outage must not
+        crash the step after its LLM call succeeded. A retry after a commit whose answer was lost counts the
+        call twice, which errs on the side of the budget.
+        """
         assert self.store is not None and self.settings is not None and self.budget is not None
-        totals = await self.store.add_usage(
-            self.settings.job_id,
-            self.settings.attempt,
-            reply.usage.input_tokens,
-            reply.usage.output_tokens,
-            reply.cost_usd,
+        store, s, usage = self.store, self.settings, reply.usage
+        totals = await self._retrying_store(
+            "usage update",
+            lambda: store.add_usage(
+                s.job_id, s.attempt, usage.input_tokens, usage.output_tokens, reply.cost_usd
+            ),
         )
         self.budget.add(totals)
 
