@@ -242,6 +242,7 @@ class PostgresStore:
         self._unavailable: tuple[type[BaseException], ...] = ()
         self._misuse: tuple[type[BaseException], ...] = ()
         self._undefined_table: type[BaseException] | None = None
+        self._broken_session: tuple[type[BaseException], ...] = ()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._display_url!r})"
@@ -268,6 +269,7 @@ class PostgresStore:
         e = asyncpg.exceptions
         self._misuse = (e.DataError, e.ClientConfigurationError, e.UnsupportedClientFeatureError)
         self._undefined_table = asyncpg.exceptions.UndefinedTableError
+        self._broken_session = (asyncpg.exceptions.InternalClientError,)
         # Credentials or a missing database will not fix themselves: fail at once instead of retrying.
         permanent = (
             asyncpg.exceptions.InvalidAuthorizationSpecificationError,
@@ -354,6 +356,14 @@ class PostgresStore:
                     # server rolls back) and let the pool open a fresh one when it is next needed.
                     conn.terminate()
                     raise
+                except self._broken_session as exc:
+                    # A session the server cut mid-use (shutdown, failover) can leave asyncpg's protocol in an
+                    # impossible state ("cannot switch to state N; another operation is in progress"): that
+                    # connection is unusable, the server may well not be. Drop it; the caller may retry.
+                    conn.terminate()
+                    raise StoreUnavailable(
+                        f"PostgreSQL store {self._display_url} unavailable: {self._describe(exc)}"
+                    ) from None
         except self._unavailable as exc:
             if isinstance(exc, self._misuse):
                 raise  # a bug (bad argument type, ...) is not an outage: retrying cannot help
