@@ -792,6 +792,7 @@ class Runtime:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         stop_watch: Callable[[], None] | None = None
+        previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
         try:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 stop_watch = self._watch_signals_off_loop()
@@ -802,7 +803,13 @@ class Runtime:
                 async for signum in signals:
                     self.request_drain(signal.Signals(signum).name)
         finally:
-            if stop_watch is not None:  # after the receiver put the default handlers back
+            # The receiver leaves SIG_DFL behind: a signal in the last milliseconds before the process exits
+            # would kill it (-15, not 143) or raise KeyboardInterrupt (SIGINT: exit 130). Put back what was
+            # there before (the CLI's EarlySignal, which only remembers it), then stop the watcher.
+            for signum, handler in previous.items():
+                if handler is not None:
+                    signal.signal(signum, handler)
+            if stop_watch is not None:
                 stop_watch()
 
     def _watch_signals_off_loop(self) -> Callable[[], None]:
