@@ -1,0 +1,313 @@
+"""The chaos machinery of ``benchmarks/chaos.py``: a tiny run, its judge on planted faults, the bug it found.
+
+The full run (``nox -s chaos``) injects hundreds of faults; here five faults over one short job check that
+the script still drives real processes against the real PostgreSQL fixture and reads the evidence back,
+and synthetic evidence checks that each bad outcome is counted (a judge that never fails proves nothing).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from _pg import PostgresServer
+from agentlife import (
+    NOT_DONE,
+    AgentProcess,
+    Done,
+    LLMClient,
+    LLMReply,
+    StepContext,
+    TransientError,
+    Usage,
+    tool,
+)
+from agentlife._runtime import RunOptions, Runtime
+from agentlife.constants import Constants
+from agentlife.stores import PostgresStore
+from agentlife.testing import AgentHarness, DrainAt
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import chaos
+
+
+def test_five_faults_over_real_processes_and_postgres(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    kinds = ["sigterm_between_steps", "sigkill", "tool_hang_after", "sigterm_twice", "sigterm_ready"]
+    settings = chaos.ChaosSettings(
+        faults=5, seed=7, parallel=1, kinds=kinds, faults_per_job=(5, 5), steps=(8, 8), quiet=True
+    )
+    try:
+        report, run = chaos.run_chaos(settings, postgres_server, tmp_path)
+    finally:
+        postgres_server.start()  # whatever happened, leave the shared server up for the next test
+    text = chaos.render(report, settings)
+    assert sum(report.faults.values()) >= 5, text
+    assert report.jobs == report.jobs_completed >= 1, text
+    assert report.bad == 0, text
+    assert report.runs >= 6  # five faulted attempts, then at least one that completes its job
+    assert report.drains >= 2  # the SIGTERM kinds were measured as drains
+    for job in run.jobs:  # every step's effect happened exactly once, by the evidence file
+        effects = (tmp_path / job.job_id / "evidence" / "effects").read_text().split("\n")
+        ids = [line.split()[0] for line in effects if line]
+        assert sorted(ids) == sorted(f"{job.job_id}/{s}/1" for s in range(job.steps))
+    assert "| runs | faults injected | jobs completed | lost steps |" in text
+
+
+def _job(tmp_path: Path, result_steps: list[list[Any]], effects: list[str], deliveries: list[str]) -> Path:
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    (evidence / "effects").write_text("".join(f"{line}\n" for line in effects))
+    (evidence / "deliveries").write_text("".join(f"{line}\n" for line in deliveries))
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    # Attempt 1 committed the checkpoint of step 1 (a journal marker), so step 1's state must survive.
+    marker = {"v": 1, "ts": 0.0, "seq": 0, "type": "CHECKPOINT_WRITTEN", "step": 1, "checkpoint_id": "c1"}
+    (sessions / "session_0001_1.jsonl").write_bytes(orjson.dumps(marker) + b"\n")
+    return evidence
+
+
+def test_the_judge_counts_each_bad_outcome(tmp_path: Path) -> None:
+    evidence = _job(
+        tmp_path,
+        [],
+        effects=["j/0/1 1 10", "j/0/1 2 11", "j/1/1 2 11"],  # step 0's effect ran twice; step 2's never
+        deliveries=["j 2 11", "j 3 12"],  # attempt 2 delivered, was not killed, and 3 delivered again
+    )
+    result = {"steps": [[0, 1, "r", 1], [1, 2, "r", 1], [2, 2, "r", 1], [2, 3, "r", 1]]}
+    verdict = chaos.analyse_job("j", 4, result, evidence, tmp_path / "sessions", next_steps=[2, 1, 4])
+    assert verdict.duplicated_effects == 1
+    assert verdict.duplicate_deliveries == 1
+    assert verdict.missing_effects == 1  # step 2 ran (listed) but its effect is not recorded
+    # Step 1 was committed by attempt 1 but re-run by attempt 2; step 2 is listed twice; step 3 never;
+    # next_step went back from 2 to 1.
+    assert verdict.lost_steps == {1, 2, 3}
+
+    excused = chaos.analyse_job("j", 4, result, evidence, tmp_path / "sessions", sigkilled_attempts=[2])
+    assert excused.duplicate_deliveries == 0 and excused.excused_deliveries == 1
+
+
+def test_a_slow_or_bad_drain_is_counted(tmp_path: Path) -> None:
+    runner = chaos.Chaos(chaos.ChaosSettings(), None, "", tmp_path)  # type: ignore[arg-type]
+    report = chaos.Report()
+
+    def drained(seconds: float, code: int) -> chaos.RunRecord:
+        record = chaos.RunRecord("j", 1, chaos.Fault("sigterm_tool"), landed=["sigterm_tool"])
+        record.sigterms, record.exit_at, record.exit_code = [100.0], 100.0 + seconds, code
+        return record
+
+    for seconds, code in ((0.5, 143), (chaos.DRAIN_BUDGET + 0.2, 143), (0.5, 1), (0.5, 0)):
+        chaos._judge_drain(runner, report, drained(seconds, code))
+    assert (report.drains, report.drains_over_budget) == (4, 2)
+    runner.outages.append(chaos.Outage(99.0, 101.0))
+    chaos._judge_drain(runner, report, drained(0.5, 1))  # PostgreSQL was down: exit 1 is honest
+    assert (report.drains_over_budget, report.excused_exit_1) == (2, 1)
+    killed = drained(0.5, -signal.SIGKILL)
+    killed.killed = True
+    chaos._judge_drain(runner, report, killed)  # a SIGKILL is not a drain
+    assert report.drains == 5
+
+
+# -- the bug the first full chaos run found: a timed-out side effect was done again by the retry ---------
+
+EFFECTS: list[str] = []
+
+
+async def _verify(invocation_id: str) -> Any:
+    return f"done:{invocation_id}" if invocation_id in EFFECTS else NOT_DONE
+
+
+@tool(timeout=20, verify=_verify)  # 20 s scaled by the harness: 0.2 s
+async def effect_then_hang(invocation_id: str) -> str:
+    EFFECTS.append(invocation_id)
+    if EFFECTS.count(invocation_id) == 1:
+        await anyio.sleep(30)  # the effect happened; the answer never comes back
+    return f"done:{invocation_id}"
+
+
+class HangAfterEffect(AgentProcess):
+    agent_id = "hang-after-effect"
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        return Done(result=await ctx.call_tool(effect_then_hang))
+
+
+@pytest.mark.anyio
+async def test_a_retried_side_effect_asks_verify_before_running_again(agent_harness: AgentHarness) -> None:
+    EFFECTS.clear()
+    run = await agent_harness.run(HangAfterEffect())
+    assert run.exit_code == 0, run.log_messages()
+    assert len(EFFECTS) == 1  # the timeout was retried, but verify found the effect: not done twice
+    completed = [e for e in run.journal if e["type"] == "TOOL_COMPLETED"]
+    assert len(completed) == 1 and completed[0].get("verified") is True
+    assert run.job is not None and run.job.result == f"done:{EFFECTS[0]}"
+    assert [e["type"] for e in run.journal if e["type"] in ("TOOL_STARTED", "TOOL_FAILED")] == [
+        "TOOL_STARTED",
+        "TOOL_FAILED",
+    ]
+
+
+# -- the second: a transient failure the drain left no time to retry was recorded as a crash (exit 1) -----
+
+
+@tool(side_effects=False)
+async def flaky_read() -> str:
+    raise TransientError("the upstream is overloaded (503)")
+
+
+class AlwaysFlaky(AgentProcess):
+    agent_id = "always-flaky"
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        return Done(result=await ctx.call_tool(flaky_read))
+
+
+@pytest.mark.anyio
+async def test_a_transient_failure_during_the_drain_exits_143_not_as_a_crash(
+    agent_harness: AgentHarness,
+) -> None:
+    drained = await agent_harness.run(AlwaysFlaky(), drain=DrainAt.during_tool("flaky_read"))
+    assert drained.exit_code == 143, drained.log_messages()
+    assert drained.job is not None and drained.job.status == "RUNNING" and drained.job.error == []
+    # Without a drain the same step is a crash once the step budget is spent: that is not changed.
+    crashed = await agent_harness.run(AlwaysFlaky(), job_id="flaky-2")
+    assert crashed.exit_code == 1
+    assert crashed.job is not None and crashed.job.error[-1]["error_class"] == "TransientError"
+
+
+# -- the third: a PostgreSQL blip while a step's LLM usage was recorded crashed the step (exit 1) ---------
+
+
+class BlipLLM:
+    """Answers at once; on the second call PostgreSQL goes down just before the answer is returned."""
+
+    def __init__(self, server: PostgresServer, restarted: threading.Thread) -> None:
+        self.calls = 0
+        self.server = server
+        self.restarted = restarted
+
+    async def complete(
+        self, *, model: str, messages: Any, max_tokens: int, timeouts: Any = None, **params: Any
+    ) -> LLMReply:
+        self.calls += 1
+        if self.calls == 2:
+            await anyio.to_thread.run_sync(self.server.stop)
+            self.restarted.start()  # back in 0.5 s: well inside the (scaled) 4.5 s step budget
+        return LLMReply(text="ok", usage=Usage(input_tokens=10, output_tokens=5), model=model)
+
+    async def aclose(self) -> None:
+        pass
+
+
+class UsesTheLLM(AgentProcess):
+    agent_id = "blip"
+
+    def __init__(self, llm: BlipLLM) -> None:
+        self.llm = llm
+
+    def make_llm(self) -> LLMClient:
+        return self.llm
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        await ctx.llm.complete(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        return Done(result="done") if ctx.step == 2 else None
+
+
+@pytest.mark.anyio
+async def test_a_postgres_blip_while_usage_is_recorded_is_ridden_through(
+    postgres_server: PostgresServer, postgres_url: str, tmp_path: Path
+) -> None:
+    store = PostgresStore(postgres_url)
+    await store.open()
+    try:
+        await store.init_schema()
+    finally:
+        await store.close()
+
+    def restart() -> None:
+        time.sleep(0.5)
+        postgres_server.start()
+
+    restarted = threading.Thread(target=restart)
+    env = {
+        "AGENTLIFE_JOB_ID": "blip-1",
+        "AGENTLIFE_DATABASE_URL": postgres_url,
+        "AGENTLIFE_HEALTH_PORT": "off",
+    }
+    env["AGENTLIFE_DATA_DIR"] = str(tmp_path)
+    options = RunOptions(
+        create_job=True,
+        handle_signals=False,
+        hard_exit=False,
+        probes=False,
+        json_logs=False,
+        constants=Constants.from_env({}).scaled(0.1),  # 4.5 s step budget; retries 0.1 s, 0.2 s, 0.4 s ...
+    )
+    llm = BlipLLM(postgres_server, restarted)
+    try:
+        code = await Runtime(UsesTheLLM(llm), env=env, options=options).run()
+    finally:
+        if restarted.is_alive() or restarted.ident is not None:
+            restarted.join()
+        postgres_server.start()
+    assert code == 0
+    assert llm.calls == 3  # no crash, so no re-issued call either
+    store = PostgresStore(postgres_url)
+    await store.open()
+    try:
+        job = await store.get_job("blip-1")
+    finally:
+        await store.close()
+    assert job is not None and job.status == "COMPLETED"
+    assert job.tokens_consumed["input"] >= 30  # the blipped call's usage was recorded too
+
+
+# -- the fourth: a second SIGTERM in the last milliseconds before exit killed the process (-15, not 143) ---
+
+
+class OneStep(AgentProcess):
+    agent_id = "one-step"
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        return Done(result="done")
+
+
+@pytest.mark.anyio
+async def test_the_signal_handlers_from_before_the_runtime_are_back_after_it(tmp_path: Path) -> None:
+    seen: list[int] = []
+
+    def remember(signum: int, frame: object) -> None:  # what the CLI's EarlySignal does
+        seen.append(signum)
+
+    before = {s: signal.signal(s, remember) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        env = {
+            "AGENTLIFE_JOB_ID": "sig-1",
+            "AGENTLIFE_DATA_DIR": str(tmp_path),
+            "AGENTLIFE_HEALTH_PORT": "off",
+        }
+        options = RunOptions(
+            handle_signals=True,
+            hard_exit=False,
+            probes=False,
+            json_logs=False,
+            constants=Constants.from_env({}).scaled(0.01),
+        )
+        assert await Runtime(OneStep(), env=env, options=options).run() == 0
+        # Not SIG_DFL, which a signal arriving between here and os._exit would die of.
+        assert signal.getsignal(signal.SIGTERM) is remember and signal.getsignal(signal.SIGINT) is remember
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert seen == [signal.SIGTERM]
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
