@@ -368,6 +368,33 @@ def test_a_tool_ignoring_cancellation_cannot_hold_the_process_past_the_drain_bud
         assert "exceeded by code that ignores cancellation: exiting 143 now" in output
 
 
+def test_a_sigterm_delivered_to_another_thread_still_ends_a_blocked_loop(tmp_path: Path) -> None:
+    # The kernel may hand a process signal to any thread. With the main thread asleep inside a blocking
+    # tool, a Python-level handler would never run; the wakeup fd is written by whichever thread takes it.
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    env = agent_env(
+        tmp_path / "data",
+        AGENTLIFE_JOB_ID="job-offthread",
+        AGENTLIFE_DRAIN_STEP_DEADLINE_SECONDS="0.5",
+        AGENTLIFE_DRAIN_CLEANUP_BUDGET_SECONDS="0.5",
+        AGENTLIFE_DRAIN_SIGKILL_BUFFER_SECONDS="0.5",
+        TEST_MARKER_DIR=str(markers),
+        TEST_TOOL="loop",
+        TEST_TOOL_SECONDS="60",
+        TEST_SIGTERM_FROM_THREAD="1",
+    )
+    proc = spawn("agents.calls_agents:StubbornToolAgent", env)
+    try:
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, (out + err).decode(errors="replace")[-2000:]
+    assert not (markers / "tool-finished").exists()
+
+
 # --- 6. a subprocess started by a tool dies with it ------------------------------------------------------
 
 

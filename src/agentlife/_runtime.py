@@ -796,54 +796,62 @@ class Runtime:
         try:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 stop_watch = self._watch_signals_off_loop()
-                task_status.started()
-                early = self.options.early_signal
-                if early is not None and early.is_set():
-                    self.request_drain(early.name)
-                async for signum in signals:
-                    self.request_drain(signal.Signals(signum).name)
+                try:
+                    task_status.started()
+                    early = self.options.early_signal
+                    if early is not None and early.is_set():
+                        self.request_drain(early.name)
+                    async for signum in signals:
+                        self.request_drain(signal.Signals(signum).name)
+                finally:
+                    stop_watch()  # gives the loop its wakeup fd back before the receiver removes its handlers
         finally:
             # The receiver leaves SIG_DFL behind: a signal in the last milliseconds before the process exits
             # would kill it (-15, not 143) or raise KeyboardInterrupt (SIGINT: exit 130). Put back what was
-            # there before (the CLI's EarlySignal, which only remembers it), then stop the watcher.
+            # there before (the CLI's EarlySignal, which only remembers it).
             for signum, handler in previous.items():
                 if handler is not None:
                     signal.signal(signum, handler)
-            if stop_watch is not None:
-                stop_watch()
 
     def _watch_signals_off_loop(self) -> Callable[[], None]:
-        """Arm the hard exit in the signal handler, so a tool that blocks the event loop cannot hold the exit.
+        """Arm the hard exit from a thread, so a tool that blocks the event loop cannot hold the exit.
 
-        The loop's receiver (installed just before) still gets every signal through asyncio's wakeup fd and
-        runs the drain. But while a tool blocks the loop (``time.sleep`` in an ``async def``, a CPU loop) that
-        receiver never runs, so nothing would arm the drain budget. This Python-level handler replaces
-        asyncio's no-op one and runs in the main thread even then; a handler must not take locks or start
-        threads (it may interrupt code holding them), so it only writes to a pipe that a watcher thread
-        reads. Returns the function that stops the watcher.
+        While a tool blocks the loop (``time.sleep`` in an ``async def``, a CPU loop) the loop's signal
+        receiver never runs, so nothing would arm the drain budget. A Python-level handler is no answer
+        either: it runs only when the main thread gets to check for signals, and the kernel may deliver the
+        signal to another thread, leaving the blocked main thread asleep. The C-level handler, in whatever
+        thread takes the signal, always writes the signal number to the wakeup fd; so this puts a pipe there,
+        and a watcher thread arms the hard exit and forwards each byte to the loop's own wakeup socket, which
+        then runs the drain as before. Returns the function that restores the loop's wakeup fd.
         """
         if not self.options.hard_exit:
             return lambda: None
         read_fd, write_fd = os.pipe()
         os.set_blocking(write_fd, False)
+        loop_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
         budget = self.constants.drain.step_deadline_seconds + self.constants.drain.cleanup_budget_seconds
-
-        def on_signal(signum: int, frame: object) -> None:
-            with contextlib.suppress(OSError):
-                os.write(write_fd, b"\0")
+        drain_signals = {int(signal.SIGTERM), int(signal.SIGINT)}
 
         def watch() -> None:
             try:
-                # Read every signal's byte until stopped (b""), so a later signal never meets a closed pipe.
-                while os.read(read_fd, 1):
-                    self._arm_hard_exit(budget, EXIT_DRAINED)  # idempotent: the first signal's timer stays
+                while data := os.read(read_fd, 64):  # b"" once the write end is closed
+                    if drain_signals.intersection(data):
+                        self._arm_hard_exit(budget, EXIT_DRAINED)  # idempotent: the first timer stays
+                    if loop_fd != -1:
+                        with contextlib.suppress(OSError):
+                            os.write(loop_fd, data)
             finally:
                 os.close(read_fd)
 
         threading.Thread(target=watch, name="agentlife-signal-watch", daemon=True).start()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, on_signal)
-        return lambda: os.close(write_fd)
+
+        def stop() -> None:
+            current = signal.set_wakeup_fd(loop_fd)
+            if current != write_fd:  # someone replaced ours meanwhile: keep theirs
+                signal.set_wakeup_fd(current)
+            os.close(write_fd)
+
+        return stop
 
     def _arm_hard_exit(self, seconds: float, code: int | None = None) -> None:
         """A thread-side guarantee: code that ignores cancellation cannot hold the process past the budget."""

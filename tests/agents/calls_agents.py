@@ -8,6 +8,8 @@ set, pointed at a `FakeAnthropicServer` through ``ANTHROPIC_BASE_URL``).
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -47,10 +49,22 @@ def sleeping_sync_tool(seconds: float) -> str:
     return "slept"
 
 
+def _sigterm_from_another_thread() -> None:
+    """Deliver SIGTERM to a thread other than the main one, as the kernel may when a pod is stopped."""
+
+    def send() -> None:
+        time.sleep(0.2)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+    threading.Thread(target=send, daemon=True).start()
+
+
 @tool(side_effects=False)
 async def loop_blocking_tool(seconds: float) -> str:
     """An async tool that blocks the event loop itself (the worst kind of tool)."""
     _marker("tool-started")
+    if os.environ.get("TEST_SIGTERM_FROM_THREAD") == "1":
+        _sigterm_from_another_thread()
     time.sleep(seconds)  # deliberately blocking: nothing on the loop runs until this returns
     _marker("tool-finished")
     return "blocked"
