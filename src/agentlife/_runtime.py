@@ -453,6 +453,10 @@ class Runtime:
         replay = await hydrator.scan_journal(checkpoint_id, doc)
         self.approvals.restore(doc, job_row.status)
         memories = await hydrator.fetch_memories(doc)
+        if self._drain_pending():
+            # The signal came while a memory call ran on a worker thread (no cancel reaches it) and its error
+            # was handled, so the phase scope's cancel had no await to land on: drained, never READY.
+            return _Resume(doc, checkpoint_id, replay, memories)
         self.machine.move(State.READY, "hydrated")
         # Built after READY: its ~120 ms of SDK imports would otherwise compete with boot for the GIL.
         # Everything recorded before then is buffered by the facade and replayed.
