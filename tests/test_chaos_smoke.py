@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import orjson
 import pytest
 
@@ -26,6 +27,7 @@ from agentlife import (
     Done,
     LLMClient,
     LLMReply,
+    State,
     StepContext,
     TransientError,
     Usage,
@@ -311,3 +313,51 @@ async def test_the_signal_handlers_from_before_the_runtime_are_back_after_it(tmp
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
+
+
+# -- the fifth: SIGTERM during the hydration memory fetch crashed on DRAINING -> READY (exit 1) -------------
+
+
+class DrainingEmbedder:
+    """Embeds on the worker thread of a memory search: the drain is requested meanwhile, then Qdrant fails."""
+
+    dimension = 8
+
+    def __init__(self) -> None:
+        self.runtime: Runtime | None = None
+
+    def embed(self, texts: Any) -> list[list[float]]:
+        assert self.runtime is not None
+        anyio.from_thread.run_sync(self.runtime.request_drain, "SIGTERM")  # lands while the task waits
+        raise ConnectionError("qdrant: timed out")  # handled by the fetch: memories are optional
+
+
+class RemembersThings(AgentProcess):
+    agent_id = "remembers"
+
+    def __init__(self, embedder: DrainingEmbedder) -> None:
+        self.embedder = embedder
+
+    def make_embedder(self) -> Any:
+        return self.embedder
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        raise AssertionError("a drained hydration must not run a step")
+
+
+@pytest.mark.anyio
+async def test_sigterm_during_an_uncancellable_memory_call_drains_with_143(tmp_path: Path) -> None:
+    import qdrant_client  # noqa: F401  # imported here, not against the (scaled) memory budget
+
+    harness = AgentHarness(tmp_path / "agentlife", time_scale=0.1)  # the 10 s memory budget lasts 1 s
+    (harness.data_dir / "qdrant").mkdir(parents=True)  # local memory exists: the fetch runs
+    embedder = DrainingEmbedder()
+
+    def keep_runtime(runtime: Runtime, event: str, info: dict[str, Any]) -> None:
+        embedder.runtime = runtime
+
+    run = await harness.run(RemembersThings(embedder), payload="deploy staging", on_event=keep_runtime)
+    assert run.exit_code == 143, run.log_messages()
+    assert (State.DRAINING, State.READY) not in run.transitions
+    assert run.transitions[-1] == (State.DRAINING, State.TERMINATED)
+    assert any("memory fetch failed" in message for message in run.log_messages())  # the path under test
