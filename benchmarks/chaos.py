@@ -176,6 +176,7 @@ class RunRecord:
     hung: bool = False
     drain_state: str | None = None  # the lifecycle state the first SIGTERM found (from the drain log line)
     logged_before_signal: bool = True
+    delivery_unrecorded: bool = False  # the registry could not record a delivery this attempt announced
     crash: str | None = None
     log_path: Path | None = None
 
@@ -564,6 +565,11 @@ class Chaos:
             if last is not None:
                 record.exit_code = int(last.msg[5:].split(":")[0])
                 self.lost_exit_codes += 1
+        record.delivery_unrecorded = output.find(
+            lambda m: "recording the delivery failed" in m
+        ) is not None and (
+            output.find(lambda m: m.startswith("delivery:") and m.endswith(" delivered")) is None
+        )
         drain = output.find(starts("drain requested by SIG"))
         if drain is not None:
             record.drain_state = drain.state
@@ -789,6 +795,7 @@ def analyse_job(
     session_dir: Path,
     next_steps: Sequence[int] = (),
     sigkilled_attempts: Sequence[int] = (),
+    unrecorded_attempts: Sequence[int] = (),
 ) -> JobVerdict:
     """Judge one finished job from its external evidence (see the module docstring)."""
     v = JobVerdict()
@@ -822,12 +829,13 @@ def analyse_job(
             v.notes.append(f"the effect of step {step} never happened")
     deliveries = [int(parts[1]) for parts in _lines(evidence / "deliveries")]
     for attempt in deliveries[:-1]:
-        # Killed between announcing and recording the delivery: the documented at-least-once window.
-        if attempt in sigkilled_attempts:
+        # Killed between announcing and recording the delivery, or the registry was down so it could not be
+        # recorded: the documented at-least-once window (DESIGN §11: only what was recorded is not repeated).
+        if attempt in sigkilled_attempts or attempt in unrecorded_attempts:
             v.excused_deliveries += 1
         else:
             v.duplicate_deliveries += 1
-            v.notes.append(f"delivered again after attempt {attempt}, which was not SIGKILLed")
+            v.notes.append(f"delivered again after attempt {attempt}, which recorded it or was not killed")
     llm = _lines(evidence / "llm")
     v.llm_calls = len(llm)
     v.llm_reissued = len(llm) - len({parts[0] for parts in llm})
@@ -879,6 +887,7 @@ def build_report(chaos: Chaos, rows: dict[str, dict[str, Any] | None]) -> Report
     for job in chaos.jobs:
         rep.jobs_completed += job.completed
         killed = [r.attempt for r in job.runs if r.killed or r.hung]
+        unrecorded = [r.attempt for r in job.runs if r.delivery_unrecorded]
         row = rows.get(job.job_id) or {}
         verdict = analyse_job(
             job.job_id,
@@ -888,6 +897,7 @@ def build_report(chaos: Chaos, rows: dict[str, dict[str, Any] | None]) -> Report
             chaos.work / job.job_id / "data" / "sessions" / job.job_id,
             job.next_steps,
             killed,
+            unrecorded,
         )
         if job.completed:
             rep.lost_steps += len(verdict.lost_steps)
@@ -991,8 +1001,9 @@ def render(rep: Report, settings: ChaosSettings) -> str:
         f"Runs without a planned fault (reruns to completion): exit codes {clean or '-'}.",
         f"LLM calls really made (scripted client): {rep.llm_calls}, of which re-issued for the same step: "
         f"{rep.llm_reissued} (re-issue after a crash or a cancelled step is the documented worst case).",
-        f"Deliveries announced again after a SIGKILL between announcing and recording (documented "
-        f"at-least-once, not counted as duplicates): {rep.excused_deliveries}.",
+        f"Deliveries announced again because the attempt that announced them could not record them (SIGKILL "
+        f"in between, or the store down: documented at-least-once, not counted as duplicates): "
+        f"{rep.excused_deliveries}.",
         f"SIGTERMs that found the interpreter before agentlife's handler (default action, 143 to "
         f"Kubernetes): "
         f"{rep.default_handler_deaths}; exit 1 accepted because PostgreSQL was down during the drain: "

@@ -95,8 +95,9 @@ def test_the_judge_counts_each_bad_outcome(tmp_path: Path) -> None:
     # next_step went back from 2 to 1.
     assert verdict.lost_steps == {1, 2, 3}
 
-    excused = chaos.analyse_job("j", 4, result, evidence, tmp_path / "sessions", sigkilled_attempts=[2])
-    assert excused.duplicate_deliveries == 0 and excused.excused_deliveries == 1
+    for excuse in ({"sigkilled_attempts": [2]}, {"unrecorded_attempts": [2]}):  # the at-least-once window
+        excused = chaos.analyse_job("j", 4, result, evidence, tmp_path / "sessions", **excuse)
+        assert excused.duplicate_deliveries == 0 and excused.excused_deliveries == 1
 
 
 def test_a_slow_or_bad_drain_is_counted(tmp_path: Path) -> None:
@@ -182,7 +183,10 @@ async def test_a_transient_failure_during_the_drain_exits_143_not_as_a_crash(
     assert drained.exit_code == 143, drained.log_messages()
     assert drained.job is not None and drained.job.status == "RUNNING" and drained.job.error == []
     # Without a drain the same step is a crash once the step budget is spent: that is not changed.
-    crashed = await agent_harness.run(AlwaysFlaky(), job_id="flaky-2")
+    # (A short LLM total timeout keeps the step's retry budget at the 0.45 s step deadline.)
+    crashed = await agent_harness.run(
+        AlwaysFlaky(), job_id="flaky-2", env={"AGENTLIFE_LLM_TOTAL_TIMEOUT_SECONDS": "10"}
+    )
     assert crashed.exit_code == 1
     assert crashed.job is not None and crashed.job.error[-1]["error_class"] == "TransientError"
 
