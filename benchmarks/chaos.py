@@ -940,7 +940,8 @@ def _judge_drain(chaos: Chaos, rep: Report, r: RunRecord) -> None:
     elapsed = r.drain_seconds or 0.0
     rep.drains += 1
     rep.drain_times[kind].append(elapsed)
-    rep.drain_states[kind][r.drain_state or ("pre-runtime" if r.exit_code == TERMINATED else "?")] += 1
+    # No drain line: the signal came before agentlife's handler, or after the run's own exit line (ignored).
+    rep.drain_states[kind][r.drain_state or ("pre-runtime" if r.exit_code == TERMINATED else "exiting")] += 1
     code = r.exit_code
     ok_code = code in (0, 143)
     if code == TERMINATED and not r.logged_before_signal:
