@@ -135,9 +135,16 @@ class SQLiteStore:
             await self.init_schema()
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await anyio.to_thread.run_sync(conn.close)
+        def close_when_idle() -> None:
+            # Under the statement lock: closing a connection while another thread's statement runs on it
+            # is a use-after-free in the sqlite3 module (a segfault), e.g. a job heartbeat still in flight
+            # when cleanup closes the store.
+            with self._lock:
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+
+        await anyio.to_thread.run_sync(close_when_idle)
 
     async def init_schema(self) -> None:
         def create(conn: sqlite3.Connection) -> None:
