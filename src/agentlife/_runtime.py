@@ -715,16 +715,18 @@ class Runtime:
     async def _crashed(self, exc: BaseException) -> _Outcome:
         message = self.redactor.redact(f"{type(exc).__name__}: {exc}")
         log.error(f"crash in step {self._current_step}: {message}", exc_info=exc)
-        record = {
-            "at": time.time(),
-            "attempt": self.settings.attempt if self.settings else None,
-            "exit_code": EXIT_CRASH,
-            "error_class": type(exc).__name__,
-            "message": message[:2000],
-            "step": self._current_step,
-            "state": self.state.value,
-            "traceback": self.redactor.redact("".join(traceback.format_exception(exc)))[-4000:],
-        }
+        from agentlife._policy import CrashRecord
+
+        # The shape `should_retry_after_crash` reads back, plus what a person needs to debug it.
+        record = CrashRecord.from_exception(
+            exc,
+            attempt=self.settings.attempt if self.settings else 0,
+            exit_code=EXIT_CRASH,
+            step=self._current_step,
+            redact=self.redactor.redact,
+        ).to_dict()
+        record["state"] = self.state.value
+        record["traceback"] = self.redactor.redact("".join(traceback.format_exception(exc)))[-4000:]
         if self.store is not None and self.settings is not None and self.job is not None:
             with anyio.move_on_after(self.constants.drain.cleanup_budget_seconds / 2, shield=True):
                 try:
@@ -939,9 +941,8 @@ class Runtime:
         self.budget.add(totals)
 
     def _heartbeat_metrics(self) -> dict[str, Any]:
+        # rssMb and uptimeSeconds (from the kernel's process start) are the heartbeat stream's own.
         return {
-            "rssMb": _rss_mb(),
-            "uptimeSeconds": round(time.monotonic() - self.board.snapshot().started_monotonic, 3),
             "stepsCompleted": self.stats.steps_completed,
             "llmCallsTotal": self.stats.llm_calls,
             "toolCallsTotal": self.stats.tool_calls,
@@ -992,17 +993,6 @@ def _failure_record(reason: str | None, attempt: int, error_class: str = "JobFai
         "error_class": error_class,
         "message": reason or "job failed",
     }
-
-
-def _rss_mb() -> float:
-    try:
-        with open("/proc/self/statm") as f:
-            pages = int(f.read().split()[1])
-        return round(pages * os.sysconf("SC_PAGE_SIZE") / 1_048_576, 1)
-    except (OSError, ValueError, IndexError):
-        import resource
-
-        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _hard_exit(code: int, seconds: float) -> None:
