@@ -20,7 +20,7 @@ from agentlife._journal import ReplayMap, args_digest
 from agentlife._llm import LLMClient, LLMReply
 from agentlife._logging import log_fields
 from agentlife._retry import RetryEvent, retry_call
-from agentlife._tools import NOT_DONE, ToolSpec
+from agentlife._tools import NOT_DONE, ToolSpec, tool
 
 if TYPE_CHECKING:
     from agentlife._journal import Journal
@@ -135,7 +135,7 @@ class StepContext:
             BackgroundOperationRestricted: a restricted tool was refused approval.
             PolicyUnavailable: the policy check kept failing until the step budget ran out.
         """
-        spec = fn if isinstance(fn, ToolSpec) else _as_spec(fn)
+        spec: ToolSpec[..., Any] = fn if isinstance(fn, ToolSpec) else tool(fn)
         call = self._claim_call()
         invocation_id = self._invocation_id(call)
         self._calls.current = invocation_id
@@ -420,10 +420,3 @@ async def _call_with_timeout(spec: ToolSpec[..., Any], args: dict[str, Any], tim
         if isinstance(exc, ToolTimeout):
             raise
         raise ToolTimeout(spec.name, timeout) from None
-
-
-def _as_spec(fn: Callable[..., Any]) -> ToolSpec[..., Any]:
-    from agentlife._tools import tool
-
-    spec: ToolSpec[..., Any] = tool(fn)
-    return spec
