@@ -28,11 +28,13 @@ from agentlife._exceptions import (
     MemoryUnavailable,
     PermanentError,
     PolicyUnavailable,
+    ReplayMismatch,
     ScheduleError,
     StoreError,
     StoreUnavailable,
     ToolTimeout,
     TransientError,
+    UnreplayableValue,
 )
 from agentlife._llm import LLMClient, LLMReply, StreamTimeouts, Usage
 from agentlife._state import State
@@ -107,6 +109,7 @@ __all__ = [
     "PermanentError",
     "PolicyUnavailable",
     "PriceTable",
+    "ReplayMismatch",
     "RetryDecision",
     "Schedule",
     "ScheduleError",
@@ -120,6 +123,7 @@ __all__ = [
     "ToolSpec",
     "ToolTimeout",
     "TransientError",
+    "UnreplayableValue",
     "Usage",
     "__version__",
     "crash_backoff_schedule",

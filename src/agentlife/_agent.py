@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from agentlife._replay import check_replayable
+
 if TYPE_CHECKING:
     from agentlife._context import StepContext
     from agentlife._llm import LLMClient
@@ -31,6 +33,7 @@ class Done:
     def __post_init__(self) -> None:
         if self.status not in ("COMPLETED", "FAILED"):
             raise ValueError(f"Done.status must be 'COMPLETED' or 'FAILED', got {self.status!r}")
+        check_replayable(self.result, "Done.result")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,11 @@ class AgentProcess:
     agent_id: ClassVar[str] = ""
     #: Channel name used in the delivery registry key ``delivery:{job_id}:{channel}``.
     delivery_channel: ClassVar[str] = "default"
+    #: What a resumed step does when it issues a different call than the journal recorded at the same
+    #: call number: ``"fail"`` raises `ReplayMismatch` (a crash record, exit 1); ``"rerun"`` voids the
+    #: step's records from that call on and runs the rest of the step afresh (a side-effecting tool
+    #: with ``verify`` is still asked first).
+    replay_mismatch: ClassVar[Literal["fail", "rerun"]] = "fail"
 
     async def step(self, ctx: StepContext) -> Done | None:
         """One step of the job loop; return `Done` to finish, None to be called again."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -17,7 +18,8 @@ from typing import Any
 
 import orjson
 
-from agentlife._exceptions import AgentlifeError, ConfigError
+from agentlife._exceptions import AgentlifeError, ConfigError, UnreplayableValue
+from agentlife._replay import check_replayable
 
 __all__ = ["exit_now", "main", "run_agent_main"]
 
@@ -199,12 +201,22 @@ def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
 
 
 def _parse_payload(raw: str | None) -> Any:
+    """Parse ``--payload`` exactly: orjson would turn an int beyond 64 bits into a rounded float."""
     if raw is None:
         return None
     try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        payload = json.loads(raw, parse_constant=_refuse_constant)
+    except ValueError as exc:
         raise ConfigError(f"--payload is not valid JSON: {exc}") from None
+    try:
+        check_replayable(payload, "--payload")
+    except UnreplayableValue as exc:
+        raise ConfigError(str(exc)) from None
+    return payload
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def load_agent_class(target: str) -> type:

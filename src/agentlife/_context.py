@@ -14,11 +14,17 @@ import anyio.to_thread
 
 from agentlife._agent import BudgetView, Footprint, Job
 from agentlife._budget import Budget, estimate_input_tokens
-from agentlife._exceptions import BackgroundOperationRestricted, PolicyUnavailable, ToolTimeout
+from agentlife._exceptions import (
+    BackgroundOperationRestricted,
+    PolicyUnavailable,
+    ReplayMismatch,
+    ToolTimeout,
+)
 from agentlife._guard import stream_timeouts_from_constants
-from agentlife._journal import ReplayMap, args_digest
+from agentlife._journal import ReplayMap, ToolRecord, args_digest
 from agentlife._llm import LLMClient, LLMReply
 from agentlife._logging import log_fields
+from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
 from agentlife._retry import RetryEvent, retry_call
 from agentlife._tools import NOT_DONE, ToolSpec, tool
 
@@ -204,14 +210,52 @@ class StepContext:
     ) -> LLMReply:
         call = self._claim_call()
         self._calls.current = self._invocation_id(call)
+        digest = llm_request_digest(model, messages, max_tokens, params)
         try:
-            replayed = self._env.replay.llm_result(call) if self._env.replay else None
+            replayed = self._recorded_llm_reply(call, model, digest)
             if replayed is not None:
                 log.info(f"LLM call {call} of step {self.step} replayed from the journal")
                 return LLMReply.from_json(replayed)
-            return await self._llm_call_live(call, model, messages, max_tokens, params)
+            return await self._llm_call_live(call, model, messages, max_tokens, params, digest)
         finally:
             self._calls.current = None
+
+    def _recorded_llm_reply(self, call: int, model: str, digest: str) -> Any | None:
+        """The recorded response of this call, after checking that the journal recorded this request."""
+        replay = self._env.replay
+        if replay is None:
+            return None
+        recorded = replay.llm_result(call)
+        if recorded is None:
+            return None
+        recorded_digest = replay.llm_digests.get(call)
+        if recorded_digest is None or recorded_digest == digest:  # None: a journal of agentlife 0.1
+            return recorded
+        recorded_model = recorded.get("model") if isinstance(recorded, dict) else None
+        self._replay_mismatch(
+            call, f"LLM {recorded_model or '?'} ({recorded_digest})", f"LLM {model} ({digest})"
+        )
+        return None
+
+    def _replay_mismatch(self, call: int, recorded: str, current: str) -> None:
+        """Fail the step (the default), or void the step's records from ``call`` on and go on live."""
+        invocation_id = self._invocation_id(call)
+        if self._env.runtime.agent.replay_mismatch != "rerun":
+            raise ReplayMismatch(invocation_id, recorded, current)
+        assert self._env.replay is not None
+        self._env.replay.discard_from(call)
+        self._env.journal.append(
+            "REPLAY_DISCARDED",
+            step=self.step,
+            call=call,
+            invocation_id=invocation_id,
+            recorded=recorded,
+            current=current,
+        )
+        log.warning(
+            f"replay mismatch at {invocation_id}: recorded {recorded}, now {current}; "
+            "running the rest of the step afresh (replay_mismatch = 'rerun')"
+        )
 
     async def _llm_call_live(
         self,
@@ -220,10 +264,12 @@ class StepContext:
         messages: Sequence[Mapping[str, Any]],
         max_tokens: int,
         params: dict[str, Any],
+        digest: str,
     ) -> LLMReply:
         runtime, env = self._env.runtime, self._env
         env.budget.check_before_call(estimate_input_tokens(messages, params))
         timeouts = stream_timeouts_from_constants(runtime.constants.calls)
+        env.journal.append("LLM_STARTED", step=self.step, call=call, model=model, digest=digest)
 
         async def attempt() -> LLMReply:
             return await env.llm_client.complete(
@@ -256,6 +302,7 @@ class StepContext:
             response=reply.to_json(),
             usage=reply.usage.to_json(),
             duration=round(time.monotonic() - started, 6),
+            digest=digest,
         )
         await runtime.add_usage(reply)
         return reply
@@ -265,15 +312,18 @@ class StepContext:
     async def _run_tool_call(
         self, spec: ToolSpec[..., Any], call: int, invocation_id: str, kwargs: dict[str, Any]
     ) -> Any:
-        replay = self._env.replay.tool(call) if self._env.replay else None
+        digest = tool_call_digest(spec.name, kwargs)
+        replay = self._recorded_tool_call(spec, call, kwargs, digest)
         if replay is not None and replay.status == "completed":
             log.info(f"tool {spec.name} ({invocation_id}) replayed from the journal")
             return replay.result
-        if replay is not None and replay.status == "pending" and spec.verify is not None:
+        if self._may_have_run(spec, call, replay) and spec.verify is not None:
             verified = await spec.verify(invocation_id)
             if verified is not NOT_DONE:
                 log.info(f"tool {spec.name} ({invocation_id}) verified as already done")
-                await self._journal_tool_completed(spec, call, invocation_id, verified, verified=True)
+                await self._journal_tool_completed(
+                    spec, call, invocation_id, verified, digest=digest, verified=True
+                )
                 return verified
         if spec.restricted:
             await self._env.runtime.approvals.require_approval(spec.name)
@@ -289,9 +339,11 @@ class StepContext:
                 verified = await spec.verify(invocation_id)
                 if verified is not NOT_DONE:
                     log.info(f"tool {spec.name} ({invocation_id}) verified as done after a failed try")
-                    await self._journal_tool_completed(spec, call, invocation_id, verified, verified=True)
+                    await self._journal_tool_completed(
+                        spec, call, invocation_id, verified, digest=digest, verified=True
+                    )
                     return verified
-            return await self._run_tool_once(spec, call, invocation_id, kwargs)
+            return await self._run_tool_once(spec, call, invocation_id, kwargs, digest)
 
         async with self._tool_slots:
             return await retry_call(
@@ -303,8 +355,36 @@ class StepContext:
                 on_retry=self._on_retry("tool", spec.name, call),
             )
 
+    def _recorded_tool_call(
+        self, spec: ToolSpec[..., Any], call: int, kwargs: Mapping[str, Any], digest: str
+    ) -> ToolRecord | None:
+        """What the journal recorded for this call, after checking that it recorded this very call."""
+        replay = self._env.replay
+        record = replay.tool(call) if replay is not None else None
+        if record is None or record.status == "failed":
+            return record
+        if record.digest is not None:
+            same = record.digest == digest
+        else:  # a journal of agentlife 0.1: the tool's name and the digest of its arguments
+            same = record.tool in (None, spec.name) and record.args_digest in (None, args_digest(kwargs))
+        if same:
+            return record
+        self._replay_mismatch(
+            call,
+            f"tool {record.tool or '?'} ({record.digest or record.args_digest or '?'})",
+            f"tool {spec.name} ({digest})",
+        )
+        return None
+
+    def _may_have_run(self, spec: ToolSpec[..., Any], call: int, record: ToolRecord | None) -> bool:
+        """Whether this call's effect may already have happened: pending, or voided by a ``"rerun"``."""
+        if record is not None:
+            return record.status == "pending"
+        replay = self._env.replay
+        return spec.side_effects and replay is not None and call in replay.discarded
+
     async def _run_tool_once(
-        self, spec: ToolSpec[..., Any], call: int, invocation_id: str, kwargs: dict[str, Any]
+        self, spec: ToolSpec[..., Any], call: int, invocation_id: str, kwargs: dict[str, Any], digest: str
     ) -> Any:
         runtime, journal = self._env.runtime, self._env.journal
         fields = {
@@ -313,6 +393,7 @@ class StepContext:
             "invocation_id": invocation_id,
             "tool": spec.name,
             "args_digest": args_digest(kwargs),
+            "digest": digest,
         }
         if spec.side_effects:
             await journal.append_durable("TOOL_STARTED", **fields)
@@ -344,7 +425,7 @@ class StepContext:
         runtime.stats.tool_calls += 1
         runtime.telemetry.tool_call(spec.name, "ok", time.monotonic() - started)
         await self._journal_tool_completed(
-            spec, call, invocation_id, result, duration=time.monotonic() - started
+            spec, call, invocation_id, result, digest=digest, duration=time.monotonic() - started
         )
         return result
 
@@ -355,15 +436,18 @@ class StepContext:
         invocation_id: str,
         result: Any,
         *,
+        digest: str,
         verified: bool = False,
         duration: float | None = None,
     ) -> None:
+        check_replayable(result, f"tool {spec.name}'s {'verified ' if verified else ''}result")
         fields: dict[str, Any] = {
             "step": self.step,
             "call": call,
             "invocation_id": invocation_id,
             "tool": spec.name,
             "result": result,
+            "digest": digest,
         }
         if verified:
             fields["verified"] = True

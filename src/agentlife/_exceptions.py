@@ -21,7 +21,9 @@
     │   └── LLMConfigurationError        no API key, 401/403
     ├── MemoryUnavailable                the memory store is unreachable, slow or locked (never fatal)
     ├── BudgetExhausted                  token, cost or run-time budget spent
-    └── BackgroundOperationRestricted    a restricted tool without approval
+    ├── BackgroundOperationRestricted    a restricted tool without approval
+    ├── ReplayMismatch                   a resumed step's call differs from the one recorded: crash, exit 1
+    └── UnreplayableValue                (also TypeError) a value the journal could not give back exactly
 """
 
 from __future__ import annotations
@@ -44,11 +46,13 @@ __all__ = [
     "MemoryUnavailable",
     "PermanentError",
     "PolicyUnavailable",
+    "ReplayMismatch",
     "ScheduleError",
     "StoreError",
     "StoreUnavailable",
     "ToolTimeout",
     "TransientError",
+    "UnreplayableValue",
 ]
 
 
@@ -159,3 +163,33 @@ class BudgetExhausted(AgentlifeError):
 
 class BackgroundOperationRestricted(AgentlifeError):
     """A ``restricted=True`` tool was called for a job that has not been approved."""
+
+
+class ReplayMismatch(AgentlifeError):
+    """A resumed step issued a different call than the journal recorded at the same call number.
+
+    Raised instead of returning the recorded result, so a deploy that changed a step's calls (or its
+    input) never receives another call's result. It names both calls by name and digest, never by
+    argument values. `AgentProcess.replay_mismatch` = ``"rerun"`` runs the rest of the step afresh instead.
+
+    Attributes:
+        invocation_id: ``{job_id}/{step}/{call}`` of the call.
+        recorded: the recorded call, ``name (digest)``.
+        current: the call issued now, ``name (digest)``.
+    """
+
+    def __init__(self, invocation_id: str, recorded: str, current: str) -> None:
+        super().__init__(
+            f"replay mismatch at {invocation_id}: the journal recorded {recorded}, the step now calls "
+            f"{current}; a changed step cannot be replayed (set replay_mismatch = 'rerun' to run it afresh)"
+        )
+        self.invocation_id = invocation_id
+        self.recorded = recorded
+        self.current = current
+
+
+class UnreplayableValue(AgentlifeError, TypeError):
+    """A tool result, ``ctx.state`` or ``Done.result`` holds a value the journal would not give back exactly.
+
+    Refused before it is recorded: a resumed step must see the same value the live call returned.
+    """

@@ -90,13 +90,13 @@ class EventType(enum.StrEnum):
     LIFECYCLE = "LIFECYCLE"
     #: ``step``.
     STEP_STARTED = "STEP_STARTED"
-    #: ``step, call, model``: optional, lets the timeline time the call.
+    #: ``step, call, model, digest``: the request is about to be sent; lets the timeline time the call.
     LLM_STARTED = "LLM_STARTED"
-    #: ``step, call, response, usage``: ``response`` is what replay returns for this call.
+    #: ``step, call, response, usage, digest``: ``response`` is what replay returns for this call.
     LLM_COMPLETED = "LLM_COMPLETED"
-    #: ``step, call, invocation_id, tool, args_digest``: durable before a side-effecting tool runs.
+    #: ``step, call, invocation_id, tool, args_digest, digest``: durable before a side-effecting tool runs.
     TOOL_STARTED = "TOOL_STARTED"
-    #: ``step, call, invocation_id, result``: durable before the step goes on.
+    #: ``step, call, invocation_id, tool, result, digest``: durable before the step goes on.
     TOOL_COMPLETED = "TOOL_COMPLETED"
     #: ``step, call, invocation_id, tool, error_class, error``.
     TOOL_FAILED = "TOOL_FAILED"
@@ -104,6 +104,9 @@ class EventType(enum.StrEnum):
     CHECKPOINT_WRITTEN = "CHECKPOINT_WRITTEN"
     #: ``step, call, kind ("llm" | "tool"), error_class, error, delay``: a transient error, retried.
     RETRY = "RETRY"
+    #: ``step, call, invocation_id, recorded, current``: a resumed step's call differed from the record
+    #: and the agent chose ``replay_mismatch = "rerun"``: the step's records from ``call`` on are void.
+    REPLAY_DISCARDED = "REPLAY_DISCARDED"
     #: ``reason``.
     DRAIN_STARTED = "DRAIN_STARTED"
     #: ``exit_code``.
@@ -800,6 +803,7 @@ _STEP_TYPES = frozenset(
         EventType.TOOL_COMPLETED,
         EventType.TOOL_FAILED,
         EventType.RETRY,
+        EventType.REPLAY_DISCARDED,
     }
 )
 
@@ -820,6 +824,7 @@ class ToolRecord:
     error_class: str | None = None
     error: str | None = None
     args_digest: str | None = None
+    digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -829,18 +834,31 @@ class ReplayMap:
     Attributes:
         step: the step this map is for.
         llm: call number -> the ``LLM_COMPLETED.response`` to return instead of calling the model.
+        llm_digests: call number -> the recorded request digest (absent in journals of agentlife 0.1).
         tools: call number -> `ToolRecord`.
+        discarded: call numbers whose records a ``REPLAY_DISCARDED`` voided; a side-effecting tool with
+            ``verify`` is still asked before it runs again at one of them.
         events: the step's raw events, oldest first (see `events_for_carry_forward`).
     """
 
     step: int
     llm: dict[int, Any] = field(default_factory=dict)
+    llm_digests: dict[int, str] = field(default_factory=dict)
     tools: dict[int, ToolRecord] = field(default_factory=dict)
+    discarded: set[int] = field(default_factory=set)
     events: list[Event] = field(default_factory=list)
 
     def llm_result(self, call: int) -> Any | None:
         """The recorded response of LLM call ``call``, or None when it must be issued."""
         return self.llm.get(call)
+
+    def discard_from(self, call: int) -> None:
+        """Void every record of call ``call`` and later (``replay_mismatch = "rerun"``)."""
+        for table in (self.llm, self.llm_digests, self.tools):
+            for number in [n for n in table if n >= call]:
+                self.discarded.add(number)
+                del table[number]
+        self.discarded.add(call)
 
     def tool(self, call: int) -> ToolRecord | None:
         """The record of tool call ``call``, or None when the journal never saw it start."""
@@ -881,6 +899,9 @@ def build_replay(events: Iterable[Mapping[str, Any]], step: int) -> ReplayMap:
         call = _as_int(event.get("call"))
         if call is None:
             continue
+        if event.get("type") == EventType.REPLAY_DISCARDED:
+            replay.discard_from(call)
+            continue
         _apply(replay, event, call)
     return replay
 
@@ -889,11 +910,16 @@ def _apply(replay: ReplayMap, event: Mapping[str, Any], call: int) -> None:
     type_ = event.get("type")
     if type_ == EventType.LLM_COMPLETED:
         replay.llm[call] = event.get("response")
+        digest = _str_or_none(event.get("digest"))
+        if digest is not None:
+            replay.llm_digests[call] = digest
+        else:
+            replay.llm_digests.pop(call, None)
         return
     if type_ not in (EventType.TOOL_STARTED, EventType.TOOL_COMPLETED, EventType.TOOL_FAILED):
         return
     previous = replay.tools.get(call)
-    if previous is not None and previous.status == "completed":
+    if previous is not None and previous.status == "completed" and not _supersedes(event, previous):
         return
     invocation_id = event.get("invocation_id")
     tool_name = event.get("tool")
@@ -903,14 +929,17 @@ def _apply(replay: ReplayMap, event: Mapping[str, Any], call: int) -> None:
         tool=tool_name if isinstance(tool_name, str) else None,
         status="pending",
         args_digest=_str_or_none(event.get("args_digest")),
+        digest=_str_or_none(event.get("digest")),
     )
-    if previous is not None:  # keep what the start told us when the completion omits it
+    if previous is not None and not _supersedes(event, previous):
+        # keep what the start told us when the completion omits it
         record = ToolRecord(
             call=call,
             invocation_id=record.invocation_id or previous.invocation_id,
             tool=record.tool or previous.tool,
             status="pending",
             args_digest=record.args_digest or previous.args_digest,
+            digest=record.digest or previous.digest,
         )
     if type_ == EventType.TOOL_COMPLETED:
         record = _replace_status(record, "completed", result=event.get("result"))
@@ -922,6 +951,17 @@ def _apply(replay: ReplayMap, event: Mapping[str, Any], call: int) -> None:
             error=_str_or_none(event.get("error")),
         )
     replay.tools[call] = record
+
+
+def _supersedes(event: Mapping[str, Any], previous: ToolRecord) -> bool:
+    """A start of a *different* call at the same number (after a ``"rerun"``) replaces what was recorded."""
+    digest = _str_or_none(event.get("digest"))
+    return (
+        event.get("type") == EventType.TOOL_STARTED
+        and digest is not None
+        and previous.digest is not None
+        and digest != previous.digest
+    )
 
 
 def _str_or_none(value: Any) -> str | None:

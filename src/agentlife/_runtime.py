@@ -47,6 +47,7 @@ from agentlife._exceptions import (
 from agentlife._logging import installed_json_logging, log_fields
 from agentlife._preload import Preloader
 from agentlife._redact import Redactor
+from agentlife._replay import check_replayable
 from agentlife._state import State, StateMachine, Transition
 from agentlife._status import StatusBoard
 from agentlife._telemetry_facade import TelemetryFacade
@@ -548,6 +549,9 @@ class Runtime:
             raise TypeError(
                 f"{type(self.agent).__name__}.step() must return Done or None, got {type(outcome).__name__}"
             )
+        check_replayable(ctx.state, "ctx.state")
+        if isinstance(outcome, Done):
+            check_replayable(outcome.result, "Done.result")
         self.telemetry.step_completed(time.monotonic() - started)
         self.stats.steps_completed += 1
         if isinstance(outcome, Done):

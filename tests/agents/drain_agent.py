@@ -17,9 +17,11 @@ def _marker(name: str) -> None:
 
 
 @tool(side_effects=True)
-async def slow_tool(seconds: float, invocation_id: str) -> str:
+async def slow_tool(invocation_id: str) -> str:
+    # How long the tool takes is the environment's doing, not an argument: a resumed attempt makes the
+    # same call (same digest) however fast the tool now is.
     _marker(f"tool-started-{invocation_id.replace('/', '_')}")
-    await anyio.sleep(seconds)
+    await anyio.sleep(float(os.environ.get("TEST_TOOL_SECONDS", "0")))
     _marker(f"tool-finished-{invocation_id.replace('/', '_')}")
     return invocation_id
 
@@ -34,7 +36,7 @@ class DrainAgent(AgentProcess):
         tool_step = int(os.environ.get("TEST_TOOL_STEP", "-1"))
         ctx.state.setdefault("done_steps", []).append(ctx.step)
         if ctx.step == tool_step:
-            await ctx.call_tool(slow_tool, seconds=float(os.environ.get("TEST_TOOL_SECONDS", "0")))
+            await ctx.call_tool(slow_tool)
         else:
             await anyio.sleep(float(os.environ.get("TEST_STEP_SECONDS", "0.01")))
         _marker(f"step-{ctx.step}-done")

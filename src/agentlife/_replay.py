@@ -1,0 +1,142 @@
+"""What makes replay safe: call digests and the exact-value rule.
+
+Replay returns a recorded result instead of calling again, so two things must hold:
+
+- the call being replayed is the call that was recorded. Every journaled call carries a *digest* of what
+  identifies it (a tool's name and arguments; an LLM request's model, system prompt, messages, tools and
+  parameters), and replay compares it before returning anything (`ReplayMismatch` otherwise);
+- the value replayed equals the value the live call returned. JSON (through orjson) is the journal's and
+  the checkpoint's format, so a value that JSON would silently change (a tuple turning into a list, a
+  datetime into a string, NaN into null) is refused where it enters, by `check_replayable`, with a message
+  that names the value's owner and the path inside it.
+
+A digest is 16 hex characters (64 bits) of SHA-256 over the canonical orjson of the call (sorted keys).
+It identifies a call; it is not a secrecy mechanism, though no argument value can be read back from it.
+The journal file (mode 0600) already holds the call's results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from agentlife._exceptions import UnreplayableValue
+
+__all__ = ["check_replayable", "llm_request_digest", "tool_call_digest"]
+
+_DIGEST_CHARS = 16
+_MIN_INT = -(2**63)  # orjson's range: beyond it a value cannot be written at all
+_MAX_INT = 2**64 - 1
+_MAX_DEPTH = 256
+_CANONICAL = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+
+def tool_call_digest(tool: str, args: Mapping[str, Any]) -> str:
+    """The digest of a tool call: its name and arguments (``TOOL_STARTED.digest``)."""
+    return _digest({"tool": tool, "args": args})
+
+
+def llm_request_digest(
+    model: str, messages: Sequence[Mapping[str, Any]], max_tokens: int, params: Mapping[str, Any]
+) -> str:
+    """The digest of an LLM request: model, messages, max_tokens and every other parameter.
+
+    ``params`` holds ``system``, ``tools`` and the sampling parameters as passed to ``complete``; tool
+    functions in ``tools`` count by their name.
+    """
+    return _digest({"model": model, "messages": messages, "max_tokens": max_tokens, "params": params})
+
+
+def _digest(obj: Any) -> str:
+    try:
+        data = orjson.dumps(obj, default=_identity, option=_CANONICAL)
+    except (TypeError, orjson.JSONEncodeError):
+        data = repr(obj).encode("utf-8", "backslashreplace")
+    return hashlib.sha256(data).hexdigest()[:_DIGEST_CHARS]
+
+
+def _identity(value: Any) -> Any:
+    """What a non-JSON value counts as in a digest: a tool by its name, anything else by its type and str."""
+    name = getattr(value, "name", None)
+    if isinstance(name, str):
+        return f"<{type(value).__name__} {name}>"
+    if isinstance(value, (set, frozenset)):
+        return sorted(map(repr, value))
+    return f"<{type(value).__name__} {value}>"
+
+
+def check_replayable(value: Any, owner: str) -> None:
+    """Refuse a value that the journal or the checkpoint would not give back exactly.
+
+    Accepted: None, bool, str, int in the 64-bit range orjson writes, finite float, list, and dict with
+    str keys, nested up to 256 levels. Everything else (tuple, set, bytes, datetime, Decimal, NaN, a
+    custom object, a cycle) raises.
+
+    Args:
+        value: the value about to be recorded.
+        owner: what the value is, for the message (``"tool fetch's result"``, ``"ctx.state"``).
+
+    Raises:
+        UnreplayableValue: naming ``owner``, the path inside the value and its type.
+    """
+    _check(value, owner, "", 0, set())
+
+
+def _check(value: Any, owner: str, path: str, depth: int, seen: set[int]) -> None:
+    if value is None or isinstance(value, (bool, str)):
+        return
+    if isinstance(value, int):
+        if not _MIN_INT <= value <= _MAX_INT:
+            _refuse(owner, path, "an int beyond the 64-bit range (pass it as a string)")
+        return
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            _refuse(owner, path, f"{value!r} (JSON has no NaN or infinity)")
+        return
+    if depth >= _MAX_DEPTH:
+        _refuse(owner, path, f"a value nested deeper than {_MAX_DEPTH} levels")
+    if type(value) in (list, dict):
+        if id(value) in seen:
+            _refuse(owner, path, "a cycle (a container that contains itself)")
+        seen.add(id(value))
+        _check_children(value, owner, path, depth, seen)
+        seen.discard(id(value))
+        return
+    _refuse(owner, path, _describe(value))
+
+
+def _check_children(value: Any, owner: str, path: str, depth: int, seen: set[int]) -> None:
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _check(item, owner, f"{path}[{index}]", depth + 1, seen)
+        return
+    for key, item in value.items():
+        if not isinstance(key, str):
+            _refuse(owner, f"{path}[{key!r}]", f"a dict key of type {type(key).__name__} (keys must be str)")
+        _check(item, owner, f"{path}[{key!r}]", depth + 1, seen)
+
+
+_HINTS: Mapping[type, str] = {
+    tuple: "a tuple (it would come back as a list: use a list)",
+    set: "a set (use a sorted list)",
+    frozenset: "a frozenset (use a sorted list)",
+    bytes: "bytes (decode them, or base64-encode them)",
+    bytearray: "a bytearray (decode it, or base64-encode it)",
+}
+
+
+def _describe(value: Any) -> str:
+    hint = _HINTS.get(type(value))
+    if hint is not None:
+        return hint
+    module = type(value).__module__
+    name = type(value).__qualname__ if module == "builtins" else f"{module}.{type(value).__qualname__}"
+    return f"a {name} (convert it to JSON types: dict with str keys, list, str, int, float, bool, None)"
+
+
+def _refuse(owner: str, path: str, what: str) -> None:
+    where = f" at {path}" if path else ""
+    raise UnreplayableValue(f"{owner} holds {what}{where}: the journal could not give it back exactly")
