@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -16,6 +17,7 @@ from agentlife._agent import BudgetView, Footprint, Job
 from agentlife._budget import Budget, estimate_input_tokens
 from agentlife._exceptions import (
     BackgroundOperationRestricted,
+    PermanentError,
     PolicyUnavailable,
     ReplayMismatch,
     ToolTimeout,
@@ -493,13 +495,59 @@ class StepContext:
 
 
 async def _call_with_timeout(spec: ToolSpec[..., Any], args: dict[str, Any], timeout: float) -> Any:
+    """Run the tool under its timeout; what it raises that is not an `Exception` becomes a `PermanentError`.
+
+    A tool that raises `SystemExit` (a click command run in-process), `KeyboardInterrupt`,
+    `GeneratorExit`, another `BaseException`, or a `CancelledError` of its own while nobody cancelled it,
+    would otherwise tear through the step loop and skip the crash record and the cleanup. A cancellation
+    that came from outside (the drain, the tool's timeout) is ours and goes on.
+    """
+    try:
+        return await _call_tool_fn(spec, args, timeout)
+    except Exception:
+        raise
+    except BaseException as exc:
+        if isinstance(exc, asyncio.CancelledError) and _being_cancelled():
+            raise
+        raise _not_an_exception(spec, exc) from exc
+
+
+def _not_an_exception(spec: ToolSpec[..., Any], exc: BaseException) -> PermanentError:
+    return PermanentError(
+        f"tool {spec.name!r} raised {type(exc).__name__}({_short(exc)}), which is not an Exception"
+    )
+
+
+def _run_sync_tool(spec: ToolSpec[..., Any], args: dict[str, Any]) -> Any:
+    """Run a sync tool on its worker thread, converting a BaseException before it reaches the loop.
+
+    A GeneratorExit raised into a coroutine breaks the coroutine itself.
+    """
+    try:
+        return spec.fn(**args)
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise _not_an_exception(spec, exc) from exc
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _short(exc: BaseException) -> str:
+    return ", ".join(repr(arg) for arg in exc.args)[:200]
+
+
+async def _call_tool_fn(spec: ToolSpec[..., Any], args: dict[str, Any], timeout: float) -> Any:
     try:
         with anyio.fail_after(timeout):
             if spec.is_async:
                 return await spec.fn(**args)
             # A sync tool that ignores cancellation is abandoned on its worker thread at the deadline;
             # the process-level hard deadline guarantees it cannot hold the exit.
-            return await anyio.to_thread.run_sync(lambda: spec.fn(**args), abandon_on_cancel=True)
+            return await anyio.to_thread.run_sync(_run_sync_tool, spec, args, abandon_on_cancel=True)
     except TimeoutError as exc:
         if isinstance(exc, ToolTimeout):
             raise

@@ -200,12 +200,20 @@ class _IoOutcome:
     error: OSError | None
 
 
-def _write_all(fd: int, data: bytes) -> int:
+def _write_all(fd: int, data: bytes) -> tuple[int, OSError | None]:
+    """Write ``data``; returns how much the kernel took, and the error that stopped it.
+
+    The count survives the error: after a short write on a full disk, what was written must not be
+    written again (that would leave a corrupt line followed by a duplicated event).
+    """
     view = memoryview(data)
     done = 0
     while done < len(view):
-        done += os.write(fd, view[done:])
-    return done
+        try:
+            done += os.write(fd, view[done:])
+        except OSError as exc:
+            return done, exc
+    return done, None
 
 
 def _sync(fd: int) -> None:
@@ -469,10 +477,10 @@ class Journal:
 
     def _do_io(self, fd: int, data: bytes, sync: bool, sync_dir: bool) -> _IoOutcome:
         """Runs on a worker thread: write, then fsync; reports errors instead of raising them."""
-        written = 0
+        written, error = _write_all(fd, data) if data else (0, None)
+        if error is not None:
+            return _IoOutcome(written, False, error)
         try:
-            if data:
-                written = _write_all(fd, data)
             if sync:
                 _sync(fd)
                 if sync_dir:

@@ -268,8 +268,12 @@ class Runtime:
                         await services.start(self._watch_signals)
                     outcome = await self._lifecycle()
                     services.cancel_scope.cancel()
-            finally:
+            except BaseException:
                 self._disarm_hard_exit()
+                raise
+            # Still armed after the lifecycle: a task the agent started outside our task groups, which
+            # swallows cancellation, would otherwise hold the interpreter's shutdown for ever.
+            self._arm_exit_deadline(outcome.exit_code)
             self.exit_code = outcome.exit_code
             log.info(
                 f"exit {outcome.exit_code}: {outcome.reason}",
@@ -770,12 +774,12 @@ class Runtime:
                 "SESSION_ENDED", exit_code=outcome.exit_code, reason=self.redactor.redact(outcome.reason)
             )
             with anyio.move_on_after(budget, shield=True):
-                await self.journal.aclose()
+                await _quietly("journal close", self.journal.aclose())
         await self._close_heartbeat()
         with anyio.move_on_after(min(2.0, budget), shield=True):
-            await self.telemetry.ashutdown(min(2.0, budget))
+            await _quietly("telemetry shutdown", self.telemetry.ashutdown(min(2.0, budget)))
         if self._probe_server is not None:
-            await anyio.to_thread.run_sync(self._probe_server.stop)
+            await _quietly("probe server stop", anyio.to_thread.run_sync(self._probe_server.stop))
 
     async def _close_resources(self) -> None:
         """One at a time, so a failure leaves the rest still closed (no gather of half-closed state)."""
@@ -878,6 +882,19 @@ class Runtime:
             timer.start()
             self._hard_exit_timer = timer
 
+    def _arm_exit_deadline(self, code: int) -> None:
+        """Replace any timer by one that exits with the settled ``code`` after the cleanup budget."""
+        if not self.options.hard_exit:
+            return
+        with self._hard_exit_lock:
+            if self._hard_exit_timer is not None:
+                self._hard_exit_timer.cancel()
+            seconds = self.constants.drain.cleanup_budget_seconds
+            timer = threading.Timer(seconds, _hard_exit, args=(code, seconds))
+            timer.daemon = True
+            timer.start()
+            self._hard_exit_timer, self._hard_exit_closed = timer, True
+
     def _disarm_hard_exit(self) -> None:
         with self._hard_exit_lock:
             self._hard_exit_closed = True
@@ -977,6 +994,7 @@ class Runtime:
 
 
 async def _quietly(what: str, awaitable: Any) -> None:
+    """Await a cleanup step; its failure is one log line, and the settled exit code stands."""
     try:
         await awaitable
     except Exception as exc:

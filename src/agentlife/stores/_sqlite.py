@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -13,7 +14,7 @@ import anyio
 import anyio.to_thread
 import orjson
 
-from agentlife._exceptions import AttemptFenced, JobNotFound, StoreUnavailable
+from agentlife._exceptions import AttemptFenced, JobNotFound, StoreError, StoreUnavailable
 from agentlife.stores._base import (
     HISTORY_KEEP,
     JobRecord,
@@ -112,6 +113,9 @@ class SQLiteStore:
                 try:
                     return fn(self._conn)
                 except sqlite3.OperationalError as exc:
+                    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+                        # Not StoreUnavailable: retrying for the step budget cannot free the disk.
+                        raise StoreError(f"SQLite store {self.path}: database or disk is full") from exc
                     raise StoreUnavailable(f"SQLite error: {exc}") from exc
                 finally:
                     self._busy = False
@@ -222,7 +226,7 @@ class SQLiteStore:
                 )
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
             claimed = self._row(conn, job_id)
             assert claimed is not None
@@ -289,7 +293,7 @@ class SQLiteStore:
                 )
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
             return crc
 
@@ -324,7 +328,7 @@ class SQLiteStore:
                 )
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
 
         await self._run(update)
@@ -348,7 +352,7 @@ class SQLiteStore:
                 )
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
             return totals
 
@@ -392,3 +396,14 @@ def _dumps(value: Any) -> str | None:
 
 def _loads(value: str | bytes | None) -> Any:
     return None if value is None else orjson.loads(value)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back what is left of a failed transaction without masking the error that failed it.
+
+    SQLite rolls a transaction back by itself on some errors (a full disk among them), and a ROLLBACK
+    then fails with "cannot rollback - no transaction is active", hiding the real cause.
+    """
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
