@@ -9,21 +9,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import inspect
 import json
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from agentlife._exceptions import AgentlifeError, ConfigError, UnreplayableValue
+from agentlife._exceptions import AgentlifeError, ConfigError, SignalDuringImport, UnreplayableValue
 from agentlife._replay import check_replayable
 
 __all__ = ["exit_now", "main", "run_agent_main"]
 
 EXIT_USAGE = 2
+EXIT_DRAINED = 143
 
 
 class _Parser(argparse.ArgumentParser):
@@ -115,9 +119,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.early_signal = early
+    if args.command not in _DRAINING_COMMANDS:
+        _end_on_signals()
+        if early is not None and early.is_set():
+            return 128 + int(signal.Signals[early.name])
     try:
         code: int = args.handler(args)
         return code
+    except SystemExit as exc:  # from _end_on_signals: leave through exit_now, at once
+        return exc.code if isinstance(exc.code, int) else 1
     except ConfigError as exc:
         sys.stderr.write(f"agentlife: error: {exc}\n")
         return EXIT_USAGE
@@ -126,6 +136,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+#: Commands that run an agent's lifecycle: a signal drains them. Any other command ends at once.
+_DRAINING_COMMANDS = frozenset({"run", "demo"})
+
+
+def _end_on_signals() -> None:
+    """SIGTERM (exit 143) and Ctrl-C (exit 130) end a command at once, whatever it waits for.
+
+    ``db init`` against a server that never answers or ``journal show`` on a FIFO would otherwise wait
+    for ever: the early handler only remembers a signal for the drain of ``run``.
+    """
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        with contextlib.suppress(ValueError):  # not the main thread: the embedding program owns signals
+            signal.signal(signum, handler)
 
 
 def exit_now(code: int) -> None:
@@ -157,13 +186,47 @@ def _install_early_signal() -> Any:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    agent_cls = load_agent_class(args.target)
+    from agentlife.constants import Constants
+
+    job_id_given(args)
+    # A bad constant is a usage error before anything runs, and it sets how long an import may take
+    # to give way to a signal.
+    budget = Constants.from_env(os.environ).drain.cleanup_budget_seconds
+    early = args.early_signal
+    try:
+        with early.abandoning_imports(budget) if early is not None else contextlib.nullcontext():
+            agent_cls = load_agent_class(args.target)
+    except SignalDuringImport as exc:
+        _exit_line(EXIT_DRAINED, f"drained by {exc.name} while importing {args.target}; no job state yet")
+        return EXIT_DRAINED
     return _run_agent(agent_cls, args)
+
+
+def job_id_given(args: argparse.Namespace) -> None:
+    """A job id from ``--job-id`` or ``AGENTLIFE_JOB_ID``: without one, `run` is a usage error (exit 2)."""
+    if not (args.job_id or os.environ.get("AGENTLIFE_JOB_ID")):
+        raise ConfigError("no job id: pass --job-id ID or set AGENTLIFE_JOB_ID")
+
+
+def _exit_line(code: int, reason: str) -> None:
+    """The runtime's exit line, for an exit that comes before the runtime exists."""
+    line = {
+        "ts": time.time(),
+        "level": "INFO",
+        "logger": "agentlife.runtime",
+        "msg": f"exit {code}: {reason}",
+    }
+    sys.stdout.write(orjson.dumps({**line, "exit_code": code, "reason": reason}).decode() + "\n")
 
 
 def run_agent_main(agent_cls: type, argv: Sequence[str] | None = None) -> int:
     """``AgentProcess.main()``: the ``run`` command for a class already at hand."""
     early = _install_early_signal()
+    try:
+        check_agent_class(agent_cls)
+    except ConfigError as exc:
+        sys.stderr.write(f"agentlife: error: {exc}\n")
+        return EXIT_USAGE
     parser = _Parser(
         prog=Path(sys.argv[0]).name, description=f"Run {agent_cls.__name__} as this process's job."
     )
@@ -171,6 +234,7 @@ def run_agent_main(agent_cls: type, argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.early_signal = early
     try:
+        job_id_given(args)
         return _run_agent(agent_cls, args)
     except ConfigError as exc:
         sys.stderr.write(f"agentlife: error: {exc}\n")
@@ -236,6 +300,8 @@ def load_agent_class(target: str) -> type:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise ConfigError(f"cannot import module {module_name!r}: {exc}") from None
+    except SystemExit as exc:  # sys.exit(0) at import must not look like a finished job
+        raise ConfigError(f"importing module {module_name!r} called sys.exit({exc.code!r})") from None
     except Exception as exc:
         raise ConfigError(f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from None
     obj: Any = module
@@ -245,7 +311,15 @@ def load_agent_class(target: str) -> type:
             raise ConfigError(f"module {module_name!r} has no attribute {class_name!r}")
     if not isinstance(obj, type) or not issubclass(obj, AgentProcess):
         raise ConfigError(f"{target!r} is not an AgentProcess subclass")
+    check_agent_class(obj)
     return obj
+
+
+def check_agent_class(cls: type) -> None:
+    """Refuse an agent class the runtime could only fail on later: ``step`` must be ``async def``."""
+    step = getattr(cls, "step", None)
+    if not inspect.iscoroutinefunction(step):
+        raise ConfigError(f"{cls.__name__}.step must be 'async def step(self, ctx)', not a plain def")
 
 
 # -- check, db init ------------------------------------------------------------------------------------

@@ -193,3 +193,15 @@ class UnreplayableValue(AgentlifeError, TypeError):
 
     Refused before it is recorded: a resumed step must see the same value the live call returned.
     """
+
+
+class SignalDuringImport(BaseException):
+    """SIGTERM or SIGINT arrived while the agent's module was importing: the import is abandoned.
+
+    A BaseException, like KeyboardInterrupt, so the module's own ``except Exception`` cannot swallow it.
+    Not public: the CLI turns it into exit 143 before any job state exists.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name

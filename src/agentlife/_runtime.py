@@ -22,7 +22,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -42,6 +42,7 @@ from agentlife._exceptions import (
     AttemptFenced,
     BudgetExhausted,
     ConfigError,
+    SignalDuringImport,
     StoreUnavailable,
 )
 from agentlife._logging import installed_json_logging, log_fields
@@ -195,6 +196,7 @@ class Runtime:
         self._executing_since: float | None = None
         self._fenced: AttemptFenced | None = None
         self._drained_in = State.BOOTING  # the state a drain interrupted, for the exit line
+        self._drained_in_step: int | None = None  # the step a drain interrupted, if it came during one
         self._first_tool_seen = False
         self._rng = random.Random()
         self.machine.add_listener(self._on_transition)
@@ -246,6 +248,8 @@ class Runtime:
         if self.journal is not None:
             self.journal.append("DRAIN_STARTED", reason=reason)
         state = self._drained_in = self.state
+        if self._step_scope is not None:
+            self._drained_in_step = self._current_step
         if state in (State.BOOTING, State.HYDRATING, State.READY, State.EXECUTING):
             self.machine.move(State.DRAINING, reason)
         if state in (State.BOOTING, State.HYDRATING) and self._phase_scope is not None:
@@ -480,7 +484,7 @@ class Runtime:
         doc, replay = resume.doc, resume.replay
         while doc.phase != "delivering":
             if self._drain_pending():  # a call, not the property: a signal may have come during the step
-                return _Outcome(EXIT_DRAINED, f"drained by {self.drain_reason} between steps")
+                return _Outcome(EXIT_DRAINED, self._drained_between_steps())
             try:
                 result, doc = await self._run_step(doc, replay, resume.memories)
             except ParkRequested:
@@ -507,6 +511,14 @@ class Runtime:
             if result is None:
                 return _Outcome(EXIT_DRAINED, f"step {doc.next_step} cancelled at the drain deadline")
         return await self._deliver_and_finish(doc)
+
+    def _drained_between_steps(self) -> str:
+        if self._drained_in_step is None:
+            return f"drained by {self.drain_reason} between steps"
+        return (
+            f"drained by {self.drain_reason} during step {self._drained_in_step}, "
+            "which finished and was checkpointed"
+        )
 
     async def _run_step(
         self, doc: CheckpointDoc, replay: ReplayMap | None, memories: list[MemoryRecord]
@@ -806,9 +818,9 @@ class Runtime:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         stop_watch: Callable[[], None] | None = None
-        previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+        previous = {signum: signal.getsignal(signum) for signum in DRAIN_SIGNALS}
         try:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            with anyio.open_signal_receiver(*DRAIN_SIGNALS) as signals:
                 stop_watch = self._watch_signals_off_loop()
                 try:
                     task_status.started()
@@ -844,7 +856,7 @@ class Runtime:
         os.set_blocking(write_fd, False)
         loop_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
         budget = self.constants.drain.step_deadline_seconds + self.constants.drain.cleanup_budget_seconds
-        drain_signals = {int(signal.SIGTERM), int(signal.SIGINT)}
+        drain_signals = {int(signum) for signum in DRAIN_SIGNALS}
 
         def watch() -> None:
             try:
@@ -1044,10 +1056,27 @@ class EarlySignal:
     def __init__(self) -> None:
         self.name = "SIGTERM"
         self._event = threading.Event()
+        self._import_budget: float | None = None
 
     def is_set(self) -> bool:
         """Whether a signal arrived."""
         return self._event.is_set()
+
+    @contextlib.contextmanager
+    def abandoning_imports(self, budget: float) -> Iterator[None]:
+        """While the agent's module imports, a signal abandons the import (`SignalDuringImport`).
+
+        An import may take 25 s or never return; nothing of the job exists yet, so there is nothing to
+        save and no reason to wait. Should the import sit in native code that never returns to Python,
+        a timer exits 143 after ``budget`` seconds.
+        """
+        if self.is_set():
+            raise SignalDuringImport(self.name)
+        self._import_budget = budget
+        try:
+            yield
+        finally:
+            self._import_budget = None
 
     def install(self) -> EarlySignal:
         """Take over SIGTERM and SIGINT until the runtime's receiver replaces this handler."""
@@ -1055,7 +1084,33 @@ class EarlySignal:
         def handler(signum: int, frame: object) -> None:
             self.name = signal.Signals(signum).name
             self._event.set()
+            budget, self._import_budget = self._import_budget, None
+            if budget is not None:
+                timer = threading.Timer(budget, _hard_exit, args=(EXIT_DRAINED, budget))
+                timer.daemon = True
+                timer.start()
+                raise SignalDuringImport(self.name)
 
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
+        for signum in DRAIN_SIGNALS:
+            signal.signal(signum, handler)
+        _dump_stacks_on(signal.SIGUSR1, then_default=False)
+        _dump_stacks_on(signal.SIGQUIT, then_default=True)
         return self
+
+
+#: The signals that drain: Kubernetes sends SIGTERM; Ctrl-C is SIGINT; a supervisor or a closed terminal
+#: sends SIGHUP. Each drains the same way and exits 143 with the job resumable.
+DRAIN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _dump_stacks_on(signum: signal.Signals, *, then_default: bool) -> None:
+    """Write every thread's stack to stderr on ``signum``, from C, so it works while the loop is blocked.
+
+    SIGUSR1 only dumps (the process goes on): how an operator asks a wedged agent where it is. SIGQUIT
+    dumps, then does what SIGQUIT does by default, ending the process at once without a drain; the next
+    attempt resumes as after a SIGKILL.
+    """
+    import faulthandler
+
+    with contextlib.suppress(ValueError, RuntimeError, OSError):  # stderr without a file descriptor
+        faulthandler.register(signum, file=sys.stderr, all_threads=True, chain=then_default)

@@ -1,0 +1,110 @@
+"""The CLI's exits before the lifecycle: signals during imports and commands, sys.exit at import, usage."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from procs import REPO, agent_env, run_cli, spawn, terminate, wait_for
+
+
+@pytest.mark.parametrize("how", ["sleep", "spin"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_agent_module_imports_ends_the_process_at_once_with_143(
+    tmp_path: Path, how: str, sig: signal.Signals
+) -> None:
+    marker = tmp_path / "importing"
+    env = agent_env(
+        tmp_path / "data", AGENTLIFE_JOB_ID="job-i", SLOW_IMPORT=how, SLOW_IMPORT_MARKER=str(marker)
+    )
+    proc = spawn("agents.slow_import_agent:SlowImportAgent", env)
+    wait_for(marker)
+    code, elapsed, out = terminate(proc, sig)
+    assert code == 143, out
+    assert elapsed < 2.0  # not the 25 s the import would take, nor for ever
+    assert f"drained by {sig.name} while importing" in out
+    assert not (tmp_path / "data" / "agentlife.db").exists()  # nothing of the job was touched
+
+
+@pytest.mark.parametrize("status", ["0", "7"])
+def test_an_agent_module_calling_sys_exit_at_import_is_a_usage_error(tmp_path: Path, status: str) -> None:
+    env = agent_env(tmp_path / "data", AGENTLIFE_JOB_ID="job-x", EXIT_AT_IMPORT=status)
+    done = run_cli("run", "agents.exit_at_import_agent:Anything", env=env)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and f"called sys.exit({status})" in done.stderr
+
+
+def test_a_missing_job_id_is_a_usage_error(tmp_path: Path) -> None:
+    done = run_cli("run", "agents.sync_step_agent:SyncStepAgent", env=agent_env(tmp_path / "data"))
+    assert done.returncode == 2
+    assert "no job id" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_a_sync_step_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    env = agent_env(tmp_path / "data", AGENTLIFE_JOB_ID="job-s")
+    done = run_cli("run", "agents.sync_step_agent:SyncStepAgent", env=env)
+    assert done.returncode == 2
+    assert "step must be 'async def" in done.stderr
+    assert not (tmp_path / "data").exists()
+    main = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "agents" / "sync_step_agent.py"), "--job-id", "job-s"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert main.returncode == 2 and "async def" in main.stderr
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP server that accepts connections and never says a word (a hung database)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        yield server.getsockname()[1]
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentlife", *args],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_db_init_against_a_server_that_never_answers_ends_on_a_signal(
+    tmp_path: Path, silent_server: int, sig: signal.Signals, code: int
+) -> None:
+    env = agent_env(
+        tmp_path / "data", AGENTLIFE_DATABASE_URL=f"postgresql://u:p@127.0.0.1:{silent_server}/db"
+    )
+    proc = _cli("db", "init", env=env)
+    time.sleep(1.0)  # connected, waiting for the server's answer
+    assert proc.poll() is None
+    got, elapsed, out = terminate(proc, sig)
+    assert got == code, out
+    assert elapsed < 2.0
+
+
+def test_journal_show_on_a_fifo_ends_on_sigterm(tmp_path: Path) -> None:
+    fifo = tmp_path / "session.jsonl"
+    os.mkfifo(fifo)
+    proc = _cli("journal", "show", str(fifo), env=agent_env(tmp_path / "data"))
+    time.sleep(0.7)  # blocked opening the FIFO: no writer will ever come
+    assert proc.poll() is None
+    got, elapsed, _ = terminate(proc, signal.SIGTERM)
+    assert got == 143
+    assert elapsed < 2.0
