@@ -1,4 +1,4 @@
-"""Sessions: tests, lint, typecheck (the default set, run by CI), bench, chaos, soak, docs."""
+"""Sessions: tests, lint, typecheck (the default set, run by CI), bench, chaos, soak, docs, package."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ PYTHON = "3.11"
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The whole test suite, against real PostgreSQL, Qdrant local mode, anthropic SDK and processes."""
-    session.install("-e", ".[all,test]")
+    session.install("-e", ".[all,test,docs]")  # docs: the suite builds the site in strict mode
     session.run("pytest", *session.posargs)
 
 
@@ -22,8 +22,8 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff: lint and formatting."""
     session.install("ruff==0.17.6")  # pinned: a new ruff release must not fail an unchanged tree
-    session.run("ruff", "check", "src", "tests", "benchmarks", "examples", "noxfile.py")
-    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "examples", "noxfile.py")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "examples", "docs/hooks.py", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "examples", "docs/hooks.py", "noxfile.py")
 
 
 @nox.session(python=PYTHON)
@@ -57,6 +57,38 @@ def soak(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def docs(session: nox.Session) -> None:
-    """Build docs/ into a static site (site/) and fail on broken links."""
-    session.install("-e", ".")
-    session.run("python", "docs/build.py", "--strict")
+    """Build the site with MkDocs (site/): strict, so a broken link, anchor or reference fails it."""
+    session.install("-e", ".[docs]")
+    session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session(python=PYTHON)
+def package(session: nox.Session) -> None:
+    """Build the sdist and wheel, check them with twine, install the wheel in a fresh venv, run the demo."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    session.install("build==1.6.1", "twine==7.0.0")
+    dist = Path(tempfile.mkdtemp(prefix="agentlife-dist-"))
+    session.run("python", "-m", "build", "--outdir", str(dist))
+    session.run("twine", "check", "--strict", *(str(p) for p in dist.iterdir()))
+    (wheel,) = dist.glob("*.whl")
+    venv = dist / "venv"
+    session.run("python", "-m", "venv", str(venv))
+    python = str(venv / "bin" / "python")
+    session.run(python, "-m", "pip", "install", "--quiet", f"{wheel}[all]", external=True)
+    work = dist / "demo"
+    work.mkdir()
+    # From a directory without the source tree, so only the installed wheel can be imported.
+    session.run(
+        python,
+        "-c",
+        "import agentlife, pathlib; assert 'site-packages' in agentlife.__file__; "
+        "assert (pathlib.Path(agentlife.__file__).parent / 'py.typed').exists()",
+        external=True,
+    )
+    session.chdir(str(work))
+    session.run(python, "-m", "agentlife", "--version", external=True)
+    session.run(python, "-m", "agentlife", "demo", "--data-dir", str(work / "data"), external=True)
+    shutil.rmtree(dist)

@@ -20,12 +20,16 @@ __all__ = ["run_demo"]
 
 
 def _examples_dir() -> Path:
+    """The example agent: the source checkout's examples/, or the copy the wheel ships."""
     here = Path(__file__).resolve()
     for parent in here.parents:
         candidate = parent / "examples" / "release_notes_agent.py"
         if candidate.exists():
             return candidate.parent
-    raise ConfigError("the demo needs the examples/ directory of an agentlife source checkout")
+    packaged = here.parent / "_examples"
+    if (packaged / "release_notes_agent.py").exists():
+        return packaged
+    raise ConfigError("the demo's example agent is missing from this installation")
 
 
 def run_demo(data_dir: Path) -> int:
