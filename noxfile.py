@@ -22,8 +22,9 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff: lint and formatting."""
     session.install("ruff==0.17.6")  # pinned: a new ruff release must not fail an unchanged tree
-    session.run("ruff", "check", "src", "tests", "benchmarks", "examples", "docs/hooks.py", "noxfile.py")
-    session.run("ruff", "format", "--check", "src", "tests", "benchmarks", "examples", "docs/hooks.py", "noxfile.py")
+    paths = ["src", "tests", "benchmarks", "examples", "docs/hooks.py", "noxfile.py"]
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
 
 
 @nox.session(python=PYTHON)
