@@ -56,7 +56,8 @@ class Budget:
         return cls(
             max_input_tokens=int(row_budget.get("max_input_tokens", constants.max_input_tokens)),
             max_cost_usd=float(row_budget.get("max_cost_usd", constants.max_cost_usd)),
-            run_max_seconds=constants.run_max_seconds,
+            # 0 (or -0.0) means unlimited, as for AGENTLIFE_RUN_MAX_SECONDS=0.
+            run_max_seconds=constants.run_max_seconds or None,
             input_tokens=int(consumed.get("input", 0)),
             output_tokens=int(consumed.get("output", 0)),
             cost_usd=float(consumed.get("cost_usd", 0.0)),

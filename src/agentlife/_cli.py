@@ -34,8 +34,41 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports errors as one line and exit 2 (its default prints usage first)."""
 
     def error(self, message: str) -> Any:
-        sys.stderr.write(f"agentlife: error: {message}\n")
+        _say(f"agentlife: error: {message}")  # argparse quotes the offending argument: redact it
         raise SystemExit(EXIT_USAGE)
+
+
+def _say(line: str) -> None:
+    """Write one line on stderr with every secret of the environment masked.
+
+    Errors raised before the lifecycle starts (an import that fails, an agent whose ``__init__`` raises)
+    may quote a token from the environment; the runtime's log redactor does not exist yet.
+    """
+    from agentlife._redact import Redactor
+
+    sys.stderr.write(Redactor.from_env(os.environ).redact(line) + "\n")
+
+
+def _guarded(handler: Callable[[], int]) -> int:
+    """Run a command, turning every error into one redacted line and its exit code."""
+    try:
+        return handler()
+    except ConfigError as exc:
+        _say(f"agentlife: error: {exc}")
+        return EXIT_USAGE
+    except AgentlifeError as exc:
+        _say(f"agentlife: {type(exc).__name__}: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        # A bug, not bad input: still one line, since a traceback would print secrets unmasked.
+        _say(f"agentlife: internal error: {type(exc).__name__}: {exc}")
+        if (os.environ.get("AGENTLIFE_LOG_LEVEL") or "").upper() == "DEBUG":
+            import traceback
+
+            _say("".join(traceback.format_exception(exc)).rstrip())
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,18 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if early is not None and early.is_set():
             return 128 + int(signal.Signals[early.name])
     try:
-        code: int = args.handler(args)
-        return code
+        return _guarded(lambda: int(args.handler(args)))
     except SystemExit as exc:  # from _end_on_signals: leave through exit_now, at once
         return exc.code if isinstance(exc.code, int) else 1
-    except ConfigError as exc:
-        sys.stderr.write(f"agentlife: error: {exc}\n")
-        return EXIT_USAGE
-    except AgentlifeError as exc:
-        sys.stderr.write(f"agentlife: {type(exc).__name__}: {exc}\n")
-        return 1
-    except KeyboardInterrupt:
-        return 130
 
 
 #: Commands that run an agent's lifecycle: a signal drains them. Any other command ends at once.
@@ -233,31 +257,40 @@ def run_agent_main(agent_cls: type, argv: Sequence[str] | None = None) -> int:
     _add_run_arguments(parser)
     args = parser.parse_args(argv)
     args.early_signal = early
-    try:
+
+    def run() -> int:
         job_id_given(args)
         return _run_agent(agent_cls, args)
-    except ConfigError as exc:
-        sys.stderr.write(f"agentlife: error: {exc}\n")
-        return EXIT_USAGE
+
+    return _guarded(run)
 
 
 def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
     import anyio
 
+    from agentlife._config import JOB_ID_PATTERN, validate_payload
     from agentlife._runtime import RunOptions, Runtime
-    from agentlife.constants import Constants
 
-    payload = _parse_payload(args.payload)
-    # Constants are checked before the lifecycle starts: a bad value is a usage error (exit 2).
-    constants = Constants.from_env(os.environ)
+    payload = validate_payload(_parse_payload(args.payload))
+    # Everything `check` checks, checked the same way before anything runs or is written: exit 2.
+    job_id = args.job_id or os.environ.get("AGENTLIFE_JOB_ID")
+    if job_id and not JOB_ID_PATTERN.fullmatch(job_id):
+        job_id = "check"  # the runtime refuses it at BOOTING (exit 1) without touching a path
+    settings = validated_settings(
+        os.environ, job_id=job_id, agent_id=getattr(agent_cls, "agent_id", None) or None
+    )
+    try:
+        agent = agent_cls()
+    except Exception as exc:
+        raise ConfigError(f"creating {agent_cls.__name__}() failed: {type(exc).__name__}: {exc}") from None
     options = RunOptions(
         job_id=args.job_id,
         payload=payload,
         create_job=args.create_job,
-        constants=constants,
+        constants=settings.constants,
         early_signal=args.early_signal,
     )
-    runtime = Runtime(agent_cls(), options=options)
+    runtime = Runtime(agent, options=options)
     code = anyio.run(runtime.run)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -266,12 +299,16 @@ def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
 
 def _parse_payload(raw: str | None) -> Any:
     """Parse ``--payload`` exactly: orjson would turn an int beyond 64 bits into a rounded float."""
+    from agentlife._config import MAX_PAYLOAD_DEPTH
+
     if raw is None:
         return None
     try:
         payload = json.loads(raw, parse_constant=_refuse_constant)
     except ValueError as exc:
         raise ConfigError(f"--payload is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"--payload nests deeper than {MAX_PAYLOAD_DEPTH} levels") from None
     try:
         check_replayable(payload, "--payload")
     except UnreplayableValue as exc:
@@ -325,15 +362,31 @@ def check_agent_class(cls: type) -> None:
 # -- check, db init ------------------------------------------------------------------------------------
 
 
-def _cmd_check(args: argparse.Namespace) -> int:
+def validated_settings(
+    env: Any, *, job_id: str | None = None, agent_id: str | None = None, placeholders: bool = False
+) -> Any:
+    """The one validation `check` and `run` share: constants, their invariants and the process settings.
+
+    With ``placeholders`` (``check`` outside a pod) a missing job id or agent id is replaced by a stand-in,
+    so every other variable is still checked.
+
+    Raises:
+        ConfigError: naming the variable at fault (`InvariantViolation` naming both sides).
+    """
     from agentlife._config import Settings
     from agentlife.constants import Constants
 
-    constants = Constants.from_env(os.environ)  # raises InvariantViolation (a ConfigError): exit 2
-    if os.environ.get("AGENTLIFE_JOB_ID"):
-        Settings.from_env(
-            os.environ, agent_id=os.environ.get("AGENTLIFE_AGENT_ID") or "check", constants=constants
-        )
+    constants = Constants.from_env(env)
+    return Settings.from_env(
+        env,
+        job_id=job_id or env.get("AGENTLIFE_JOB_ID") or ("check" if placeholders else None),
+        agent_id=agent_id or ("check" if placeholders else None),
+        constants=constants,
+    )
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    constants = validated_settings(os.environ, placeholders=True).constants
     if args.json:
         sys.stdout.write(orjson.dumps(constants.as_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0

@@ -10,12 +10,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentlife._exceptions import ConfigError
+from agentlife._redact import url_password
 from agentlife.constants import Constants
 
-__all__ = ["JOB_ID_PATTERN", "Settings", "validate_job_id"]
+__all__ = [
+    "JOB_ID_PATTERN",
+    "MAX_ATTEMPT",
+    "MAX_PAYLOAD_DEPTH",
+    "Settings",
+    "validate_database_url",
+    "validate_job_id",
+    "validate_payload",
+    "validate_url",
+]
 
 JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+#: The largest attempt number: PostgreSQL's ``integer`` column (the job row's ``attempt``) holds no more.
+MAX_ATTEMPT = 2**31 - 1
+#: How deeply a job payload may nest. The journal, the checkpoint and the stores serialise with orjson, which
+#: refuses 255 levels; the margin leaves room for the documents that carry the payload one level down.
+MAX_PAYLOAD_DEPTH = 128
+_SQLITE_NO_PATH = ("", "/")
 
 
 def validate_job_id(job_id: str) -> str:
@@ -58,8 +74,14 @@ class Settings:
             raise ConfigError(
                 f"agent id {self.agent_id!r} is not allowed: it must match {JOB_ID_PATTERN.pattern}"
             )
-        if self.attempt < 1:
-            raise ConfigError(f"AGENTLIFE_ATTEMPT={self.attempt} must be >= 1")
+        if not 1 <= self.attempt <= MAX_ATTEMPT:
+            raise ConfigError(f"AGENTLIFE_ATTEMPT={self.attempt} must be >= 1 and <= {MAX_ATTEMPT}")
+        if self.database_url is not None:
+            validate_database_url(self.database_url)
+        if self.qdrant_url is not None:
+            validate_url("AGENTLIFE_QDRANT_URL", self.qdrant_url, ("http", "https"))
+        if self.control_plane_url is not None:
+            validate_url("AGENTLIFE_CONTROL_PLANE_URL", self.control_plane_url, ("http", "https"))
         if self.log_level not in _LOG_LEVELS:
             raise ConfigError(
                 f"AGENTLIFE_LOG_LEVEL={self.log_level!r} must be one of {', '.join(_LOG_LEVELS)}"
@@ -115,14 +137,86 @@ class Settings:
         )
 
 
+def validate_database_url(url: str) -> str:
+    """Return ``url`` if it names a usable store, else raise `ConfigError` naming the variable.
+
+    ``sqlite:``, ``sqlite://``, ``sqlite:///`` and ``sqlite:///:memory:`` are refused: the first three
+    have no file path (they used to become a file in the current directory, outside the data dir) and an
+    in-memory database loses every checkpoint with the process. Leave the variable unset for the embedded
+    default, ``{AGENTLIFE_DATA_DIR}/agentlife.db``.
+    """
+    name = "AGENTLIFE_DATABASE_URL"
+    if url.startswith("sqlite:"):
+        path = url.removeprefix("sqlite:").removeprefix("//")
+        memory = path.lstrip("/").startswith(":memory:") or "mode=memory" in path
+        if path in _SQLITE_NO_PATH or memory or not url.startswith("sqlite://"):
+            raise ConfigError(
+                f"{name}={url!r} names no database file: use sqlite:///relative/path or "
+                "sqlite:////absolute/path, or leave it unset for {AGENTLIFE_DATA_DIR}/agentlife.db"
+            )
+        return url
+    if url.startswith(("postgresql://", "postgres://")):
+        password = url_password(url)
+        if password is not None and any(c in password for c in "/#?@"):
+            # The driver would cut the URL inside the password and quote the pieces in its errors.
+            raise ConfigError(
+                f"{name}: the password holds an unencoded '/', '#', '?' or '@': percent-encode it "
+                "(%2F, %23, %3F, %40)"
+            )
+        return validate_url(name, url, ("postgresql", "postgres"))
+    scheme = url.split(":", 1)[0] if ":" in url else url[:20]
+    raise ConfigError(f"{name} scheme {scheme!r} is not supported (use sqlite:/// or postgresql://)")
+
+
+def validate_url(name: str, url: str, schemes: tuple[str, ...]) -> str:
+    """Check the scheme and every port of ``url``; raise `ConfigError` naming ``name`` otherwise.
+
+    The password is never quoted in the error, and a password holding unencoded ``/``, ``#``, ``?`` or
+    ``@`` does not confuse the parse: the host part starts after the last ``@`` of the URL's first word.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in schemes:
+        shown = scheme if sep else url[:20]
+        raise ConfigError(f"{name} scheme {shown!r} is not supported (use {' or '.join(schemes)})")
+    hosts = rest[rest.rfind("@") + 1 :]
+    hosts = re.split(r"[/?#]", hosts, maxsplit=1)[0]
+    for host in hosts.split(","):  # libpq accepts host1:5432,host2:5433
+        port = host.rpartition("]")[2] if host.startswith("[") else host
+        if ":" not in port:
+            continue
+        port = port.rpartition(":")[2]
+        if port == "":
+            continue
+        if not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ConfigError(f"{name}: port {port[:20]!r} is not a port number (1-65535)")
+    return url
+
+
+def validate_payload(payload: object, what: str = "--payload") -> object:
+    """Return ``payload`` if it nests at most `MAX_PAYLOAD_DEPTH` levels, else raise `ConfigError`."""
+    stack: list[tuple[object, int]] = [(payload, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth + 1 > MAX_PAYLOAD_DEPTH:
+                raise ConfigError(f"{what} nests deeper than {MAX_PAYLOAD_DEPTH} levels")
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((item, depth + 1) for item in items)
+    return payload
+
+
 def _int(env: Mapping[str, str], name: str, default: int | None) -> int | None:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
+    text = raw.strip()
+    # int() of a huge string costs quadratic time (and Python refuses past 4300 digits): no store holds it.
+    if len(text.lstrip("+-")) > 18 and text.lstrip("+-").isdigit():
+        raise ConfigError(f"{name}={raw[:24]!r}... is out of range")
     try:
-        return int(raw.strip())
+        return int(text)
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a whole number") from None
+        raise ConfigError(f"{name}={raw[:40]!r} is not a whole number") from None
 
 
 def _port(env: Mapping[str, str]) -> int | None:

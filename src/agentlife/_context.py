@@ -27,7 +27,7 @@ from agentlife._journal import ReplayMap, ToolRecord, args_digest
 from agentlife._llm import LLMClient, LLMReply
 from agentlife._logging import log_fields
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
-from agentlife._retry import RetryEvent, retry_call
+from agentlife._retry import RetryEvent, classify, retry_call
 from agentlife._tools import NOT_DONE, ToolSpec, tool
 
 if TYPE_CHECKING:
@@ -348,14 +348,23 @@ class StepContext:
             return await self._run_tool_once(spec, call, invocation_id, kwargs, digest)
 
         async with self._tool_slots:
-            return await retry_call(
-                try_once,
-                initial=self._env.runtime.constants.retry.transient_initial_seconds,
-                cap=self._env.runtime.constants.retry.transient_max_seconds,
-                deadline=self._retry_deadline(),
-                rng=self._env.rng,
-                on_retry=self._on_retry("tool", spec.name, call),
-            )
+            try:
+                return await retry_call(
+                    try_once,
+                    initial=self._env.runtime.constants.retry.transient_initial_seconds,
+                    cap=self._env.runtime.constants.retry.transient_max_seconds,
+                    deadline=self._retry_deadline(),
+                    rng=self._env.rng,
+                    on_retry=self._on_retry("tool", spec.name, call),
+                    max_attempts=spec.max_tries,
+                )
+            except Exception as exc:
+                if spec.retries is None and spec.max_tries == 1 and classify(exc).retryable:
+                    log.warning(
+                        f"tool {spec.name} ({invocation_id}) failed with {type(exc).__name__}: not retried "
+                        "in this process (side effects and no verify); @tool(retries=N) allows retries"
+                    )
+                raise
 
     def _recorded_tool_call(
         self, spec: ToolSpec[..., Any], call: int, kwargs: Mapping[str, Any], digest: str

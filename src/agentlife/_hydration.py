@@ -131,6 +131,10 @@ class Hydrator:
                     f"journal scan: {len(result.events)} events after checkpoint "
                     f"{checkpoint_id}; {len(replay.llm)} LLM and {len(replay.tools)} tool calls to replay"
                 )
+            elif result.expected:
+                # A fresh job, or the documented kill between checkpoint and marker: nothing was lost, and
+                # WARNING stays for what an operator should look at.
+                log.info(f"journal scan: nothing to replay, resuming from the checkpoint: {result.reason}")
             else:
                 log.warning(f"journal scan: degrading to checkpoint-only resume: {result.reason}")
         except TimeoutError:

@@ -52,6 +52,7 @@ __all__ = [
     "ToolStatus",
     "args_digest",
     "build_replay",
+    "contained_session_dir",
     "iter_lines_reverse",
     "job_session_dir",
     "list_sessions",
@@ -130,6 +131,35 @@ def job_session_dir(data_dir: Path, job_id: str) -> Path:
     return Path(data_dir) / "sessions" / validate_job_id(job_id)
 
 
+def contained_session_dir(data_dir: Path, job_id: str) -> Path:
+    """Create ``{data_dir}/sessions/{job_id}`` and return it, refusing to leave the data directory.
+
+    A symlink on the way (``sessions`` or the job's directory) is followed only when it leads to a place
+    inside the data directory; one leading outside is refused before anything is created through it,
+    so a planted link cannot make the journal write (or the recovery scan read) somewhere else.
+
+    Raises:
+        ConfigError: ``job_id`` is not allowed, or a symlink leads outside the data directory.
+        OSError: a directory cannot be created.
+    """
+    from agentlife._exceptions import ConfigError
+
+    root = Path(data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    real_root = root.resolve()
+    path = root
+    for part in ("sessions", validate_job_id(job_id)):
+        path = path / part
+        if path.is_symlink():
+            target = path.resolve()
+            if not target.is_relative_to(real_root):
+                raise ConfigError(
+                    f"{path} is a symlink to {target}, outside the data directory {real_root}: refused"
+                )
+        path.mkdir(exist_ok=True)
+    return path
+
+
 def list_sessions(session_dir: Path) -> list[Path]:
     """The session files in ``session_dir``, oldest to newest by (attempt, unix_ms).
 
@@ -142,7 +172,8 @@ def list_sessions(session_dir: Path) -> list[Path]:
     found: list[tuple[int, int, str]] = []
     for entry in entries:
         match = _SESSION_NAME.match(entry.name)
-        if match and entry.is_file():
+        # A session file that is a symlink is not ours: it could point anywhere.
+        if match and entry.is_file(follow_symlinks=False):
             found.append((int(match.group(1)), int(match.group(2)), entry.name))
     found.sort()
     return [Path(session_dir) / name for _, _, name in found]
@@ -306,6 +337,7 @@ class Journal:
         session_dir.mkdir(parents=True, exist_ok=True)
         stamp = time.time_ns() // 1_000_000 if unix_ms is None else unix_ms
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+        flags |= getattr(os, "O_NOFOLLOW", 0)  # O_EXCL already refuses a planted link; say so twice
         while True:
             path = session_path(session_dir, attempt, stamp)
             try:
@@ -642,6 +674,10 @@ class ScanResult:
         marker: the ``CHECKPOINT_WRITTEN`` event itself, when found.
         files_scanned: session files opened.
         elapsed_seconds: wall time of the scan.
+        expected: when not found, whether that is a normal situation rather than lost or damaged data: a
+            fresh job (no checkpoint, no session files or no marker yet) or a process killed between
+            committing its checkpoint and journaling the marker. The runtime logs those at INFO and the
+            rest at WARNING.
     """
 
     found: bool
@@ -653,6 +689,7 @@ class ScanResult:
     marker: Event | None = None
     files_scanned: int = 0
     elapsed_seconds: float = 0.0
+    expected: bool = False
 
 
 class _BudgetSpent(Exception):
@@ -758,12 +795,14 @@ def scan_for_resume(
     started = time.monotonic()
     scan = _Scan(started + budget_seconds, started, checkpoint_step)
     session_dir = Path(session_dir)
+    fresh = checkpoint_id is None
     if not session_dir.is_dir():
-        return scan.result(False, f"session directory {session_dir} does not exist", None)
+        reason = f"session directory {session_dir} does not exist"
+        return scan.result(False, reason, None, expected=fresh)
     skip = {Path(p) for p in exclude}
     files = [p for p in list_sessions(session_dir) if p not in skip]
     if not files:
-        return scan.result(False, f"no session files in {session_dir}", None)
+        return scan.result(False, f"no session files in {session_dir}", None, expected=fresh)
     newest_seen: Any = _NO_MARKER
     for path in reversed(files):
         try:
@@ -778,7 +817,9 @@ def scan_for_resume(
                 f"{checkpoint_id!r} (step {checkpoint_step}) is not in the journal (reading back reached the "
                 f"marker of step {past.marker.get('step')} in {path.name})"
             )
-            return scan.result(False, reason, path)
+            # Killed between committing the checkpoint and journaling its marker: the step after it never
+            # started, so there is nothing to replay.
+            return scan.result(False, reason, path, expected=True)
         except OSError as exc:
             return scan.result(False, f"cannot read {path.name}: {exc}", path)
         if newest_seen is _NO_MARKER and newest is not _NO_MARKER:
@@ -796,7 +837,8 @@ def scan_for_resume(
             f"and no marker of the store's checkpoint {checkpoint_id!r} was found"
         )
         return scan.result(False, reason, where)
-    return scan.result(False, f"no checkpoint marker in {len(files)} session file(s)", files[0])
+    reason = f"no checkpoint marker in {len(files)} session file(s)"
+    return scan.result(False, reason, files[0], expected=fresh)  # fresh: earlier tries died while booting
 
 
 # ------------------------------------------------------------------------------------------------- replay

@@ -361,9 +361,13 @@ class Runtime:
         return modules
 
     def _open_journal(self, settings: Settings) -> None:
-        from agentlife._journal import Journal
+        from agentlife._journal import Journal, contained_session_dir
 
-        self.journal = Journal.create(settings.session_dir, settings.attempt, redactor=self.redactor)
+        try:
+            session_dir = contained_session_dir(settings.data_dir, settings.job_id)
+        except ConfigError as exc:
+            raise _Fatal(f"configuration error: {exc}") from None
+        self.journal = Journal.create(session_dir, settings.attempt, redactor=self.redactor)
         self.journal.append(
             "SESSION_STARTED",
             job_id=settings.job_id,

@@ -51,6 +51,22 @@ class ToolSpec(Generic[P, R]):
     verify: Verify | None
     is_async: bool
     wants_invocation_id: bool
+    retries: int | None = None
+
+    @property
+    def max_tries(self) -> int | None:
+        """Tries of one call in this process (None: as many as the step and run budgets allow).
+
+        ``retries`` when given; otherwise a side-effecting tool without ``verify`` runs once: retrying it
+        after, say, a ``ConnectionError`` cannot know whether the effect already happened, and each retry
+        would risk doing it again. Read-only tools, and side-effecting ones with ``verify`` (asked before
+        every retry), retry transient errors within the budgets.
+        """
+        if self.retries is not None:
+            return self.retries + 1
+        if self.side_effects and self.verify is None:
+            return 1
+        return None
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Awaitable[R] | R:
         return self.fn(*args, **kwargs)
@@ -74,6 +90,7 @@ def tool(
     side_effects: bool = True,
     restricted: bool = False,
     verify: Verify | None = None,
+    retries: int | None = None,
 ) -> Callable[[Callable[P, Any]], ToolSpec[P, Any]]: ...
 
 
@@ -86,6 +103,7 @@ def tool(
     side_effects: bool = True,
     restricted: bool = False,
     verify: Verify | None = None,
+    retries: int | None = None,
 ) -> Any:
     """Declare a tool.
 
@@ -97,6 +115,11 @@ def tool(
         restricted: the call needs an approved job and passes ``AgentProcess.check_policy`` first.
         verify: ``async verify(invocation_id)`` for a call found pending after a crash: returns the call's
             result when the effect already happened, or `NOT_DONE` to run the tool again.
+        retries: how many times a call that failed with a transient error or a timeout is run again in
+            this process, within the step and run budgets. Default: none for a side-effecting tool
+            without ``verify`` (the error fails the step; the next attempt runs the call again, the
+            documented at-least-once), unlimited within the budgets otherwise. ``retries=0`` turns
+            retrying off for any tool.
 
     Example:
         >>> @tool(timeout=10, side_effects=False)
@@ -107,6 +130,8 @@ def tool(
     def wrap(f: Callable[..., Any]) -> ToolSpec[Any, Any]:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"tool timeout must be > 0, got {timeout}")
+        if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int) or retries < 0):
+            raise ValueError(f"tool retries must be a whole number >= 0, got {retries!r}")
         params = inspect.signature(f).parameters
         return ToolSpec(
             fn=f,
@@ -117,6 +142,7 @@ def tool(
             verify=verify,
             is_async=inspect.iscoroutinefunction(f),
             wants_invocation_id="invocation_id" in params,
+            retries=retries,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -176,6 +176,22 @@ class BudgetConstants:
 
 _Group = TypeVar("_Group")
 
+#: The largest whole number an override may hold: exact in every JSON reader and in the stores' columns.
+MAX_ENV_INTEGER: int = 2**53
+#: The longest duration an override may hold (about 31 years): past it, thread timers and sleeps overflow.
+MAX_ENV_SECONDS: float = 1e9
+# Periods of loops and timeouts of calls: at 0 a loop would spin and every call would time out at once.
+_POSITIVE = (
+    ("heartbeat", "sse_interval_seconds", "AGENTLIFE_HEARTBEAT_SSE_INTERVAL_SECONDS"),
+    ("heartbeat", "job_interval_seconds", "AGENTLIFE_HEARTBEAT_JOB_INTERVAL_SECONDS"),
+    ("probe", "lag_interval_seconds", "AGENTLIFE_PROBE_LAG_INTERVAL_SECONDS"),
+    ("budget", "approval_poll_seconds", "AGENTLIFE_APPROVAL_POLL_SECONDS"),
+    ("calls", "llm_connect_timeout_seconds", "AGENTLIFE_LLM_CONNECT_TIMEOUT_SECONDS"),
+    ("calls", "llm_inter_chunk_timeout_seconds", "AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS"),
+    ("calls", "llm_total_timeout_seconds", "AGENTLIFE_LLM_TOTAL_TIMEOUT_SECONDS"),
+    ("calls", "tool_default_timeout_seconds", "AGENTLIFE_TOOL_DEFAULT_TIMEOUT_SECONDS"),
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Constants:
@@ -265,6 +281,10 @@ class Constants:
                 f"probe lag_interval x 2 = {2 * p.lag_interval_seconds:g} s must be <= blocked_threshold = "
                 f"{p.blocked_threshold_seconds:g} s (a normal gap between samples must not look like a block)"
             )
+        for group_name, field_name, env in _POSITIVE:
+            value = getattr(getattr(self, group_name), field_name)
+            if not value > 0:
+                out.append(f"{env} = {value:g} s must be > 0 s")
         for group in (d, h, p, self.calls, hy, self.retry, self.budget):
             out.extend(_negative_fields(group))
         return out
@@ -295,7 +315,7 @@ def _group_from_env(group: _Group, env: Mapping[str, str]) -> _Group:
 
 def _parse_env_number(name: str, raw: str, *, integer: bool) -> float | int | None:
     text = raw.strip()
-    if name == "AGENTLIFE_RUN_MAX_SECONDS" and text.lower() in ("", "none", "0"):
+    if name == "AGENTLIFE_RUN_MAX_SECONDS" and text.lower() in ("", "none"):
         return None
     try:
         value = int(text) if integer else float(text)
@@ -304,6 +324,14 @@ def _parse_env_number(name: str, raw: str, *, integer: bool) -> float | int | No
         raise ConfigError(f"{name}={raw!r} is not {kind}") from None
     if not math.isfinite(value) or value < 0:
         raise ConfigError(f"{name}={raw!r} must be a finite number >= 0")
+    limit = MAX_ENV_INTEGER if integer else MAX_ENV_SECONDS
+    if value > limit:
+        shown = f"{limit:d}" if integer else f"{limit:g} s"
+        raise ConfigError(f"{name}={raw[:40]!r} must be at most {shown}")
+    if value == 0:
+        # "0", "0.0" and "-0" are one value: for the run budget it means unlimited, never "already out of
+        # time"; elsewhere it drops the sign of a negative zero.
+        return None if name == "AGENTLIFE_RUN_MAX_SECONDS" else type(value)(0)
     return value
 
 

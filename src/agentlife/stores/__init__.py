@@ -43,6 +43,9 @@ def store_from_url(url: str, *, tables: TableNames | None = None) -> CheckpointS
     Raises:
         ConfigError: the scheme is not supported.
     """
+    from agentlife._config import validate_database_url
+
+    validate_database_url(url)
     if url.startswith("sqlite:"):
         return SQLiteStore.from_url(url, tables=tables)
     if url.startswith(("postgresql://", "postgres://")):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
+import secrets
+import socket
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -18,12 +21,17 @@ __all__ = [
     "LoadedCheckpoint",
     "TableNames",
     "add_usage_totals",
+    "claim_refusal",
     "crc32",
     "first_valid_checkpoint",
+    "new_owner",
 ]
 
 #: How many checkpoints per job `checkpoint_history` keeps.
 HISTORY_KEEP = 5
+#: A same-attempt claim held by a process on another host is taken over once the row's ``heartbeat_at`` is
+#: this old: the default zombie threshold (``AGENTLIFE_HEARTBEAT_ZOMBIE_AFTER_SECONDS``).
+CLAIM_STALE_AFTER_SECONDS = 300.0
 
 
 class JobStatus(enum.StrEnum):
@@ -183,3 +191,66 @@ def add_usage_totals(
         "output": int(totals.get("output", 0)) + output_tokens,
         "cost_usd": round(float(totals.get("cost_usd", 0.0)) + cost_usd, 6),
     }
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), None when it is gone or unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # Field 2 (comm) may hold spaces and parentheses: count fields after its closing parenthesis.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def new_owner() -> str:
+    """A claim token for this process: ``host:pid:start-ticks:random``.
+
+    pid and start time tell whether the owner still runs (a pid alone may have been reused); the random
+    part tells two stores of one process apart (the test harness runs agents in one interpreter).
+    """
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or '-'}:{secrets.token_hex(4)}"
+
+
+def _owner_is_gone(owner: str) -> bool:
+    """True when ``owner`` is known to have exited: same host, and its pid is gone or was reused."""
+    host, _, rest = owner.partition(":")
+    pid_text, _, rest = rest.partition(":")
+    ticks = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit() or ticks in ("", "-"):
+        return False  # another host (or an unknown shape): only the heartbeat's age can tell
+    return _start_ticks(int(pid_text)) != ticks
+
+
+def claim_refusal(
+    job_id: str,
+    attempt: int,
+    row_attempt: int,
+    row_owner: str | None,
+    owner: str,
+    heartbeat_age: float | None,
+    stale_after: float = CLAIM_STALE_AFTER_SECONDS,
+) -> str | None:
+    """Why this process may not claim the row, or None when it may.
+
+    A lower attempt never may. The same attempt may only when the row is unowned, owned by this process,
+    owned by a process that has exited (same host: pid and start time), or owned by one whose heartbeat is
+    older than ``stale_after`` (another host): two live processes with the same attempt would both do every
+    side effect of the job, so the second one loses.
+    """
+    if attempt < row_attempt:
+        return f"job {job_id} is owned by attempt {row_attempt}, this is {attempt}"
+    if attempt > row_attempt or row_owner is None or row_owner == owner:
+        return None
+    if _owner_is_gone(row_owner):
+        return None
+    if heartbeat_age is None or heartbeat_age > stale_after:
+        return None
+    host, _, rest = row_owner.partition(":")
+    return (
+        f"job {job_id} attempt {attempt} is already claimed by a live process (pid {rest.partition(':')[0]} "
+        f"on {host}, heartbeat {heartbeat_age:.0f} s ago): a second process with the same attempt is refused"
+    )

@@ -22,7 +22,7 @@ import anyio
 import orjson
 
 from agentlife._exceptions import AttemptFenced, ConfigError, JobNotFound, StoreUnavailable
-from agentlife._redact import Redactor
+from agentlife._redact import Redactor, url_password
 from agentlife.constants import HydrationConstants
 from agentlife.stores._base import (
     HISTORY_KEEP,
@@ -31,8 +31,10 @@ from agentlife.stores._base import (
     LoadedCheckpoint,
     TableNames,
     add_usage_totals,
+    claim_refusal,
     crc32,
     first_valid_checkpoint,
+    new_owner,
 )
 
 __all__ = ["PostgresStore"]
@@ -55,6 +57,9 @@ class _Sql:
     create_job: str
     claim: str
     owner: str
+    lock_claim: str
+    take_claim: str
+    has_owner_column: str
     load: str
     history: str
     write_checkpoint: str
@@ -66,8 +71,14 @@ class _Sql:
     record_delivery: str
 
     @classmethod
-    def build(cls, t: TableNames) -> _Sql:
+    def build(cls, t: TableNames, *, owner: bool = True) -> _Sql:
+        """The statements; without ``owner`` (a database made before the claim token) fenced by attempt."""
         h = t.checkpoint_history
+
+        def fence(n: int) -> str:
+            # The claim token is the statement's last parameter, $n; a row without one is fenced by attempt.
+            return f" AND (owner IS NULL OR owner = ${n})" if owner else ""
+
         return cls(
             schema=_schema(t),
             get_job=f"SELECT {_JOB_COLUMNS} FROM {t.job} WHERE id = $1",
@@ -82,21 +93,36 @@ class _Sql:
                 f" WHERE id = $1 AND attempt <= $2 RETURNING {_JOB_COLUMNS}"
             ),
             owner=f"SELECT attempt FROM {t.job} WHERE id = $1",
+            lock_claim=(
+                f"SELECT attempt, owner, EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 FROM {t.job}"
+                " WHERE id = $1 FOR UPDATE"
+            ),
+            take_claim=(
+                f"UPDATE {t.job} SET attempt = $2, owner = $3, heartbeat_at = now(), updated_at = now(),"
+                " status = CASE WHEN status IN ('PENDING', 'RETRYING') THEN 'RUNNING' ELSE status END"
+                f" WHERE id = $1 RETURNING {_JOB_COLUMNS}"
+            ),
+            has_owner_column=f"SELECT owner FROM {t.job} LIMIT 0",
             load=f"SELECT checkpoint, checkpoint_crc, checkpoint_id FROM {t.job} WHERE id = $1",
             history=(
                 f"SELECT checkpoint_id, checkpoint, crc, step FROM {h} WHERE job_id = $1"
                 " ORDER BY created_at DESC, step DESC"
             ),
-            write_checkpoint=_write_checkpoint_sql(t),
+            write_checkpoint=_write_checkpoint_sql(t, fence(7)),
             set_status=(
                 f"UPDATE {t.job} SET status = $3, result = COALESCE($4::jsonb, result),"
                 " error = CASE WHEN $5::jsonb IS NULL THEN error"
                 " ELSE COALESCE(error, '[]'::jsonb) || jsonb_build_array($5::jsonb) END,"
-                " updated_at = now() WHERE id = $1 AND attempt = $2 RETURNING 1"
+                f" updated_at = now() WHERE id = $1 AND attempt = $2{fence(6)} RETURNING 1"
             ),
-            lock_usage=f"SELECT tokens_consumed FROM {t.job} WHERE id = $1 AND attempt = $2 FOR UPDATE",
+            lock_usage=(
+                f"SELECT tokens_consumed FROM {t.job} WHERE id = $1 AND attempt = $2{fence(3)} FOR UPDATE"
+            ),
             write_usage=f"UPDATE {t.job} SET tokens_consumed = $2::jsonb, updated_at = now() WHERE id = $1",
-            heartbeat=f"UPDATE {t.job} SET heartbeat_at = now() WHERE id = $1 AND attempt = $2 RETURNING 1",
+            heartbeat=(
+                f"UPDATE {t.job} SET heartbeat_at = now()"
+                f" WHERE id = $1 AND attempt = $2{fence(3)} RETURNING 1"
+            ),
             is_delivered=f"SELECT 1 FROM {t.delivery} WHERE key = $1",
             record_delivery=(
                 f"INSERT INTO {t.delivery} (key, job_id, channel, delivered_at) VALUES ($1, $2, $3, now())"
@@ -126,8 +152,11 @@ def _schema(t: TableNames) -> tuple[str, ...]:
             token_budget jsonb,
             error jsonb NOT NULL DEFAULT '[]',
             result jsonb,
-            updated_at timestamptz NOT NULL DEFAULT now()
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            owner text
         )""",
+        # The claim token, added to a job table made before it existed (or by a control plane).
+        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS owner text",
         f"""CREATE TABLE IF NOT EXISTS {t.checkpoint_history} (
             job_id text NOT NULL,
             checkpoint_id text NOT NULL,
@@ -147,7 +176,7 @@ def _schema(t: TableNames) -> tuple[str, ...]:
     )
 
 
-def _write_checkpoint_sql(t: TableNames) -> str:
+def _write_checkpoint_sql(t: TableNames, fence: str = "") -> str:
     """The fenced checkpoint write: job row, history entry and history trim in one statement.
 
     All CTEs see the same snapshot, so the trim cannot see the entry being inserted: it keeps the newest
@@ -165,7 +194,7 @@ def _write_checkpoint_sql(t: TableNames) -> str:
     return f"""
         WITH fenced AS (
             UPDATE {t.job} SET checkpoint = $3, checkpoint_crc = $4, checkpoint_id = $5, updated_at = now()
-            WHERE id = $1 AND attempt = $2
+            WHERE id = $1 AND attempt = $2{fence}
             RETURNING id
         ), appended AS (
             INSERT INTO {h} (job_id, checkpoint_id, step, checkpoint, crc, created_at)
@@ -238,6 +267,9 @@ class PostgresStore:
         self._command_timeout = command_timeout
         self._create_schema = create_schema
         self._sql = _Sql.build(self.tables)
+        #: This process's claim token, written to the row's ``owner`` column at claim.
+        self.owner = new_owner()
+        self._fence_args: tuple[str, ...] = (self.owner,)
         self._pool: Any = None
         self._unavailable: tuple[type[BaseException], ...] = ()
         self._misuse: tuple[type[BaseException], ...] = ()
@@ -305,6 +337,24 @@ class PostgresStore:
             ) from None
         if self._create_schema:
             await self.init_schema()
+        await self._detect_owner_column()
+
+    async def _detect_owner_column(self) -> None:
+        """Fall back to attempt-only fencing on a job table without ``owner`` (until ``db init`` adds it)."""
+        import asyncpg
+
+        try:
+            async with self._connection() as conn:
+                await conn.execute(self._sql.has_owner_column)
+        except asyncpg.exceptions.UndefinedColumnError:
+            _log.warning(
+                f"the {self.tables.job} table has no owner column: claims are fenced by attempt only, so two "
+                "processes with the same attempt could both run the job; run `python -m agentlife db init`"
+            )
+            self._sql = _Sql.build(self.tables, owner=False)
+            self._fence_args = ()
+        except (StoreUnavailable, asyncpg.exceptions.PostgresError):
+            pass  # no table yet (db init will make it with the column) or an outage the next call reports
 
     async def _create_pool(self, asyncpg: Any) -> Any:
         return await asyncpg.create_pool(
@@ -422,14 +472,26 @@ class PostgresStore:
             JobNotFound: no such row.
             AttemptFenced: the row belongs to a later attempt.
         """
-        async with self._connection() as conn:
-            row = await conn.fetchrow(self._sql.claim, job_id, attempt)
-            if row is not None:
-                return _record(row)
-            owner = await conn.fetchval(self._sql.owner, job_id)
-        if owner is None:
-            raise JobNotFound(f"job {job_id} does not exist")
-        raise AttemptFenced(f"job {job_id} is owned by attempt {owner}, this is {attempt}")
+        if not self._fence_args:  # no owner column: the attempt alone decides, in one statement
+            async with self._connection() as conn:
+                row = await conn.fetchrow(self._sql.claim, job_id, attempt)
+                if row is not None:
+                    return _record(row)
+                owner = await conn.fetchval(self._sql.owner, job_id)
+            if owner is None:
+                raise JobNotFound(f"job {job_id} does not exist")
+            raise AttemptFenced(f"job {job_id} is owned by attempt {owner}, this is {attempt}")
+        # The row lock serialises concurrent claims: the second sees the first one's token and loses.
+        async with self._connection() as conn, conn.transaction():
+            current = await conn.fetchrow(self._sql.lock_claim, job_id)
+            if current is None:
+                raise JobNotFound(f"job {job_id} does not exist")
+            row_attempt, row_owner, age = current
+            refusal = claim_refusal(job_id, attempt, row_attempt, row_owner, self.owner, age)
+            if refusal is not None:
+                raise AttemptFenced(refusal)
+            row = await conn.fetchrow(self._sql.take_claim, job_id, attempt, self.owner)
+        return _record(row)
 
     # -- checkpoints ----------------------------------------------------------------------------------
 
@@ -464,7 +526,7 @@ class PostgresStore:
         crc = crc32(data)
         async with self._connection() as conn:
             written = await conn.fetchval(
-                self._sql.write_checkpoint, job_id, attempt, data, crc, checkpoint_id, step
+                self._sql.write_checkpoint, job_id, attempt, data, crc, checkpoint_id, step, *self._fence_args
             )
         if not written:
             raise AttemptFenced(
@@ -486,7 +548,13 @@ class PostgresStore:
         """Record a status (and result, or a crash record appended to ``error``)."""
         async with self._connection() as conn:
             updated = await conn.fetchval(
-                self._sql.set_status, job_id, attempt, str(status), _dumps(result), _dumps(error)
+                self._sql.set_status,
+                job_id,
+                attempt,
+                str(status),
+                _dumps(result),
+                _dumps(error),
+                *self._fence_args,
             )
         if updated is None:
             raise AttemptFenced(f"job {job_id}: status write by attempt {attempt} refused")
@@ -496,7 +564,7 @@ class PostgresStore:
     ) -> dict[str, Any]:
         """Add to ``tokens_consumed`` and return the new totals."""
         async with self._connection() as conn, conn.transaction():
-            row = await conn.fetchrow(self._sql.lock_usage, job_id, attempt)
+            row = await conn.fetchrow(self._sql.lock_usage, job_id, attempt, *self._fence_args)
             if row is None:
                 raise AttemptFenced(f"job {job_id}: usage write by attempt {attempt} refused")
             totals = add_usage_totals(_loads(row[0]) or {}, input_tokens, output_tokens, cost_usd)
@@ -506,7 +574,7 @@ class PostgresStore:
     async def heartbeat(self, job_id: str, attempt: int) -> None:
         """Set ``heartbeat_at`` to the server's now()."""
         async with self._connection() as conn:
-            beat = await conn.fetchval(self._sql.heartbeat, job_id, attempt)
+            beat = await conn.fetchval(self._sql.heartbeat, job_id, attempt, *self._fence_args)
         if beat is None:
             raise AttemptFenced(
                 f"job {job_id}: heartbeat by attempt {attempt} refused, a later attempt owns the row"
@@ -548,26 +616,25 @@ def _unavailable_errors(asyncpg: Any) -> tuple[type[BaseException], ...]:
 
 
 def _redacted_url(url: str) -> tuple[str, list[str]]:
-    """``url`` with the password masked (userinfo and ``password=`` query), and the secrets found."""
+    """``url`` with the password masked (userinfo and ``password=`` query), and the secrets found.
+
+    The userinfo password is found by `url_password`, not `urllib.parse`: an unencoded ``#`` or ``?`` in it
+    would end the netloc there and leave the rest of the password in the "fragment" for all to see.
+    """
     secrets: list[str] = []
+    password = url_password(url)
+    if password:
+        secrets += [password, urllib.parse.unquote(password)]
     try:
-        parts = urllib.parse.urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, _, hostinfo = netloc.rpartition("@")
-            user, sep, password = userinfo.partition(":")
-            if sep:
-                secrets += [password, urllib.parse.unquote(password)]
-                netloc = f"{user}:***@{hostinfo}"
-        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-        secrets += [value for key, value in query if key.lower() in ("password", "sslpassword")]
-        masked = [(k, "***" if k.lower() in ("password", "sslpassword") else v) for k, v in query]
-        shown = urllib.parse.urlunsplit(
-            (parts.scheme, netloc, parts.path, urllib.parse.urlencode(masked, safe="*"), "")
-        )
+        query = urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query, keep_blank_values=True)
     except ValueError:
-        shown = Redactor().redact(url)
-    return shown, [s for s in secrets if s]
+        query = []
+    secrets += [value for key, value in query if key.lower() in ("password", "sslpassword")]
+    secrets = [s for s in secrets if s]
+    shown = url
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        shown = shown.replace(secret, "***")
+    return Redactor().redact(shown), secrets
 
 
 def _record(row: Any) -> JobRecord:

@@ -22,13 +22,18 @@ from agentlife.stores._base import (
     LoadedCheckpoint,
     TableNames,
     add_usage_totals,
+    claim_refusal,
     crc32,
     first_valid_checkpoint,
+    new_owner,
 )
 
 __all__ = ["SQLiteStore"]
 
 _T = TypeVar("_T")
+# Every write after the claim is fenced by attempt *and* claim token; a row without a token (created by a
+# control plane, or claimed before tokens existed) is fenced by attempt alone.
+_FENCE = "attempt = ? AND (owner IS NULL OR owner = ?)"
 
 
 def _schema(t: TableNames) -> list[str]:
@@ -47,7 +52,8 @@ def _schema(t: TableNames) -> list[str]:
             token_budget TEXT,
             error TEXT NOT NULL DEFAULT '[]',
             result TEXT,
-            updated_at REAL NOT NULL
+            updated_at REAL NOT NULL,
+            owner TEXT
         )""",
         f"""CREATE TABLE IF NOT EXISTS {t.checkpoint_history} (
             job_id TEXT NOT NULL,
@@ -93,6 +99,8 @@ class SQLiteStore:
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._busy = False
+        #: This process's claim token, written to the row's ``owner`` column at claim.
+        self.owner = new_owner()
 
     @classmethod
     def from_url(cls, url: str, *, tables: TableNames | None = None) -> SQLiteStore:
@@ -154,6 +162,11 @@ class SQLiteStore:
         def create(conn: sqlite3.Connection) -> None:
             for statement in _schema(self.tables):
                 conn.execute(statement)
+            # A database made before the claim token existed gets its column here (db init, or any open).
+            schema, _, base = self.tables.job.rpartition(".")
+            columns = conn.execute(f"PRAGMA {schema + '.' if schema else ''}table_info({base})").fetchall()
+            if "owner" not in {column[1] for column in columns}:
+                conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN owner TEXT")
 
         await self._run(create)
 
@@ -213,16 +226,21 @@ class SQLiteStore:
                 record = self._row(conn, job_id)
                 if record is None:
                     raise JobNotFound(f"job {job_id} does not exist")
-                if attempt < record.attempt:
-                    raise AttemptFenced(
-                        f"job {job_id} is owned by attempt {record.attempt}, this is {attempt}"
-                    )
+                (row_owner,) = conn.execute(
+                    f"SELECT owner FROM {self.tables.job} WHERE id = ?", (job_id,)
+                ).fetchone()
+                now = time.time()
+                age = None if record.heartbeat_at is None else now - record.heartbeat_at
+                refusal = claim_refusal(job_id, attempt, record.attempt, row_owner, self.owner, age)
+                if refusal is not None:
+                    raise AttemptFenced(refusal)
                 status = record.status
                 if status in (JobStatus.PENDING, JobStatus.RETRYING):
                     status = JobStatus.RUNNING
                 conn.execute(
-                    f"UPDATE {self.tables.job} SET attempt = ?, status = ?, updated_at = ? WHERE id = ?",
-                    (attempt, status, time.time(), job_id),
+                    f"UPDATE {self.tables.job} SET attempt = ?, status = ?, owner = ?, heartbeat_at = ?,"
+                    " updated_at = ? WHERE id = ?",
+                    (attempt, status, self.owner, now, now, job_id),
                 )
                 conn.execute("COMMIT")
             except BaseException:
@@ -275,8 +293,8 @@ class SQLiteStore:
             try:
                 cursor = conn.execute(
                     f"UPDATE {self.tables.job} SET checkpoint = ?, checkpoint_crc = ?, checkpoint_id = ?,"
-                    " updated_at = ? WHERE id = ? AND attempt = ?",
-                    (data, crc, checkpoint_id, now, job_id, attempt),
+                    f" updated_at = ? WHERE id = ? AND {_FENCE}",
+                    (data, crc, checkpoint_id, now, job_id, attempt, self.owner),
                 )
                 self._fenced(conn, cursor, job_id, attempt)
                 h = self.tables.checkpoint_history
@@ -314,7 +332,8 @@ class SQLiteStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 row = conn.execute(
-                    f"SELECT error FROM {self.tables.job} WHERE id = ? AND attempt = ?", (job_id, attempt)
+                    f"SELECT error FROM {self.tables.job} WHERE id = ? AND {_FENCE}",
+                    (job_id, attempt, self.owner),
                 ).fetchone()
                 if row is None:
                     raise AttemptFenced(f"job {job_id}: status write by attempt {attempt} refused")
@@ -340,8 +359,8 @@ class SQLiteStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 row = conn.execute(
-                    f"SELECT tokens_consumed FROM {self.tables.job} WHERE id = ? AND attempt = ?",
-                    (job_id, attempt),
+                    f"SELECT tokens_consumed FROM {self.tables.job} WHERE id = ? AND {_FENCE}",
+                    (job_id, attempt, self.owner),
                 ).fetchone()
                 if row is None:
                     raise AttemptFenced(f"job {job_id}: usage write by attempt {attempt} refused")
@@ -361,8 +380,8 @@ class SQLiteStore:
     async def heartbeat(self, job_id: str, attempt: int) -> None:
         def beat(conn: sqlite3.Connection) -> None:
             cursor = conn.execute(
-                f"UPDATE {self.tables.job} SET heartbeat_at = ? WHERE id = ? AND attempt = ?",
-                (time.time(), job_id, attempt),
+                f"UPDATE {self.tables.job} SET heartbeat_at = ? WHERE id = ? AND {_FENCE}",
+                (time.time(), job_id, attempt, self.owner),
             )
             self._fenced(conn, cursor, job_id, attempt)
 
