@@ -60,6 +60,7 @@ class _Sql:
     lock_claim: str
     take_claim: str
     has_owner_column: str
+    release: str
     load: str
     history: str
     write_checkpoint: str
@@ -103,6 +104,7 @@ class _Sql:
                 f" WHERE id = $1 RETURNING {_JOB_COLUMNS}"
             ),
             has_owner_column=f"SELECT owner FROM {t.job} LIMIT 0",
+            release=f"UPDATE {t.job} SET owner = NULL WHERE id = ANY($1::text[]) AND owner = $2",
             load=f"SELECT checkpoint, checkpoint_crc, checkpoint_id FROM {t.job} WHERE id = $1",
             history=(
                 f"SELECT checkpoint_id, checkpoint, crc, step FROM {h} WHERE job_id = $1"
@@ -270,6 +272,7 @@ class PostgresStore:
         #: This process's claim token, written to the row's ``owner`` column at claim.
         self.owner = new_owner()
         self._fence_args: tuple[str, ...] = (self.owner,)
+        self._claimed: set[str] = set()
         self._pool: Any = None
         self._unavailable: tuple[type[BaseException], ...] = ()
         self._misuse: tuple[type[BaseException], ...] = ()
@@ -370,6 +373,8 @@ class PostgresStore:
 
     async def close(self) -> None:
         """Close the pool gracefully within a few seconds (shielded), else terminate it; idempotent."""
+        if self._pool is not None and self._claimed:
+            await self._release()
         pool, self._pool = self._pool, None
         if pool is None:
             return
@@ -377,6 +382,19 @@ class PostgresStore:
             await pool.close()
         if not pool.is_closing() or pool.get_size():
             pool.terminate()
+
+    async def _release(self) -> None:
+        """Give up this store's claims: the claim lasts while the store is open, a re-run may take it then.
+
+        Best effort and short: with the server down, the heartbeat's age frees the claim later.
+        """
+        ids, self._claimed = sorted(self._claimed), set()
+        with anyio.move_on_after(1.0, shield=True):
+            try:
+                async with self._connection() as conn:
+                    await conn.execute(self._sql.release, ids, self.owner)
+            except Exception as exc:
+                _log.info(f"could not release the claim of {', '.join(ids)}: {self._describe(exc)}")
 
     def has_free_connection(self) -> bool:
         """True while the pool could hand out a connection now; safe to call from another thread.
@@ -491,6 +509,7 @@ class PostgresStore:
             if refusal is not None:
                 raise AttemptFenced(refusal)
             row = await conn.fetchrow(self._sql.take_claim, job_id, attempt, self.owner)
+        self._claimed.add(job_id)
         return _record(row)
 
     # -- checkpoints ----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextlib
 import sqlite3
 import threading
 import time
@@ -101,6 +102,7 @@ class SQLiteStore:
         self._busy = False
         #: This process's claim token, written to the row's ``owner`` column at claim.
         self.owner = new_owner()
+        self._claimed: set[str] = set()
 
     @classmethod
     def from_url(cls, url: str, *, tables: TableNames | None = None) -> SQLiteStore:
@@ -154,9 +156,24 @@ class SQLiteStore:
             with self._lock:
                 conn, self._conn = self._conn, None
                 if conn is not None:
+                    self._release(conn)
                     conn.close()
 
         await anyio.to_thread.run_sync(close_when_idle)
+
+    def _release(self, conn: sqlite3.Connection) -> None:
+        """Give up this store's claims: the claim lasts while the store is open, a re-run may take it then."""
+        if not self._claimed:
+            return
+        ids = sorted(self._claimed)
+        self._claimed.clear()
+        # A full disk or a locked file: the pid check lets a re-run take the claim anyway.
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute(
+                f"UPDATE {self.tables.job} SET owner = NULL WHERE owner = ?"
+                f" AND id IN ({', '.join('?' * len(ids))})",
+                (self.owner, *ids),
+            )
 
     async def init_schema(self) -> None:
         def create(conn: sqlite3.Connection) -> None:
@@ -242,6 +259,7 @@ class SQLiteStore:
                     " updated_at = ? WHERE id = ?",
                     (attempt, status, self.owner, now, now, job_id),
                 )
+                self._claimed.add(job_id)
                 conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
