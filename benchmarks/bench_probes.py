@@ -1,4 +1,4 @@
-"""/healthz latency: our probe thread versus a probe served from a busy agent loop (DESIGN §9).
+"""/healthz latency: our probe thread versus a probe served from a busy agent loop.
 
 Phases, each measured by a load generator in a separate process (raw sockets on 127.0.0.1, one new
 connection per request like the kubelet, bounded request counts):

@@ -1,4 +1,4 @@
-"""Start-up and shutdown costs (DESIGN §13), each against a bare-Python baseline measured in the same run.
+"""Start-up and shutdown costs, each against a bare-Python baseline measured in the same run.
 
 * ``import agentlife`` vs ``import asyncio`` (whole process wall time; target <= 1.5x)
 * spawn -> /readyz 200 on the embedded defaults vs spawn -> exit of ``python -c "import asyncio"`` (<= 4x)

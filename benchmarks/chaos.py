@@ -69,7 +69,7 @@ from _common import child_env  # noqa: E402
 from _pg import PostgresServer, running_postgres  # noqa: E402
 from agentlife._journal import read_events  # noqa: E402
 
-#: Scaled constants for every agent process (the invariants of DESIGN §2 still hold).
+#: Scaled constants for every agent process (the invariants still hold).
 SCALED_ENV = {
     "AGENTLIFE_DRAIN_PRE_STOP_SECONDS": "0.5",
     "AGENTLIFE_DRAIN_STEP_DEADLINE_SECONDS": "2.0",
@@ -830,7 +830,7 @@ def analyse_job(
     deliveries = [int(parts[1]) for parts in _lines(evidence / "deliveries")]
     for attempt in deliveries[:-1]:
         # Killed between announcing and recording the delivery, or the registry was down so it could not be
-        # recorded: the documented at-least-once window (DESIGN §11: only what was recorded is not repeated).
+        # recorded: the documented at-least-once window.
         if attempt in sigkilled_attempts or attempt in unrecorded_attempts:
             v.excused_deliveries += 1
         else:

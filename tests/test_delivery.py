@@ -1,4 +1,4 @@
-"""DeliveryGuard and run_housekeeping (DESIGN §11) against real SQLite and PostgreSQL stores."""
+"""DeliveryGuard and run_housekeeping against real SQLite and PostgreSQL stores."""
 
 from __future__ import annotations
 

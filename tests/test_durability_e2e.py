@@ -1,4 +1,4 @@
-"""Durability end to end: real ``python -m agentlife`` processes, a real PostgreSQL (DESIGN §5, §10, §11).
+"""Durability end to end: real ``python -m agentlife`` processes, a real PostgreSQL.
 
 The store, policy and delivery units are tested on their own elsewhere; here the same promises are checked
 through whole processes: schema creation and the missing job row, PostgreSQL down at boot and mid-run,
@@ -271,7 +271,7 @@ def test_db_init_then_run_needs_create_job_then_budget_from_journals(
     assert row["result"] == {"steps": [0, 1, 2], "by_attempt": 1}
     assert [step for _, step in _history(postgres_url, "job-init")] == [0, 1, 2]
 
-    # DESIGN §10: the phase budget from the journals of these real runs. The refused run never executed.
+    # The phase budget from the journals of these real runs. The refused run never executed.
     data_dir = tmp_path / "data"
     budget = run_cli("budget", "--from-journals", str(data_dir), env=env)
     assert budget.returncode == 0, budget.stderr

@@ -486,7 +486,7 @@ def test_cli_prints_the_cronjob_with_the_phase_budget() -> None:
 
 
 def test_cli_reads_the_p95s_from_session_journals(tmp_path: Path) -> None:
-    # Two sessions in the journal format of DESIGN §4:
+    # Two sessions in the journal format:
     # init = SESSION_STARTED -> EXECUTING, exec = EXECUTING -> SESSION_ENDED.
     for job_id, (start, executing, end) in {
         "a": (1000.0, 1095.4, 1515.4),

@@ -1,4 +1,4 @@
-"""DESIGN §9 through the runtime: probes, heartbeats, /metrics, secrets and JSON logs of real agent processes.
+"""Observability through the runtime: probes, heartbeats, /metrics, secrets, JSON logs of real processes.
 
 The unit tests of `_probes`, `_lag`, `_heartbeat` and `_telemetry` prove each part alone; these prove them
 wired together: real ``python -m agentlife run`` processes (`agents.obs_agent.ObsAgent`, paced by marker
@@ -233,7 +233,7 @@ def journal_events(data_dir: Path, job_id: str) -> list[dict[str, Any]]:
     return events
 
 
-#: DESIGN §9 instrument -> the Prometheus family `_telemetry` renders for it (counters drop ``_total``).
+#: Instrument -> the Prometheus family `_telemetry` renders for it (counters drop ``_total``).
 INSTRUMENT_FAMILIES = {
     "agent.lifecycle.state": ("agent_lifecycle_state", "gauge"),
     "agent.steps.completed": ("agent_steps_completed", "counter"),

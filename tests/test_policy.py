@@ -1,4 +1,4 @@
-"""Failure policy helpers (DESIGN §10): retry decisions, circuit breaker, phase budget and its CLI."""
+"""Failure policy helpers: retry decisions, circuit breaker, phase budget and its CLI."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The probe server, over real HTTP on 127.0.0.1, driven through the decision matrix of DESIGN §9."""
+"""The probe server, over real HTTP on 127.0.0.1, driven through the health decision matrix."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The `CheckpointStore` contract (DESIGN §5), run unchanged against SQLiteStore and PostgresStore.
+"""The `CheckpointStore` contract, run unchanged against SQLiteStore and PostgresStore.
 
 Each test gets a fresh database: a temporary SQLite file, or a new database on the session's real PostgreSQL
 server. ``Backend.raw`` reaches around the store to corrupt rows and inspect history, as a disk fault or an

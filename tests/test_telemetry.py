@@ -32,7 +32,7 @@ from agentlife._telemetry import (
     prometheus_name,
 )
 
-# The instruments of DESIGN §9, by the Prometheus family name and type they must show up as.
+# The instruments of an agent process, by the Prometheus family name and type they must show up as.
 EXPECTED_FAMILIES = {
     "agent_lifecycle_state": "gauge",
     "agent_steps_completed": "counter",

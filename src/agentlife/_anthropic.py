@@ -1,4 +1,4 @@
-"""The Anthropic adapter: `AnthropicLLM`, streaming through the progress guard (DESIGN §3, §7).
+"""The Anthropic adapter: `AnthropicLLM`, streaming through the progress guard.
 
 The official ``anthropic`` SDK sends the request (``max_retries=0``: agentlife retries, inside the step
 and run budgets) and the adapter reads the raw Server-Sent Events of the streaming Messages API itself,

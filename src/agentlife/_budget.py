@@ -1,4 +1,4 @@
-"""The job's token, cost and run-time budgets (DESIGN §7 "Before each LLM call ...")."""
+"""The job's token, cost and run-time budgets."""
 
 from __future__ import annotations
 

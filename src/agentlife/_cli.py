@@ -1,4 +1,4 @@
-"""``python -m agentlife``: run, check, manifest, budget, db init, journal show, schedule, demo (DESIGN §12).
+"""``python -m agentlife``: run, check, manifest, budget, db init, journal show, schedule, demo.
 
 Usage errors print one line on stderr and exit 2, never a traceback. Subcommands whose code is heavy
 import it only when they run.

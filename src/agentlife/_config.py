@@ -1,4 +1,4 @@
-"""Process configuration read from the environment (DESIGN §2, "Process configuration")."""
+"""Process configuration read from the environment."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`StepContext` and the guarded, journaled, replayable calls a step makes (DESIGN §3, §4, §7)."""
+"""`StepContext` and the guarded, journaled, replayable calls a step makes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Delivery at most once per channel, and housekeeping that never masks it (DESIGN §11).
+"""Delivery at most once per channel, and housekeeping that never masks it.
 
 `DeliveryGuard` wraps an agent's ``deliver(result)``: it runs only when the store's delivery registry has no
 ``delivery:{job_id}:{channel}`` key, is retried on failure (3 attempts, 5 s then 10 s apart), and records the

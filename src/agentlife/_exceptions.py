@@ -4,9 +4,9 @@
 
     AgentlifeError
     ├── ConfigError                      bad environment, CLI input or agent definition (exit 2 / 1)
-    │   ├── InvariantViolation           constants that break an invariant of DESIGN §2
+    │   ├── InvariantViolation           constants that break one of their invariants
     │   └── ScheduleError                a schedule refused by `Schedule`
-    ├── InvalidTransition                a lifecycle transition outside the table of DESIGN §1
+    ├── InvalidTransition                a lifecycle transition outside the allowed table
     ├── StoreError                       the checkpoint store failed
     │   ├── StoreUnavailable             unreachable after retries
     │   ├── CheckpointCorrupt            no checkpoint passes its CRC-32
@@ -73,7 +73,7 @@ class ScheduleError(ConfigError):
 
 
 class InvalidTransition(AgentlifeError):
-    """A lifecycle transition that the table of DESIGN §1 does not allow."""
+    """A lifecycle transition that the transition table does not allow."""
 
     def __init__(self, source: object, target: object) -> None:
         super().__init__(f"invalid lifecycle transition {source} -> {target}")

@@ -1,4 +1,4 @@
-"""The stream guard: connect, inter-chunk and total timeouts on any async iterator (DESIGN §7).
+"""The stream guard: connect, inter-chunk and total timeouts on any async iterator.
 
 A model that stops streaming is the worst kind of hang: the socket stays open, nothing errors, and a
 plain HTTP read timeout either fires during a legitimate long thinking pause or never fires at all when
@@ -330,7 +330,7 @@ def stream_timeouts_from_env(env: Mapping[str, str]) -> StreamTimeouts:
     """The stream timeouts set by ``AGENTLIFE_LLM_{CONNECT,INTER_CHUNK,TOTAL}_TIMEOUT_SECONDS``.
 
     Only those three variables are read, so an adapter made outside the runtime does not trip over an
-    unrelated setting; missing ones keep the defaults of DESIGN §2 (30, 60 and 300 s).
+    unrelated setting; missing ones keep the defaults (30, 60 and 300 s).
 
     Raises:
         ConfigError: a value is not a number of seconds > 0.

@@ -1,4 +1,4 @@
-"""Heartbeats: the SSE stream to the control plane and the job row's ``heartbeat_at`` (DESIGN §9).
+"""Heartbeats: the SSE stream to the control plane and the job row's ``heartbeat_at``.
 
 `SseHeartbeat` keeps one long-lived streaming ``POST {url}/agents/{agent_id}/events`` open whose request
 body is a never-ending ``text/event-stream``: a ``heartbeat`` event every interval and a ``lifecycle`` event

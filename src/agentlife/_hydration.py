@@ -1,4 +1,4 @@
-"""Hydration, in the order of DESIGN §6: checkpoint (mandatory), journal scan (5 s), memory (10 s)."""
+"""Hydration, in order: checkpoint (mandatory), journal scan (5 s), memory (10 s)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The JSONL session journal: write-ahead events, the recovery scan and the replay map (DESIGN §4).
+"""The JSONL session journal: write-ahead events, the recovery scan and the replay map.
 
 One file per process, ``{session_dir}/session_{attempt:04d}_{unix_ms}.jsonl``; each line is one orjson object
 ``{"v": 1, "ts": <unix s>, "seq": <n>, "type": <EventType>, ...fields}``.
@@ -79,7 +79,7 @@ _BAD_LINE_PREVIEW = 120
 
 
 class EventType(enum.StrEnum):
-    """The ``type`` of a journal line (DESIGN §4), with the fields each carries.
+    """The ``type`` of a journal line, with the fields each carries.
 
     ``RETRY`` and ``LLM_STARTED`` are additions to the design's list: the first journals a transient error
     that will be retried, the second lets ``journal show`` time LLM calls.

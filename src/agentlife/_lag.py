@@ -1,4 +1,4 @@
-"""Event-loop lag: the sampler on the agent's loop and the watchdog on the probe thread (DESIGN §9).
+"""Event-loop lag: the sampler on the agent's loop and the watchdog on the probe thread.
 
 Two halves that never share a loop:
 

@@ -1,4 +1,4 @@
-"""The LLM client protocol and the reply it returns (DESIGN §3, §7).
+"""The LLM client protocol and the reply it returns.
 
 Adapters (`AnthropicLLM`, `ScriptedLLM`) implement `LLMClient.complete`, which streams under the timeouts
 it is given and returns a whole `LLMReply`. The runtime wraps the client the agent made into ``ctx.llm``,
@@ -16,7 +16,7 @@ __all__ = ["LLMClient", "LLMReply", "StreamTimeouts", "Usage"]
 
 @dataclass(frozen=True, slots=True)
 class StreamTimeouts:
-    """The three clocks of a progress-guarded stream, in seconds (DESIGN §7)."""
+    """The three clocks of a progress-guarded stream, in seconds."""
 
     connect: float = 30.0
     chunk: float = 60.0

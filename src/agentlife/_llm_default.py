@@ -1,4 +1,4 @@
-"""The client behind ``AgentProcess.make_llm()`` by default (DESIGN §3).
+"""The client behind ``AgentProcess.make_llm()`` by default.
 
 With ``ANTHROPIC_API_KEY`` set it is `AnthropicLLM` (which honours ``ANTHROPIC_BASE_URL``). Without it
 the agent still boots, hydrates and runs its tools; only the first LLM call fails, with an

@@ -1,6 +1,6 @@
 """Kubernetes manifests derived from the constants: a batch/v1 Job, and a CronJob for scheduled runs.
 
-``python -m agentlife manifest`` prints them (DESIGN §2, §14). Everything timing-related comes from
+``python -m agentlife manifest`` prints them. Everything timing-related comes from
 `agentlife.constants.Constants` — the same values the runtime reads — so the pod spec and the process cannot
 disagree: ``terminationGracePeriodSeconds`` is the drain's termination grace, the preStop hook sleeps the
 drain's pre-stop time, the probe blocks are the probe constants, and every constant that differs from its
@@ -145,7 +145,7 @@ def job_manifest(
         "kind": "Job",
         "metadata": metadata,
         "spec": {
-            # One pod is one attempt: retries belong to the control plane, which knows the job row (§1).
+            # One pod is one attempt: retries belong to the control plane, which knows the job row.
             "backoffLimit": 0,
             "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
         },
@@ -204,7 +204,7 @@ def _pod_spec(
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        # preStop + step deadline + cleanup + SIGKILL buffer fit in it: the invariant of DESIGN §2.
+        # preStop + step deadline + cleanup + SIGKILL buffer fit in it: the drain invariant of the constants.
         "terminationGracePeriodSeconds": math.ceil(drain.termination_grace_seconds),
         "securityContext": {
             "runAsNonRoot": True,
@@ -352,7 +352,7 @@ def cronjob_manifest(
     successful_jobs_history_limit: int = 3,
     failed_jobs_history_limit: int = 3,
 ) -> dict[str, Any]:
-    """A batch/v1 CronJob that runs ``job`` (a `job_manifest`) on ``schedule`` (DESIGN §14).
+    """A batch/v1 CronJob that runs ``job`` (a `job_manifest`) on ``schedule``.
 
     Args:
         schedule: the validated schedule; its zone becomes ``spec.timeZone`` (Kubernetes >= 1.27) and its

@@ -1,4 +1,4 @@
-"""Long-term memory: an `Embedder` and a Qdrant collection per agent, re-ranked by age (DESIGN §6 step 3).
+"""Long-term memory: an `Embedder` and a Qdrant collection per agent, re-ranked by age.
 
 `HashingEmbedder` is the offline default: feature hashing of word unigrams and bigrams, deterministic
 across processes and machines, no model download. `QdrantMemory` stores one point per memory text in the

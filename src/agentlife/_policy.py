@@ -1,4 +1,4 @@
-"""Failure policy helpers (DESIGN §10): what to do after a crash, per-agent circuit breaking, phase budgets.
+"""Failure policy helpers: what to do after a crash, per-agent circuit breaking, phase budgets.
 
 Everything here is pure (no I/O except `p95_from_journals` reading journals), so a control plane can call it
 as readily as the next attempt of a job:

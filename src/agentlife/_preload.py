@@ -1,4 +1,4 @@
-"""Importing the heavy clients on a background thread during boot (DESIGN §13).
+"""Importing the heavy clients on a background thread during boot.
 
 ``anthropic`` alone costs about two seconds of imports. Started in BOOTING, this thread overlaps those
 imports with store connection and hydration, so neither READY nor the first LLM call waits for the whole

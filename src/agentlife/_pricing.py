@@ -1,4 +1,4 @@
-"""What a model call costs: `PriceTable` and `ModelPrice` (DESIGN §7 budgets).
+"""What a model call costs: `PriceTable` and `ModelPrice`.
 
 Prices are USD per million tokens and are looked up by the **longest model-name prefix** in the table, so
 ``claude-sonnet-4-5-20250929`` finds ``claude-sonnet-4-5`` and a dated snapshot needs no entry of its own.

@@ -1,4 +1,4 @@
-"""The probe server: ``/healthz``, ``/readyz``, ``/status``, ``/metrics`` on a thread of its own (DESIGN §9).
+"""The probe server: ``/healthz``, ``/readyz``, ``/status``, ``/metrics`` on a thread of its own.
 
 Why a thread: a probe served from the agent's event loop can only answer when that loop is free, so the one
 moment liveness matters - a loop wedged by a blocking call - is the moment it goes silent, and the kubelet
@@ -6,7 +6,7 @@ sees a timeout instead of a reason. `ProbeServer` runs its own asyncio loop on o
 `StatusBoard` (a lock-protected snapshot the agent's loop writes) and answers from the last values written.
 The loop's *silence* on the board is what turns ``/healthz`` to 503 during a block (see `agentlife._lag`).
 
-Why no web framework: ``aiohttp.web`` costs ~370 ms to import on the target machine (DESIGN §13), CPU that
+Why no web framework: ``aiohttp.web`` costs ~370 ms to import on the target machine, CPU that
 would compete with boot for the interpreter lock and delay the first ``/readyz`` 200. The probes speak a
 deliberately small, strictly limited HTTP/1.1 (`agentlife._probe_http`) on stdlib asyncio streams instead.
 `ProbeServer.start` only spawns the thread; the bind and the first log line happen there.

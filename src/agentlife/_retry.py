@@ -1,4 +1,4 @@
-"""Error classes and retries with full-jitter backoff inside a deadline (DESIGN §2 "Retries", §7).
+"""Error classes and retries with full-jitter backoff inside a deadline.
 
 `classify` sorts any exception into an `ErrorClass`; only ``TRANSIENT`` and ``TIMEOUT`` are worth
 another attempt. `retry_call` retries those with full-jitter exponential backoff (1 s -> 30 s by default),

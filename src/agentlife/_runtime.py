@@ -1,4 +1,4 @@
-"""The lifecycle of one agent process: boot, hydrate, execute, drain, exit (DESIGN §1, §6, §8).
+"""The lifecycle of one agent process: boot, hydrate, execute, drain, exit.
 
 `Runtime.run()` is the whole process in one structured-concurrency scope:
 
@@ -7,7 +7,7 @@
 * READY → EXECUTING: the step loop, checkpointing after every completed step.
 * DRAINING: on SIGTERM/SIGINT the current step gets ``STEP_DEADLINE`` to finish, then cleanup runs
   shielded inside ``CLEANUP_BUDGET``; after job completion the same path closes everything.
-* TERMINATED, with the exit code of DESIGN §1.
+* TERMINATED, with the process's exit code (0, 1 or 143).
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ class Runtime:
                 log.exception(f"runtime observer failed on {event}")
 
     def request_drain(self, reason: str) -> None:
-        """Begin the drain of DESIGN §8 (what SIGTERM does). A second request is logged and ignored."""
+        """Begin the drain (what SIGTERM does). A second request is logged and ignored."""
         if self.draining:
             log.warning(f"{reason} received during drain: ignored until cleanup is over")
             return
@@ -925,7 +925,7 @@ class Runtime:
         if transition.target is State.EXECUTING:
             self._executing_since = time.monotonic()
         elif transition.source is State.EXECUTING and self._executing_since is not None:
-            # The execution half of the phase budget (DESIGN §10): EXECUTING until DRAINING (or a crash).
+            # The execution half of the phase budget: EXECUTING until DRAINING (or a crash).
             self.telemetry.execution(time.monotonic() - self._executing_since)
         if self.journal is not None:
             self.journal.append(

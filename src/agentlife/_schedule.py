@@ -1,4 +1,4 @@
-"""Validated recurring schedules: 5-field cron in an IANA time zone (DESIGN §14).
+"""Validated recurring schedules: 5-field cron in an IANA time zone.
 
 Kubernetes runs scheduled agents (a CronJob with ``spec.timeZone``); agentlife only checks, before a
 schedule is handed over, what a schedule manager must: the cron syntax, the time zone, the minimum interval

@@ -1,4 +1,4 @@
-"""`ScriptedLLM`: an `LLMClient` that replays scripted streams, for tests and the demo (DESIGN §3, §7).
+"""`ScriptedLLM`: an `LLMClient` that replays scripted streams, for tests and the demo.
 
 A script is a list of `ScriptedTurn`, one per ``complete`` call. A turn is a recorded stream of
 Messages API events (the same dicts the Anthropic adapter reads off the wire) with the pause before each

@@ -1,4 +1,4 @@
-"""The six lifecycle states and the only transitions allowed between them (DESIGN §1)."""
+"""The six lifecycle states and the only transitions allowed between them."""
 
 from __future__ import annotations
 

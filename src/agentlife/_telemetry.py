@@ -1,7 +1,7 @@
-"""OpenTelemetry metrics and spans of one agent process, and the bootstrap tax (DESIGN §9, §13).
+"""OpenTelemetry metrics and spans of one agent process, and the bootstrap tax.
 
-`Telemetry` owns an SDK `MeterProvider` and `TracerProvider`, the instruments of DESIGN §9 and record methods
-with telling names for the runtime to call. ``/metrics`` is rendered by `Telemetry.prometheus_text` from an
+`Telemetry` owns an SDK `MeterProvider` and `TracerProvider`, the instruments of an agent process and
+record methods with telling names for the runtime to call. ``/metrics`` is rendered by `Telemetry.prometheus_text` from an
 in-memory reader, so Prometheus scraping needs no exporter; OTLP and console exporters are added only when
 the standard ``OTEL_METRICS_EXPORTER`` / ``OTEL_TRACES_EXPORTER`` variables ask for them.
 
@@ -60,7 +60,7 @@ __all__ = [
 
 _log = logging.getLogger("agentlife.telemetry")
 
-#: Values of the ``phase`` attribute of ``agent.hydration.duration``: the three steps of DESIGN §6, and
+#: Values of the ``phase`` attribute of ``agent.hydration.duration``: the three steps of hydration, and
 #: ``claim`` (taking ownership of the job row before the checkpoint load), which the runtime times too.
 HYDRATION_PHASES = ("claim", "checkpoint", "journal_scan", "memory")
 
@@ -73,7 +73,7 @@ _RUN_BUCKETS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
 
 @dataclass(frozen=True, slots=True)
 class InstrumentSpec:
-    """One instrument of DESIGN §9: OpenTelemetry name, kind, UCUM unit, description, attribute keys."""
+    """One instrument: OpenTelemetry name, kind, UCUM unit, description, attribute keys."""
 
     name: str
     kind: Literal["counter", "gauge", "histogram"]

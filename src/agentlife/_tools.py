@@ -1,4 +1,4 @@
-"""The ``@tool`` decorator and the sentinel `NOT_DONE` (DESIGN §3)."""
+"""The ``@tool`` decorator and the sentinel `NOT_DONE`."""
 
 from __future__ import annotations
 
@@ -109,7 +109,8 @@ def tool(
 
     Args:
         fn: the function (async, or sync: sync tools run on a worker thread, off the event loop).
-        name: defaults to the function's name; it picks the default timeout from the table of DESIGN §2.
+        name: defaults to the function's name; it picks the default timeout from the per-tool table
+            in `agentlife.constants`.
         timeout: seconds, overriding the table.
         side_effects: ``True`` makes the call write-ahead journaled (durable before and after it runs).
         restricted: the call needs an approved job and passes ``AgentProcess.check_policy`` first.

@@ -35,7 +35,7 @@ __all__ = [
     "RetryConstants",
 ]
 
-#: Per-tool default timeouts in seconds (DESIGN §2); other tools get ``tool_default_timeout_seconds``.
+#: Per-tool default timeouts in seconds; other tools get ``tool_default_timeout_seconds``.
 DEFAULT_TOOL_TIMEOUTS: Mapping[str, float] = MappingProxyType(
     {
         "kubectl_apply": 30.0,
@@ -63,7 +63,7 @@ def _number(default: float | int, env: str | None = None) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class DrainConstants:
-    """The SIGTERM budget: Kubernetes' grace period split into its phases (DESIGN §8)."""
+    """The SIGTERM budget: Kubernetes' grace period split into its phases."""
 
     pre_stop_seconds: float = _seconds(5.0, "AGENTLIFE_DRAIN_PRE_STOP_SECONDS")
     termination_grace_seconds: float = _seconds(65.0, "AGENTLIFE_DRAIN_TERMINATION_GRACE_SECONDS")
@@ -112,7 +112,7 @@ class ProbeConstants:
 
 @dataclass(frozen=True, slots=True)
 class CallConstants:
-    """Timeouts of LLM, HTTP and tool calls (DESIGN §7)."""
+    """Timeouts of LLM, HTTP and tool calls."""
 
     llm_connect_timeout_seconds: float = _seconds(30.0, "AGENTLIFE_LLM_CONNECT_TIMEOUT_SECONDS")
     llm_inter_chunk_timeout_seconds: float = _seconds(60.0, "AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS")
@@ -126,7 +126,7 @@ class CallConstants:
 
 @dataclass(frozen=True, slots=True)
 class HydrationConstants:
-    """Budgets of the three hydration steps and of store connection (DESIGN §6)."""
+    """Budgets of the three hydration steps and of store connection."""
 
     checkpoint_tries: int = _number(3)
     checkpoint_backoff_seconds: float = _seconds(2.0)
@@ -216,7 +216,7 @@ class Constants:
 
         Raises:
             ConfigError: a value does not parse as a number.
-            InvariantViolation: the result breaks an invariant of DESIGN §2.
+            InvariantViolation: the result breaks one of the invariants.
         """
         groups = {f.name: _group_from_env(_default_group(f), env) for f in _group_fields()}
         return cls(**groups)

@@ -1,4 +1,4 @@
-"""The `CheckpointStore` protocol and the records it returns (DESIGN §5)."""
+"""The `CheckpointStore` protocol and the records it returns."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The PostgreSQL `CheckpointStore`: an asyncpg pool over the schema of DESIGN §5.
+"""The PostgreSQL `CheckpointStore`: an asyncpg pool over the schema every store shares.
 
 asyncpg is imported in `PostgresStore.open`, never at module import, so ``import agentlife`` stays light.
 Every write after `PostgresStore.claim` is fenced by ``WHERE id = $1 AND attempt = $2``: when a later attempt
