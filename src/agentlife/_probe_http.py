@@ -1,11 +1,12 @@
 """The smallest HTTP/1.1 server the probes need, on asyncio streams, with hard limits.
 
 The probe port answers four GET/HEAD paths to a kubelet that sends one short request per connection.
-A general HTTP framework would cost hundreds of milliseconds of imports at boot (``aiohttp.web`` ~370 ms)
-on a thread that competes with boot for the interpreter lock, and its generality is attack surface here. This speaks exactly: one request line, at most ``MAX_HEADERS`` header lines of at most
-``MAX_LINE`` bytes, no body (a request that announces one gets 413), its answer; keep-alive and pipelining
-are honoured for well-formed requests. A client that has not sent its whole request within the client timeout
-(or stays idle that long between requests) is disconnected without an answer.
+A general HTTP framework would cost hundreds of milliseconds of imports at boot (``aiohttp.web`` ~370 ms) on a
+thread that competes with boot for the interpreter lock, and its generality is attack surface here. This
+speaks exactly: one request line, at most ``MAX_HEADERS`` header lines of at most ``MAX_LINE`` bytes, no body
+(a request that announces one gets 413), its answer; keep-alive and pipelining are honoured for well-formed
+requests. A client that has not sent its whole request within the client timeout (or stays idle that long
+between requests) is disconnected without an answer.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """OpenTelemetry metrics and spans of one agent process, and the bootstrap tax.
 
-`Telemetry` owns an SDK `MeterProvider` and `TracerProvider`, the instruments of an agent process and
-record methods with telling names for the runtime to call. ``/metrics`` is rendered by `Telemetry.prometheus_text` from an
-in-memory reader, so Prometheus scraping needs no exporter; OTLP and console exporters are added only when
-the standard ``OTEL_METRICS_EXPORTER`` / ``OTEL_TRACES_EXPORTER`` variables ask for them.
+`Telemetry` owns an SDK `MeterProvider` and `TracerProvider`, the instruments of an agent process and record
+methods with telling names for the runtime to call. ``/metrics`` is rendered by `Telemetry.prometheus_text`
+from an in-memory reader, so Prometheus scraping needs no exporter; OTLP and console exporters are added only
+when the standard ``OTEL_METRICS_EXPORTER`` / ``OTEL_TRACES_EXPORTER`` variables ask for them.
 
 The OpenTelemetry SDK (and the OTLP exporter, when configured) is imported inside `Telemetry`, never at
 module level: the runtime builds `Telemetry` on a background thread during boot, so the import overlaps
