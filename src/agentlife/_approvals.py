@@ -45,7 +45,7 @@ class Approvals:
         )
         if doc.phase == "awaiting_approval":
             log.info(
-                "resuming a parked job: " + ("approved" if self.approved else "still waiting for approval")
+                "resuming a parked job: %s", "approved" if self.approved else "still waiting for approval"
             )
 
     async def require_approval(self, tool_name: str) -> None:
@@ -62,9 +62,10 @@ class Approvals:
         await rt.store.set_status(s.job_id, s.attempt, JobStatus.WAITING_FOR_APPROVAL)
         rt.journal.append("APPROVAL_REQUESTED", tool=tool_name, step=rt.board.snapshot().step)
         log.info(
-            f"{tool_name} needs approval: job parked in WAITING_FOR_APPROVAL "
-            f"(polling every {budget.approval_poll_seconds:g}s, "
-            f"idle timeout {budget.idle_timeout_seconds:g}s)"
+            "%s needs approval: job parked in WAITING_FOR_APPROVAL (polling every %gs, idle timeout %gs)",
+            tool_name,
+            budget.approval_poll_seconds,
+            budget.idle_timeout_seconds,
         )
         deadline = anyio.current_time() + budget.idle_timeout_seconds
         while True:
@@ -76,7 +77,7 @@ class Approvals:
                 self.approved = True
                 if status != JobStatus.RUNNING:
                     await rt.store.set_status(s.job_id, s.attempt, JobStatus.RUNNING)
-                log.info(f"{tool_name} approved")
+                log.info("%s approved", tool_name)
                 return
             if status != JobStatus.WAITING_FOR_APPROVAL:
                 raise BackgroundOperationRestricted(

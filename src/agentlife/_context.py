@@ -198,8 +198,13 @@ class StepContext:
                 else None,
             )
             log.warning(
-                f"{kind} {name} call {call} failed with {event.error_type}; retry {event.attempt} in "
-                f"{event.delay:.2f}s",
+                "%s %s call %s failed with %s; retry %s in %.2fs",
+                kind,
+                name,
+                call,
+                event.error_type,
+                event.attempt,
+                event.delay,
                 extra=log_fields(step=self.step, call=call, remaining_budget_s=event.remaining_budget),
             )
 
@@ -216,7 +221,7 @@ class StepContext:
         try:
             replayed = self._recorded_llm_reply(call, model, digest)
             if replayed is not None:
-                log.info(f"LLM call {call} of step {self.step} replayed from the journal")
+                log.info("LLM call %s of step %s replayed from the journal", call, self.step)
                 return LLMReply.from_json(replayed)
             return await self._llm_call_live(call, model, messages, max_tokens, params, digest)
         finally:
@@ -255,8 +260,11 @@ class StepContext:
             current=current,
         )
         log.warning(
-            f"replay mismatch at {invocation_id}: recorded {recorded}, now {current}; "
-            "running the rest of the step afresh (replay_mismatch = 'rerun')"
+            "replay mismatch at %s: recorded %s, now %s; running the rest of the "
+            "step afresh (replay_mismatch = 'rerun')",
+            invocation_id,
+            recorded,
+            current,
         )
 
     async def _llm_call_live(
@@ -317,12 +325,12 @@ class StepContext:
         digest = tool_call_digest(spec.name, kwargs)
         replay = self._recorded_tool_call(spec, call, kwargs, digest)
         if replay is not None and replay.status == "completed":
-            log.info(f"tool {spec.name} ({invocation_id}) replayed from the journal")
+            log.info("tool %s (%s) replayed from the journal", spec.name, invocation_id)
             return replay.result
         if self._may_have_run(spec, call, replay) and spec.verify is not None:
             verified = await spec.verify(invocation_id)
             if verified is not NOT_DONE:
-                log.info(f"tool {spec.name} ({invocation_id}) verified as already done")
+                log.info("tool %s (%s) verified as already done", spec.name, invocation_id)
                 await self._journal_tool_completed(
                     spec, call, invocation_id, verified, digest=digest, verified=True
                 )
@@ -340,7 +348,7 @@ class StepContext:
                 # out): ask verify, as after a crash, rather than doing the effect a second time.
                 verified = await spec.verify(invocation_id)
                 if verified is not NOT_DONE:
-                    log.info(f"tool {spec.name} ({invocation_id}) verified as done after a failed try")
+                    log.info("tool %s (%s) verified as done after a failed try", spec.name, invocation_id)
                     await self._journal_tool_completed(
                         spec, call, invocation_id, verified, digest=digest, verified=True
                     )
@@ -361,8 +369,11 @@ class StepContext:
             except Exception as exc:
                 if spec.retries is None and spec.max_tries == 1 and classify(exc).retryable:
                     log.warning(
-                        f"tool {spec.name} ({invocation_id}) failed with {type(exc).__name__}: not retried "
-                        "in this process (side effects and no verify); @tool(retries=N) allows retries"
+                        "tool %s (%s) failed with %s: not retried in this process (side "
+                        "effects and no verify); @tool(retries=N) allows retries",
+                        spec.name,
+                        invocation_id,
+                        type(exc).__name__,
                     )
                 raise
 
@@ -493,8 +504,10 @@ class StepContext:
                         f"policy check for {spec.name} {reason}; refused (fail closed)"
                     ) from exc
                 log.warning(
-                    f"policy check for {spec.name} {reason}; call refused, retrying in "
-                    f"{calls.policy_retry_seconds:g}s"
+                    "policy check for %s %s; call refused, retrying in %gs",
+                    spec.name,
+                    reason,
+                    calls.policy_retry_seconds,
                 )
                 await anyio.sleep(calls.policy_retry_seconds)
                 continue

@@ -83,7 +83,7 @@ class DeliveryGuard:
             StoreUnavailable: the registry could not be read, or the key could not be recorded.
         """
         if await self.store.is_delivered(self.key):
-            _log.info(f"{self.key} already delivered: skipped")
+            _log.info("%s already delivered: skipped", self.key)
             return False
         await self._with_retries(fn, "delivery", retry_on=Exception)
         await self._with_retries(
@@ -91,7 +91,7 @@ class DeliveryGuard:
             "recording the delivery",
             retry_on=StoreUnavailable,
         )
-        _log.info(f"{self.key} delivered")
+        _log.info("%s delivered", self.key)
         return True
 
     async def _with_retries(
@@ -105,11 +105,18 @@ class DeliveryGuard:
                 raise
             except retry_on as exc:
                 if attempt == self._attempts:
-                    _log.error(f"{self.key}: {what} failed {attempt} times, giving up: {_describe(exc)}")
+                    _log.error(
+                        "%s: %s failed %s times, giving up: %s", self.key, what, attempt, _describe(exc)
+                    )
                     raise
                 _log.warning(
-                    f"{self.key}: {what} failed (attempt {attempt}/{self._attempts}), "
-                    f"retrying in {delay:g} s: {_describe(exc)}"
+                    "%s: %s failed (attempt %s/%s), retrying in %g s: %s",
+                    self.key,
+                    what,
+                    attempt,
+                    self._attempts,
+                    delay,
+                    _describe(exc),
                 )
                 await self._sleep(delay)
                 delay *= self._multiplier
@@ -129,7 +136,7 @@ async def run_housekeeping(fns: Iterable[Callable[[], Awaitable[object]]]) -> li
         try:
             await fn()
         except Exception as exc:  # cancellation is a BaseException and passes through
-            _log.warning(f"housekeeping {_name(fn)} failed: {_describe(exc)}", exc_info=exc)
+            _log.warning("housekeeping %s failed: %s", _name(fn), _describe(exc), exc_info=exc)
             errors.append(exc)
     return errors
 

@@ -47,7 +47,7 @@ class Hydrator:
                 message = self.runtime.redactor.redact(str(exc))
                 if attempt == tries:
                     raise _Fatal(f"{what}: store unreachable after {tries} tries: {message}") from None
-                log.warning(f"{what}: store unreachable (try {attempt}/{tries}): {message}")
+                log.warning("%s: store unreachable (try %s/%s): %s", what, attempt, tries, message)
                 await anyio.sleep(self.constants.checkpoint_backoff_seconds)
         raise AssertionError("unreachable")
 
@@ -71,7 +71,7 @@ class Hydrator:
                     "max_cost_usd": s.constants.budget.max_cost_usd,
                 }
                 row = await self.store.create_job(s.job_id, s.agent_id, options.payload, budget)
-                log.info(f"created job row {s.job_id}")
+                log.info("created job row %s", s.job_id)
             return await self.store.claim(s.job_id, s.attempt)
 
         try:
@@ -99,9 +99,12 @@ class Hydrator:
             log.info("fresh job: starting at step 0")
             return doc, None
         if loaded.source == "history":
-            log.warning(f"resuming from history checkpoint {loaded.checkpoint_id}")
+            log.warning("resuming from history checkpoint %s", loaded.checkpoint_id)
         log.info(
-            f"checkpoint {loaded.checkpoint_id} loaded: resuming at step {doc.next_step} ({doc.phase})",
+            "checkpoint %s loaded: resuming at step %s (%s)",
+            loaded.checkpoint_id,
+            doc.next_step,
+            doc.phase,
             extra=log_fields(checkpoint_id=loaded.checkpoint_id, next_step=doc.next_step),
         )
         return doc, loaded.checkpoint_id
@@ -128,19 +131,22 @@ class Hydrator:
             if result.found:
                 replay = build_replay(result.events, doc.next_step)
                 log.info(
-                    f"journal scan: {len(result.events)} events after checkpoint "
-                    f"{checkpoint_id}; {len(replay.llm)} LLM and {len(replay.tools)} tool calls to replay"
+                    "journal scan: %s events after checkpoint %s; %s LLM and %s tool calls to replay",
+                    len(result.events),
+                    checkpoint_id,
+                    len(replay.llm),
+                    len(replay.tools),
                 )
             elif result.expected:
                 # A fresh job, or the documented kill between checkpoint and marker: nothing was lost, and
                 # WARNING stays for what an operator should look at.
-                log.info(f"journal scan: nothing to replay, resuming from the checkpoint: {result.reason}")
+                log.info("journal scan: nothing to replay, resuming from the checkpoint: %s", result.reason)
             else:
-                log.warning(f"journal scan: degrading to checkpoint-only resume: {result.reason}")
+                log.warning("journal scan: degrading to checkpoint-only resume: %s", result.reason)
         except TimeoutError:
-            log.warning(f"journal scan: degrading to checkpoint-only resume: exceeded {budget:g}s")
+            log.warning("journal scan: degrading to checkpoint-only resume: exceeded %gs", budget)
         except Exception as exc:  # the scan is optional: nothing it meets may stop hydration
-            log.warning(f"journal scan: degrading to checkpoint-only resume: {type(exc).__name__}: {exc}")
+            log.warning("journal scan: degrading to checkpoint-only resume: %s: %s", type(exc).__name__, exc)
         self.runtime.telemetry.hydration_phase("journal_scan", time.monotonic() - started)
         self._write_resume_marker(checkpoint_id, doc, replay)
         return replay
@@ -169,7 +175,7 @@ class Hydrator:
                 runtime.job, {"summary": doc.state.get("summary"), **doc.state}
             )
         except Exception as exc:
-            log.warning(f"memory_query() failed: {exc}; continuing without memories")
+            log.warning("memory_query() failed: %s; continuing without memories", exc)
             return []
         if not query:
             return []
@@ -182,9 +188,9 @@ class Hydrator:
             with anyio.fail_after(self.constants.memory_timeout_seconds):
                 memory = await runtime.open_memory()
                 records = await memory.search(query, top_k=self.constants.memory_top_k)
-            log.info(f"memory: {len(records)} records hydrated")
+            log.info("memory: %s records hydrated", len(records))
         except Exception as exc:
             reason = "timed out" if isinstance(exc, TimeoutError) else runtime.redactor.redact(str(exc))
-            log.warning(f"memory fetch failed ({reason}); continuing without memories")
+            log.warning("memory fetch failed (%s); continuing without memories", reason)
         runtime.telemetry.hydration_phase("memory", time.monotonic() - started)
         return records

@@ -226,12 +226,12 @@ class Runtime:
             try:
                 observer(event, info)
             except Exception:
-                log.exception(f"runtime observer failed on {event}")
+                log.exception("runtime observer failed on %s", event)
 
     def request_drain(self, reason: str) -> None:
         """Begin the drain (what SIGTERM does). A second request is logged and ignored."""
         if self.draining:
-            log.warning(f"{reason} received during drain: ignored until cleanup is over")
+            log.warning("%s received during drain: ignored until cleanup is over", reason)
             return
         if self.state is State.TERMINATED:
             return
@@ -241,7 +241,7 @@ class Runtime:
             self.drain_event.set()
         self._drain_started = time.monotonic()
         self.drain_deadline = anyio.current_time() + self.constants.drain.step_deadline_seconds
-        log.info(f"drain requested by {reason}", extra=log_fields(reason=reason))
+        log.info("drain requested by %s", reason, extra=log_fields(reason=reason))
         self._arm_hard_exit(
             self.constants.drain.step_deadline_seconds + self.constants.drain.cleanup_budget_seconds
         )
@@ -280,7 +280,9 @@ class Runtime:
             self._arm_exit_deadline(outcome.exit_code)
             self.exit_code = outcome.exit_code
             log.info(
-                f"exit {outcome.exit_code}: {outcome.reason}",
+                "exit %s: %s",
+                outcome.exit_code,
+                outcome.reason,
                 extra=log_fields(exit_code=outcome.exit_code, reason=outcome.reason),
             )
             return outcome.exit_code
@@ -307,10 +309,10 @@ class Runtime:
                 outcome = await self._execute(resume)
         except _Fatal as exc:
             # The one ERROR line saying why the pod died (the transition and exit lines are INFO).
-            log.error(f"fatal: {exc}")
+            log.error("fatal: %s", exc)
             outcome = _Outcome(EXIT_CRASH, str(exc))
         except AttemptFenced as exc:
-            log.error(f"stopping: {exc}")
+            log.error("stopping: %s", exc)
             outcome = _Outcome(EXIT_CRASH, str(exc))
         except Exception as exc:
             outcome = await self._crashed(exc)
@@ -422,7 +424,7 @@ class Runtime:
 
     def _fenced_out(self, exc: AttemptFenced) -> None:
         """A later attempt owns the job: stop the step loop now, exit 1, never write the row again."""
-        log.error(f"fenced: {exc}; stopping the step loop")
+        log.error("fenced: %s; stopping the step loop", exc)
         self._fenced = exc
         if self._step_scope is not None:
             self._step_scope.cancel()
@@ -459,7 +461,7 @@ class Runtime:
         self.job = Job(job_row.id, job_row.agent_id, self.settings.attempt, job_row.payload, job_row.status)
         self.budget = Budget.build(self.constants.budget, job_row.token_budget, job_row.tokens_consumed)
         if job_row.status in _TERMINAL_STATUSES:
-            log.info(f"job {job_row.id} is already {job_row.status}: nothing to do")
+            log.info("job %s is already %s: nothing to do", job_row.id, job_row.status)
             return _Resume(CheckpointDoc(status=job_row.status, phase="done"), job_row.checkpoint_id)
         doc, checkpoint_id = await hydrator.load_checkpoint()
         self.checkpoint_id = checkpoint_id
@@ -505,8 +507,11 @@ class Runtime:
                 # at the deadline (its completed calls are journaled). A crash record here would count a
                 # drain against the job's crash policy (same error 3x -> dead letter).
                 log.warning(
-                    f"step {doc.next_step} failed during the drain with {type(exc).__name__}: "
-                    f"{self.redactor.redact(str(exc))}; not retried now, the next attempt resumes the step"
+                    "step %s failed during the drain with %s: %s; not retried now, the "
+                    "next attempt resumes the step",
+                    doc.next_step,
+                    type(exc).__name__,
+                    self.redactor.redact(str(exc)),
                 )
                 return _Outcome(EXIT_DRAINED, f"step {doc.next_step} failed transiently during the drain")
             replay = None
@@ -563,7 +568,7 @@ class Runtime:
             outcome = await self.agent.step(ctx)
         self._step_scope = None
         if scope.cancelled_caught:
-            log.warning(f"step {step} cancelled at the drain deadline; nothing checkpointed for it")
+            log.warning("step %s cancelled at the drain deadline; nothing checkpointed for it", step)
             return None, doc
         if outcome is not None and not isinstance(outcome, Done):
             raise TypeError(
@@ -694,10 +699,10 @@ class Runtime:
                 )
             )
         except Exception as exc:
-            log.warning(f"parking: cannot read the step's calls back ({type(exc).__name__}: {exc})")
+            log.warning("parking: cannot read the step's calls back (%s: %s)", type(exc).__name__, exc)
             return []
         if not result.found:
-            log.warning(f"parking: the step's calls were not found in the journal: {result.reason}")
+            log.warning("parking: the step's calls were not found in the journal: %s", result.reason)
             return []
         return build_replay(result.events, step).events_for_carry_forward()
 
@@ -732,13 +737,13 @@ class Runtime:
                     memory = await self.open_memory()
                     await memory.add(texts, {"job_id": self.job.id if self.job else None})
         except Exception as exc:
-            log.warning(f"memory write-back failed: {self.redactor.redact(str(exc))}")
+            log.warning("memory write-back failed: %s", self.redactor.redact(str(exc)))
 
     # -- crash ------------------------------------------------------------------------------------------
 
     async def _crashed(self, exc: BaseException) -> _Outcome:
         message = self.redactor.redact(f"{type(exc).__name__}: {exc}")
-        log.error(f"crash in step {self._current_step}: {message}", exc_info=exc)
+        log.error("crash in step %s: %s", self._current_step, message, exc_info=exc)
         from agentlife._policy import CrashRecord
 
         # The shape `should_retry_after_crash` reads back, plus what a person needs to debug it.
@@ -766,7 +771,7 @@ class Runtime:
                     )
                 except AgentlifeError as store_exc:
                     log.error(
-                        f"could not record the crash on the job row: {self.redactor.redact(str(store_exc))}"
+                        "could not record the crash on the job row: %s", self.redactor.redact(str(store_exc))
                     )
         return _Outcome(EXIT_CRASH, f"crash: {message.splitlines()[0][:300]}")
 
@@ -780,7 +785,7 @@ class Runtime:
         with anyio.move_on_after(budget, shield=True) as scope:
             await self._close_resources()
         if scope.cancelled_caught:
-            log.error(f"cleanup exceeded its {budget:g}s budget; exiting anyway")
+            log.error("cleanup exceeded its %gs budget; exiting anyway", budget)
         if self._drain_started is not None:
             self.telemetry.drain(self.drain_reason or outcome.reason, time.monotonic() - self._drain_started)
         if self.state is not State.TERMINATED:
@@ -934,8 +939,10 @@ class Runtime:
                 reason=self.redactor.redact(transition.reason),
             )
         log.info(
-            f"{transition.source} -> {transition.target}"
-            + (f" ({transition.reason})" if transition.reason else ""),
+            "%s -> %s%s",
+            transition.source,
+            transition.target,
+            f" ({transition.reason})" if transition.reason else "",
             extra=log_fields(transition_from=transition.source.value, transition_to=transition.target.value),
         )
         self.telemetry.record_transition(transition)
@@ -944,7 +951,7 @@ class Runtime:
         self.notify("transition", source=transition.source, target=transition.target)
 
     def _listener_failed(self, listener: Callable[[Transition], None], exc: BaseException) -> None:
-        log.error(f"lifecycle listener {getattr(listener, '__qualname__', listener)} failed: {exc}")
+        log.error("lifecycle listener %s failed: %s", getattr(listener, "__qualname__", listener), exc)
 
     async def _retrying_store(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
         """``call()``, retried with backoff while the store is unreachable, within the step budget."""
@@ -956,7 +963,7 @@ class Runtime:
             except StoreUnavailable as exc:
                 if anyio.current_time() + delay > deadline:
                     raise
-                log.warning(f"{what} failed ({self.redactor.redact(str(exc))}); retrying in {delay:.1f}s")
+                log.warning("%s failed (%s); retrying in %.1fs", what, self.redactor.redact(str(exc)), delay)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, self.constants.retry.transient_max_seconds)
 
@@ -1014,7 +1021,7 @@ async def _quietly(what: str, awaitable: Any) -> None:
     try:
         await awaitable
     except Exception as exc:
-        log.warning(f"{what} failed: {type(exc).__name__}: {exc}")
+        log.warning("%s failed: %s: %s", what, type(exc).__name__, exc)
 
 
 def _row_result(result: Any, reason: str | None) -> Any:

@@ -65,7 +65,7 @@ class TelemetryFacade:
                     env.get("OTEL_SERVICE_NAME") or f"agentlife-{settings.agent_id}", attributes, env=env
                 )
             except Exception as exc:
-                log.warning(f"telemetry disabled: {type(exc).__name__}: {exc}")
+                log.warning("telemetry disabled: %s: %s", type(exc).__name__, exc)
                 return
             self._attach(telemetry)
             telemetry.follow_board(board)
@@ -94,7 +94,7 @@ class TelemetryFacade:
         try:
             fn(telemetry)
         except Exception as exc:  # telemetry must never break the agent
-            log.debug(f"telemetry record failed: {exc}")
+            log.debug("telemetry record failed: %s", exc)
 
     # -- recorders --------------------------------------------------------------------------------------
 
@@ -162,4 +162,4 @@ class TelemetryFacade:
             try:
                 await telemetry.ashutdown(timeout)
             except Exception as exc:
-                log.debug(f"telemetry shutdown failed: {exc}")
+                log.debug("telemetry shutdown failed: %s", exc)

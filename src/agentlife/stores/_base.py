@@ -175,7 +175,7 @@ class CheckpointStore(Protocol):
 
 def first_valid_checkpoint(job_id: str, history: list[tuple[Any, ...]]) -> LoadedCheckpoint:
     """Log the mismatch and return the newest history entry that verifies, else raise."""
-    logging.getLogger("agentlife.store").error(f"Checkpoint CRC mismatch for job {job_id}")
+    logging.getLogger("agentlife.store").error("Checkpoint CRC mismatch for job %s", job_id)
     for checkpoint_id, data, crc, step in history:
         if crc32(bytes(data)) == crc:
             return LoadedCheckpoint(checkpoint_id, bytes(data), crc, "history", step)

@@ -327,8 +327,11 @@ class PostgresStore:
             except self._unavailable as exc:
                 last = exc
                 _log.warning(
-                    f"PostgreSQL store {self._display_url} unreachable "
-                    f"(try {attempt}/{self._connect_tries}): {self._describe(exc)}"
+                    "PostgreSQL store %s unreachable (try %s/%s): %s",
+                    self._display_url,
+                    attempt,
+                    self._connect_tries,
+                    self._describe(exc),
                 )
             else:
                 break
@@ -351,8 +354,10 @@ class PostgresStore:
                 await conn.execute(self._sql.has_owner_column)
         except asyncpg.exceptions.UndefinedColumnError:
             _log.warning(
-                f"the {self.tables.job} table has no owner column: claims are fenced by attempt only, so two "
-                "processes with the same attempt could both run the job; run `python -m agentlife db init`"
+                "the %s table has no owner column: claims are fenced by attempt only, "
+                "so two processes with the same attempt could both run the job; run "
+                "`python -m agentlife db init`",
+                self.tables.job,
             )
             self._sql = _Sql.build(self.tables, owner=False)
             self._fence_args = ()
@@ -394,7 +399,7 @@ class PostgresStore:
                 async with self._connection() as conn:
                     await conn.execute(self._sql.release, ids, self.owner)
             except Exception as exc:
-                _log.info(f"could not release the claim of {', '.join(ids)}: {self._describe(exc)}")
+                _log.info("could not release the claim of %s: %s", ", ".join(ids), self._describe(exc))
 
     def has_free_connection(self) -> bool:
         """True while the pool could hand out a connection now; safe to call from another thread.
