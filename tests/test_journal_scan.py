@@ -13,6 +13,7 @@ import anyio
 import orjson
 import pytest
 
+from agentlife._cli._journal import register as register_cli
 from agentlife._exceptions import ConfigError
 from agentlife._journal import (
     BadLine,
@@ -24,7 +25,7 @@ from agentlife._journal import (
     scan_for_resume,
     session_path,
 )
-from agentlife._journal_show import format_timeline, register_cli
+from agentlife._journal_show import format_timeline
 
 JOB = "job-7"
 

@@ -23,13 +23,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes_validate import utils as kv_utils
 
+from agentlife._cli._manifest import register as register_cli
 from agentlife._exceptions import ConfigError, InvariantViolation, ScheduleError
 from agentlife._manifest import (
     DEFAULT_COMMAND,
     constants_env,
     cronjob_manifest,
     job_manifest,
-    register_cli,
     render,
     to_yaml,
 )

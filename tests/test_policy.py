@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from agentlife import ConfigError
+from agentlife._cli._budget import register as register_cli
 from agentlife._journal import Journal
 from agentlife._policy import (
     DEFAULT_SAFETY_BUFFER_SECONDS,
@@ -23,7 +24,6 @@ from agentlife._policy import (
     crash_backoff_schedule,
     derive_total_timeout,
     p95_from_journals,
-    register_cli,
     should_retry_after_crash,
 )
 from agentlife._redact import Redactor

@@ -9,9 +9,7 @@ may have been written by another version or damaged.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from typing import Any
 from agentlife._exceptions import ConfigError
 from agentlife._journal import BadLine, Event, EventType, read_events
 
-__all__ = ["format_timeline", "register_cli"]
+__all__ = ["format_timeline"]
 
 _PREVIEW = 60
 _STEP_END = (EventType.STEP_STARTED, EventType.SESSION_ENDED)
@@ -357,37 +355,3 @@ def _tool_outcome(event: Event) -> str:
     if event.get("type") == EventType.TOOL_FAILED:
         return f"failed, {_short(event.get('error_class'))}: {_preview(event.get('error'))}"
     return f"completed -> {_preview(event.get('result'))}"
-
-
-# -- command line --------------------------------------------------------------------------------------------
-
-
-def register_cli(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``journal show PATH`` to the CLI's subparsers; the handler is ``args.handler(args) -> int``.
-
-    Args:
-        subparsers: what ``ArgumentParser.add_subparsers()`` returned.
-
-    Returns:
-        The ``journal`` parser, in case the CLI wants to add more sub-commands to it.
-    """
-    journal = subparsers.add_parser(
-        "journal", help="inspect session journals", description="Inspect session journals."
-    )
-    commands = journal.add_subparsers(dest="journal_command", metavar="COMMAND", required=True)
-    show = commands.add_parser(
-        "show",
-        help="print a session file as a readable timeline",
-        description="Print a session file (session_NNNN_MS.jsonl) as a timeline with relative times and "
-        "durations; torn or corrupt lines are reported and skipped.",
-    )
-    show.add_argument("path", metavar="PATH", type=Path, help="a session_*.jsonl file")
-    show.set_defaults(handler=_show)
-    return journal  # type: ignore[no-any-return]
-
-
-def _show(args: argparse.Namespace) -> int:
-    """Print the timeline; a missing or unreadable file raises `ConfigError` (the CLI prints it, exit 2)."""
-    text = format_timeline(args.path)
-    sys.stdout.write(text + "\n")
-    return 0

@@ -1,0 +1,107 @@
+"""What every subcommand shares: one-line errors, exit codes, signals, the exit itself."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from agentlife._exceptions import AgentlifeError, ConfigError
+
+EXIT_USAGE = 2
+EXIT_DRAINED = 143
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports errors as one line and exit 2 (its default prints usage first)."""
+
+    def error(self, message: str) -> Any:
+        say(f"agentlife: error: {message}")  # argparse quotes the offending argument: redact it
+        raise SystemExit(EXIT_USAGE)
+
+
+def say(line: str) -> None:
+    """Write one line on stderr with every secret of the environment masked.
+
+    Errors raised before the lifecycle starts (an import that fails, an agent whose ``__init__`` raises)
+    may quote a token from the environment; the runtime's log redactor does not exist yet.
+    """
+    from agentlife._redact import Redactor
+
+    sys.stderr.write(Redactor.from_env(os.environ).redact(line) + "\n")
+
+
+def guarded(handler: Callable[[], int]) -> int:
+    """Run a command, turning every error into one redacted line and its exit code."""
+    try:
+        return handler()
+    except ConfigError as exc:
+        say(f"agentlife: error: {exc}")
+        return EXIT_USAGE
+    except AgentlifeError as exc:
+        say(f"agentlife: {type(exc).__name__}: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        # A bug, not bad input: still one line, since a traceback would print secrets unmasked.
+        say(f"agentlife: internal error: {type(exc).__name__}: {exc}")
+        if (os.environ.get("AGENTLIFE_LOG_LEVEL") or "").upper() == "DEBUG":
+            import traceback
+
+            say("".join(traceback.format_exception(exc)).rstrip())
+        return 1
+
+
+#: Commands that run an agent's lifecycle: a signal drains them. Any other command ends at once.
+DRAINING_COMMANDS = frozenset({"run", "demo"})
+
+
+def end_on_signals() -> None:
+    """SIGTERM (exit 143) and Ctrl-C (exit 130) end a command at once, whatever it waits for.
+
+    ``db init`` against a server that never answers or ``journal show`` on a FIFO would otherwise wait
+    for ever: the early handler only remembers a signal for the drain of ``run``.
+    """
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        with contextlib.suppress(ValueError):  # not the main thread: the embedding program owns signals
+            signal.signal(signum, handler)
+
+
+def exit_now(code: int) -> None:
+    """Flush stdio and leave at once with ``code``.
+
+    Everything the process owns was closed explicitly during cleanup, so interpreter finalisation has
+    nothing left to do but join threads: and a worker thread still running a sync tool that ignored
+    cancellation must not be able to hold the pod past its drain budget. This also saves ~25 ms per exit.
+    """
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
+def install_early_signal() -> Any:
+    from agentlife._runtime import EarlySignal
+
+    try:
+        return EarlySignal().install()
+    except ValueError:  # not the main thread (embedded use): the caller owns signals
+        return None
+
+
+def version() -> str:
+    from agentlife import __version__
+
+    return __version__

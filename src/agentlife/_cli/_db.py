@@ -1,0 +1,51 @@
+"""``python -m agentlife db init``: create the tables, idempotently."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentlife._cli._common import Parser
+
+
+def register(sub: Any) -> None:
+    """Add ``db init`` to the subcommands."""
+    db = sub.add_parser("db", help="database commands", description="Database commands.")
+    db_sub = db.add_subparsers(dest="db_command", metavar="COMMAND", parser_class=Parser)
+    db_sub.required = True
+    init = db_sub.add_parser(
+        "init",
+        help="create the tables (idempotent)",
+        description="Create the job, checkpoint_history and delivery tables if missing.",
+    )
+    init.add_argument("--database-url", help="default: AGENTLIFE_DATABASE_URL or the embedded SQLite file")
+    init.set_defaults(handler=_cmd_db_init)
+
+
+def _cmd_db_init(args: argparse.Namespace) -> int:
+    import anyio
+
+    from agentlife._redact import Redactor
+    from agentlife.stores import store_from_url
+
+    data_dir = Path(os.environ.get("AGENTLIFE_DATA_DIR") or ".agentlife")
+    url = (
+        args.database_url
+        or os.environ.get("AGENTLIFE_DATABASE_URL")
+        or f"sqlite:///{data_dir / 'agentlife.db'}"
+    )
+    store = store_from_url(url)
+
+    async def init() -> None:
+        await store.open()
+        try:
+            await store.init_schema()
+        finally:
+            await store.close()
+
+    anyio.run(init)
+    sys.stdout.write(f"schema ready at {Redactor.from_env(os.environ).redact(url)}\n")
+    return 0

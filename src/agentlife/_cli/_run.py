@@ -1,0 +1,223 @@
+"""``python -m agentlife run MODULE:CLASS``: load the agent class, validate everything, run the lifecycle."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import inspect
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agentlife._cli._common import (
+    EXIT_DRAINED,
+    EXIT_USAGE,
+    Parser,
+    guarded,
+    install_early_signal,
+)
+from agentlife._exceptions import ConfigError, SignalDuringImport, UnreplayableValue
+from agentlife._replay import check_replayable
+
+
+def register(sub: Any) -> None:
+    """Add ``run`` to the subcommands."""
+    run = sub.add_parser(
+        "run",
+        help="run an agent class as this process's job",
+        description="Run MODULE:CLASS (an AgentProcess subclass) through its lifecycle.",
+    )
+    add_run_arguments(run)
+    run.add_argument("target", metavar="MODULE:CLASS", help="e.g. mypkg.agents:Reviewer")
+    run.set_defaults(handler=_cmd_run)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--job-id", help="default: AGENTLIFE_JOB_ID")
+    parser.add_argument("--payload", help="job payload as JSON, for a job row this process creates")
+    parser.add_argument(
+        "--create-job", action="store_true", help="create the job row if missing (always done on SQLite)"
+    )
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from agentlife.constants import Constants
+
+    job_id_given(args)
+    # A bad constant is a usage error before anything runs, and it sets how long an import may take
+    # to give way to a signal.
+    budget = Constants.from_env(os.environ).drain.cleanup_budget_seconds
+    early = args.early_signal
+    try:
+        with early.abandoning_imports(budget) if early is not None else contextlib.nullcontext():
+            agent_cls = load_agent_class(args.target)
+    except SignalDuringImport as exc:
+        _exit_line(EXIT_DRAINED, f"drained by {exc.name} while importing {args.target}; no job state yet")
+        return EXIT_DRAINED
+    return _run_agent(agent_cls, args)
+
+
+def job_id_given(args: argparse.Namespace) -> None:
+    """A job id from ``--job-id`` or ``AGENTLIFE_JOB_ID``: without one, `run` is a usage error (exit 2)."""
+    if not (args.job_id or os.environ.get("AGENTLIFE_JOB_ID")):
+        raise ConfigError("no job id: pass --job-id ID or set AGENTLIFE_JOB_ID")
+
+
+def _exit_line(code: int, reason: str) -> None:
+    """The runtime's exit line, for an exit that comes before the runtime exists."""
+    line = {
+        "ts": time.time(),
+        "level": "INFO",
+        "logger": "agentlife.runtime",
+        "msg": f"exit {code}: {reason}",
+    }
+    sys.stdout.write(orjson.dumps({**line, "exit_code": code, "reason": reason}).decode() + "\n")
+
+
+def run_agent_main(agent_cls: type, argv: Sequence[str] | None = None) -> int:
+    """``AgentProcess.main()``: the ``run`` command for a class already at hand."""
+    early = install_early_signal()
+    try:
+        check_agent_class(agent_cls)
+    except ConfigError as exc:
+        sys.stderr.write(f"agentlife: error: {exc}\n")
+        return EXIT_USAGE
+    parser = Parser(
+        prog=Path(sys.argv[0]).name, description=f"Run {agent_cls.__name__} as this process's job."
+    )
+    add_run_arguments(parser)
+    args = parser.parse_args(argv)
+    args.early_signal = early
+
+    def run() -> int:
+        job_id_given(args)
+        return _run_agent(agent_cls, args)
+
+    return guarded(run)
+
+
+def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
+    import anyio
+
+    from agentlife._config import JOB_ID_PATTERN, validate_payload
+    from agentlife._runtime import RunOptions, Runtime
+
+    payload = validate_payload(_parse_payload(args.payload))
+    # Everything `check` checks, checked the same way before anything runs or is written: exit 2.
+    job_id = args.job_id or os.environ.get("AGENTLIFE_JOB_ID")
+    if job_id and not JOB_ID_PATTERN.fullmatch(job_id):
+        job_id = "check"  # the runtime refuses it at BOOTING (exit 1) without touching a path
+    settings = validated_settings(
+        os.environ, job_id=job_id, agent_id=getattr(agent_cls, "agent_id", None) or None
+    )
+    try:
+        agent = agent_cls()
+    except Exception as exc:
+        raise ConfigError(f"creating {agent_cls.__name__}() failed: {type(exc).__name__}: {exc}") from None
+    options = RunOptions(
+        job_id=args.job_id,
+        payload=payload,
+        create_job=args.create_job,
+        constants=settings.constants,
+        early_signal=args.early_signal,
+    )
+    runtime = Runtime(agent, options=options)
+    code = anyio.run(runtime.run)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+def _parse_payload(raw: str | None) -> Any:
+    """Parse ``--payload`` exactly: orjson would turn an int beyond 64 bits into a rounded float."""
+    from agentlife._config import MAX_PAYLOAD_DEPTH
+
+    if raw is None:
+        return None
+    try:
+        payload = json.loads(raw, parse_constant=_refuse_constant)
+    except ValueError as exc:
+        raise ConfigError(f"--payload is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"--payload nests deeper than {MAX_PAYLOAD_DEPTH} levels") from None
+    try:
+        check_replayable(payload, "--payload")
+    except UnreplayableValue as exc:
+        raise ConfigError(str(exc)) from None
+    return payload
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_agent_class(target: str) -> type:
+    """Import ``MODULE:CLASS`` and check it is an `AgentProcess` subclass.
+
+    Raises:
+        ConfigError: with one line saying what is wrong with ``target``.
+    """
+    from agentlife._agent import AgentProcess
+
+    module_name, sep, class_name = target.partition(":")
+    if not sep or not module_name or not class_name:
+        raise ConfigError(f"{target!r} is not MODULE:CLASS (e.g. mypkg.agents:Reviewer)")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"cannot import module {module_name!r}: {exc}") from None
+    except SystemExit as exc:  # sys.exit(0) at import must not look like a finished job
+        raise ConfigError(f"importing module {module_name!r} called sys.exit({exc.code!r})") from None
+    except Exception as exc:
+        raise ConfigError(f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+    obj: Any = module
+    for part in class_name.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise ConfigError(f"module {module_name!r} has no attribute {class_name!r}")
+    if not isinstance(obj, type) or not issubclass(obj, AgentProcess):
+        raise ConfigError(f"{target!r} is not an AgentProcess subclass")
+    check_agent_class(obj)
+    return obj
+
+
+def check_agent_class(cls: type) -> None:
+    """Refuse an agent class the runtime could only fail on later: ``step`` must be ``async def``."""
+    step = getattr(cls, "step", None)
+    if not inspect.iscoroutinefunction(step):
+        raise ConfigError(f"{cls.__name__}.step must be 'async def step(self, ctx)', not a plain def")
+
+
+# -- check, db init ------------------------------------------------------------------------------------
+
+
+def validated_settings(
+    env: Any, *, job_id: str | None = None, agent_id: str | None = None, placeholders: bool = False
+) -> Any:
+    """The one validation `check` and `run` share: constants, their invariants and the process settings.
+
+    With ``placeholders`` (``check`` outside a pod) a missing job id or agent id is replaced by a stand-in,
+    so every other variable is still checked.
+
+    Raises:
+        ConfigError: naming the variable at fault (`InvariantViolation` naming both sides).
+    """
+    from agentlife._config import Settings
+    from agentlife.constants import Constants
+
+    constants = Constants.from_env(env)
+    return Settings.from_env(
+        env,
+        job_id=job_id or env.get("AGENTLIFE_JOB_ID") or ("check" if placeholders else None),
+        agent_id=agent_id or ("check" if placeholders else None),
+        constants=constants,
+    )
