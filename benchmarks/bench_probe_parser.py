@@ -25,7 +25,7 @@ REQUEST = (
     b"GET /readyz HTTP/1.1\r\nHost: 10.0.0.7:8086\r\nUser-Agent: kube-probe/1.31\r\n"
     b"Accept: */*\r\nConnection: close\r\n\r\n"
 )
-PROBE_MODULES = "import agentlife._probes, agentlife._runtime"
+PROBE_MODULES = "import agentlife._probes, agentlife._runtime._lifecycle"
 
 
 def _process_seconds(code: str) -> float:

@@ -33,7 +33,7 @@ from agentlife import (
     tool,
 )
 from agentlife._anthropic import AnthropicLLM
-from agentlife._runtime import Runtime
+from agentlife._runtime._lifecycle import Runtime
 from agentlife._scripted import ScriptedTurn
 from agentlife.testing import AgentHarness, DrainAt
 from agentlife.testing._anthropic_server import FakeAnthropicServer

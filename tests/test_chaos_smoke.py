@@ -33,7 +33,7 @@ from agentlife import (
     Usage,
     tool,
 )
-from agentlife._runtime import RunOptions, Runtime
+from agentlife._runtime._lifecycle import RunOptions, Runtime
 from agentlife.constants import Constants
 from agentlife.stores import PostgresStore
 from agentlife.testing import AgentHarness, DrainAt

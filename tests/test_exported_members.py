@@ -91,7 +91,7 @@ def test_the_runtime_path_defers_heavy_clients() -> None:
     # Even the whole runtime (what `python -m agentlife run` imports before boot) stays off the heavy clients;
     # they load on the preload thread, the probe thread or the telemetry thread.
     code = (
-        "import sys, agentlife._runtime, agentlife._cli, agentlife.testing._harness\n"
+        "import sys, agentlife._runtime._lifecycle, agentlife._cli, agentlife.testing._harness\n"
         f"heavy = [m for m in sys.modules if m.split('.')[0] in {HEAVY!r}]\n"
         "print(','.join(sorted(heavy)))"
     )

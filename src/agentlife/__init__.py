@@ -42,7 +42,6 @@ from agentlife._tools import NOT_DONE, ToolSpec, tool
 
 if TYPE_CHECKING:
     from agentlife._anthropic import AnthropicLLM
-    from agentlife._context import StepContext
     from agentlife._delivery import DeliveryGuard
     from agentlife._memory import Embedder, HashingEmbedder, MemoryRecord
     from agentlife._policy import (
@@ -53,6 +52,7 @@ if TYPE_CHECKING:
         should_retry_after_crash,
     )
     from agentlife._pricing import PriceTable
+    from agentlife._runtime._context import StepContext
     from agentlife._schedule import Schedule
     from agentlife._scripted import ScriptedLLM, ScriptedTurn
 
@@ -70,7 +70,7 @@ _LAZY = {
     "Schedule": "agentlife._schedule",
     "ScriptedLLM": "agentlife._scripted",
     "ScriptedTurn": "agentlife._scripted",
-    "StepContext": "agentlife._context",
+    "StepContext": "agentlife._runtime._context",
     "crash_backoff_schedule": "agentlife._policy",
     "derive_total_timeout": "agentlife._policy",
     "should_retry_after_crash": "agentlife._policy",

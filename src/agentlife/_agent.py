@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from agentlife._replay import check_replayable
 
 if TYPE_CHECKING:
-    from agentlife._context import StepContext
     from agentlife._llm import LLMClient
     from agentlife._memory import Embedder
+    from agentlife._runtime._context import StepContext
 
 __all__ = ["AgentProcess", "BudgetView", "Done", "Footprint", "Job"]
 

@@ -36,7 +36,7 @@ def run_demo(data_dir: Path) -> int:
     """Run two example jobs on ``data_dir``; returns 0 when both completed."""
     from agentlife._cli import load_agent_class
     from agentlife._journal_show import format_timeline
-    from agentlife._runtime import RunOptions, Runtime
+    from agentlife._runtime._lifecycle import RunOptions, Runtime
 
     examples = _examples_dir()
     sys.path.insert(0, str(examples))

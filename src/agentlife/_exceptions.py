@@ -205,3 +205,17 @@ class SignalDuringImport(BaseException):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.name = name
+
+
+# -- control flow: not errors users catch, never exported ---------------------------------------------------
+
+
+class ParkRequested(BaseException):
+    """Raised inside a step when the approval idle timeout expired: the job parks and the process exits 0.
+
+    A BaseException so an agent's ``except Exception`` cannot swallow it.
+    """
+
+
+class BootFailure(Exception):
+    """A boot or hydration failure that ends the process with exit 1 after one clear log line."""

@@ -93,7 +93,7 @@ def exit_now(code: int) -> None:
 
 
 def install_early_signal() -> Any:
-    from agentlife._runtime import EarlySignal
+    from agentlife._runtime._signals import EarlySignal
 
     try:
         return EarlySignal().install()

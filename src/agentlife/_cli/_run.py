@@ -107,7 +107,7 @@ def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
     import anyio
 
     from agentlife._config import JOB_ID_PATTERN, validate_payload
-    from agentlife._runtime import RunOptions, Runtime
+    from agentlife._runtime._lifecycle import RunOptions, Runtime
 
     payload = validate_payload(_parse_payload(args.payload))
     # Everything `check` checks, checked the same way before anything runs or is written: exit 2.

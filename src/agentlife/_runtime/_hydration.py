@@ -10,14 +10,14 @@ import anyio
 import anyio.to_thread
 
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._exceptions import CheckpointCorrupt, JobNotFound, StoreUnavailable
+from agentlife._exceptions import BootFailure, CheckpointCorrupt, JobNotFound, StoreUnavailable
 from agentlife._logging import log_fields
 from agentlife.stores import JobRecord
 
 if TYPE_CHECKING:
     from agentlife._journal import ReplayMap
     from agentlife._memory import MemoryRecord
-    from agentlife._runtime import Runtime
+    from agentlife._runtime._lifecycle import Runtime
 
 __all__ = ["Hydrator"]
 
@@ -37,8 +37,6 @@ class Hydrator:
 
     async def _with_store_retries(self, what: str, fn: Any) -> Any:
         """Up to ``checkpoint_tries`` attempts with a fixed backoff while the store is unreachable."""
-        from agentlife._runtime import _Fatal
-
         tries = max(1, self.constants.checkpoint_tries)
         for attempt in range(1, tries + 1):
             try:
@@ -46,15 +44,13 @@ class Hydrator:
             except StoreUnavailable as exc:
                 message = self.runtime.redactor.redact(str(exc))
                 if attempt == tries:
-                    raise _Fatal(f"{what}: store unreachable after {tries} tries: {message}") from None
+                    raise BootFailure(f"{what}: store unreachable after {tries} tries: {message}") from None
                 log.warning("%s: store unreachable (try %s/%s): %s", what, attempt, tries, message)
                 await anyio.sleep(self.constants.checkpoint_backoff_seconds)
         raise AssertionError("unreachable")
 
     async def claim_job(self) -> JobRecord:
         """Find (or create) the job row and claim it for this attempt."""
-        from agentlife._runtime import _Fatal
-
         s, options = self.settings, self.runtime.options
         started = time.monotonic()
 
@@ -77,14 +73,12 @@ class Hydrator:
         try:
             row: JobRecord = await self._with_store_retries("claim", find_or_create)
         except JobNotFound as exc:
-            raise _Fatal(str(exc)) from None
+            raise BootFailure(str(exc)) from None
         self.runtime.telemetry.hydration_phase("claim", time.monotonic() - started)
         return row
 
     async def load_checkpoint(self) -> tuple[CheckpointDoc, str | None]:
         """Step 1: the newest checkpoint that verifies (history fallback); a fresh job starts at step 0."""
-        from agentlife._runtime import _Fatal
-
         s = self.settings
         started = time.monotonic()
         try:
@@ -93,7 +87,7 @@ class Hydrator:
             )
             doc = CheckpointDoc() if loaded is None else CheckpointDoc.decode(loaded.data, s.job_id)
         except CheckpointCorrupt as exc:
-            raise _Fatal(str(exc)) from None
+            raise BootFailure(str(exc)) from None
         self.runtime.telemetry.hydration_phase("checkpoint", time.monotonic() - started)
         if loaded is None:
             log.info("fresh job: starting at step 0")

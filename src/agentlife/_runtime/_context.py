@@ -33,19 +33,12 @@ from agentlife._tools import NOT_DONE, ToolSpec, tool
 if TYPE_CHECKING:
     from agentlife._journal import Journal
     from agentlife._memory import MemoryRecord
-    from agentlife._runtime import Runtime
+    from agentlife._runtime._lifecycle import Runtime
 
 __all__ = ["StepContext", "StepLLM"]
 
 T = TypeVar("T")
 log = logging.getLogger("agentlife.calls")
-
-
-class ParkRequested(BaseException):
-    """Raised inside a step when the approval idle timeout expired: the job parks and the process exits 0.
-
-    A BaseException so an agent's ``except Exception`` cannot swallow it.
-    """
 
 
 @dataclass(slots=True)

@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from agentlife._context import ParkRequested
-from agentlife._exceptions import BackgroundOperationRestricted
+from agentlife._exceptions import BackgroundOperationRestricted, ParkRequested
 from agentlife.stores import JobStatus
 
 if TYPE_CHECKING:
     from agentlife._checkpoint import CheckpointDoc
-    from agentlife._runtime import Runtime
+    from agentlife._runtime._lifecycle import Runtime
 
 __all__ = ["Approvals"]
 

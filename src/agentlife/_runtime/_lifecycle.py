@@ -12,17 +12,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import random
-import signal
-import sys
-import threading
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,23 +28,25 @@ import anyio.to_thread
 import orjson
 
 from agentlife._agent import AgentProcess, Done, Footprint, Job
-from agentlife._approvals import Approvals
 from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._config import Settings
-from agentlife._context import CallEnv, ParkRequested, StepContext
 from agentlife._exceptions import (
     AgentlifeError,
     AttemptFenced,
+    BootFailure,
     BudgetExhausted,
     ConfigError,
-    SignalDuringImport,
+    ParkRequested,
     StoreUnavailable,
 )
 from agentlife._logging import installed_json_logging, log_fields
 from agentlife._preload import Preloader
 from agentlife._redact import Redactor
 from agentlife._replay import check_replayable
+from agentlife._runtime._approvals import Approvals
+from agentlife._runtime._context import CallEnv, StepContext
+from agentlife._runtime._signals import EarlySignal, HardExit, receive_drain_signals
 from agentlife._state import State, StateMachine, Transition
 from agentlife._status import StatusBoard
 from agentlife._telemetry_facade import TelemetryFacade
@@ -85,10 +83,6 @@ _PHASE_NAMES = {
 }
 _TERMINAL_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.DEAD_LETTER)
 _T = TypeVar("_T")
-
-
-class _Fatal(Exception):
-    """A boot or hydration failure that ends the process with exit 1 after one clear log line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,9 +183,7 @@ class Runtime:
         self._preloader: Preloader | None = None
         self._probe_server: Any = None
         self._heartbeat: Any = None
-        self._hard_exit_timer: threading.Timer | None = None
-        self._hard_exit_lock = threading.Lock()  # armed from the loop and from the signal watcher thread
-        self._hard_exit_closed = False
+        self.hard_exit = HardExit(enabled=self.options.hard_exit)
         self._current_step: int | None = None
         self._executing_since: float | None = None
         self._fenced: AttemptFenced | None = None
@@ -243,7 +235,8 @@ class Runtime:
         self.drain_deadline = anyio.current_time() + self.constants.drain.step_deadline_seconds
         log.info("drain requested by %s", reason, extra=log_fields(reason=reason))
         self._arm_hard_exit(
-            self.constants.drain.step_deadline_seconds + self.constants.drain.cleanup_budget_seconds
+            self.constants.drain.step_deadline_seconds + self.constants.drain.cleanup_budget_seconds,
+            EXIT_DRAINED,
         )
         if self.journal is not None:
             self.journal.append("DRAIN_STARTED", reason=reason)
@@ -269,15 +262,13 @@ class Runtime:
                 async with anyio.create_task_group() as services:
                     self._services = services
                     if self.options.handle_signals:
-                        await services.start(self._watch_signals)
+                        await services.start(self._receive_signals)
                     outcome = await self._lifecycle()
                     services.cancel_scope.cancel()
             except BaseException:
-                self._disarm_hard_exit()
+                self.hard_exit.disarm()
                 raise
-            # Still armed after the lifecycle: a task the agent started outside our task groups, which
-            # swallows cancellation, would otherwise hold the interpreter's shutdown for ever.
-            self._arm_exit_deadline(outcome.exit_code)
+            self.hard_exit.settle(self.constants.drain.cleanup_budget_seconds, outcome.exit_code)
             self.exit_code = outcome.exit_code
             log.info(
                 "exit %s: %s",
@@ -307,7 +298,7 @@ class Runtime:
                 outcome = _Outcome(EXIT_DONE, f"job already {resume.doc.status}")
             else:
                 outcome = await self._execute(resume)
-        except _Fatal as exc:
+        except BootFailure as exc:
             # The one ERROR line saying why the pod died (the transition and exit lines are INFO).
             log.error("fatal: %s", exc)
             outcome = _Outcome(EXIT_CRASH, str(exc))
@@ -332,7 +323,7 @@ class Runtime:
                 constants=self.options.constants,
             )
         except ConfigError as exc:
-            raise _Fatal(f"configuration error: {exc}") from None
+            raise BootFailure(f"configuration error: {exc}") from None
         self.settings, self.constants = settings, settings.constants
         logging.getLogger().setLevel(settings.log_level)
         self.board.update(
@@ -349,7 +340,7 @@ class Runtime:
         try:
             await self.store.open()  # bounded by the store's own connect timeout and tries
         except StoreUnavailable as exc:
-            raise _Fatal(f"store unreachable: {self.redactor.redact(str(exc))}") from None
+            raise BootFailure(f"store unreachable: {self.redactor.redact(str(exc))}") from None
         self.board.store_has_free_connection = self.store.has_free_connection
 
     def _modules_to_preload(self, settings: Settings) -> list[str]:
@@ -368,7 +359,7 @@ class Runtime:
         try:
             session_dir = contained_session_dir(settings.data_dir, settings.job_id)
         except ConfigError as exc:
-            raise _Fatal(f"configuration error: {exc}") from None
+            raise BootFailure(f"configuration error: {exc}") from None
         self.journal = Journal.create(session_dir, settings.attempt, redactor=self.redactor)
         self.journal.append(
             "SESSION_STARTED",
@@ -451,7 +442,7 @@ class Runtime:
     # -- HYDRATING --------------------------------------------------------------------------------------
 
     async def _hydrate(self) -> _Resume:
-        from agentlife._hydration import Hydrator
+        from agentlife._runtime._hydration import Hydrator
 
         assert self.settings is not None and self.store is not None and self.journal is not None
         hydrator = Hydrator(self)
@@ -823,105 +814,21 @@ class Runtime:
 
     # -- signals, hard deadline -------------------------------------------------------------------------
 
-    async def _watch_signals(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        stop_watch: Callable[[], None] | None = None
-        previous = {signum: signal.getsignal(signum) for signum in DRAIN_SIGNALS}
-        try:
-            with anyio.open_signal_receiver(*DRAIN_SIGNALS) as signals:
-                stop_watch = self._watch_signals_off_loop()
-                try:
-                    task_status.started()
-                    early = self.options.early_signal
-                    if early is not None and early.is_set():
-                        self.request_drain(early.name)
-                    async for signum in signals:
-                        self.request_drain(signal.Signals(signum).name)
-                finally:
-                    stop_watch()  # gives the loop its wakeup fd back before the receiver removes its handlers
-        finally:
-            # The receiver leaves SIG_DFL behind: a signal in the last milliseconds before the process exits
-            # would kill it (-15, not 143) or raise KeyboardInterrupt (SIGINT: exit 130). Put back what was
-            # there before (the CLI's EarlySignal, which only remembers it).
-            for signum, handler in previous.items():
-                if handler is not None:
-                    signal.signal(signum, handler)
+    def _receive_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> Any:
+        drain_budget = (
+            self.constants.drain.step_deadline_seconds + self.constants.drain.cleanup_budget_seconds
+        )
+        return receive_drain_signals(
+            self.request_drain,
+            early=self.options.early_signal,
+            on_signal_off_loop=lambda: self._arm_hard_exit(drain_budget, EXIT_DRAINED),
+            task_status=task_status,
+        )
 
-    def _watch_signals_off_loop(self) -> Callable[[], None]:
-        """Arm the hard exit from a thread, so a tool that blocks the event loop cannot hold the exit.
-
-        While a tool blocks the loop (``time.sleep`` in an ``async def``, a CPU loop) the loop's signal
-        receiver never runs, so nothing would arm the drain budget. A Python-level handler is no answer
-        either: it runs only when the main thread gets to check for signals, and the kernel may deliver the
-        signal to another thread, leaving the blocked main thread asleep. The C-level handler, in whatever
-        thread takes the signal, always writes the signal number to the wakeup fd; so this puts a pipe there,
-        and a watcher thread arms the hard exit and forwards each byte to the loop's own wakeup socket, which
-        then runs the drain as before. Returns the function that restores the loop's wakeup fd.
-        """
-        if not self.options.hard_exit:
-            return lambda: None
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(write_fd, False)
-        loop_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-        budget = self.constants.drain.step_deadline_seconds + self.constants.drain.cleanup_budget_seconds
-        drain_signals = {int(signum) for signum in DRAIN_SIGNALS}
-
-        def watch() -> None:
-            try:
-                while data := os.read(read_fd, 64):  # b"" once the write end is closed
-                    if drain_signals.intersection(data):
-                        self._arm_hard_exit(budget, EXIT_DRAINED)  # idempotent: the first timer stays
-                    if loop_fd != -1:
-                        with contextlib.suppress(OSError):
-                            os.write(loop_fd, data)
-            finally:
-                os.close(read_fd)
-
-        threading.Thread(target=watch, name="agentlife-signal-watch", daemon=True).start()
-
-        def stop() -> None:
-            current = signal.set_wakeup_fd(loop_fd)
-            if current != write_fd:  # someone replaced ours meanwhile: keep theirs
-                signal.set_wakeup_fd(current)
-            os.close(write_fd)
-
-        return stop
-
-    def _arm_hard_exit(self, seconds: float, code: int | None = None) -> None:
-        """A thread-side guarantee: code that ignores cancellation cannot hold the process past the budget."""
-        if not self.options.hard_exit:
-            return
-        with self._hard_exit_lock:
-            if self._hard_exit_timer is not None or self._hard_exit_closed:
-                return
-            margin = min(self.constants.drain.sigkill_buffer_seconds / 2, 2.0)
-            if code is None:
-                code = EXIT_DRAINED if self.draining else EXIT_CRASH
-            timer = threading.Timer(seconds + margin, _hard_exit, args=(code, seconds + margin))
-            timer.daemon = True
-            timer.start()
-            self._hard_exit_timer = timer
-
-    def _arm_exit_deadline(self, code: int) -> None:
-        """Replace any timer by one that exits with the settled ``code`` after the cleanup budget."""
-        if not self.options.hard_exit:
-            return
-        with self._hard_exit_lock:
-            if self._hard_exit_timer is not None:
-                self._hard_exit_timer.cancel()
-            seconds = self.constants.drain.cleanup_budget_seconds
-            timer = threading.Timer(seconds, _hard_exit, args=(code, seconds))
-            timer.daemon = True
-            timer.start()
-            self._hard_exit_timer, self._hard_exit_closed = timer, True
-
-    def _disarm_hard_exit(self) -> None:
-        with self._hard_exit_lock:
-            self._hard_exit_closed = True
-            if self._hard_exit_timer is not None:
-                self._hard_exit_timer.cancel()
-                self._hard_exit_timer = None
+    def _arm_hard_exit(self, seconds: float, code: int) -> None:
+        """Exit with ``code`` if the process is still here after ``seconds`` plus half the SIGKILL buffer."""
+        margin = min(self.constants.drain.sigkill_buffer_seconds / 2, 2.0)
+        self.hard_exit.arm(seconds + margin, code)
 
     # -- listeners, usage, logging ----------------------------------------------------------------------
 
@@ -1038,90 +945,3 @@ def _failure_record(reason: str | None, attempt: int, error_class: str = "JobFai
         "error_class": error_class,
         "message": reason or "job failed",
     }
-
-
-def _hard_exit(code: int, seconds: float) -> None:
-    sys.stderr.write(
-        orjson.dumps(
-            {
-                "ts": time.time(),
-                "level": "CRITICAL",
-                "logger": "agentlife.runtime",
-                "msg": f"drain budget of {seconds:.1f}s exceeded by code that ignores cancellation: "
-                f"exiting {code} now",
-            }
-        ).decode()
-        + "\n"
-    )
-    sys.stderr.flush()
-    os._exit(code)
-
-
-class EarlySignal:
-    """Remembers a SIGTERM/SIGINT that arrives before the event loop's receiver is installed.
-
-    The CLI installs it first thing, so a pod stopped while Python is still importing drains cleanly
-    (exit 143) instead of dying of the default handler.
-    """
-
-    def __init__(self) -> None:
-        self.name = "SIGTERM"
-        self._event = threading.Event()
-        self._import_budget: float | None = None
-
-    def is_set(self) -> bool:
-        """Whether a signal arrived."""
-        return self._event.is_set()
-
-    @contextlib.contextmanager
-    def abandoning_imports(self, budget: float) -> Iterator[None]:
-        """While the agent's module imports, a signal abandons the import (`SignalDuringImport`).
-
-        An import may take 25 s or never return; nothing of the job exists yet, so there is nothing to
-        save and no reason to wait. Should the import sit in native code that never returns to Python,
-        a timer exits 143 after ``budget`` seconds.
-        """
-        if self.is_set():
-            raise SignalDuringImport(self.name)
-        self._import_budget = budget
-        try:
-            yield
-        finally:
-            self._import_budget = None
-
-    def install(self) -> EarlySignal:
-        """Take over SIGTERM and SIGINT until the runtime's receiver replaces this handler."""
-
-        def handler(signum: int, frame: object) -> None:
-            self.name = signal.Signals(signum).name
-            self._event.set()
-            budget, self._import_budget = self._import_budget, None
-            if budget is not None:
-                timer = threading.Timer(budget, _hard_exit, args=(EXIT_DRAINED, budget))
-                timer.daemon = True
-                timer.start()
-                raise SignalDuringImport(self.name)
-
-        for signum in DRAIN_SIGNALS:
-            signal.signal(signum, handler)
-        _dump_stacks_on(signal.SIGUSR1, then_default=False)
-        _dump_stacks_on(signal.SIGQUIT, then_default=True)
-        return self
-
-
-#: The signals that drain: Kubernetes sends SIGTERM; Ctrl-C is SIGINT; a supervisor or a closed terminal
-#: sends SIGHUP. Each drains the same way and exits 143 with the job resumable.
-DRAIN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-def _dump_stacks_on(signum: signal.Signals, *, then_default: bool) -> None:
-    """Write every thread's stack to stderr on ``signum``, from C, so it works while the loop is blocked.
-
-    SIGUSR1 only dumps (the process goes on): how an operator asks a wedged agent where it is. SIGQUIT
-    dumps, then does what SIGQUIT does by default, ending the process at once without a drain; the next
-    attempt resumes as after a SIGKILL.
-    """
-    import faulthandler
-
-    with contextlib.suppress(ValueError, RuntimeError, OSError):  # stderr without a file descriptor
-        faulthandler.register(signum, file=sys.stderr, all_threads=True, chain=then_default)

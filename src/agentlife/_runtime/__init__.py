@@ -1,0 +1,31 @@
+"""The engine: one agent process's lifecycle, from boot to exit. Private; this docstring is its map.
+
+A process runs one job through six states (``agentlife.State``)::
+
+    BOOTING -> HYDRATING -> READY -> EXECUTING -> DRAINING -> TERMINATED
+
+and the modules here each own one part of that road:
+
+``_lifecycle``
+    `Runtime`: the whole process in one structured-concurrency scope, readable top to bottom. It boots
+    (services, settings, journal, store), hydrates, runs the step loop, drains and cleans up, and turns
+    the outcome into the exit code (0, 1, 143). It delegates everything below.
+``_signals``
+    How signals get in and how the process is sure to get out: `EarlySignal` (a signal during the
+    agent's imports), the loop's signal receiver plus a watcher thread on the wakeup fd (a tool that
+    blocks the loop cannot hold a drain), the hard-exit timer, and the stack dumps of SIGUSR1/SIGQUIT.
+``_hydration``
+    `Hydrator`: claim the row and load the checkpoint (mandatory, with store retries), scan the
+    journal (5 s), fetch memories (10 s), in that order, each timed.
+``_context``
+    `StepContext` and what a step's calls go through: numbering, replay with digest checks, budgets,
+    retries, timeouts, write-ahead journaling, approvals and policy.
+``_approvals``
+    `Approvals`: parking a job in WAITING_FOR_APPROVAL, polling, and the idle timeout.
+
+Collaborators take what they need (`StepHost`, the settings, the store, the journal) rather than the
+`Runtime`, so each can be built on its own in a test. The engine sits above the mechanisms (journal,
+stores, guard, probes, heartbeats, telemetry) and below the tools (``_cli``, ``testing``): see
+``tests/test_layers.py``. This ``__init__`` imports nothing, so the command line can install
+`EarlySignal` without loading the engine; import from the modules themselves.
+"""
