@@ -9,6 +9,7 @@ checkpoint, so later attempts do not ask again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -17,8 +18,9 @@ from agentlife._exceptions import BackgroundOperationRestricted, ParkRequested
 from agentlife.stores import JobStatus
 
 if TYPE_CHECKING:
+    from agentlife._agent import Job
     from agentlife._checkpoint import CheckpointDoc
-    from agentlife._runtime._lifecycle import Runtime
+    from agentlife._runtime._host import Booted, DrainState
 
 __all__ = ["Approvals"]
 
@@ -27,16 +29,27 @@ _APPROVED = (JobStatus.RUNNING, JobStatus.PENDING, JobStatus.RETRYING)
 
 
 class Approvals:
-    """The job's approval state and the parking loop."""
+    """The job's approval state and the parking loop.
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    Args:
+        booted: the job's settings, store and journal.
+        job: the job, as hydration found it (its payload may carry ``"approved": true``).
+        drain: stops the wait when a drain begins.
+        current_step: the step in progress, for the journal.
+    """
+
+    def __init__(
+        self, booted: Booted, job: Job, drain: DrainState, current_step: Callable[[], int | None]
+    ) -> None:
+        self.booted = booted
+        self.job = job
+        self.drain = drain
+        self.current_step = current_step
         self.approved = False
 
     def restore(self, doc: CheckpointDoc, row_status: str) -> None:
         """Approval as hydration finds it: in the checkpoint, in the payload, or granted while parked."""
-        job = self.runtime.job
-        payload = job.payload if job is not None else None
+        payload = self.job.payload
         self.approved = (
             doc.approved
             or (isinstance(payload, dict) and payload.get("approved") is True)
@@ -55,11 +68,10 @@ class Approvals:
         """
         if self.approved:
             return
-        rt = self.runtime
-        assert rt.store is not None and rt.settings is not None and rt.journal is not None
-        s, budget = rt.settings, rt.constants.budget
-        await rt.store.set_status(s.job_id, s.attempt, JobStatus.WAITING_FOR_APPROVAL)
-        rt.journal.append("APPROVAL_REQUESTED", tool=tool_name, step=rt.board.snapshot().step)
+        s, store = self.booted.settings, self.booted.store
+        budget = s.constants.budget
+        await store.set_status(s.job_id, s.attempt, JobStatus.WAITING_FOR_APPROVAL)
+        self.booted.journal.append("APPROVAL_REQUESTED", tool=tool_name, step=self.current_step())
         log.info(
             "%s needs approval: job parked in WAITING_FOR_APPROVAL (polling every %gs, idle timeout %gs)",
             tool_name,
@@ -68,14 +80,14 @@ class Approvals:
         )
         deadline = anyio.current_time() + budget.idle_timeout_seconds
         while True:
-            if rt.draining:
+            if self.drain.draining:
                 raise ParkRequested
-            row = await rt.store.get_job(s.job_id)
+            row = await store.get_job(s.job_id)
             status = row.status if row is not None else JobStatus.FAILED
             if status in _APPROVED:
                 self.approved = True
                 if status != JobStatus.RUNNING:
-                    await rt.store.set_status(s.job_id, s.attempt, JobStatus.RUNNING)
+                    await store.set_status(s.job_id, s.attempt, JobStatus.RUNNING)
                 log.info("%s approved", tool_name)
                 return
             if status != JobStatus.WAITING_FOR_APPROVAL:
@@ -85,6 +97,13 @@ class Approvals:
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 raise ParkRequested
-            assert rt.drain_event is not None
-            with anyio.move_on_after(min(budget.approval_poll_seconds, remaining)):
-                await rt.drain_event.wait()
+            await self._wait(min(budget.approval_poll_seconds, remaining))
+
+    async def _wait(self, seconds: float) -> None:
+        """Until the next poll, or the drain, whichever comes first."""
+        event = self.drain.drain_event
+        with anyio.move_on_after(seconds):
+            if event is None:
+                await anyio.sleep(seconds)
+            else:
+                await event.wait()

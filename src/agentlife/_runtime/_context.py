@@ -33,7 +33,8 @@ from agentlife._tools import NOT_DONE, ToolSpec, tool
 if TYPE_CHECKING:
     from agentlife._journal import Journal
     from agentlife._memory import MemoryRecord
-    from agentlife._runtime._lifecycle import Runtime
+    from agentlife._runtime._approvals import Approvals
+    from agentlife._runtime._host import StepHost
 
 __all__ = ["StepContext", "StepLLM"]
 
@@ -49,9 +50,10 @@ class _CallCounter:
 
 @dataclass(slots=True)
 class CallEnv:
-    """What the calls of one step need from the runtime."""
+    """What the calls of one step need from the process around them."""
 
-    runtime: Runtime
+    host: StepHost
+    approvals: Approvals
     journal: Journal
     replay: ReplayMap | None
     budget: Budget
@@ -116,7 +118,7 @@ class StepContext:
     @property
     def draining(self) -> bool:
         """True once a drain began: finish quickly, start nothing long."""
-        return self._env.runtime.draining
+        return self._env.host.draining
 
     @property
     def budget(self) -> BudgetView:
@@ -162,12 +164,12 @@ class StepContext:
         (300 s), counted from the step's start: with the step deadline alone, a stream that stalled for the
         60 s inter-chunk timeout could never be retried at all. A drain still caps it at its own deadline.
         """
-        runtime = self._env.runtime
-        c = runtime.constants
+        host = self._env.host
+        c = host.constants
         step_budget = max(c.drain.step_deadline_seconds, c.calls.llm_total_timeout_seconds)
         deadline = self._env.step_started + step_budget
-        if runtime.drain_deadline is not None:
-            deadline = min(deadline, runtime.drain_deadline)
+        if host.drain_deadline is not None:
+            deadline = min(deadline, host.drain_deadline)
         remaining_run = self._env.budget.run_seconds_remaining()
         if remaining_run is not None:
             deadline = min(deadline, anyio.current_time() + remaining_run)
@@ -185,7 +187,7 @@ class StepContext:
                 delay=round(event.delay, 3),
                 error_class=event.error_type,
                 classified_as=event.error_class,
-                error=self._env.runtime.redactor.redact(event.message),
+                error=self._env.host.redactor.redact(event.message),
                 remaining_budget=round(event.remaining_budget, 3)
                 if event.remaining_budget is not None
                 else None,
@@ -240,7 +242,7 @@ class StepContext:
     def _replay_mismatch(self, call: int, recorded: str, current: str) -> None:
         """Fail the step (the default), or void the step's records from ``call`` on and go on live."""
         invocation_id = self._invocation_id(call)
-        if self._env.runtime.agent.replay_mismatch != "rerun":
+        if self._env.host.agent.replay_mismatch != "rerun":
             raise ReplayMismatch(invocation_id, recorded, current)
         assert self._env.replay is not None
         self._env.replay.discard_from(call)
@@ -269,9 +271,9 @@ class StepContext:
         params: dict[str, Any],
         digest: str,
     ) -> LLMReply:
-        runtime, env = self._env.runtime, self._env
+        host, env = self._env.host, self._env
         env.budget.check_before_call(estimate_input_tokens(messages, params))
-        timeouts = stream_timeouts_from_constants(runtime.constants.calls)
+        timeouts = stream_timeouts_from_constants(host.constants.calls)
         env.journal.append("LLM_STARTED", step=self.step, call=call, model=model, digest=digest)
 
         async def attempt() -> LLMReply:
@@ -280,24 +282,24 @@ class StepContext:
             )
 
         started = time.monotonic()
-        with runtime.telemetry.llm_span(model, max_tokens=max_tokens) as span:
+        with host.telemetry.llm_span(model, max_tokens=max_tokens) as span:
             try:
                 reply = await retry_call(
                     attempt,
-                    initial=runtime.constants.retry.transient_initial_seconds,
-                    cap=runtime.constants.retry.transient_max_seconds,
+                    initial=host.constants.retry.transient_initial_seconds,
+                    cap=host.constants.retry.transient_max_seconds,
                     deadline=self._retry_deadline(),
                     rng=env.rng,
                     on_retry=self._on_retry("llm", model, call),
                 )
             except Exception as exc:
-                runtime.telemetry.llm_call(model, "error", None)
-                runtime.stats.llm_calls += 1
+                host.telemetry.llm_call(model, "error", None)
+                host.stats.llm_calls += 1
                 span.record_error(exc)
                 raise
             span.record_reply(reply)
-        runtime.stats.llm_calls += 1
-        runtime.telemetry.llm_call(model, "ok", reply.usage)
+        host.stats.llm_calls += 1
+        host.telemetry.llm_call(model, "ok", reply.usage)
         env.journal.append(
             "LLM_COMPLETED",
             step=self.step,
@@ -307,7 +309,7 @@ class StepContext:
             duration=round(time.monotonic() - started, 6),
             digest=digest,
         )
-        await runtime.add_usage(reply)
+        await host.add_usage(reply)
         return reply
 
     # -- tools --------------------------------------------------------------------------------------------
@@ -329,7 +331,7 @@ class StepContext:
                 )
                 return verified
         if spec.restricted:
-            await self._env.runtime.approvals.require_approval(spec.name)
+            await self._env.approvals.require_approval(spec.name)
             await self._check_policy(spec, call, kwargs)
         tries = 0
 
@@ -352,8 +354,8 @@ class StepContext:
             try:
                 return await retry_call(
                     try_once,
-                    initial=self._env.runtime.constants.retry.transient_initial_seconds,
-                    cap=self._env.runtime.constants.retry.transient_max_seconds,
+                    initial=self._env.host.constants.retry.transient_initial_seconds,
+                    cap=self._env.host.constants.retry.transient_max_seconds,
                     deadline=self._retry_deadline(),
                     rng=self._env.rng,
                     on_retry=self._on_retry("tool", spec.name, call),
@@ -401,7 +403,7 @@ class StepContext:
     async def _run_tool_once(
         self, spec: ToolSpec[..., Any], call: int, invocation_id: str, kwargs: dict[str, Any], digest: str
     ) -> Any:
-        runtime, journal = self._env.runtime, self._env.journal
+        host, journal = self._env.host, self._env.journal
         fields = {
             "step": self.step,
             "call": call,
@@ -414,31 +416,31 @@ class StepContext:
             await journal.append_durable("TOOL_STARTED", **fields)
         else:
             journal.append("TOOL_STARTED", **fields)
-        runtime.notify("tool_started", tool=spec.name, step=self.step, call=call)
-        timeout = spec.timeout if spec.timeout is not None else runtime.constants.tool_timeout(spec.name)
+        host.notify("tool_started", tool=spec.name, step=self.step, call=call)
+        timeout = spec.timeout if spec.timeout is not None else host.constants.tool_timeout(spec.name)
         if spec.timeout is not None:
-            timeout *= runtime.constants.time_scale
+            timeout *= host.constants.time_scale
         args = dict(kwargs)
         if spec.wants_invocation_id:
             args["invocation_id"] = invocation_id
         started = time.monotonic()
         try:
-            with runtime.telemetry.tool_span(spec.name, invocation_id):
+            with host.telemetry.tool_span(spec.name, invocation_id):
                 result = await _call_with_timeout(spec, args, timeout)
         except Exception as exc:
             duration = time.monotonic() - started
-            runtime.stats.tool_calls += 1
-            runtime.telemetry.tool_call(spec.name, type(exc).__name__, duration)
+            host.stats.tool_calls += 1
+            host.telemetry.tool_call(spec.name, type(exc).__name__, duration)
             journal.append(
                 "TOOL_FAILED",
                 **fields,
                 error_class=type(exc).__name__,
-                error=runtime.redactor.redact(str(exc))[:2000],
+                error=host.redactor.redact(str(exc))[:2000],
                 duration=round(duration, 6),
             )
             raise
-        runtime.stats.tool_calls += 1
-        runtime.telemetry.tool_call(spec.name, "ok", time.monotonic() - started)
+        host.stats.tool_calls += 1
+        host.telemetry.tool_call(spec.name, "ok", time.monotonic() - started)
         await self._journal_tool_completed(
             spec, call, invocation_id, result, digest=digest, duration=time.monotonic() - started
         )
@@ -475,12 +477,12 @@ class StepContext:
 
     async def _check_policy(self, spec: ToolSpec[..., Any], call: int, kwargs: Mapping[str, Any]) -> None:
         """Ask ``check_policy`` under its timeout; a timeout or error refuses the call (fail closed)."""
-        runtime = self._env.runtime
-        calls = runtime.constants.calls
+        host = self._env.host
+        calls = host.constants.calls
         while True:
             try:
                 with anyio.fail_after(calls.policy_timeout_seconds):
-                    allowed = await runtime.agent.check_policy(spec.name, kwargs)
+                    allowed = await host.agent.check_policy(spec.name, kwargs)
             except Exception as exc:
                 reason = "timed out" if isinstance(exc, TimeoutError) else f"failed: {type(exc).__name__}"
                 self._env.journal.append(

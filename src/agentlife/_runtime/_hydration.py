@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -11,13 +12,16 @@ import anyio.to_thread
 
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._exceptions import BootFailure, CheckpointCorrupt, JobNotFound, StoreUnavailable
+from agentlife._journal import ReplayMap, build_replay, scan_for_resume
 from agentlife._logging import log_fields
 from agentlife.stores import JobRecord
 
 if TYPE_CHECKING:
-    from agentlife._journal import ReplayMap
-    from agentlife._memory import MemoryRecord
-    from agentlife._runtime._lifecycle import Runtime
+    from agentlife._agent import AgentProcess, Job
+    from agentlife._memory import MemoryRecord, QdrantMemory
+    from agentlife._redact import Redactor
+    from agentlife._runtime._host import Booted
+    from agentlife._telemetry_facade import TelemetryFacade
 
 __all__ = ["Hydrator"]
 
@@ -25,15 +29,21 @@ log = logging.getLogger("agentlife.hydration")
 
 
 class Hydrator:
-    """The three hydration steps, each timed into ``agent.hydration.duration``."""
+    """The three hydration steps, each timed into ``agent.hydration.duration``.
 
-    def __init__(self, runtime: Runtime) -> None:
-        assert runtime.settings is not None and runtime.store is not None and runtime.journal is not None
-        self.runtime = runtime
-        self.settings = runtime.settings
-        self.store = runtime.store
-        self.journal = runtime.journal
-        self.constants = runtime.settings.constants.hydration
+    Args:
+        booted: the job's settings, store and this process's journal.
+        redactor: masks secrets in what hydration logs.
+        telemetry: where each step's duration goes.
+    """
+
+    def __init__(self, booted: Booted, *, redactor: Redactor, telemetry: TelemetryFacade) -> None:
+        self.settings = booted.settings
+        self.store = booted.store
+        self.journal = booted.journal
+        self.constants = booted.settings.constants.hydration
+        self.redactor = redactor
+        self.telemetry = telemetry
 
     async def _with_store_retries(self, what: str, fn: Any) -> Any:
         """Up to ``checkpoint_tries`` attempts with a fixed backoff while the store is unreachable."""
@@ -42,22 +52,27 @@ class Hydrator:
             try:
                 return await fn()
             except StoreUnavailable as exc:
-                message = self.runtime.redactor.redact(str(exc))
+                message = self.redactor.redact(str(exc))
                 if attempt == tries:
                     raise BootFailure(f"{what}: store unreachable after {tries} tries: {message}") from None
                 log.warning("%s: store unreachable (try %s/%s): %s", what, attempt, tries, message)
                 await anyio.sleep(self.constants.checkpoint_backoff_seconds)
         raise AssertionError("unreachable")
 
-    async def claim_job(self) -> JobRecord:
-        """Find (or create) the job row and claim it for this attempt."""
-        s, options = self.settings, self.runtime.options
+    async def claim_job(self, *, create: bool = False, payload: Any = None) -> JobRecord:
+        """Find (or create) the job row and claim it for this attempt.
+
+        Args:
+            create: create a missing row on PostgreSQL too (SQLite always creates it).
+            payload: the payload of a row this process creates.
+        """
+        s = self.settings
         started = time.monotonic()
 
         async def find_or_create() -> JobRecord:
             row = await self.store.get_job(s.job_id)
             if row is None:
-                if self.store.url_scheme != "sqlite" and not options.create_job:
+                if self.store.url_scheme != "sqlite" and not create:
                     raise JobNotFound(
                         f"job {s.job_id} does not exist in the store (the control plane creates job rows; "
                         "pass --create-job to create it)"
@@ -66,7 +81,7 @@ class Hydrator:
                     "max_input_tokens": s.constants.budget.max_input_tokens,
                     "max_cost_usd": s.constants.budget.max_cost_usd,
                 }
-                row = await self.store.create_job(s.job_id, s.agent_id, options.payload, budget)
+                row = await self.store.create_job(s.job_id, s.agent_id, payload, budget)
                 log.info("created job row %s", s.job_id)
             return await self.store.claim(s.job_id, s.attempt)
 
@@ -74,7 +89,7 @@ class Hydrator:
             row: JobRecord = await self._with_store_retries("claim", find_or_create)
         except JobNotFound as exc:
             raise BootFailure(str(exc)) from None
-        self.runtime.telemetry.hydration_phase("claim", time.monotonic() - started)
+        self.telemetry.hydration_phase("claim", time.monotonic() - started)
         return row
 
     async def load_checkpoint(self) -> tuple[CheckpointDoc, str | None]:
@@ -88,7 +103,7 @@ class Hydrator:
             doc = CheckpointDoc() if loaded is None else CheckpointDoc.decode(loaded.data, s.job_id)
         except CheckpointCorrupt as exc:
             raise BootFailure(str(exc)) from None
-        self.runtime.telemetry.hydration_phase("checkpoint", time.monotonic() - started)
+        self.telemetry.hydration_phase("checkpoint", time.monotonic() - started)
         if loaded is None:
             log.info("fresh job: starting at step 0")
             return doc, None
@@ -105,8 +120,6 @@ class Hydrator:
 
     async def scan_journal(self, checkpoint_id: str | None, doc: CheckpointDoc) -> ReplayMap | None:
         """Step 2: the replay map of the resumed step; any trouble degrades to checkpoint-only resume."""
-        from agentlife._journal import build_replay, scan_for_resume
-
         budget = self.constants.buffer_scan_timeout_seconds
         started = time.monotonic()
         replay: ReplayMap | None = None
@@ -141,7 +154,7 @@ class Hydrator:
             log.warning("journal scan: degrading to checkpoint-only resume: exceeded %gs", budget)
         except Exception as exc:  # the scan is optional: nothing it meets may stop hydration
             log.warning("journal scan: degrading to checkpoint-only resume: %s: %s", type(exc).__name__, exc)
-        self.runtime.telemetry.hydration_phase("journal_scan", time.monotonic() - started)
+        self.telemetry.hydration_phase("journal_scan", time.monotonic() - started)
         self._write_resume_marker(checkpoint_id, doc, replay)
         return replay
 
@@ -159,15 +172,25 @@ class Hydrator:
         if replay is not None:
             self.journal.carry_forward(replay.events_for_carry_forward())
 
-    async def fetch_memories(self, doc: CheckpointDoc) -> list[MemoryRecord]:
-        """Step 3: memories for the query text; unreachable or slow means a warning and none."""
-        runtime = self.runtime
-        assert runtime.job is not None
+    async def fetch_memories(
+        self,
+        doc: CheckpointDoc,
+        *,
+        job: Job,
+        agent: AgentProcess,
+        open_memory: Callable[[], Awaitable[QdrantMemory]],
+    ) -> list[MemoryRecord]:
+        """Step 3: memories for the query text; unreachable or slow means a warning and none.
+
+        Args:
+            doc: the checkpoint loaded in step 1.
+            job: the job, for ``memory_query``.
+            agent: the agent whose ``memory_query`` gives the query text.
+            open_memory: opens (once) the memory store.
+        """
         started = time.monotonic()
         try:
-            query = runtime.agent.memory_query(
-                runtime.job, {"summary": doc.state.get("summary"), **doc.state}
-            )
+            query = agent.memory_query(job, {"summary": doc.state.get("summary"), **doc.state})
         except Exception as exc:
             log.warning("memory_query() failed: %s; continuing without memories", exc)
             return []
@@ -180,11 +203,11 @@ class Hydrator:
         records: list[MemoryRecord] = []
         try:
             with anyio.fail_after(self.constants.memory_timeout_seconds):
-                memory = await runtime.open_memory()
+                memory = await open_memory()
                 records = await memory.search(query, top_k=self.constants.memory_top_k)
             log.info("memory: %s records hydrated", len(records))
         except Exception as exc:
-            reason = "timed out" if isinstance(exc, TimeoutError) else runtime.redactor.redact(str(exc))
+            reason = "timed out" if isinstance(exc, TimeoutError) else self.redactor.redact(str(exc))
             log.warning("memory fetch failed (%s); continuing without memories", reason)
-        runtime.telemetry.hydration_phase("memory", time.monotonic() - started)
+        self.telemetry.hydration_phase("memory", time.monotonic() - started)
         return records

@@ -40,12 +40,16 @@ from agentlife._exceptions import (
     ParkRequested,
     StoreUnavailable,
 )
+from agentlife._journal import Journal, contained_session_dir
+from agentlife._lag import run_lag_monitor
 from agentlife._logging import installed_json_logging, log_fields
 from agentlife._preload import Preloader
 from agentlife._redact import Redactor
 from agentlife._replay import check_replayable
 from agentlife._runtime._approvals import Approvals
 from agentlife._runtime._context import CallEnv, StepContext
+from agentlife._runtime._host import Booted, RuntimeStats
+from agentlife._runtime._hydration import Hydrator
 from agentlife._runtime._signals import EarlySignal, HardExit, receive_drain_signals
 from agentlife._state import State, StateMachine, Transition
 from agentlife._status import StatusBoard
@@ -54,7 +58,7 @@ from agentlife.constants import Constants
 from agentlife.stores import JobStatus, store_from_url
 
 if TYPE_CHECKING:
-    from agentlife._journal import Journal, ReplayMap
+    from agentlife._journal import ReplayMap
     from agentlife._llm import LLMClient, LLMReply
     from agentlife._memory import MemoryRecord, QdrantMemory
     from agentlife.stores import CheckpointStore
@@ -115,16 +119,6 @@ class RunOptions:
 
 
 @dataclass(slots=True)
-class RuntimeStats:
-    """Counters for heartbeats, ``/status`` and the harness."""
-
-    steps_completed: int = 0
-    llm_calls: int = 0
-    tool_calls: int = 0
-    checkpoints_written: int = 0
-
-
-@dataclass(slots=True)
 class _Outcome:
     exit_code: int
     reason: str
@@ -165,7 +159,7 @@ class Runtime:
         self.journal: Journal | None = None
         self.store: CheckpointStore | None = None
         self.memory: QdrantMemory | None = None
-        self.approvals = Approvals(self)
+        self.approvals: Approvals | None = None
         self.budget: Budget | None = None
         self.job: Job | None = None
         self._draining = False
@@ -285,9 +279,9 @@ class Runtime:
             with anyio.CancelScope() as self._phase_scope:
                 if self.draining:  # a signal caught during imports (EarlySignal) arrived before this scope
                     self._phase_scope.cancel()
-                await self._boot()
+                booted = await self._boot()
                 self.machine.move(State.HYDRATING, "stores open")
-                resume = await self._hydrate()
+                resume = await self._hydrate(booted)
             self._phase_scope = None
             if resume is None or self.draining:
                 outcome = _Outcome(
@@ -312,7 +306,7 @@ class Runtime:
 
     # -- BOOTING ----------------------------------------------------------------------------------------
 
-    async def _boot(self) -> None:
+    async def _boot(self) -> Booted:
         self._start_probe_server()
         self.notify("booting")
         try:
@@ -334,14 +328,15 @@ class Runtime:
             blocked_threshold_seconds=settings.constants.probe.blocked_threshold_seconds,
         )
         self._preloader = Preloader(self._modules_to_preload(settings)).start()
-        self._open_journal(settings)
-        self._start_services(settings)
-        self.store = store_from_url(settings.resolved_database_url)
+        journal = self.journal = self._open_journal(settings)
+        self._start_services(settings, journal)
+        store = self.store = store_from_url(settings.resolved_database_url)
         try:
-            await self.store.open()  # bounded by the store's own connect timeout and tries
+            await store.open()  # bounded by the store's own connect timeout and tries
         except StoreUnavailable as exc:
             raise BootFailure(f"store unreachable: {self.redactor.redact(str(exc))}") from None
-        self.board.store_has_free_connection = self.store.has_free_connection
+        self.board.store_has_free_connection = store.has_free_connection
+        return Booted(settings, store, journal)
 
     def _modules_to_preload(self, settings: Settings) -> list[str]:
         modules: list[str] = []
@@ -353,15 +348,13 @@ class Runtime:
             modules.append("qdrant_client")
         return modules
 
-    def _open_journal(self, settings: Settings) -> None:
-        from agentlife._journal import Journal, contained_session_dir
-
+    def _open_journal(self, settings: Settings) -> Journal:
         try:
             session_dir = contained_session_dir(settings.data_dir, settings.job_id)
         except ConfigError as exc:
             raise BootFailure(f"configuration error: {exc}") from None
-        self.journal = Journal.create(session_dir, settings.attempt, redactor=self.redactor)
-        self.journal.append(
+        journal = Journal.create(session_dir, settings.attempt, redactor=self.redactor)
+        journal.append(
             "SESSION_STARTED",
             job_id=settings.job_id,
             agent_id=settings.agent_id,
@@ -370,13 +363,11 @@ class Runtime:
             pod_name=self.redactor.redact(settings.pod_name),
             previous_exit_code=settings.previous_exit_code,
         )
-        # Transitions that happened before the journal existed (BOOTING is the start state; none so far).
+        return journal
 
-    def _start_services(self, settings: Settings) -> None:
-        assert self._services is not None and self.journal is not None
-        from agentlife._lag import run_lag_monitor
-
-        self._services.start_soon(self.journal.run_periodic_flush, 1.0)
+    def _start_services(self, settings: Settings, journal: Journal) -> None:
+        assert self._services is not None
+        self._services.start_soon(journal.run_periodic_flush, 1.0)
         self._services.start_soon(run_lag_monitor, self.board, settings.constants.probe.lag_interval_seconds)
         if settings.control_plane_url:
             from agentlife._heartbeat import SseHeartbeat
@@ -441,15 +432,15 @@ class Runtime:
 
     # -- HYDRATING --------------------------------------------------------------------------------------
 
-    async def _hydrate(self) -> _Resume:
-        from agentlife._runtime._hydration import Hydrator
-
-        assert self.settings is not None and self.store is not None and self.journal is not None
-        hydrator = Hydrator(self)
+    async def _hydrate(self, booted: Booted) -> _Resume:
+        hydrator = Hydrator(booted, redactor=self.redactor, telemetry=self.telemetry)
         self.notify("hydration_started")
-        job_row = await hydrator.claim_job()
+        job_row = await hydrator.claim_job(create=self.options.create_job, payload=self.options.payload)
         self._start_job_heartbeat()
-        self.job = Job(job_row.id, job_row.agent_id, self.settings.attempt, job_row.payload, job_row.status)
+        job = self.job = Job(
+            job_row.id, job_row.agent_id, booted.settings.attempt, job_row.payload, job_row.status
+        )
+        self.approvals = Approvals(booted, job, self, lambda: self._current_step)
         self.budget = Budget.build(self.constants.budget, job_row.token_budget, job_row.tokens_consumed)
         if job_row.status in _TERMINAL_STATUSES:
             log.info("job %s is already %s: nothing to do", job_row.id, job_row.status)
@@ -458,7 +449,7 @@ class Runtime:
         self.checkpoint_id = checkpoint_id
         replay = await hydrator.scan_journal(checkpoint_id, doc)
         self.approvals.restore(doc, job_row.status)
-        memories = await hydrator.fetch_memories(doc)
+        memories = await hydrator.fetch_memories(doc, job=job, agent=self.agent, open_memory=self.open_memory)
         if self._drain_pending():
             # The signal came while a memory call ran on a worker thread (no cancel reaches it) and its error
             # was handled, so the phase scope's cancel had no await to land on: drained, never READY.
@@ -466,14 +457,13 @@ class Runtime:
         self.machine.move(State.READY, "hydrated")
         # Built after READY: its ~120 ms of SDK imports would otherwise compete with boot for the GIL.
         # Everything recorded before then is buffered by the facade and replayed.
-        self.telemetry.start_building(self.settings, self.board, dict(self.env))
+        self.telemetry.start_building(booted.settings, self.board, dict(self.env))
         self.notify("ready")
         return _Resume(doc, checkpoint_id, replay, memories)
 
     # -- EXECUTING --------------------------------------------------------------------------------------
 
     async def _execute(self, resume: _Resume) -> _Outcome:
-        assert self.settings is not None
         if self.draining:
             return _Outcome(EXIT_DRAINED, "drained before execution")
         self.machine.move(State.EXECUTING, "step loop")
@@ -512,6 +502,9 @@ class Runtime:
                 return _Outcome(EXIT_DRAINED, f"step {doc.next_step} cancelled at the drain deadline")
         return await self._deliver_and_finish(doc)
 
+    def _approved(self) -> bool:
+        return self.approvals is not None and self.approvals.approved
+
     def _drained_between_steps(self) -> str:
         if self._drained_in_step is None:
             return f"drained by {self.drain_reason} between steps"
@@ -530,8 +523,10 @@ class Runtime:
         self.budget.check_run_time()
         # A private copy: a crashed or cancelled step must not leak half-made changes into a checkpoint.
         state = orjson.loads(orjson.dumps(doc.state, option=orjson.OPT_NON_STR_KEYS))
+        assert self.approvals is not None
         env = CallEnv(
             self,
+            self.approvals,
             self.journal,
             replay if replay and replay.step == step else None,
             self.budget,
@@ -578,12 +573,10 @@ class Runtime:
                 result=outcome.result,
                 status=outcome.status,
                 reason=outcome.reason,
-                approved=self.approvals.approved,
+                approved=self._approved(),
             )
         else:
-            new = doc.evolve(
-                next_step=step + 1, state=ctx.state, phase="running", approved=self.approvals.approved
-            )
+            new = doc.evolve(next_step=step + 1, state=ctx.state, phase="running", approved=self._approved())
         await self.write_checkpoint(new, step)
         self.notify("step_completed", step=step)
         return outcome or True, new
