@@ -9,11 +9,23 @@ and the modules here each own one part of that road:
 ``_lifecycle``
     `Runtime`: the whole process in one structured-concurrency scope, readable top to bottom. It boots
     (services, settings, journal, store), hydrates, runs the step loop, drains and cleans up, and turns
-    the outcome into the exit code (0, 1, 143). It delegates everything below.
+    the outcome into the exit code (0, 1, 143). It is built in layers, one concern per module:
+``_base``
+    `RuntimeBase`: the process's state as boot and hydration fill it in, the drain flag, observers, the
+    transition listener; `RunOptions` (how the CLI and the test harness differ).
+``_services``
+    The process-level services around a job: session journal, probe server, lag monitor, SSE and job
+    heartbeats, telemetry, JSON logs, the memory client; and their orderly close in cleanup.
+``_steps``
+    Running one step: its `StepContext`, the checkpoint after it (fenced, retried while the store is
+    unreachable), usage accounting, and parking a step that waits for approval.
+``_finish``
+    How a job ends: delivery at most once per channel, the terminal status, housekeeping, memories
+    written back, failures the runtime decides (budgets) and crash records.
 ``_signals``
     How signals get in and how the process is sure to get out: `EarlySignal` (a signal during the
     agent's imports), the loop's signal receiver plus a watcher thread on the wakeup fd (a tool that
-    blocks the loop cannot hold a drain), the hard-exit timer, and the stack dumps of SIGUSR1/SIGQUIT.
+    blocks the loop cannot hold a drain), `HardExit`, and the stack dumps of SIGUSR1/SIGQUIT.
 ``_hydration``
     `Hydrator`: claim the row and load the checkpoint (mandatory, with store retries), scan the
     journal (5 s), fetch memories (10 s), in that order, each timed.
@@ -22,6 +34,9 @@ and the modules here each own one part of that road:
     retries, timeouts, write-ahead journaling, approvals and policy.
 ``_approvals``
     `Approvals`: parking a job in WAITING_FOR_APPROVAL, polling, and the idle timeout.
+``_host``
+    What collaborators are given instead of the `Runtime`: `Booted` (settings, store, journal),
+    `StepHost` (what a step's calls need), `DrainState`, `RuntimeStats`.
 
 Collaborators take what they need (`StepHost`, the settings, the store, the journal) rather than the
 `Runtime`, so each can be built on its own in a test. The engine sits above the mechanisms (journal,

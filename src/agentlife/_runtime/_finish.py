@@ -1,0 +1,145 @@
+"""How a job ends: delivery, the terminal status, housekeeping, memories, crash records.
+
+Delivery happens at most once per channel; failures the runtime decides (budgets) and crashes are
+recorded on the job row.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+from agentlife._checkpoint import CheckpointDoc
+from agentlife._exceptions import (
+    AgentlifeError,
+)
+from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, Outcome
+from agentlife.stores import JobStatus
+
+if TYPE_CHECKING:
+    pass
+
+from agentlife._runtime._steps import StepsMixin
+
+log = logging.getLogger("agentlife.runtime")
+
+
+class FinishMixin(StepsMixin):
+    """Delivery, terminal statuses and crash records."""
+
+    async def _deliver_and_finish(self, doc: CheckpointDoc) -> Outcome:
+        """Delivery first (at most once per channel), then the terminal status, then housekeeping."""
+        from agentlife._delivery import DeliveryGuard, run_housekeeping
+
+        assert self.store is not None and self.settings is not None
+        s, status = self.settings, doc.status or JobStatus.COMPLETED
+        retry = self.constants.retry
+        guard = DeliveryGuard(
+            self.store,
+            s.job_id,
+            self.agent.delivery_channel,
+            attempts=retry.delivery_attempts,
+            initial=retry.delivery_initial_seconds,
+            multiplier=retry.delivery_multiplier,
+        )
+        with anyio.CancelScope() as scope:
+            self._step_scope = scope
+            if self.drain_deadline is not None:
+                scope.deadline = self.drain_deadline
+            delivered = await guard.deliver(lambda: self.agent.deliver(doc.result))
+            log.info("delivered" if delivered else "delivery already recorded: not delivered again")
+        self._step_scope = None
+        if scope.cancelled_caught:
+            return Outcome(EXIT_DRAINED, "drain deadline reached during delivery; the next attempt delivers")
+        await self.store.set_status(
+            s.job_id,
+            s.attempt,
+            status,
+            result=_row_result(doc.result, doc.reason),
+            error=_failure_record(doc.reason, s.attempt) if status == "FAILED" else None,
+        )
+        if not self.draining:
+            await run_housekeeping([lambda: self.agent.housekeeping(doc.result)])  # logs its own errors
+            await self._store_memories(doc)
+        self._enter_draining(f"job {status.lower()}")
+        return Outcome(EXIT_DONE, f"job {status}", status)
+
+    async def _finish_failed_by_runtime(self, doc: CheckpointDoc, reason: str) -> Outcome:
+        assert self.store is not None and self.settings is not None
+        s = self.settings
+        await self.store.set_status(
+            s.job_id,
+            s.attempt,
+            JobStatus.FAILED,
+            result={"reason": reason},
+            error=_failure_record(reason, s.attempt, "BudgetExhausted"),
+        )
+        self._enter_draining("job failed")
+        return Outcome(EXIT_DONE, reason, JobStatus.FAILED)
+
+    async def _store_memories(self, doc: CheckpointDoc) -> None:
+        """Write the agent's memories of this job back, best effort, within the memory budget."""
+        try:
+            texts = self.agent.memories_to_store(doc.result, doc.state)
+            if texts:
+                with anyio.fail_after(self.constants.hydration.memory_timeout_seconds):
+                    memory = await self.open_memory()
+                    await memory.add(texts, {"job_id": self.job.id if self.job else None})
+        except Exception as exc:
+            log.warning("memory write-back failed: %s", self.redactor.redact(str(exc)))
+
+    async def _crashed(self, exc: BaseException) -> Outcome:
+        message = self.redactor.redact(f"{type(exc).__name__}: {exc}")
+        log.error("crash in step %s: %s", self._current_step, message, exc_info=exc)
+        from agentlife._policy import CrashRecord
+
+        # The shape `should_retry_after_crash` reads back, plus what a person needs to debug it.
+        record = CrashRecord.from_exception(
+            exc,
+            attempt=self.settings.attempt if self.settings else 0,
+            exit_code=EXIT_CRASH,
+            step=self._current_step,
+            redact=self.redactor.redact,
+        ).to_dict()
+        record["state"] = self.state.value
+        record["traceback"] = self.redactor.redact("".join(traceback.format_exception(exc)))[-4000:]
+        if self.store is not None and self.settings is not None and self.job is not None:
+            with anyio.move_on_after(self.constants.drain.cleanup_budget_seconds / 2, shield=True):
+                try:
+                    # The row's status as it is now, not as hydration saw it: a control plane that failed
+                    # the job meanwhile (say, refusing a parked approval) must not be overruled by the crash.
+                    row = await self.store.get_job(self.settings.job_id)
+                    status = row.status if row is not None else self.job.status
+                    await self.store.set_status(
+                        self.settings.job_id,
+                        self.settings.attempt,
+                        status if status != JobStatus.PENDING else JobStatus.RUNNING,
+                        error=record,
+                    )
+                except AgentlifeError as store_exc:
+                    log.error(
+                        "could not record the crash on the job row: %s", self.redactor.redact(str(store_exc))
+                    )
+        return Outcome(EXIT_CRASH, f"crash: {message.splitlines()[0][:300]}")
+
+
+def _row_result(result: Any, reason: str | None) -> Any:
+    if result is None and reason:
+        return {"reason": reason}
+    return result
+
+
+def _failure_record(reason: str | None, attempt: int, error_class: str = "JobFailed") -> dict[str, Any]:
+    return {
+        "at": time.time(),
+        "attempt": attempt,
+        "exit_code": 0,
+        "error_class": error_class,
+        "message": reason or "job failed",
+    }
