@@ -34,7 +34,8 @@ from typing import Any
 import anyio
 import orjson
 
-from agentlife._journal import EventType, Journal, scan_for_resume, session_path
+from agentlife._journal import EventType, Journal, session_path
+from agentlife._recovery import scan_for_resume
 
 BENCH = "journal"
 MARKER_ID = "ckpt-final"

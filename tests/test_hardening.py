@@ -21,7 +21,8 @@ import orjson
 import pytest
 
 from agentlife import AgentProcess, AttemptFenced, Done, StepContext, tool
-from agentlife._journal import list_sessions, scan_for_resume
+from agentlife._journal import list_sessions
+from agentlife._recovery import scan_for_resume
 from agentlife._redact import MASK, Redactor
 from agentlife.stores import PostgresStore, SQLiteStore
 from agentlife.testing import AgentHarness

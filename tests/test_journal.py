@@ -13,15 +13,8 @@ import orjson
 import pytest
 
 from agentlife._exceptions import ConfigError
-from agentlife._journal import (
-    EventType,
-    Journal,
-    args_digest,
-    job_session_dir,
-    list_sessions,
-    read_events,
-    session_path,
-)
+from agentlife._journal import EventType, Journal, args_digest, job_session_dir, list_sessions, session_path
+from agentlife._recovery import read_events
 from agentlife._redact import Redactor
 
 

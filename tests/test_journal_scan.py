@@ -15,17 +15,9 @@ import pytest
 
 from agentlife._cli._journal import register as register_cli
 from agentlife._exceptions import ConfigError
-from agentlife._journal import (
-    BadLine,
-    EventType,
-    Journal,
-    build_replay,
-    iter_lines_reverse,
-    read_events,
-    scan_for_resume,
-    session_path,
-)
+from agentlife._journal import EventType, Journal, session_path
 from agentlife._journal_show import format_timeline
+from agentlife._recovery import BadLine, build_replay, iter_lines_reverse, read_events, scan_for_resume
 
 JOB = "job-7"
 

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from agentlife import Done, ReplayMismatch, UnreplayableValue
-from agentlife._journal import ReplayMap, build_replay
+from agentlife._recovery import ReplayMap, build_replay
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
 from procs import REPO, agent_env, run_cli, spawn, wait_for
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from agentlife._exceptions import ConfigError
-from agentlife._journal import BadLine, Event, EventType, read_events
+from agentlife._journal import Event, EventType
+from agentlife._recovery import BadLine, read_events
 
 __all__ = ["format_timeline"]
 

@@ -42,9 +42,9 @@ from agentlife.constants import Constants
 from agentlife.stores import JobStatus
 
 if TYPE_CHECKING:
-    from agentlife._journal import ReplayMap
     from agentlife._llm import LLMClient
     from agentlife._memory import MemoryRecord, QdrantMemory
+    from agentlife._recovery import ReplayMap
     from agentlife.stores import CheckpointStore
 
 

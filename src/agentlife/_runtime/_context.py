@@ -23,9 +23,10 @@ from agentlife._exceptions import (
     ToolTimeout,
 )
 from agentlife._guard import stream_timeouts_from_constants
-from agentlife._journal import ReplayMap, ToolRecord, args_digest
+from agentlife._journal import args_digest
 from agentlife._llm import LLMClient, LLMReply
 from agentlife._logging import log_fields
+from agentlife._recovery import ReplayMap, ToolRecord
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
 from agentlife._retry import RetryEvent, classify, retry_call
 from agentlife._tools import NOT_DONE, ToolSpec, tool

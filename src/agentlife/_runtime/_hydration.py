@@ -12,8 +12,8 @@ import anyio.to_thread
 
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._exceptions import BootFailure, CheckpointCorrupt, JobNotFound, StoreUnavailable
-from agentlife._journal import ReplayMap, build_replay, scan_for_resume
 from agentlife._logging import log_fields
+from agentlife._recovery import ReplayMap, build_replay, scan_for_resume
 from agentlife.stores import JobRecord
 
 if TYPE_CHECKING:

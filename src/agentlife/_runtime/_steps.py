@@ -29,9 +29,9 @@ from agentlife._state import State
 from agentlife.stores import JobStatus
 
 if TYPE_CHECKING:
-    from agentlife._journal import ReplayMap
     from agentlife._llm import LLMReply
     from agentlife._memory import MemoryRecord
+    from agentlife._recovery import ReplayMap
 
 from agentlife._runtime._services import ServicesMixin
 
@@ -175,7 +175,7 @@ class StepsMixin(ServicesMixin):
 
     async def _step_events_since_checkpoint(self, step: int) -> list[dict[str, Any]]:
         """This session's events of ``step`` after the current checkpoint's marker (best effort)."""
-        from agentlife._journal import build_replay, scan_for_resume
+        from agentlife._recovery import build_replay, scan_for_resume
 
         assert self.journal is not None and self.settings is not None
         session_dir, checkpoint_id = self.settings.session_dir, self.checkpoint_id

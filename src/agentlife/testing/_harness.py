@@ -220,6 +220,6 @@ class AgentHarness:
 def _read_journal(runtime: Runtime) -> list[dict[str, Any]]:
     if runtime.journal is None:
         return []
-    from agentlife._journal import read_events
+    from agentlife._recovery import read_events
 
     return [e for e in read_events(runtime.journal.path) if isinstance(e, dict)]
