@@ -21,7 +21,8 @@ import anyio
 import pytest
 
 from agentlife import AttemptFenced
-from agentlife._heartbeat import JobHeartbeat, SseHeartbeat, format_sse, reconnect_delay
+from agentlife._heartbeat import SseHeartbeat, format_sse, reconnect_delay
+from agentlife._job_heartbeat import JobHeartbeat
 from agentlife._state import State, Transition
 from agentlife._status import StatusBoard
 from agentlife.stores import SQLiteStore

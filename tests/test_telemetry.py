@@ -22,6 +22,7 @@ from opentelemetry.trace import StatusCode
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentlife._llm import LLMReply, Usage
+from agentlife._prometheus import prometheus_name
 from agentlife._state import State, Transition
 from agentlife._status import StatusBoard
 from agentlife._telemetry import (
@@ -29,7 +30,6 @@ from agentlife._telemetry import (
     Telemetry,
     bootstrap_kind,
     process_start_time,
-    prometheus_name,
 )
 
 # The instruments of an agent process, by the Prometheus family name and type they must show up as.

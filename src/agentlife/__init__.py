@@ -39,6 +39,7 @@ from agentlife._exceptions import (
 from agentlife._llm import LLMClient, LLMReply, StreamTimeouts, Usage
 from agentlife._state import State
 from agentlife._tools import NOT_DONE, ToolSpec, tool
+from agentlife._version import __version__
 
 if TYPE_CHECKING:
     from agentlife._anthropic import AnthropicLLM
@@ -76,7 +77,6 @@ _LAZY = {
     "should_retry_after_crash": "agentlife._policy",
 }
 
-__version__ = "0.1.0"
 
 __all__ = [
     "NOT_DONE",

@@ -112,7 +112,7 @@ class Settings:
             ConfigError: with a one-line message naming the variable at fault.
         """
         env = os.environ if env is None else env
-        job = job_id or env.get("AGENTLIFE_JOB_ID")
+        job = job_id or job_id_from_env(env)
         if not job:
             raise ConfigError("no job id: set AGENTLIFE_JOB_ID or pass --job-id")
         agent = env.get("AGENTLIFE_AGENT_ID") or agent_id
@@ -135,6 +135,22 @@ class Settings:
             deployment_env=env.get("DEPLOYMENT_ENV", ""),
             constants=constants if constants is not None else Constants.from_env(env),
         )
+
+
+def job_id_from_env(env: Mapping[str, str]) -> str | None:
+    """``AGENTLIFE_JOB_ID``, or None when unset or empty."""
+    return env.get("AGENTLIFE_JOB_ID") or None
+
+
+def database_url_from_env(env: Mapping[str, str]) -> str:
+    """``AGENTLIFE_DATABASE_URL``, or the embedded SQLite file under ``AGENTLIFE_DATA_DIR``."""
+    data_dir = Path(env.get("AGENTLIFE_DATA_DIR") or ".agentlife")
+    return env.get("AGENTLIFE_DATABASE_URL") or f"sqlite:///{data_dir / 'agentlife.db'}"
+
+
+def debug_from_env(env: Mapping[str, str]) -> bool:
+    """Whether ``AGENTLIFE_LOG_LEVEL`` asks for DEBUG (the CLI then prints tracebacks of internal errors)."""
+    return (env.get("AGENTLIFE_LOG_LEVEL") or "").upper() == "DEBUG"
 
 
 def validate_database_url(url: str) -> str:

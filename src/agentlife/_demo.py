@@ -15,6 +15,9 @@ from pathlib import Path
 import anyio
 
 from agentlife._exceptions import ConfigError
+from agentlife._journal_show import format_timeline
+from agentlife._runtime._entry import load_agent_class
+from agentlife._runtime._lifecycle import RunOptions, Runtime
 
 __all__ = ["run_demo"]
 
@@ -34,10 +37,6 @@ def _examples_dir() -> Path:
 
 def run_demo(data_dir: Path) -> int:
     """Run two example jobs on ``data_dir``; returns 0 when both completed."""
-    from agentlife._cli import load_agent_class
-    from agentlife._journal_show import format_timeline
-    from agentlife._runtime._lifecycle import RunOptions, Runtime
-
     examples = _examples_dir()
     sys.path.insert(0, str(examples))
     agent_cls = load_agent_class("release_notes_agent:ReleaseNotesAgent")

@@ -38,6 +38,7 @@ import anyio.to_thread
 import orjson
 
 from agentlife._config import validate_job_id
+from agentlife._exceptions import ConfigError
 from agentlife._redact import Redactor
 
 __all__ = [
@@ -132,8 +133,6 @@ def contained_session_dir(data_dir: Path, job_id: str) -> Path:
         ConfigError: ``job_id`` is not allowed, or a symlink leads outside the data directory.
         OSError: a directory cannot be created.
     """
-    from agentlife._exceptions import ConfigError
-
     root = Path(data_dir)
     root.mkdir(parents=True, exist_ok=True)
     real_root = root.resolve()

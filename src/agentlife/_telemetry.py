@@ -22,10 +22,7 @@ Example:
 from __future__ import annotations
 
 import logging
-import math
 import os
-import re
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -33,9 +30,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import unquote
 
+from agentlife._prometheus import labels, render_family
 from agentlife._state import State, Transition
+from agentlife._telemetry_export import metric_readers as env_metric_readers
+from agentlife._telemetry_export import resource_attributes
+from agentlife._telemetry_export import span_processors as env_span_processors
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, CallbackT, Meter, Observation
@@ -55,7 +55,6 @@ __all__ = [
     "Telemetry",
     "bootstrap_kind",
     "process_start_time",
-    "prometheus_name",
 ]
 
 _log = logging.getLogger("agentlife.telemetry")
@@ -139,19 +138,7 @@ INSTRUMENTS: tuple[InstrumentSpec, ...] = (
     ),
 )
 
-_SPECS = {spec.name: spec for spec in INSTRUMENTS}
 # OpenTelemetry UCUM units -> Prometheus base-unit suffixes (the OTel-to-Prometheus compatibility spec).
-_UNIT_SUFFIX = {
-    "s": "seconds",
-    "ms": "milliseconds",
-    "us": "microseconds",
-    "ns": "nanoseconds",
-    "By": "bytes",
-    "KiBy": "kibibytes",
-    "MiBy": "mebibytes",
-    "%": "percent",
-    "m": "meters",
-}
 
 # The fallback start time when the kernel cannot tell: as early as this module can see.
 _IMPORTED_AT = time.time()
@@ -254,228 +241,6 @@ def _has_earlier_session(data_dir: Path, job_id: str) -> bool:
     return False
 
 
-# -- Prometheus naming and text exposition --------------------------------------------------------------
-
-
-def prometheus_name(name: str, unit: str = "", kind: str = "gauge") -> str:
-    """The Prometheus family name of an OpenTelemetry instrument.
-
-    Dots and other invalid characters become underscores and the unit's base-unit suffix is appended
-    unless already there (``s`` -> ``_seconds``; annotations in braces add nothing). Counters' samples add
-    ``_total`` to this family name.
-    """
-    base = re.sub(r"[^a-zA-Z0-9_:]", "_", name)
-    if base[:1].isdigit():
-        base = "_" + base
-    suffix = _UNIT_SUFFIX.get(unit)
-    if suffix and not base.endswith("_" + suffix):
-        base = f"{base}_{suffix}"
-    if kind == "counter":
-        base = base.removesuffix("_total")
-    return base
-
-
-def _label_name(key: str) -> str:
-    name = re.sub(r"[^a-zA-Z0-9_]", "_", key)
-    return "_" + name if name[:1].isdigit() else name
-
-
-def _label_value(value: object) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(attributes: Mapping[str, Any], extra: tuple[str, str] | None = None) -> str:
-    pairs = [(_label_name(k), _label_value(v)) for k, v in sorted(attributes.items())]
-    if extra is not None:
-        pairs.append(extra)
-    if not pairs:
-        return ""
-    return "{" + ",".join(f'{k}="{v}"' for k, v in pairs) + "}"
-
-
-def _number(value: float) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
-
-
-def _help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _render_family(name: str, unit: str, description: str, data: Any, out: list[str]) -> None:
-    """Append the HELP/TYPE lines and samples of one metric (``data`` None: metadata only)."""
-    from opentelemetry.sdk.metrics.export import Gauge, Histogram, Sum
-
-    if isinstance(data, Histogram):
-        kind = "histogram"
-    elif isinstance(data, Sum) and data.is_monotonic:
-        kind = "counter"
-    elif data is None:
-        kind = _SPECS[name].kind
-    else:
-        kind = "gauge"
-    family = prometheus_name(name, unit, kind)
-    # In the 0.0.4 text format a counter's metadata names its samples, ``_total`` included.
-    sample = f"{family}_total" if kind == "counter" else family
-    out.append(f"# HELP {sample} {_help(description)}")
-    out.append(f"# TYPE {sample} {kind}")
-    if data is None:
-        return
-    if isinstance(data, Histogram):
-        for point in data.data_points:
-            attrs = dict(point.attributes or {})
-            cumulative = 0
-            for bound, count in zip(point.explicit_bounds, point.bucket_counts, strict=False):
-                cumulative += count
-                out.append(f"{family}_bucket{_labels(attrs, ('le', _number(float(bound))))} {cumulative}")
-            out.append(f"{family}_bucket{_labels(attrs, ('le', '+Inf'))} {point.count}")
-            out.append(f"{family}_sum{_labels(attrs)} {_number(point.sum)}")
-            out.append(f"{family}_count{_labels(attrs)} {point.count}")
-        return
-    assert isinstance(data, (Sum, Gauge))
-    for number in data.data_points:
-        out.append(f"{sample}{_labels(dict(number.attributes or {}))} {_number(number.value)}")
-
-
-# -- exporters from the OTEL_* environment --------------------------------------------------------------
-
-
-def _exporter_names(env: Mapping[str, str], variable: str) -> list[str]:
-    names = [n.strip().lower() for n in env.get(variable, "none").split(",") if n.strip()]
-    return [] if "none" in names else names
-
-
-def _otlp_endpoint(env: Mapping[str, str], signal: str) -> str:
-    specific = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "").strip()
-    if specific:
-        return specific
-    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or "http://localhost:4318"
-    return f"{base.rstrip('/')}/v1/{signal}"
-
-
-def _otlp_headers(env: Mapping[str, str], signal: str) -> dict[str, str]:
-    raw = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS", "")
-    headers: dict[str, str] = {}
-    for item in raw.split(","):
-        key, sep, value = item.partition("=")
-        if sep and key.strip():
-            headers[unquote(key.strip())] = unquote(value.strip())
-    return headers
-
-
-def _otlp_timeout(env: Mapping[str, str], signal: str) -> float | None:
-    """Export timeout in seconds, as the installed OTLP exporter reads ``OTEL_EXPORTER_OTLP_TIMEOUT``."""
-    raw = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT") or env.get("OTEL_EXPORTER_OTLP_TIMEOUT")
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        _log.warning("OTLP timeout %r is not a number; using the exporter's default", raw)
-        return None
-    return value if value > 0 else None
-
-
-def _check_protocol(env: Mapping[str, str], signal: str) -> None:
-    protocol = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL") or env.get(
-        "OTEL_EXPORTER_OTLP_PROTOCOL"
-    )
-    if protocol and protocol.strip() != "http/protobuf":
-        _log.warning("OTLP protocol %r is not supported; exporting %s over http/protobuf", protocol, signal)
-
-
-def _metric_readers(env: Mapping[str, str]) -> list[MetricReader]:
-    readers: list[MetricReader] = []
-    for name in _exporter_names(env, "OTEL_METRICS_EXPORTER"):
-        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
-
-        exporter: Any
-        if name == "otlp":
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-            _check_protocol(env, "metrics")
-            exporter = OTLPMetricExporter(
-                endpoint=_otlp_endpoint(env, "metrics"),
-                headers=_otlp_headers(env, "metrics") or None,
-                timeout=_otlp_timeout(env, "metrics"),
-            )
-        elif name == "console":
-            # stdout carries the JSON log lines; exporter output must not interleave with them.
-            exporter = ConsoleMetricExporter(out=sys.stderr)
-        elif name == "prometheus":
-            _log.debug("OTEL_METRICS_EXPORTER=prometheus: served by the probe server at /metrics")
-            continue
-        else:
-            _log.warning(
-                "OTEL_METRICS_EXPORTER=%s is not supported (use otlp, console or none); ignored", name
-            )
-            continue
-        interval = _env_float(env, "OTEL_METRIC_EXPORT_INTERVAL", 60_000.0)
-        timeout = _env_float(env, "OTEL_METRIC_EXPORT_TIMEOUT", 30_000.0)
-        readers.append(
-            PeriodicExportingMetricReader(
-                exporter, export_interval_millis=interval, export_timeout_millis=timeout
-            )
-        )
-    return readers
-
-
-def _span_processors(env: Mapping[str, str]) -> list[SpanProcessor]:
-    processors: list[SpanProcessor] = []
-    for name in _exporter_names(env, "OTEL_TRACES_EXPORTER"):
-        from opentelemetry.sdk.trace.export import (
-            BatchSpanProcessor,
-            ConsoleSpanExporter,
-            SimpleSpanProcessor,
-        )
-
-        if name == "otlp":
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            _check_protocol(env, "traces")
-            exporter = OTLPSpanExporter(
-                endpoint=_otlp_endpoint(env, "traces"),
-                headers=_otlp_headers(env, "traces") or None,
-                timeout=_otlp_timeout(env, "traces"),
-            )
-            processors.append(BatchSpanProcessor(exporter))
-        elif name == "console":
-            processors.append(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
-        else:
-            _log.warning(
-                "OTEL_TRACES_EXPORTER=%s is not supported (use otlp, console or none); ignored", name
-            )
-    return processors
-
-
-def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
-    try:
-        value = float(env.get(name, default))
-    except ValueError:
-        _log.warning("%s=%r is not a number; using %g", name, env.get(name), default)
-        return default
-    return value if value > 0 else default
-
-
-def _resource_attributes(
-    service_name: str, attributes: Mapping[str, Any], env: Mapping[str, str]
-) -> dict[str, Any]:
-    """Resource attributes: ``OTEL_RESOURCE_ATTRIBUTES``, then the caller's, then ``service.name``."""
-    merged: dict[str, Any] = {}
-    for item in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
-        key, sep, value = item.partition("=")
-        if sep and key.strip():
-            merged[unquote(key.strip())] = unquote(value.strip())
-    merged.update({k: v for k, v in attributes.items() if v is not None})
-    merged["service.name"] = env.get("OTEL_SERVICE_NAME", "").strip() or service_name
-    return merged
-
-
 # -- spans ----------------------------------------------------------------------------------------------
 
 
@@ -569,12 +334,12 @@ class Telemetry:
         from opentelemetry.sdk.trace import TracerProvider
 
         env = os.environ if env is None else env
-        self.resource: Resource = Resource.create(_resource_attributes(service_name, attributes or {}, env))
+        self.resource: Resource = Resource.create(resource_attributes(service_name, attributes or {}, env))
         self._reader = InMemoryMetricReader()
-        readers = [self._reader, *_metric_readers(env), *metric_readers]
+        readers = [self._reader, *env_metric_readers(env), *metric_readers]
         self.meter_provider: MeterProvider = MeterProvider(resource=self.resource, metric_readers=readers)
         self.tracer_provider: TracerProvider = TracerProvider(resource=self.resource)
-        for processor in [*_span_processors(env), *span_processors]:
+        for processor in [*env_span_processors(env), *span_processors]:
             self.tracer_provider.add_span_processor(processor)
         self.meter: Meter = self.meter_provider.get_meter("agentlife")
         self._tracer = self.tracer_provider.get_tracer("agentlife")
@@ -799,18 +564,18 @@ class Telemetry:
         self._render_target_info(out)
         for spec in INSTRUMENTS:
             metric = collected.pop(spec.name, None)
-            _render_family(spec.name, spec.unit, spec.description, metric.data if metric else None, out)
-        for metric in collected.values():  # instruments the runtime added through `meter`
-            _render_family(
-                metric.name, metric.unit or "", metric.description or metric.name, metric.data, out
+            render_family(
+                spec.name, spec.unit, spec.description, metric.data if metric else None, out, kind=spec.kind
             )
+        for metric in collected.values():  # instruments the runtime added through `meter`
+            render_family(metric.name, metric.unit or "", metric.description or metric.name, metric.data, out)
         return "\n".join(out) + "\n"
 
     def _render_target_info(self, out: list[str]) -> None:
         attrs = {k: v for k, v in self.resource.attributes.items() if not k.startswith("telemetry.sdk.")}
         out.append("# HELP target_info Target metadata")
         out.append("# TYPE target_info gauge")
-        out.append(f"target_info{_labels(attrs)} 1")
+        out.append(f"target_info{labels(attrs)} 1")
 
 
 def _create(meter: Meter, spec: InstrumentSpec, observe_lag: CallbackT) -> Any:

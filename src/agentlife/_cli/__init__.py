@@ -22,7 +22,8 @@ from agentlife._cli._common import (
     install_early_signal,
     version,
 )
-from agentlife._cli._run import load_agent_class, run_agent_main
+from agentlife._cli._run import run_agent_main
+from agentlife._runtime._entry import load_agent_class
 
 __all__ = ["build_parser", "exit_now", "load_agent_class", "main", "run_agent_main"]
 

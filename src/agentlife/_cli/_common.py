@@ -10,7 +10,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from agentlife._config import debug_from_env
 from agentlife._exceptions import AgentlifeError, ConfigError
+from agentlife._redact import Redactor
+from agentlife._version import __version__
 
 EXIT_USAGE = 2
 EXIT_DRAINED = 143
@@ -30,8 +33,6 @@ def say(line: str) -> None:
     Errors raised before the lifecycle starts (an import that fails, an agent whose ``__init__`` raises)
     may quote a token from the environment; the runtime's log redactor does not exist yet.
     """
-    from agentlife._redact import Redactor
-
     sys.stderr.write(Redactor.from_env(os.environ).redact(line) + "\n")
 
 
@@ -50,7 +51,7 @@ def guarded(handler: Callable[[], int]) -> int:
     except Exception as exc:
         # A bug, not bad input: still one line, since a traceback would print secrets unmasked.
         say(f"agentlife: internal error: {type(exc).__name__}: {exc}")
-        if (os.environ.get("AGENTLIFE_LOG_LEVEL") or "").upper() == "DEBUG":
+        if debug_from_env(os.environ):
             import traceback
 
             say("".join(traceback.format_exception(exc)).rstrip())
@@ -102,6 +103,5 @@ def install_early_signal() -> Any:
 
 
 def version() -> str:
-    from agentlife import __version__
-
+    """The installed agentlife version."""
     return __version__

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from agentlife._cli._common import Parser
+from agentlife._config import database_url_from_env
+from agentlife._redact import Redactor
+from agentlife.stores import store_from_url
 
 
 def register(sub: Any) -> None:
@@ -28,15 +30,7 @@ def register(sub: Any) -> None:
 def _cmd_db_init(args: argparse.Namespace) -> int:
     import anyio
 
-    from agentlife._redact import Redactor
-    from agentlife.stores import store_from_url
-
-    data_dir = Path(os.environ.get("AGENTLIFE_DATA_DIR") or ".agentlife")
-    url = (
-        args.database_url
-        or os.environ.get("AGENTLIFE_DATABASE_URL")
-        or f"sqlite:///{data_dir / 'agentlife.db'}"
-    )
+    url = args.database_url or database_url_from_env(os.environ)
     store = store_from_url(url)
 
     async def init() -> None:

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from agentlife._demo import run_demo
+
 
 def register(sub: Any) -> None:
     """Add ``demo`` to the subcommands."""
@@ -20,6 +22,5 @@ def register(sub: Any) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from agentlife._demo import run_demo
 
     return run_demo(Path(args.data_dir) if args.data_dir else Path(".agentlife-demo"))

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
-import inspect
 import json
 import os
 import sys
@@ -23,8 +21,11 @@ from agentlife._cli._common import (
     guarded,
     install_early_signal,
 )
+from agentlife._config import JOB_ID_PATTERN, MAX_PAYLOAD_DEPTH, Settings, job_id_from_env, validate_payload
 from agentlife._exceptions import ConfigError, SignalDuringImport, UnreplayableValue
 from agentlife._replay import check_replayable
+from agentlife._runtime._entry import check_agent_class, load_agent_class
+from agentlife.constants import Constants
 
 
 def register(sub: Any) -> None:
@@ -48,7 +49,6 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from agentlife.constants import Constants
 
     job_id_given(args)
     # A bad constant is a usage error before anything runs, and it sets how long an import may take
@@ -66,7 +66,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def job_id_given(args: argparse.Namespace) -> None:
     """A job id from ``--job-id`` or ``AGENTLIFE_JOB_ID``: without one, `run` is a usage error (exit 2)."""
-    if not (args.job_id or os.environ.get("AGENTLIFE_JOB_ID")):
+    if not (args.job_id or job_id_from_env(os.environ)):
         raise ConfigError("no job id: pass --job-id ID or set AGENTLIFE_JOB_ID")
 
 
@@ -106,12 +106,11 @@ def run_agent_main(agent_cls: type, argv: Sequence[str] | None = None) -> int:
 def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
     import anyio
 
-    from agentlife._config import JOB_ID_PATTERN, validate_payload
     from agentlife._runtime._lifecycle import RunOptions, Runtime
 
     payload = validate_payload(_parse_payload(args.payload))
     # Everything `check` checks, checked the same way before anything runs or is written: exit 2.
-    job_id = args.job_id or os.environ.get("AGENTLIFE_JOB_ID")
+    job_id = args.job_id or job_id_from_env(os.environ)
     if job_id and not JOB_ID_PATTERN.fullmatch(job_id):
         job_id = "check"  # the runtime refuses it at BOOTING (exit 1) without touching a path
     settings = validated_settings(
@@ -137,8 +136,6 @@ def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
 
 def _parse_payload(raw: str | None) -> Any:
     """Parse ``--payload`` exactly: orjson would turn an int beyond 64 bits into a rounded float."""
-    from agentlife._config import MAX_PAYLOAD_DEPTH
-
     if raw is None:
         return None
     try:
@@ -158,45 +155,6 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def load_agent_class(target: str) -> type:
-    """Import ``MODULE:CLASS`` and check it is an `AgentProcess` subclass.
-
-    Raises:
-        ConfigError: with one line saying what is wrong with ``target``.
-    """
-    from agentlife._agent import AgentProcess
-
-    module_name, sep, class_name = target.partition(":")
-    if not sep or not module_name or not class_name:
-        raise ConfigError(f"{target!r} is not MODULE:CLASS (e.g. mypkg.agents:Reviewer)")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise ConfigError(f"cannot import module {module_name!r}: {exc}") from None
-    except SystemExit as exc:  # sys.exit(0) at import must not look like a finished job
-        raise ConfigError(f"importing module {module_name!r} called sys.exit({exc.code!r})") from None
-    except Exception as exc:
-        raise ConfigError(f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from None
-    obj: Any = module
-    for part in class_name.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise ConfigError(f"module {module_name!r} has no attribute {class_name!r}")
-    if not isinstance(obj, type) or not issubclass(obj, AgentProcess):
-        raise ConfigError(f"{target!r} is not an AgentProcess subclass")
-    check_agent_class(obj)
-    return obj
-
-
-def check_agent_class(cls: type) -> None:
-    """Refuse an agent class the runtime could only fail on later: ``step`` must be ``async def``."""
-    step = getattr(cls, "step", None)
-    if not inspect.iscoroutinefunction(step):
-        raise ConfigError(f"{cls.__name__}.step must be 'async def step(self, ctx)', not a plain def")
-
-
 # -- check, db init ------------------------------------------------------------------------------------
 
 
@@ -211,9 +169,6 @@ def validated_settings(
     Raises:
         ConfigError: naming the variable at fault (`InvariantViolation` naming both sides).
     """
-    from agentlife._config import Settings
-    from agentlife.constants import Constants
-
     constants = Constants.from_env(env)
     return Settings.from_env(
         env,

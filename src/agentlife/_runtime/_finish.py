@@ -16,6 +16,7 @@ import anyio.abc
 import anyio.to_thread
 
 from agentlife._checkpoint import CheckpointDoc
+from agentlife._delivery import DeliveryGuard, run_housekeeping
 from agentlife._exceptions import (
     AgentlifeError,
 )
@@ -35,8 +36,6 @@ class FinishMixin(StepsMixin):
 
     async def _deliver_and_finish(self, doc: CheckpointDoc) -> Outcome:
         """Delivery first (at most once per channel), then the terminal status, then housekeeping."""
-        from agentlife._delivery import DeliveryGuard, run_housekeeping
-
         assert self.store is not None and self.settings is not None
         s, status = self.settings, doc.status or JobStatus.COMPLETED
         retry = self.constants.retry

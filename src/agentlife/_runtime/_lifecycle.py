@@ -34,6 +34,7 @@ from agentlife._exceptions import (
 )
 from agentlife._logging import log_fields
 from agentlife._preload import Preloader
+from agentlife._retry import classify
 from agentlife._runtime._approvals import Approvals
 from agentlife._runtime._base import (
     EXIT_CRASH,
@@ -239,8 +240,6 @@ class Runtime(FinishMixin):
                 log.error(str(exc))
                 return await self._finish_failed_by_runtime(doc, str(exc))
             except Exception as exc:
-                from agentlife._retry import classify
-
                 if not (self._drain_pending() and self._fenced is None and classify(exc).retryable):
                     raise
                 # The drain left no time to retry a transient error: the step is as resumable as one cancelled

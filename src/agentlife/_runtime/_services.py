@@ -21,6 +21,7 @@ from agentlife._exceptions import (
     BootFailure,
     ConfigError,
 )
+from agentlife._job_heartbeat import JobHeartbeat
 from agentlife._journal import Journal, contained_session_dir
 from agentlife._lag import run_lag_monitor
 from agentlife._logging import installed_json_logging
@@ -89,7 +90,6 @@ class ServicesMixin(RuntimeBase):
             self._services.start_soon(self._heartbeat.run)
 
     def _start_job_heartbeat(self) -> None:
-        from agentlife._heartbeat import JobHeartbeat
 
         assert self._services is not None and self.store is not None and self.settings is not None
         s = self.settings

@@ -22,6 +22,7 @@ from agentlife._checkpoint import CheckpointDoc
 from agentlife._exceptions import (
     StoreUnavailable,
 )
+from agentlife._recovery import build_replay, scan_for_resume
 from agentlife._replay import check_replayable
 from agentlife._runtime._base import EXIT_DONE, EXIT_DRAINED, Outcome
 from agentlife._runtime._context import CallEnv, StepContext
@@ -175,8 +176,6 @@ class StepsMixin(ServicesMixin):
 
     async def _step_events_since_checkpoint(self, step: int) -> list[dict[str, Any]]:
         """This session's events of ``step`` after the current checkpoint's marker (best effort)."""
-        from agentlife._recovery import build_replay, scan_for_resume
-
         assert self.journal is not None and self.settings is not None
         session_dir, checkpoint_id = self.settings.session_dir, self.checkpoint_id
         budget = self.constants.hydration.buffer_scan_timeout_seconds

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agentlife._config import validate_database_url
 from agentlife._exceptions import ConfigError
 from agentlife.stores._base import (
     HISTORY_KEEP,
@@ -43,8 +44,6 @@ def store_from_url(url: str, *, tables: TableNames | None = None) -> CheckpointS
     Raises:
         ConfigError: the scheme is not supported.
     """
-    from agentlife._config import validate_database_url
-
     validate_database_url(url)
     if url.startswith("sqlite:"):
         return SQLiteStore.from_url(url, tables=tables)

@@ -14,6 +14,7 @@ import orjson
 from agentlife._agent import AgentProcess
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._exceptions import CheckpointCorrupt
+from agentlife._recovery import read_events
 from agentlife._runtime._lifecycle import RunOptions, Runtime
 from agentlife._state import State
 from agentlife.constants import Constants
@@ -220,6 +221,5 @@ class AgentHarness:
 def _read_journal(runtime: Runtime) -> list[dict[str, Any]]:
     if runtime.journal is None:
         return []
-    from agentlife._recovery import read_events
 
     return [e for e in read_events(runtime.journal.path) if isinstance(e, dict)]
