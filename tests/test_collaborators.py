@@ -156,13 +156,9 @@ class _Host:
     stats: RuntimeStats = field(default_factory=RuntimeStats)
     telemetry: TelemetryFacade = field(default_factory=TelemetryFacade)
     events: list[str] = field(default_factory=list)
-    usage: list[LLMReply] = field(default_factory=list)
 
     def notify(self, event: str, **info: Any) -> None:
         self.events.append(event)
-
-    async def add_usage(self, reply: LLMReply) -> None:
-        self.usage.append(reply)
 
 
 @tool(side_effects=True)
@@ -176,13 +172,20 @@ async def test_a_step_context_runs_journaled_calls_against_a_small_host(booted: 
     job = Job(s.job_id, s.agent_id, s.attempt, {})
     approvals = Approvals(booted, job, host, lambda: 0)
     budget = Budget.build(host.constants.budget, None, None)
-    env = CallEnv(host, approvals, booted.journal, None, budget, ScriptedLLM(["hello"]), random.Random(1))
+    usage: list[LLMReply] = []
+
+    async def add_usage(reply: LLMReply) -> None:
+        usage.append(reply)
+
+    env = CallEnv(
+        host, approvals, add_usage, booted.journal, None, budget, ScriptedLLM(["hello"]), random.Random(1)
+    )
     ctx = StepContext(step=0, state={}, job=job, memories=[], footprint=Footprint(), env=env)
     assert await ctx.call_tool(_record, text="x") == "job-c/0/0: x"
     reply = await ctx.llm.complete(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
     assert reply.text == "hello"
     assert host.stats.tool_calls == 1 and host.stats.llm_calls == 1
-    assert host.events == ["tool_started"] and len(host.usage) == 1
+    assert host.events == ["tool_started"] and len(usage) == 1
     await booted.journal.flush()
     types = [e["type"] for e in _events(booted.journal)]
     assert types[-4:] == ["TOOL_STARTED", "TOOL_COMPLETED", "LLM_STARTED", "LLM_COMPLETED"]

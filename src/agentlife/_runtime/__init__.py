@@ -36,7 +36,9 @@ and the modules here each own one part of that road:
     `Approvals`: parking a job in WAITING_FOR_APPROVAL, polling, and the idle timeout.
 ``_host``
     What collaborators are given instead of the `Runtime`: `Booted` (settings, store, journal),
-    `StepHost` (what a step's calls need), `DrainState`, `RuntimeStats`.
+    `StepHost` (what a step's calls need), `DrainState`, `RuntimeStats`. Hydration's result is the
+    frozen `Hydrated` (job, budget, approvals, where to resume) of ``_base``; the step and finish paths
+    take `Booted` and `Hydrated` as arguments, so nothing there reads an optional attribute.
 
 Collaborators take what they need (`StepHost`, the settings, the store, the journal) rather than the
 `Runtime`, so each can be built on its own in a test. The engine sits above the mechanisms (journal,

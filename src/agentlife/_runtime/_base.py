@@ -107,6 +107,16 @@ class Resume:
     memories: list[MemoryRecord] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class Hydrated:
+    """What hydration found: the claimed job, its budget, its approval state and where to resume."""
+
+    job: Job
+    budget: Budget
+    approvals: Approvals
+    resume: Resume
+
+
 Observer = Callable[[str, dict[str, Any]], None]
 
 
@@ -147,7 +157,6 @@ class RuntimeBase:
         self._drain_started: float | None = None
         self._phase_scope: anyio.CancelScope | None = None
         self._step_scope: anyio.CancelScope | None = None
-        self._services: anyio.abc.TaskGroup | None = None
         self._preloader: Preloader | None = None
         self._probe_server: Any = None
         self._heartbeat: Any = None
@@ -190,9 +199,6 @@ class RuntimeBase:
         """Exit with ``code`` if the process is still here after ``seconds`` plus half the SIGKILL buffer."""
         margin = min(self.constants.drain.sigkill_buffer_seconds / 2, 2.0)
         self.hard_exit.arm(seconds + margin, code)
-
-    def _approved(self) -> bool:
-        return self.approvals is not None and self.approvals.approved
 
     def _on_transition(self, transition: Transition) -> None:
         self.board.update(state=transition.target)

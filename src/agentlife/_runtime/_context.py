@@ -6,7 +6,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -55,6 +55,7 @@ class CallEnv:
 
     host: StepHost
     approvals: Approvals
+    add_usage: Callable[[LLMReply], Awaitable[None]]
     journal: Journal
     replay: ReplayMap | None
     budget: Budget
@@ -245,8 +246,9 @@ class StepContext:
         invocation_id = self._invocation_id(call)
         if self._env.host.agent.replay_mismatch != "rerun":
             raise ReplayMismatch(invocation_id, recorded, current)
-        assert self._env.replay is not None
-        self._env.replay.discard_from(call)
+        replay = self._env.replay
+        if replay is not None:
+            replay.discard_from(call)
         self._env.journal.append(
             "REPLAY_DISCARDED",
             step=self.step,
@@ -310,7 +312,7 @@ class StepContext:
             duration=round(time.monotonic() - started, 6),
             digest=digest,
         )
-        await host.add_usage(reply)
+        await env.add_usage(reply)
         return reply
 
     # -- tools --------------------------------------------------------------------------------------------

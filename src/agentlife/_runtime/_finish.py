@@ -15,12 +15,14 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from agentlife._agent import Job
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._delivery import DeliveryGuard, run_housekeeping
 from agentlife._exceptions import (
     AgentlifeError,
 )
 from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, Outcome
+from agentlife._runtime._host import Booted
 from agentlife.stores import JobStatus
 
 if TYPE_CHECKING:
@@ -34,13 +36,12 @@ log = logging.getLogger("agentlife.runtime")
 class FinishMixin(StepsMixin):
     """Delivery, terminal statuses and crash records."""
 
-    async def _deliver_and_finish(self, doc: CheckpointDoc) -> Outcome:
+    async def _deliver_and_finish(self, booted: Booted, job: Job, doc: CheckpointDoc) -> Outcome:
         """Delivery first (at most once per channel), then the terminal status, then housekeeping."""
-        assert self.store is not None and self.settings is not None
-        s, status = self.settings, doc.status or JobStatus.COMPLETED
+        s, store, status = booted.settings, booted.store, doc.status or JobStatus.COMPLETED
         retry = self.constants.retry
         guard = DeliveryGuard(
-            self.store,
+            store,
             s.job_id,
             self.agent.delivery_channel,
             attempts=retry.delivery_attempts,
@@ -56,7 +57,7 @@ class FinishMixin(StepsMixin):
         self._step_scope = None
         if scope.cancelled_caught:
             return Outcome(EXIT_DRAINED, "drain deadline reached during delivery; the next attempt delivers")
-        await self.store.set_status(
+        await store.set_status(
             s.job_id,
             s.attempt,
             status,
@@ -65,14 +66,13 @@ class FinishMixin(StepsMixin):
         )
         if not self.draining:
             await run_housekeeping([lambda: self.agent.housekeeping(doc.result)])  # logs its own errors
-            await self._store_memories(doc)
+            await self._store_memories(booted, job, doc)
         self._enter_draining(f"job {status.lower()}")
         return Outcome(EXIT_DONE, f"job {status}", status)
 
-    async def _finish_failed_by_runtime(self, doc: CheckpointDoc, reason: str) -> Outcome:
-        assert self.store is not None and self.settings is not None
-        s = self.settings
-        await self.store.set_status(
+    async def _finish_failed_by_runtime(self, booted: Booted, doc: CheckpointDoc, reason: str) -> Outcome:
+        s = booted.settings
+        await booted.store.set_status(
             s.job_id,
             s.attempt,
             JobStatus.FAILED,
@@ -82,14 +82,14 @@ class FinishMixin(StepsMixin):
         self._enter_draining("job failed")
         return Outcome(EXIT_DONE, reason, JobStatus.FAILED)
 
-    async def _store_memories(self, doc: CheckpointDoc) -> None:
+    async def _store_memories(self, booted: Booted, job: Job, doc: CheckpointDoc) -> None:
         """Write the agent's memories of this job back, best effort, within the memory budget."""
         try:
             texts = self.agent.memories_to_store(doc.result, doc.state)
             if texts:
                 with anyio.fail_after(self.constants.hydration.memory_timeout_seconds):
-                    memory = await self.open_memory()
-                    await memory.add(texts, {"job_id": self.job.id if self.job else None})
+                    memory = await self.open_memory(booted.settings)
+                    await memory.add(texts, {"job_id": job.id})
         except Exception as exc:
             log.warning("memory write-back failed: %s", self.redactor.redact(str(exc)))
 

@@ -2,7 +2,7 @@
 
 * `Booted`: what boot opened for the job (settings, store, journal), frozen once boot is done.
 * `StepHost`: the little a step's calls need from the process around them: constants, the drain, the
-  redactor, counters, telemetry, notifications and usage accounting. The `Runtime` is one; a unit test
+  redactor, counters, telemetry and notifications. The `Runtime` is one; a unit test
   can pass a small stand-in.
 * `DrainState`: what the approval loop watches to stop parking when a drain begins.
 """
@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from agentlife._agent import AgentProcess
     from agentlife._config import Settings
     from agentlife._journal import Journal
-    from agentlife._llm import LLMReply
     from agentlife._redact import Redactor
     from agentlife._telemetry_facade import TelemetryFacade
     from agentlife.constants import Constants
@@ -95,8 +94,4 @@ class StepHost(DrainState, Protocol):
 
     def notify(self, event: str, **info: Any) -> None:
         """Tell observers that ``event`` happened."""
-        ...
-
-    async def add_usage(self, reply: LLMReply) -> None:
-        """Account a completed LLM call's usage against the job's budget."""
         ...

@@ -43,6 +43,7 @@ from agentlife._runtime._base import (
     EXIT_USAGE,
     PHASE_NAMES,
     TERMINAL_STATUSES,
+    Hydrated,
     Outcome,
     Resume,
     RunOptions,
@@ -112,10 +113,9 @@ class Runtime(FinishMixin):
         with self._logging():
             try:
                 async with anyio.create_task_group() as services:
-                    self._services = services
                     if self.options.handle_signals:
                         await services.start(self._receive_signals)
-                    outcome = await self._lifecycle()
+                    outcome = await self._lifecycle(services)
                     services.cancel_scope.cancel()
             except BaseException:
                 self.hard_exit.disarm()
@@ -130,26 +130,26 @@ class Runtime(FinishMixin):
             )
             return outcome.exit_code
 
-    async def _lifecycle(self) -> Outcome:
-        resume: Resume | None = None
+    async def _lifecycle(self, services: anyio.abc.TaskGroup) -> Outcome:
+        hydrated: Hydrated | None = None
         outcome: Outcome
         try:
             with anyio.CancelScope() as self._phase_scope:
                 if self.draining:  # a signal caught during imports (EarlySignal) arrived before this scope
                     self._phase_scope.cancel()
-                booted = await self._boot()
+                booted = await self._boot(services)
                 self.machine.move(State.HYDRATING, "stores open")
-                resume = await self._hydrate(booted)
+                hydrated = await self._hydrate(booted, services)
             self._phase_scope = None
-            if resume is None or self.draining:
+            if hydrated is None or self.draining:
                 outcome = Outcome(
                     EXIT_DRAINED,
                     f"drained during {PHASE_NAMES.get(self._drained_in, self._drained_in.value.lower())}",
                 )
-            elif isinstance(resume.doc.status, str) and resume.doc.phase == "done":
-                outcome = Outcome(EXIT_DONE, f"job already {resume.doc.status}")
+            elif isinstance(hydrated.resume.doc.status, str) and hydrated.resume.doc.phase == "done":
+                outcome = Outcome(EXIT_DONE, f"job already {hydrated.resume.doc.status}")
             else:
-                outcome = await self._execute(resume)
+                outcome = await self._execute(booted, hydrated)
         except BootFailure as exc:
             # The one ERROR line saying why the pod died (the transition and exit lines are INFO).
             log.error("fatal: %s", exc)
@@ -162,7 +162,7 @@ class Runtime(FinishMixin):
         await self._cleanup(outcome)
         return outcome
 
-    async def _boot(self) -> Booted:
+    async def _boot(self, services: anyio.abc.TaskGroup) -> Booted:
         self._start_probe_server()
         self.notify("booting")
         try:
@@ -185,7 +185,7 @@ class Runtime(FinishMixin):
         )
         self._preloader = Preloader(self._modules_to_preload(settings)).start()
         journal = self.journal = self._open_journal(settings)
-        self._start_services(settings, journal)
+        self._start_services(services, settings, journal)
         store = self.store = store_from_url(settings.resolved_database_url)
         try:
             await store.open()  # bounded by the store's own connect timeout and tries
@@ -194,51 +194,57 @@ class Runtime(FinishMixin):
         self.board.store_has_free_connection = store.has_free_connection
         return Booted(settings, store, journal)
 
-    async def _hydrate(self, booted: Booted) -> Resume:
+    async def _hydrate(self, booted: Booted, services: anyio.abc.TaskGroup) -> Hydrated:
         hydrator = Hydrator(booted, redactor=self.redactor, telemetry=self.telemetry)
         self.notify("hydration_started")
         job_row = await hydrator.claim_job(create=self.options.create_job, payload=self.options.payload)
-        self._start_job_heartbeat()
+        self._start_job_heartbeat(services, booted)
         job = self.job = Job(
             job_row.id, job_row.agent_id, booted.settings.attempt, job_row.payload, job_row.status
         )
-        self.approvals = Approvals(booted, job, self, lambda: self._current_step)
-        self.budget = Budget.build(self.constants.budget, job_row.token_budget, job_row.tokens_consumed)
+        approvals = self.approvals = Approvals(booted, job, self, lambda: self._current_step)
+        budget = self.budget = Budget.build(
+            self.constants.budget, job_row.token_budget, job_row.tokens_consumed
+        )
         if job_row.status in TERMINAL_STATUSES:
             log.info("job %s is already %s: nothing to do", job_row.id, job_row.status)
-            return Resume(CheckpointDoc(status=job_row.status, phase="done"), job_row.checkpoint_id)
+            done = Resume(CheckpointDoc(status=job_row.status, phase="done"), job_row.checkpoint_id)
+            return Hydrated(job, budget, approvals, done)
         doc, checkpoint_id = await hydrator.load_checkpoint()
         self.checkpoint_id = checkpoint_id
         replay = await hydrator.scan_journal(checkpoint_id, doc)
-        self.approvals.restore(doc, job_row.status)
-        memories = await hydrator.fetch_memories(doc, job=job, agent=self.agent, open_memory=self.open_memory)
+        approvals.restore(doc, job_row.status)
+        memories = await hydrator.fetch_memories(
+            doc, job=job, agent=self.agent, open_memory=lambda: self.open_memory(booted.settings)
+        )
+        hydrated = Hydrated(job, budget, approvals, Resume(doc, checkpoint_id, replay, memories))
         if self._drain_pending():
             # The signal came while a memory call ran on a worker thread (no cancel reaches it) and its error
             # was handled, so the phase scope's cancel had no await to land on: drained, never READY.
-            return Resume(doc, checkpoint_id, replay, memories)
+            return hydrated
         self.machine.move(State.READY, "hydrated")
         # Built after READY: its ~120 ms of SDK imports would otherwise compete with boot for the GIL.
         # Everything recorded before then is buffered by the facade and replayed.
         self.telemetry.start_building(booted.settings, self.board, dict(self.env))
         self.notify("ready")
-        return Resume(doc, checkpoint_id, replay, memories)
+        return hydrated
 
-    async def _execute(self, resume: Resume) -> Outcome:
+    async def _execute(self, booted: Booted, hydrated: Hydrated) -> Outcome:
         if self.draining:
             return Outcome(EXIT_DRAINED, "drained before execution")
         self.machine.move(State.EXECUTING, "step loop")
-        self._llm_client = self.agent.make_llm()
-        doc, replay = resume.doc, resume.replay
+        llm = self._llm_client = self.agent.make_llm()
+        doc, replay = hydrated.resume.doc, hydrated.resume.replay
         while doc.phase != "delivering":
             if self._drain_pending():  # a call, not the property: a signal may have come during the step
                 return Outcome(EXIT_DRAINED, self._drained_between_steps())
             try:
-                result, doc = await self._run_step(doc, replay, resume.memories)
+                result, doc = await self._run_step(booted, hydrated, llm, doc, replay)
             except ParkRequested:
-                return await self._park(doc)
+                return await self._park(booted, doc)
             except BudgetExhausted as exc:
                 log.error(str(exc))
-                return await self._finish_failed_by_runtime(doc, str(exc))
+                return await self._finish_failed_by_runtime(booted, doc, str(exc))
             except Exception as exc:
                 if not (self._drain_pending() and self._fenced is None and classify(exc).retryable):
                     raise
@@ -258,7 +264,7 @@ class Runtime(FinishMixin):
                 raise self._fenced
             if result is None:
                 return Outcome(EXIT_DRAINED, f"step {doc.next_step} cancelled at the drain deadline")
-        return await self._deliver_and_finish(doc)
+        return await self._deliver_and_finish(booted, hydrated.job, doc)
 
     def _receive_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> Any:
         drain_budget = (

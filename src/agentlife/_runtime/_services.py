@@ -26,6 +26,7 @@ from agentlife._journal import Journal, contained_session_dir
 from agentlife._lag import run_lag_monitor
 from agentlife._logging import installed_json_logging
 from agentlife._runtime._base import Outcome
+from agentlife._runtime._host import Booted
 from agentlife._state import State
 
 if TYPE_CHECKING:
@@ -66,10 +67,9 @@ class ServicesMixin(RuntimeBase):
         )
         return journal
 
-    def _start_services(self, settings: Settings, journal: Journal) -> None:
-        assert self._services is not None
-        self._services.start_soon(journal.run_periodic_flush, 1.0)
-        self._services.start_soon(run_lag_monitor, self.board, settings.constants.probe.lag_interval_seconds)
+    def _start_services(self, services: anyio.abc.TaskGroup, settings: Settings, journal: Journal) -> None:
+        services.start_soon(journal.run_periodic_flush, 1.0)
+        services.start_soon(run_lag_monitor, self.board, settings.constants.probe.lag_interval_seconds)
         if settings.control_plane_url:
             from agentlife._heartbeat import SseHeartbeat
 
@@ -87,14 +87,12 @@ class ServicesMixin(RuntimeBase):
                 reconnect_max=hb.reconnect_max_seconds,
                 redactor=self.redactor,
             )
-            self._services.start_soon(self._heartbeat.run)
+            services.start_soon(self._heartbeat.run)
 
-    def _start_job_heartbeat(self) -> None:
-
-        assert self._services is not None and self.store is not None and self.settings is not None
-        s = self.settings
+    def _start_job_heartbeat(self, services: anyio.abc.TaskGroup, booted: Booted) -> None:
+        s = booted.settings
         beat = JobHeartbeat(
-            self.store,
+            booted.store,
             s.job_id,
             s.attempt,
             s.constants.heartbeat.job_interval_seconds,
@@ -102,7 +100,7 @@ class ServicesMixin(RuntimeBase):
             on_fenced=self._fenced_out,
             redactor=self.redactor,
         )
-        self._services.start_soon(beat.run)
+        services.start_soon(beat.run)
 
     def _fenced_out(self, exc: AttemptFenced) -> None:
         """A later attempt owns the job: stop the step loop now, exit 1, never write the row again."""
@@ -130,11 +128,10 @@ class ServicesMixin(RuntimeBase):
         )
         self._probe_server.start()
 
-    async def open_memory(self) -> QdrantMemory:
+    async def open_memory(self, settings: Settings) -> QdrantMemory:
         """The memory client, opened on first use (its import overlapped boot on the preload thread)."""
         from agentlife._memory import QdrantMemory, collection_name
 
-        assert self.settings is not None
         if self.memory is None:
             budget = self.constants.hydration.memory_timeout_seconds
             if self._preloader is not None:
@@ -142,9 +139,9 @@ class ServicesMixin(RuntimeBase):
                     self._preloader.wait, "qdrant_client", 10.0, abandon_on_cancel=True
                 )
             self.memory = QdrantMemory(
-                url=self.settings.qdrant_url,
-                path=self.settings.data_dir / "qdrant",
-                collection=collection_name(self.settings.agent_id),
+                url=settings.qdrant_url,
+                path=settings.data_dir / "qdrant",
+                collection=collection_name(settings.agent_id),
                 embedder=self.agent.make_embedder(),
                 # Its calls run on worker threads a cancel scope cannot stop: bound each by what is left of
                 # the memory budget (qdrant-client's own 5 s would outlast a scaled budget).

@@ -6,6 +6,7 @@ budget.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -18,20 +19,22 @@ import anyio.to_thread
 import orjson
 
 from agentlife._agent import Done, Footprint
+from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._exceptions import (
     StoreUnavailable,
 )
+from agentlife._llm import LLMClient
 from agentlife._recovery import build_replay, scan_for_resume
 from agentlife._replay import check_replayable
-from agentlife._runtime._base import EXIT_DONE, EXIT_DRAINED, Outcome
+from agentlife._runtime._base import EXIT_DONE, EXIT_DRAINED, Hydrated, Outcome
 from agentlife._runtime._context import CallEnv, StepContext
+from agentlife._runtime._host import Booted
 from agentlife._state import State
 from agentlife.stores import JobStatus
 
 if TYPE_CHECKING:
     from agentlife._llm import LLMReply
-    from agentlife._memory import MemoryRecord
     from agentlife._recovery import ReplayMap
 
 from agentlife._runtime._services import ServicesMixin
@@ -44,36 +47,34 @@ class StepsMixin(ServicesMixin):
     """Steps, checkpoints and usage."""
 
     async def _run_step(
-        self, doc: CheckpointDoc, replay: ReplayMap | None, memories: list[MemoryRecord]
+        self, booted: Booted, hydrated: Hydrated, llm: LLMClient, doc: CheckpointDoc, replay: ReplayMap | None
     ) -> tuple[Done | bool | None, CheckpointDoc]:
         """Run one step; returns (outcome, new doc). Outcome None means cancelled at the drain deadline."""
-        assert self.job is not None and self.journal is not None and self.budget is not None
-        assert self._llm_client is not None and self.settings is not None
-        step = doc.next_step
-        self.budget.check_run_time()
+        step, budget = doc.next_step, hydrated.budget
+        budget.check_run_time()
         # A private copy: a crashed or cancelled step must not leak half-made changes into a checkpoint.
         state = orjson.loads(orjson.dumps(doc.state, option=orjson.OPT_NON_STR_KEYS))
-        assert self.approvals is not None
         env = CallEnv(
             self,
-            self.approvals,
-            self.journal,
+            hydrated.approvals,
+            functools.partial(self._add_usage, booted, budget),
+            booted.journal,
             replay if replay and replay.step == step else None,
-            self.budget,
-            self._llm_client,
+            budget,
+            llm,
             self._rng,
         )
         ctx = StepContext(
             step=step,
             state=state,
-            job=self.job,
-            memories=memories,
-            footprint=Footprint.after_exit(self.settings.previous_exit_code),
+            job=hydrated.job,
+            memories=hydrated.resume.memories,
+            footprint=Footprint.after_exit(booted.settings.previous_exit_code),
             env=env,
         )
         self._current_step = step
         self.board.update(step=step)
-        self.journal.append("STEP_STARTED", step=step)
+        booted.journal.append("STEP_STARTED", step=step)
         self.notify("step_started", step=step)
         started = time.monotonic()
         outcome: Done | None = None
@@ -103,28 +104,28 @@ class StepsMixin(ServicesMixin):
                 result=outcome.result,
                 status=outcome.status,
                 reason=outcome.reason,
-                approved=self._approved(),
+                approved=hydrated.approvals.approved,
             )
         else:
-            new = doc.evolve(next_step=step + 1, state=ctx.state, phase="running", approved=self._approved())
-        await self.write_checkpoint(new, step)
+            new = doc.evolve(
+                next_step=step + 1, state=ctx.state, phase="running", approved=hydrated.approvals.approved
+            )
+        await self.write_checkpoint(booted, new, step)
         self.notify("step_completed", step=step)
         return outcome or True, new
 
-    async def write_checkpoint(self, doc: CheckpointDoc, step: int) -> None:
+    async def write_checkpoint(self, booted: Booted, doc: CheckpointDoc, step: int) -> None:
         """Store ``doc`` (fenced by attempt), retrying an unreachable store within the step budget."""
-        assert self.store is not None and self.settings is not None and self.journal is not None
-        s = self.settings
+        s, store = booted.settings, booted.store
         data = doc.evolve(attempt=s.attempt, written_at=time.time()).encode()
         checkpoint_id = f"{s.attempt:04d}-{step:06d}-{uuid.uuid4().hex[:8]}"
-        store = self.store
         crc = await self._retrying_store(
             "checkpoint write", lambda: store.write_checkpoint(s.job_id, s.attempt, checkpoint_id, step, data)
         )
         self.checkpoint_id = checkpoint_id
         self.stats.checkpoints_written += 1
-        self.journal.append("CHECKPOINT_WRITTEN", step=step, checkpoint_id=checkpoint_id, crc=crc)
-        await self.journal.flush(fsync=False)
+        booted.journal.append("CHECKPOINT_WRITTEN", step=step, checkpoint_id=checkpoint_id, crc=crc)
+        await booted.journal.flush(fsync=False)
 
     async def _retrying_store(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
         """``call()``, retried with backoff while the store is unreachable, within the step budget."""
@@ -140,33 +141,31 @@ class StepsMixin(ServicesMixin):
                 await anyio.sleep(delay)
                 delay = min(delay * 2, self.constants.retry.transient_max_seconds)
 
-    async def add_usage(self, reply: LLMReply) -> None:
+    async def _add_usage(self, booted: Booted, budget: Budget, reply: LLMReply) -> None:
         """Add a call's usage to the job row and the in-memory budget.
 
         Retried like a checkpoint write while the store is unreachable: a short PostgreSQL outage must not
         crash the step after its LLM call succeeded. A retry after a commit whose answer was lost counts the
         call twice, which errs on the side of the budget.
         """
-        assert self.store is not None and self.settings is not None and self.budget is not None
-        store, s, usage = self.store, self.settings, reply.usage
+        store, s, usage = booted.store, booted.settings, reply.usage
         totals = await self._retrying_store(
             "usage update",
             lambda: store.add_usage(
                 s.job_id, s.attempt, usage.input_tokens, usage.output_tokens, reply.cost_usd
             ),
         )
-        self.budget.add(totals)
+        budget.add(totals)
 
-    async def _park(self, doc: CheckpointDoc) -> Outcome:
+    async def _park(self, booted: Booted, doc: CheckpointDoc) -> Outcome:
         # The park checkpoint's marker lands after the parked step's completed calls, and the next attempt
         # replays only what follows the marker: carry those calls past it, or they would run again.
-        step_events = await self._step_events_since_checkpoint(doc.next_step)
+        step_events = await self._step_events_since_checkpoint(booted, doc.next_step)
         parked = doc.evolve(phase="awaiting_approval")
-        await self.write_checkpoint(parked, max(doc.next_step - 1, 0))
+        await self.write_checkpoint(booted, parked, max(doc.next_step - 1, 0))
         if step_events:
-            assert self.journal is not None
-            self.journal.carry_forward(step_events)
-            await self.journal.flush(fsync=True)
+            booted.journal.carry_forward(step_events)
+            await booted.journal.flush(fsync=True)
         if self.draining:
             return Outcome(EXIT_DRAINED, "drained while waiting for approval")
         self.machine.move(State.DRAINING, "parked: approval idle timeout")
@@ -174,13 +173,12 @@ class StepsMixin(ServicesMixin):
             EXIT_DONE, "parked: WAITING_FOR_APPROVAL after the idle timeout", JobStatus.WAITING_FOR_APPROVAL
         )
 
-    async def _step_events_since_checkpoint(self, step: int) -> list[dict[str, Any]]:
+    async def _step_events_since_checkpoint(self, booted: Booted, step: int) -> list[dict[str, Any]]:
         """This session's events of ``step`` after the current checkpoint's marker (best effort)."""
-        assert self.journal is not None and self.settings is not None
-        session_dir, checkpoint_id = self.settings.session_dir, self.checkpoint_id
+        session_dir, checkpoint_id = booted.settings.session_dir, self.checkpoint_id
         budget = self.constants.hydration.buffer_scan_timeout_seconds
         try:
-            await self.journal.flush(fsync=False)
+            await booted.journal.flush(fsync=False)
             result = await anyio.to_thread.run_sync(
                 lambda: scan_for_resume(
                     session_dir, checkpoint_id, budget_seconds=budget, checkpoint_step=step - 1
