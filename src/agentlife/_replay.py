@@ -17,11 +17,8 @@ The journal file (mode 0600) already holds the call's results.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import orjson
 
 from agentlife._exceptions import UnreplayableValue
 
@@ -31,7 +28,6 @@ _DIGEST_CHARS = 16
 _MIN_INT = -(2**63)  # orjson's range: beyond it a value cannot be written at all
 _MAX_INT = 2**64 - 1
 _MAX_DEPTH = 256
-_CANONICAL = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
 def tool_call_digest(tool: str, args: Mapping[str, Any]) -> str:
@@ -51,8 +47,14 @@ def llm_request_digest(
 
 
 def _digest(obj: Any) -> str:
+    # Imported here: `import agentlife` loads this module (Done checks its result) and must stay as
+    # cheap as `import asyncio`; by the time a call is digested, the journal has loaded both.
+    import hashlib
+
+    import orjson
+
     try:
-        data = orjson.dumps(obj, default=_identity, option=_CANONICAL)
+        data = orjson.dumps(obj, default=_identity, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
     except (TypeError, orjson.JSONEncodeError):
         data = repr(obj).encode("utf-8", "backslashreplace")
     return hashlib.sha256(data).hexdigest()[:_DIGEST_CHARS]
