@@ -24,6 +24,7 @@ _VOCABULARY = {
     "agentlife._exceptions",
     "agentlife._agent",
     "agentlife._tools",
+    "agentlife._schema",
     "agentlife._llm",
     "agentlife._checkpoint",
     "agentlife._config",

@@ -23,6 +23,7 @@
     ├── BudgetExhausted                  token, cost or run-time budget spent
     ├── BackgroundOperationRestricted    a restricted tool without approval
     ├── ReplayMismatch                   a resumed step's call differs from the one recorded: crash, exit 1
+    ├── ToolArgumentsInvalid             a model's tool arguments do not fit the tool: sent back to the model
     └── UnreplayableValue                (also TypeError) a value the journal could not give back exactly
 """
 
@@ -50,6 +51,7 @@ __all__ = [
     "ScheduleError",
     "StoreError",
     "StoreUnavailable",
+    "ToolArgumentsInvalid",
     "ToolTimeout",
     "TransientError",
     "UnreplayableValue",
@@ -186,6 +188,23 @@ class ReplayMismatch(AgentlifeError):
         self.invocation_id = invocation_id
         self.recorded = recorded
         self.current = current
+
+
+class ToolArgumentsInvalid(AgentlifeError):
+    """The arguments a model sent for a tool do not fit its parameters; the tool was not called.
+
+    ``ctx.run_tool_calls`` turns it into a ``tool_result`` with ``is_error: true`` and this message, so
+    the model can correct itself.
+
+    Attributes:
+        tool: the tool's name.
+        problems: one line per problem (``"path: missing (required)"``).
+    """
+
+    def __init__(self, tool: str, problems: list[str]) -> None:
+        super().__init__(f"invalid arguments for tool {tool}: " + "; ".join(problems))
+        self.tool = tool
+        self.problems = problems
 
 
 class UnreplayableValue(AgentlifeError, TypeError):

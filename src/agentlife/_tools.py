@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Generic, ParamSpec, TypeVar, overload
+
+from agentlife._schema import tool_definition
 
 __all__ = ["NOT_DONE", "NotDone", "ToolSpec", "tool"]
 
@@ -52,6 +54,17 @@ class ToolSpec(Generic[P, R]):
     is_async: bool
     wants_invocation_id: bool
     retries: int | None = None
+    #: What is derived from the function once and kept: its schema model and definition.
+    _derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def definition(self) -> dict[str, Any]:
+        """The model-facing definition ``{"name", "description", "input_schema"}``, derived once.
+
+        The description is the docstring's first paragraph; each parameter's schema comes from its type
+        hint and its description from the ``Args:`` section. ``invocation_id`` is not in it.
+        """
+        return tool_definition(self)
 
     @property
     def max_tries(self) -> int | None:

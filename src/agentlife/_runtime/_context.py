@@ -29,6 +29,7 @@ from agentlife._logging import log_fields
 from agentlife._recovery import ReplayMap, ToolRecord
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
 from agentlife._retry import RetryEvent, classify, retry_call
+from agentlife._runtime._toolcalls import offered_tools, run_tool_calls
 from agentlife._tools import NOT_DONE, ToolSpec, tool
 
 if TYPE_CHECKING:
@@ -75,9 +76,14 @@ class StepLLM:
     ) -> LLMReply:
         """One completion; replayed from the journal when this call already completed before a crash.
 
+        ``tools`` may hold ``@tool`` functions (their definitions are derived from the function) as well
+        as plain definition dicts; `StepContext.run_tool_calls` then runs what the model asked for.
+
         Raises:
             BudgetExhausted: the token, cost or run budget would be exceeded; the call is not made.
         """
+        if params.get("tools") is not None:
+            params["tools"] = offered_tools(params["tools"], self._ctx._offered)
         return await self._ctx._llm_complete(
             model=model, messages=messages, max_tokens=max_tokens, params=params
         )
@@ -113,6 +119,7 @@ class StepContext:
         self.llm = StepLLM(self)
         self._env = env
         self._calls = _CallCounter()
+        self._offered: dict[str, ToolSpec[..., Any]] = {}
         self._tool_slots = anyio.Semaphore(max(1, footprint.max_concurrent_tools))
 
     # -- public read-only views ------------------------------------------------------------------------
@@ -148,6 +155,20 @@ class StepContext:
             return await self._run_tool_call(spec, call, invocation_id, kwargs)  # type: ignore[no-any-return]
         finally:
             self._calls.current = None
+
+    async def run_tool_calls(
+        self, reply: LLMReply, *, tools: Sequence[ToolSpec[..., Any] | Callable[..., Any]] = ()
+    ) -> list[dict[str, Any]]:
+        """Run every ``tool_use`` block of ``reply`` through `call_tool`; the ``tool_result`` blocks to send.
+
+        The tools are those offered to the model in this step's ``ctx.llm.complete(tools=[...])`` calls,
+        plus ``tools``. Arguments are checked against the tool's type hints first: invalid ones never
+        reach the tool, and the model gets ``is_error: true`` with what is wrong. A failing or unknown
+        tool also comes back as an error result; budgets, replay mismatches and store errors end the step.
+        """
+        registry = dict(self._offered)
+        offered_tools(tools, registry)
+        return await run_tool_calls(self, reply, registry, self._env.host.redactor)
 
     # -- numbering ----------------------------------------------------------------------------------------
 
