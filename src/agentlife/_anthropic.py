@@ -31,7 +31,15 @@ import orjson
 
 from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
 from agentlife._guard import guard_stream, stream_timeouts_from_env
-from agentlife._llm import LLMReply, StreamTimeouts, Usage
+from agentlife._llm import (
+    CURRENT_CALL,
+    INVOCATION_HEADER,
+    LLMReply,
+    OnEvent,
+    StreamTimeouts,
+    Usage,
+    anthropic_stream_event,
+)
 from agentlife._pricing import PriceTable
 from agentlife._redact import Redactor
 from agentlife._retry import ErrorClass, classify, classify_status
@@ -278,16 +286,19 @@ async def collect_reply(
     close: Callable[[], Awaitable[None]] | None = None,
     prices: PriceTable | None = None,
     model: str = "",
+    on_event: OnEvent | None = None,
 ) -> LLMReply:
     """Read a stream of Messages API events under ``timeouts`` and assemble the reply.
 
     This is the loop both `AnthropicLLM` and `agentlife.ScriptedLLM` run, so scripted replies time out
-    exactly like real ones.
+    exactly like real ones. ``on_event`` sees every event but pings, as it arrives.
     """
     assembler = MessageAssembler(model)
     async with aclosing(guard_stream(source, timeouts, close=close)) as stream:
         async for event in stream:
             assembler.feed(event)
+            if on_event is not None and event.get("type") != "ping":
+                on_event(anthropic_stream_event(event))
     return assembler.reply(prices)
 
 
@@ -313,6 +324,8 @@ class AnthropicLLM:
         >>> llm
         AnthropicLLM(base_url='http://127.0.0.1:8080', api_key='***')
     """
+
+    streams_events = True
 
     def __init__(
         self,
@@ -345,12 +358,14 @@ class AnthropicLLM:
         messages: Sequence[Mapping[str, Any]],
         max_tokens: int,
         timeouts: StreamTimeouts | None = None,
+        on_event: OnEvent | None = None,
         **params: Any,
     ) -> LLMReply:
         """Stream one Messages API call and return the whole reply.
 
         ``params`` go to ``messages.create`` unchanged (``system``, ``tools``, ``tool_choice``,
-        ``thinking``, ``stop_sequences``, ``metadata``, ``extra_headers`` ...).
+        ``thinking``, ``stop_sequences``, ``metadata``, ``extra_headers`` ...). Inside a step the request
+        carries the call's ``{job_id}/{step}/{call}`` in the ``x-agentlife-invocation`` header.
 
         Raises:
             LLMTimeout: connect, inter-chunk or total timeout (the response is closed first).
@@ -362,6 +377,9 @@ class AnthropicLLM:
         if "stream" in params:
             raise TypeError("AnthropicLLM.complete always streams; do not pass stream=")
         sdk, module = await self._client()
+        address = CURRENT_CALL.get()
+        if address is not None:
+            params["extra_headers"] = {INVOCATION_HEADER: str(address), **(params.get("extra_headers") or {})}
         request = {"model": model, "messages": list(messages), "max_tokens": max_tokens, **params}
         holder = _ResponseHolder()
         return await collect_reply(
@@ -370,6 +388,7 @@ class AnthropicLLM:
             close=holder.aclose,
             prices=self.prices,
             model=model,
+            on_event=on_event,
         )
 
     async def aclose(self) -> None:

@@ -7,11 +7,74 @@ which adds journaling and replay, the token budget and retries; adapters never d
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["LLMClient", "LLMReply", "StreamTimeouts", "Usage"]
+__all__ = [
+    "CURRENT_CALL",
+    "INVOCATION_HEADER",
+    "CallAddress",
+    "LLMClient",
+    "LLMReply",
+    "OnEvent",
+    "StreamEvent",
+    "StreamTimeouts",
+    "Usage",
+    "anthropic_stream_event",
+]
+
+#: The request header that carries ``{job_id}/{step}/{call}`` to the model server: proxies and the fake
+#: servers of `agentlife.testing` can tell a re-sent request from a new one by it.
+INVOCATION_HEADER = "x-agentlife-invocation"
+
+
+@dataclass(frozen=True, slots=True)
+class CallAddress:
+    """Where an LLM call sits in its job: the step and the call's number within the step."""
+
+    job_id: str
+    step: int
+    call: int
+
+    def __str__(self) -> str:
+        return f"{self.job_id}/{self.step}/{self.call}"
+
+
+#: The call ``ctx.llm`` is making, for adapters that address a script or tag a request by it.
+CURRENT_CALL: ContextVar[CallAddress | None] = ContextVar("agentlife_current_call", default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One event of a streamed reply, as ``ctx.llm.stream`` hands it on.
+
+    Attributes:
+        kind: ``text`` (a text delta), ``thinking`` (a thinking delta) or ``other``.
+        text: the delta's text for ``text`` and ``thinking``; empty otherwise.
+        raw: the provider's event as it came off the wire.
+    """
+
+    kind: Literal["text", "thinking", "other"]
+    text: str = ""
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: What an adapter that streams events (``streams_events = True``) calls for each one.
+OnEvent = Callable[[StreamEvent], None]
+
+
+def anthropic_stream_event(event: Mapping[str, Any]) -> StreamEvent:
+    """Classify one Messages API stream event."""
+    if event.get("type") == "content_block_delta":
+        delta = event.get("delta")
+        if isinstance(delta, Mapping):
+            if delta.get("type") == "text_delta":
+                return StreamEvent("text", str(delta.get("text", "")), event)
+            if delta.get("type") == "thinking_delta":
+                return StreamEvent("thinking", str(delta.get("thinking", "")), event)
+    return StreamEvent("other", "", event)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +156,12 @@ class LLMReply:
 
 @runtime_checkable
 class LLMClient(Protocol):
-    """What ``AgentProcess.make_llm()`` returns: one streamed completion per `complete` call."""
+    """What ``AgentProcess.make_llm()`` returns: one streamed completion per `complete` call.
+
+    An adapter whose class sets ``streams_events = True`` also accepts ``on_event=`` (an `OnEvent`) in
+    `complete` and calls it for every event it reads; ``ctx.llm.stream`` uses it to hand text on as it
+    arrives. Other adapters are streamed to the caller whole, when the reply is complete.
+    """
 
     async def complete(
         self,

@@ -21,6 +21,12 @@ Build turns with the helpers::
 
 When the script runs out, the next call raises `ScriptExhausted` (a `PermanentError`, so it is never
 retried); pass ``cycle=True`` to start over instead (the demo does).
+
+A script may instead be addressed by where the call sits in the job, ``{(step, call): turn}``: a process
+that resumes the job at step 3 then gets step 3's turn, not the script's first one, exactly as a real model
+would be asked step 3's question again::
+
+    llm = ScriptedLLM({(0, 0): ScriptedTurn.tool_use("search", {"q": "x"}), (1, 0): "Done."})
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ import orjson
 from agentlife._anthropic import collect_reply, error_for_status
 from agentlife._exceptions import PermanentError
 from agentlife._guard import stream_timeouts_from_env
-from agentlife._llm import LLMReply, StreamTimeouts, Usage
+from agentlife._llm import CURRENT_CALL, LLMReply, OnEvent, StreamTimeouts, Usage
 from agentlife._pricing import PriceTable
 
 __all__ = [
@@ -471,7 +477,9 @@ class ScriptedLLM:
     """An `LLMClient` that answers each ``complete`` call with the next `ScriptedTurn`.
 
     Args:
-        turns: the script; a plain string stands for ``ScriptedTurn.text(string)``.
+        turns: the script, in call order; or a mapping ``{(step, call): turn}`` answered by where each
+            call sits in the job (outside a step, the mapping's turns are played in key order). A plain
+            string stands for ``ScriptedTurn.text(string)``.
         cycle: start the script over when it runs out, instead of raising `ScriptExhausted`.
         prices: the price table for ``LLMReply.cost_usd`` (default `PriceTable.default`; the reported
             model is the requested one unless the turn names another).
@@ -483,9 +491,11 @@ class ScriptedLLM:
         requests: every call's model, messages, max_tokens and other parameters, in order.
     """
 
+    streams_events = True
+
     def __init__(
         self,
-        turns: Iterable[ScriptedTurn | str] = (),
+        turns: Iterable[ScriptedTurn | str] | Mapping[tuple[int, int], ScriptedTurn | str] = (),
         *,
         cycle: bool = False,
         prices: PriceTable | None = None,
@@ -502,14 +512,19 @@ class ScriptedLLM:
         self.requests: list[ScriptedRequest] = []
         # The next turn to play; a call that finds the script exhausted does not move it.
         self._position = 0
-        self.add(*turns)
+        self.by_call: dict[tuple[int, int], ScriptedTurn] = {}
+        if isinstance(turns, Mapping):
+            self.by_call = {key: _as_turn(turn) for key, turn in sorted(turns.items())}
+            self.add(*self.by_call.values())
+        else:
+            self.add(*turns)
 
     def __repr__(self) -> str:
         return f"ScriptedLLM(turns={len(self.turns)}, calls={self.calls}, cycle={self.cycle})"
 
     def add(self, *turns: ScriptedTurn | str) -> None:
         """Append turns to the script."""
-        self.turns.extend(ScriptedTurn.text(t) if isinstance(t, str) else t for t in turns)
+        self.turns.extend(_as_turn(t) for t in turns)
 
     async def complete(
         self,
@@ -518,9 +533,10 @@ class ScriptedLLM:
         messages: Sequence[Mapping[str, Any]],
         max_tokens: int,
         timeouts: StreamTimeouts | None = None,
+        on_event: OnEvent | None = None,
         **params: Any,
     ) -> LLMReply:
-        """Replay the next turn through the stream guard.
+        """Replay the next turn (or the turn of this call's step and number) through the stream guard.
 
         Raises:
             LLMTimeout: the turn stalls, trickles or never answers past ``timeouts``.
@@ -545,12 +561,22 @@ class ScriptedLLM:
             timeouts or self.timeouts,
             prices=self.prices,
             model=model,
+            on_event=on_event,
         )
 
     async def aclose(self) -> None:
         """Nothing to release."""
 
     def _next_turn(self) -> ScriptedTurn:
+        address = CURRENT_CALL.get()
+        if self.by_call and address is not None:
+            turn = self.by_call.get((address.step, address.call))
+            if turn is None:
+                raise ScriptExhausted(
+                    f"ScriptedLLM has no turn for step {address.step}, call {address.call} "
+                    f"(scripted: {sorted(self.by_call)})"
+                )
+            return turn
         position = self._position
         if position >= len(self.turns) and not (self.cycle and self.turns):
             raise ScriptExhausted(
@@ -559,6 +585,10 @@ class ScriptedLLM:
             )
         self._position += 1
         return self.turns[position % len(self.turns)]
+
+
+def _as_turn(turn: ScriptedTurn | str) -> ScriptedTurn:
+    return ScriptedTurn.text(turn) if isinstance(turn, str) else turn
 
 
 async def _replay(turn: ScriptedTurn, events: Sequence[ScriptedEvent]) -> AsyncIterator[Mapping[str, Any]]:

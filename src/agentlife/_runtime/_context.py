@@ -24,7 +24,7 @@ from agentlife._exceptions import (
 )
 from agentlife._guard import stream_timeouts_from_constants
 from agentlife._journal import args_digest
-from agentlife._llm import LLMClient, LLMReply
+from agentlife._llm import CURRENT_CALL, CallAddress, LLMClient, LLMReply
 from agentlife._logging import log_fields
 from agentlife._recovery import ReplayMap, ToolRecord
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
@@ -236,6 +236,7 @@ class StepContext:
         call = self._claim_call()
         self._calls.current = self._invocation_id(call)
         digest = llm_request_digest(model, messages, max_tokens, params)
+        token = CURRENT_CALL.set(CallAddress(self.job.id, self.step, call))
         try:
             replayed = self._recorded_llm_reply(call, model, digest)
             if replayed is not None:
@@ -243,6 +244,7 @@ class StepContext:
                 return LLMReply.from_json(replayed)
             return await self._llm_call_live(call, model, messages, max_tokens, params, digest)
         finally:
+            CURRENT_CALL.reset(token)
             self._calls.current = None
 
     def _recorded_llm_reply(self, call: int, model: str, digest: str) -> Any | None:
