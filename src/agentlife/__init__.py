@@ -37,13 +37,14 @@ from agentlife._exceptions import (
     TransientError,
     UnreplayableValue,
 )
-from agentlife._llm import LLMClient, LLMReply, StreamTimeouts, Usage
+from agentlife._llm import LLMClient, LLMReply, StreamEvent, StreamTimeouts, Usage
 from agentlife._state import State
 from agentlife._tools import NOT_DONE, ToolSpec, tool
 from agentlife._version import __version__
 
 if TYPE_CHECKING:
     from agentlife._anthropic import AnthropicLLM
+    from agentlife._conversation import Conversation
     from agentlife._delivery import DeliveryGuard
     from agentlife._memory import Embedder, HashingEmbedder, MemoryRecord
     from agentlife._policy import (
@@ -57,12 +58,14 @@ if TYPE_CHECKING:
     from agentlife._runtime._context import StepContext
     from agentlife._schedule import Schedule
     from agentlife._scripted import ScriptedLLM, ScriptedTurn
+    from agentlife._tool_agent import ToolAgent
 
 # Public names whose modules pull in more than the core (anyio, the journal, cron and pricing tables):
 # they load on first access, so `import agentlife` stays as cheap as `import asyncio`.
 _LAZY = {
     "AnthropicLLM": "agentlife._anthropic",
     "CircuitBreaker": "agentlife._policy",
+    "Conversation": "agentlife._conversation",
     "DeliveryGuard": "agentlife._delivery",
     "Embedder": "agentlife._memory",
     "HashingEmbedder": "agentlife._memory",
@@ -73,6 +76,7 @@ _LAZY = {
     "ScriptedLLM": "agentlife._scripted",
     "ScriptedTurn": "agentlife._scripted",
     "StepContext": "agentlife._runtime._context",
+    "ToolAgent": "agentlife._tool_agent",
     "crash_backoff_schedule": "agentlife._policy",
     "derive_total_timeout": "agentlife._policy",
     "should_retry_after_crash": "agentlife._policy",
@@ -92,6 +96,7 @@ __all__ = [
     "CheckpointCorrupt",
     "CircuitBreaker",
     "ConfigError",
+    "Conversation",
     "DeliveryGuard",
     "Done",
     "Embedder",
@@ -120,7 +125,9 @@ __all__ = [
     "StepContext",
     "StoreError",
     "StoreUnavailable",
+    "StreamEvent",
     "StreamTimeouts",
+    "ToolAgent",
     "ToolArgumentsInvalid",
     "ToolSpec",
     "ToolTimeout",

@@ -30,6 +30,8 @@ class CheckpointDoc:
     approved: bool = False
     attempt: int = 1
     written_at: float = 0.0
+    #: ``{"length": n, "digest": ...}`` of ``ctx.conversation`` (its messages are rows of their own).
+    conversation: dict[str, Any] | None = None
 
     def encode(self) -> bytes:
         """Serialise to the bytes stored (orjson; the state must be JSON-serialisable)."""
@@ -46,6 +48,7 @@ class CheckpointDoc:
                     "approved": self.approved,
                     "attempt": self.attempt,
                     "written_at": self.written_at or time.time(),
+                    **({"conversation": self.conversation} if self.conversation else {}),
                 },
                 option=orjson.OPT_NON_STR_KEYS,
             )
@@ -69,6 +72,7 @@ class CheckpointDoc:
                 approved=bool(raw.get("approved", False)),
                 attempt=int(raw.get("attempt", 1)),
                 written_at=float(raw.get("written_at", 0.0)),
+                conversation=_conversation_meta(raw.get("conversation")),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointCorrupt(f"checkpoint of job {job_id} is not readable: {exc}") from None
@@ -76,3 +80,11 @@ class CheckpointDoc:
     def evolve(self, **changes: Any) -> CheckpointDoc:
         """A copy with ``changes``."""
         return replace(self, **changes)
+
+
+def _conversation_meta(raw: Any) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("length"), int) or raw["length"] < 0:
+        raise TypeError("its conversation entry is not {length, digest}")
+    return {"length": raw["length"], "digest": str(raw.get("digest", ""))}

@@ -25,6 +25,7 @@ from agentlife._agent import AgentProcess, Job
 from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._config import Settings
+from agentlife._conversation import ConversationLog
 from agentlife._exceptions import (
     AttemptFenced,
 )
@@ -105,6 +106,7 @@ class Resume:
     checkpoint_id: str | None
     replay: ReplayMap | None = None
     memories: list[MemoryRecord] = field(default_factory=list)
+    conversation: ConversationLog = field(default_factory=ConversationLog)
 
 
 @dataclass(frozen=True, slots=True)

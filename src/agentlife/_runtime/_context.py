@@ -15,6 +15,7 @@ import anyio.to_thread
 
 from agentlife._agent import BudgetView, Footprint, Job
 from agentlife._budget import Budget, estimate_input_tokens
+from agentlife._conversation import Conversation, ConversationLog
 from agentlife._exceptions import (
     BackgroundOperationRestricted,
     PermanentError,
@@ -99,6 +100,8 @@ class StepContext:
         memories: memory records hydrated for this job (best first).
         footprint: resource settings, reduced after an OOM-killed attempt.
         llm: the progress-guarded, journaled, budget-checked LLM client.
+        conversation: the job's durable message history (`Conversation`): what a step appends is saved
+            with its checkpoint, without rewriting what earlier steps saved.
     """
 
     def __init__(
@@ -110,6 +113,7 @@ class StepContext:
         memories: Sequence[MemoryRecord],
         footprint: Footprint,
         env: CallEnv,
+        conversation: Conversation | None = None,
     ) -> None:
         self.step = step
         self.state = state
@@ -117,6 +121,7 @@ class StepContext:
         self.memories = list(memories)
         self.footprint = footprint
         self.llm = StepLLM(self)
+        self.conversation = conversation if conversation is not None else ConversationLog().begin_step()
         self._env = env
         self._calls = _CallCounter()
         self._offered: dict[str, ToolSpec[..., Any]] = {}

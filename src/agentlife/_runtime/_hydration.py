@@ -11,6 +11,7 @@ import anyio
 import anyio.to_thread
 
 from agentlife._checkpoint import CheckpointDoc
+from agentlife._conversation import ConversationLog
 from agentlife._exceptions import BootFailure, CheckpointCorrupt, JobNotFound, StoreUnavailable
 from agentlife._logging import log_fields
 from agentlife._recovery import ReplayMap, build_replay, scan_for_resume
@@ -117,6 +118,20 @@ class Hydrator:
             extra=log_fields(checkpoint_id=loaded.checkpoint_id, next_step=doc.next_step),
         )
         return doc, loaded.checkpoint_id
+
+    async def load_conversation(self, doc: CheckpointDoc) -> ConversationLog:
+        """Step 1b: the conversation the checkpoint describes, read back from its rows and verified."""
+        if not doc.conversation:
+            return ConversationLog()
+        s = self.settings
+        length = int(doc.conversation["length"])
+        rows = await self._with_store_retries(
+            "conversation load", lambda: self.store.load_conversation(s.job_id, length)
+        )
+        try:
+            return ConversationLog.restore(s.job_id, doc.conversation, rows)
+        except CheckpointCorrupt as exc:
+            raise BootFailure(str(exc)) from None
 
     async def scan_journal(self, checkpoint_id: str | None, doc: CheckpointDoc) -> ReplayMap | None:
         """Step 2: the replay map of the resumed step; any trouble degrades to checkpoint-only resume."""

@@ -212,12 +212,14 @@ class Runtime(FinishMixin):
             return Hydrated(job, budget, approvals, done)
         doc, checkpoint_id = await hydrator.load_checkpoint()
         self.checkpoint_id = checkpoint_id
+        conversation = await hydrator.load_conversation(doc)
         replay = await hydrator.scan_journal(checkpoint_id, doc)
         approvals.restore(doc, job_row.status)
         memories = await hydrator.fetch_memories(
             doc, job=job, agent=self.agent, open_memory=lambda: self.open_memory(booted.settings)
         )
-        hydrated = Hydrated(job, budget, approvals, Resume(doc, checkpoint_id, replay, memories))
+        resume = Resume(doc, checkpoint_id, replay, memories, conversation)
+        hydrated = Hydrated(job, budget, approvals, resume)
         if self._drain_pending():
             # The signal came while a memory call ran on a worker thread (no cancel reaches it) and its error
             # was handled, so the phase scope's cancel had no await to land on: drained, never READY.

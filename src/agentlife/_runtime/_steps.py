@@ -10,7 +10,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -71,6 +71,7 @@ class StepsMixin(ServicesMixin):
             memories=hydrated.resume.memories,
             footprint=Footprint.after_exit(booted.settings.previous_exit_code),
             env=env,
+            conversation=hydrated.resume.conversation.begin_step(),
         )
         self._current_step = step
         self.board.update(step=step)
@@ -96,31 +97,35 @@ class StepsMixin(ServicesMixin):
             check_replayable(outcome.result, "Done.result")
         self.telemetry.step_completed(time.monotonic() - started)
         self.stats.steps_completed += 1
+        new = doc.evolve(
+            next_step=step + 1,
+            state=ctx.state,
+            phase="running",
+            approved=hydrated.approvals.approved,
+            conversation=ctx.conversation.meta(),
+        )
         if isinstance(outcome, Done):
-            new = doc.evolve(
-                next_step=step + 1,
-                state=ctx.state,
-                phase="delivering",
-                result=outcome.result,
-                status=outcome.status,
-                reason=outcome.reason,
-                approved=hydrated.approvals.approved,
+            new = new.evolve(
+                phase="delivering", result=outcome.result, status=outcome.status, reason=outcome.reason
             )
-        else:
-            new = doc.evolve(
-                next_step=step + 1, state=ctx.state, phase="running", approved=hydrated.approvals.approved
-            )
-        await self.write_checkpoint(booted, new, step)
+        await self.write_checkpoint(booted, new, step, ctx.conversation.new_rows())
+        ctx.conversation.commit()
         self.notify("step_completed", step=step)
         return outcome or True, new
 
-    async def write_checkpoint(self, booted: Booted, doc: CheckpointDoc, step: int) -> None:
-        """Store ``doc`` (fenced by attempt), retrying an unreachable store within the step budget."""
+    async def write_checkpoint(
+        self, booted: Booted, doc: CheckpointDoc, step: int, messages: Sequence[tuple[int, bytes]] = ()
+    ) -> None:
+        """Store ``doc`` and the conversation's new ``messages`` (fenced by attempt) in one transaction.
+
+        An unreachable store is retried within the step budget.
+        """
         s, store = booted.settings, booted.store
         data = doc.evolve(attempt=s.attempt, written_at=time.time()).encode()
         checkpoint_id = f"{s.attempt:04d}-{step:06d}-{uuid.uuid4().hex[:8]}"
         crc = await self._retrying_store(
-            "checkpoint write", lambda: store.write_checkpoint(s.job_id, s.attempt, checkpoint_id, step, data)
+            "checkpoint write",
+            lambda: store.write_checkpoint(s.job_id, s.attempt, checkpoint_id, step, data, messages),
         )
         self.checkpoint_id = checkpoint_id
         self.stats.checkpoints_written += 1

@@ -8,6 +8,7 @@ import os
 import secrets
 import socket
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -58,9 +59,10 @@ class TableNames:
     job: str = "job"
     checkpoint_history: str = "checkpoint_history"
     delivery: str = "delivery"
+    conversation: str = "conversation"
 
     def __post_init__(self) -> None:
-        for name in (self.job, self.checkpoint_history, self.delivery):
+        for name in (self.job, self.checkpoint_history, self.delivery, self.conversation):
             # Names are interpolated into SQL, so only plain (optionally schema-qualified) identifiers pass.
             parts = name.split(".")
             if not (1 <= len(parts) <= 2) or not all(p.isidentifier() and p.isascii() for p in parts):
@@ -140,9 +142,22 @@ class CheckpointStore(Protocol):
         """
 
     async def write_checkpoint(
-        self, job_id: str, attempt: int, checkpoint_id: str, step: int, data: bytes
+        self,
+        job_id: str,
+        attempt: int,
+        checkpoint_id: str,
+        step: int,
+        data: bytes,
+        messages: Sequence[tuple[int, bytes]] = (),
     ) -> int:
-        """Store ``data`` exactly, with its CRC-32, and append it to history; returns the CRC."""
+        """Store ``data`` exactly, with its CRC-32, and append it to history; returns the CRC.
+
+        ``messages`` (``(position, encoded message)``, the conversation's new messages) are stored in the
+        same transaction, replacing any row at the same position (left by a checkpoint that was lost).
+        """
+
+    async def load_conversation(self, job_id: str, length: int) -> list[bytes]:
+        """The first ``length`` stored conversation messages of the job, in order."""
 
     async def set_status(
         self,

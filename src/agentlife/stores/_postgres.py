@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,7 +25,6 @@ from agentlife._exceptions import AttemptFenced, ConfigError, JobNotFound, Store
 from agentlife._redact import Redactor, url_password
 from agentlife.constants import HydrationConstants
 from agentlife.stores._base import (
-    HISTORY_KEEP,
     JobRecord,
     JobStatus,
     LoadedCheckpoint,
@@ -36,6 +35,7 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
+from agentlife.stores._pg_statements import write_checkpoint_sql
 
 __all__ = ["PostgresStore"]
 
@@ -70,6 +70,8 @@ class _Sql:
     heartbeat: str
     is_delivered: str
     record_delivery: str
+    save_messages: str
+    load_messages: str
 
     @classmethod
     def build(cls, t: TableNames, *, owner: bool = True) -> _Sql:
@@ -110,7 +112,7 @@ class _Sql:
                 f"SELECT checkpoint_id, checkpoint, crc, step FROM {h} WHERE job_id = $1"
                 " ORDER BY created_at DESC, step DESC"
             ),
-            write_checkpoint=_write_checkpoint_sql(t, fence(7)),
+            write_checkpoint=write_checkpoint_sql(t, fence(7)),
             set_status=(
                 f"UPDATE {t.job} SET status = $3, result = COALESCE($4::jsonb, result),"
                 " error = CASE WHEN $5::jsonb IS NULL THEN error"
@@ -130,12 +132,21 @@ class _Sql:
                 f"INSERT INTO {t.delivery} (key, job_id, channel, delivered_at) VALUES ($1, $2, $3, now())"
                 " ON CONFLICT (key) DO NOTHING"
             ),
+            save_messages=(
+                f"INSERT INTO {t.conversation} (job_id, seq, step, message) VALUES ($1, $2, $3, $4)"
+                " ON CONFLICT (job_id, seq) DO UPDATE SET step = EXCLUDED.step, message = EXCLUDED.message"
+            ),
+            load_messages=f"SELECT message FROM {t.conversation} WHERE job_id = $1 AND seq < $2 ORDER BY seq",
         )
 
 
 def _schema(t: TableNames) -> tuple[str, ...]:
     schemas = sorted(
-        {name.split(".")[0] for name in (t.job, t.checkpoint_history, t.delivery) if "." in name}
+        {
+            name.split(".")[0]
+            for name in (t.job, t.checkpoint_history, t.delivery, t.conversation)
+            if "." in name
+        }
     )
     history_index = t.checkpoint_history.split(".")[-1] + "_job_created_idx"
     return (
@@ -175,44 +186,11 @@ def _schema(t: TableNames) -> tuple[str, ...]:
             channel text NOT NULL,
             delivered_at timestamptz NOT NULL DEFAULT now()
         )""",
+        f"""CREATE TABLE IF NOT EXISTS {t.conversation} (
+            job_id text NOT NULL, seq integer NOT NULL, step integer NOT NULL, message bytea NOT NULL,
+            PRIMARY KEY (job_id, seq)
+        )""",
     )
-
-
-def _write_checkpoint_sql(t: TableNames, fence: str = "") -> str:
-    """The fenced checkpoint write: job row, history entry and history trim in one statement.
-
-    All CTEs see the same snapshot, so the trim cannot see the entry being inserted: it keeps the newest
-    ``HISTORY_KEEP - 1`` *other* entries, which with the new one makes ``HISTORY_KEEP``. It deletes what is
-    older than the oldest entry to keep (a row comparison against one index-ordered probe: about half the
-    cost of ``NOT IN (... LIMIT n)``). Nothing happens to the history when the fenced UPDATE matched no row.
-    """
-    h = t.checkpoint_history
-    if HISTORY_KEEP > 1:
-        older_than_kept = f"""AND (created_at, step) < (
-                SELECT created_at, step FROM {h} WHERE job_id = $1 AND checkpoint_id <> $5
-                ORDER BY created_at DESC, step DESC OFFSET {HISTORY_KEEP - 2} LIMIT 1)"""
-    else:
-        older_than_kept = ""
-    return f"""
-        WITH fenced AS (
-            UPDATE {t.job} SET checkpoint = $3, checkpoint_crc = $4, checkpoint_id = $5, updated_at = now()
-            WHERE id = $1 AND attempt = $2{fence}
-            RETURNING id
-        ), appended AS (
-            INSERT INTO {h} (job_id, checkpoint_id, step, checkpoint, crc, created_at)
-            SELECT id, $5, $6, $3, $4, clock_timestamp() FROM fenced
-            ON CONFLICT (job_id, checkpoint_id) DO UPDATE
-                SET step = EXCLUDED.step, checkpoint = EXCLUDED.checkpoint, crc = EXCLUDED.crc,
-                    created_at = EXCLUDED.created_at
-            RETURNING job_id
-        ), trimmed AS (
-            DELETE FROM {h}
-            WHERE job_id = $1 AND checkpoint_id <> $5 AND EXISTS (SELECT 1 FROM fenced)
-              {older_than_kept}
-            RETURNING 1
-        )
-        SELECT count(*) FROM fenced
-    """
 
 
 class PostgresStore:
@@ -539,24 +517,44 @@ class PostgresStore:
         return first_valid_checkpoint(job_id, [tuple(entry) for entry in history])
 
     async def write_checkpoint(
-        self, job_id: str, attempt: int, checkpoint_id: str, step: int, data: bytes
+        self,
+        job_id: str,
+        attempt: int,
+        checkpoint_id: str,
+        step: int,
+        data: bytes,
+        messages: Sequence[tuple[int, bytes]] = (),
     ) -> int:
         """Store ``data`` exactly, with its CRC-32, and append it to history; returns the CRC.
+
+        ``messages`` (the conversation's new rows) are stored in the same transaction.
 
         Raises:
             AttemptFenced: a later attempt owns the job; nothing was written.
             StoreUnavailable: the server could not be reached (the runtime may retry within its step budget).
         """
         crc = crc32(data)
+        args = (job_id, attempt, data, crc, checkpoint_id, step, *self._fence_args)
         async with self._connection() as conn:
-            written = await conn.fetchval(
-                self._sql.write_checkpoint, job_id, attempt, data, crc, checkpoint_id, step, *self._fence_args
-            )
+            if not messages:  # one statement, one round trip
+                written = await conn.fetchval(self._sql.write_checkpoint, *args)
+            else:
+                async with conn.transaction():
+                    written = await conn.fetchval(self._sql.write_checkpoint, *args)
+                    if written:
+                        rows = [(job_id, seq, step, message) for seq, message in messages]
+                        await conn.executemany(self._sql.save_messages, rows)
         if not written:
             raise AttemptFenced(
                 f"job {job_id}: write by attempt {attempt} refused, a later attempt owns the row"
             )
         return crc
+
+    async def load_conversation(self, job_id: str, length: int) -> list[bytes]:
+        """The first ``length`` stored conversation messages of the job, in order."""
+        async with self._connection() as conn:
+            rows = await conn.fetch(self._sql.load_messages, job_id, length)
+        return [bytes(row[0]) for row in rows]
 
     # -- status, usage, heartbeat ---------------------------------------------------------------------
 

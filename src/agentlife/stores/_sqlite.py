@@ -6,7 +6,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -70,6 +70,13 @@ def _schema(t: TableNames) -> list[str]:
             job_id TEXT NOT NULL,
             channel TEXT NOT NULL,
             delivered_at REAL NOT NULL
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS {t.conversation} (
+            job_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            step INTEGER NOT NULL,
+            message BLOB NOT NULL,
+            PRIMARY KEY (job_id, seq)
         )""",
     ]
 
@@ -300,7 +307,13 @@ class SQLiteStore:
         return await self._run(load)
 
     async def write_checkpoint(
-        self, job_id: str, attempt: int, checkpoint_id: str, step: int, data: bytes
+        self,
+        job_id: str,
+        attempt: int,
+        checkpoint_id: str,
+        step: int,
+        data: bytes,
+        messages: Sequence[tuple[int, bytes]] = (),
     ) -> int:
         crc = crc32(data)
 
@@ -326,6 +339,12 @@ class SQLiteStore:
                     " WHERE job_id = ? ORDER BY created_at DESC, step DESC LIMIT ?)",
                     (job_id, job_id, HISTORY_KEEP),
                 )
+                if messages:
+                    conn.executemany(
+                        f"INSERT OR REPLACE INTO {self.tables.conversation} (job_id, seq, step, message)"
+                        " VALUES (?, ?, ?, ?)",
+                        [(job_id, seq, step, message) for seq, message in messages],
+                    )
                 conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
@@ -333,6 +352,16 @@ class SQLiteStore:
             return crc
 
         return await self._run(write)
+
+    async def load_conversation(self, job_id: str, length: int) -> list[bytes]:
+        def load(conn: sqlite3.Connection) -> list[bytes]:
+            rows = conn.execute(
+                f"SELECT message FROM {self.tables.conversation} WHERE job_id = ? AND seq < ? ORDER BY seq",
+                (job_id, length),
+            ).fetchall()
+            return [bytes(row[0]) for row in rows]
+
+        return await self._run(load)
 
     # -- status, usage, heartbeat ---------------------------------------------------------------------
 
