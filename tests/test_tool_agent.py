@@ -1,0 +1,142 @@
+"""`ToolAgent`: one model turn plus its tool calls per step, a durable conversation, exactly-once effects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+
+from agentlife import NOT_DONE, LLMClient, ScriptedLLM, ScriptedTurn, ToolAgent, tool
+from agentlife.testing import AgentHarness, DrainAt
+
+pytestmark = pytest.mark.anyio
+
+
+class Labels:
+    """The outside world the side-effecting tool writes to (one per test)."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[str, str]] = []
+        self.by_invocation: dict[str, str] = {}
+
+
+def triage_agent(world: Labels, llm: ScriptedLLM, *, slow_label: bool = False) -> type[ToolAgent]:
+    @tool(side_effects=False)
+    async def search_docs(query: str, limit: int = 3) -> list[str]:
+        """Search the docs.
+
+        Args:
+            query: what to look for.
+            limit: how many hits at most.
+        """
+        return [f"doc about {query}"][:limit]
+
+    async def verify_label(invocation_id: str) -> Any:
+        return world.by_invocation.get(invocation_id, NOT_DONE)
+
+    @tool(side_effects=True, verify=verify_label, timeout=100)
+    async def label_issue(issue: int, label: str, invocation_id: str) -> str:
+        """Put a label on an issue."""
+        world.applied.append((str(issue), label))
+        result = world.by_invocation[invocation_id] = f"labelled #{issue} {label}"
+        if slow_label:
+            await anyio.sleep(0.05)
+        return result
+
+    class Triage(ToolAgent):
+        agent_id = "triage"
+        system = "You label issues."
+        tools: ClassVar[Any] = (search_docs, label_issue)
+        max_turns = 5
+
+        def make_llm(self) -> LLMClient:
+            return llm
+
+    return Triage
+
+
+def script() -> dict[tuple[int, int], ScriptedTurn | str]:
+    return {
+        (0, 0): ScriptedTurn.tool_use("search_docs", {"query": "crash on start"}),
+        (1, 0): ScriptedTurn.tool_use("label_issue", {"issue": 7, "label": "bug"}),
+        (2, 0): "Labelled #7 as bug.",
+    }
+
+
+async def test_runs_the_loop_to_the_final_text(tmp_path: Path) -> None:
+    world, llm = Labels(), ScriptedLLM(script())
+    run = await AgentHarness(tmp_path).run(triage_agent(world, llm)(), payload="Issue #7: it crashes")
+    assert run.exit_code == 0
+    assert run.job is not None and run.job.status == "COMPLETED"
+    assert run.job.result == "Labelled #7 as bug."
+    assert world.applied == [("7", "bug")]
+    first, last = llm.requests[0], llm.requests[-1]
+    assert first.messages == ({"role": "user", "content": "Issue #7: it crashes"},)
+    assert first.params["system"] == "You label issues."
+    assert [t["name"] for t in first.params["tools"]] == ["search_docs", "label_issue"]
+    assert "invocation_id" not in str(first.params["tools"][1]["input_schema"])
+    roles = [m["role"] for m in last.messages]
+    assert roles == ["user", "assistant", "user", "assistant", "user"]
+    assert last.messages[2]["content"][0]["content"] == '["doc about crash on start"]'
+    assert last.messages[4]["content"][0]["content"] == "labelled #7 bug"
+
+
+async def test_sigterm_during_the_side_effect_resumes_without_repeating_it(tmp_path: Path) -> None:
+    world = Labels()
+    uninterrupted_world, uninterrupted = Labels(), ScriptedLLM(script())
+    await AgentHarness(tmp_path / "a").run(
+        triage_agent(uninterrupted_world, uninterrupted)(), payload="Issue #7"
+    )
+
+    llm = ScriptedLLM(script())
+    harness = AgentHarness(tmp_path / "b")
+    agent_class = triage_agent(world, llm, slow_label=True)
+    run = await harness.run(agent_class(), payload="Issue #7", drain=DrainAt.during_tool("label_issue"))
+    assert run.exit_code == 143
+    run = await harness.run(agent_class(), payload="Issue #7")
+    assert run.exit_code == 0
+    assert world.applied == [("7", "bug")]  # exactly once
+    # The drained step finished its tool and was checkpointed: the resumed process starts with the next
+    # model turn and sends exactly the conversation an uninterrupted run sent.
+    assert [r.messages for r in llm.requests] == [r.messages for r in uninterrupted.requests]
+
+
+async def test_invalid_arguments_go_back_to_the_model_and_never_reach_the_tool(tmp_path: Path) -> None:
+    world = Labels()
+    llm = ScriptedLLM(
+        {
+            (0, 0): ScriptedTurn.tool_use("label_issue", {"issue": "seven", "label": "bug"}),
+            (1, 0): ScriptedTurn.tool_use("label_issue", {"label": "bug"}),
+            (2, 0): ScriptedTurn.tool_use("label_issue", {"issue": 7, "label": "bug", "colour": "red"}),
+            (3, 0): "I give up.",
+        }
+    )
+    run = await AgentHarness(tmp_path).run(triage_agent(world, llm)(), payload="Issue #7")
+    assert run.exit_code == 0
+    assert world.applied == []
+    results = [m["content"][0] for m in llm.requests[-1].messages if m["role"] == "user"][1:]
+    assert all(r["is_error"] for r in results)
+    assert "issue" in results[0]["content"] and "integer" in results[0]["content"]
+    assert "missing" in results[1]["content"]
+    assert "colour" in results[2]["content"]
+
+
+async def test_fails_after_max_turns(tmp_path: Path) -> None:
+    world = Labels()
+    llm = ScriptedLLM([ScriptedTurn.tool_use("search_docs", {"query": "again"})] * 5)
+    run = await AgentHarness(tmp_path).run(triage_agent(world, llm)(), payload="loop")
+    assert run.exit_code == 0
+    assert run.job is not None and run.job.status == "FAILED"
+    assert llm.calls == 5
+    assert "no final answer after 5 model turns" in str(run.job.error)
+
+
+def test_the_prompt_comes_from_the_payload() -> None:
+    from agentlife import Job
+
+    agent = ToolAgent()
+    assert agent.prompt(Job("j", "a", 1, {"prompt": "hi", "x": 1})) == "hi"
+    assert agent.prompt(Job("j", "a", 1, "text")) == "text"
+    assert agent.prompt(Job("j", "a", 1, {"b": 1, "a": 2})) == '{"a":2,"b":1}'
