@@ -26,6 +26,7 @@ from agentlife._exceptions import (
     LLMConfigurationError,
     LLMTimeout,
     MemoryUnavailable,
+    OutputValidationError,
     PermanentError,
     PolicyUnavailable,
     ReplayMismatch,
@@ -37,7 +38,7 @@ from agentlife._exceptions import (
     TransientError,
     UnreplayableValue,
 )
-from agentlife._llm import LLMClient, LLMReply, StreamTimeouts, Usage
+from agentlife._llm import LLMClient, LLMReply, StreamEvent, StreamTimeouts, Usage
 from agentlife._state import State
 from agentlife._tools import NOT_DONE, ToolSpec, tool
 from agentlife._version import __version__
@@ -55,6 +56,8 @@ if TYPE_CHECKING:
     )
     from agentlife._pricing import PriceTable
     from agentlife._runtime._context import StepContext
+    from agentlife._runtime._streaming import LLMStream
+    from agentlife._runtime._structured import StructuredReply
     from agentlife._schedule import Schedule
     from agentlife._scripted import ScriptedLLM, ScriptedTurn
 
@@ -66,6 +69,7 @@ _LAZY = {
     "DeliveryGuard": "agentlife._delivery",
     "Embedder": "agentlife._memory",
     "HashingEmbedder": "agentlife._memory",
+    "LLMStream": "agentlife._runtime._streaming",
     "MemoryRecord": "agentlife._memory",
     "PriceTable": "agentlife._pricing",
     "RetryDecision": "agentlife._policy",
@@ -73,6 +77,7 @@ _LAZY = {
     "ScriptedLLM": "agentlife._scripted",
     "ScriptedTurn": "agentlife._scripted",
     "StepContext": "agentlife._runtime._context",
+    "StructuredReply": "agentlife._runtime._structured",
     "crash_backoff_schedule": "agentlife._policy",
     "derive_total_timeout": "agentlife._policy",
     "should_retry_after_crash": "agentlife._policy",
@@ -104,9 +109,11 @@ __all__ = [
     "LLMClient",
     "LLMConfigurationError",
     "LLMReply",
+    "LLMStream",
     "LLMTimeout",
     "MemoryRecord",
     "MemoryUnavailable",
+    "OutputValidationError",
     "PermanentError",
     "PolicyUnavailable",
     "PriceTable",
@@ -120,7 +127,9 @@ __all__ = [
     "StepContext",
     "StoreError",
     "StoreUnavailable",
+    "StreamEvent",
     "StreamTimeouts",
+    "StructuredReply",
     "ToolArgumentsInvalid",
     "ToolSpec",
     "ToolTimeout",
