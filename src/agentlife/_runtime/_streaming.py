@@ -103,13 +103,18 @@ class LLMStream:
         if not self._done.is_set():
             tg.cancel_scope.cancel()  # left early: the guard closes the response
         try:
-            suppressed = bool(await tg.__aexit__(exc_type, exc, tb))
+            if exc is None or isinstance(exc, Exception):
+                # The block's own error goes on as it is: handed to the group, it would come out wrapped
+                # in an ExceptionGroup. Cancellations go through the group, which keeps their accounting.
+                await tg.__aexit__(None, None, None)
+            else:
+                await tg.__aexit__(exc_type, exc, tb)
         finally:
             self._receive.close()
         if exc_type is None and self._error is not None and not self._error_raised:
             self._error_raised = True
             raise self._error
-        return suppressed
+        return False
 
     async def _run(self) -> None:
         send = self._send
