@@ -26,6 +26,7 @@ from agentlife._exceptions import (
     LLMConfigurationError,
     LLMTimeout,
     MemoryUnavailable,
+    OutputValidationError,
     PermanentError,
     PolicyUnavailable,
     ReplayMismatch,
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
     )
     from agentlife._pricing import PriceTable
     from agentlife._runtime._context import StepContext
+    from agentlife._runtime._streaming import LLMStream
+    from agentlife._runtime._structured import StructuredReply
     from agentlife._schedule import Schedule
     from agentlife._scripted import ScriptedLLM, ScriptedTurn
     from agentlife._tool_agent import ToolAgent
@@ -69,6 +72,7 @@ _LAZY = {
     "DeliveryGuard": "agentlife._delivery",
     "Embedder": "agentlife._memory",
     "HashingEmbedder": "agentlife._memory",
+    "LLMStream": "agentlife._runtime._streaming",
     "MemoryRecord": "agentlife._memory",
     "PriceTable": "agentlife._pricing",
     "RetryDecision": "agentlife._policy",
@@ -76,6 +80,7 @@ _LAZY = {
     "ScriptedLLM": "agentlife._scripted",
     "ScriptedTurn": "agentlife._scripted",
     "StepContext": "agentlife._runtime._context",
+    "StructuredReply": "agentlife._runtime._structured",
     "ToolAgent": "agentlife._tool_agent",
     "crash_backoff_schedule": "agentlife._policy",
     "derive_total_timeout": "agentlife._policy",
@@ -109,9 +114,11 @@ __all__ = [
     "LLMClient",
     "LLMConfigurationError",
     "LLMReply",
+    "LLMStream",
     "LLMTimeout",
     "MemoryRecord",
     "MemoryUnavailable",
+    "OutputValidationError",
     "PermanentError",
     "PolicyUnavailable",
     "PriceTable",
@@ -127,6 +134,7 @@ __all__ = [
     "StoreUnavailable",
     "StreamEvent",
     "StreamTimeouts",
+    "StructuredReply",
     "ToolAgent",
     "ToolArgumentsInvalid",
     "ToolSpec",

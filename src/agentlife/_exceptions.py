@@ -18,6 +18,7 @@
     │   │   ├── ToolTimeout              (also TimeoutError) a tool outlived its timeout
     │   │   └── PolicyUnavailable        the policy check timed out or failed: fail closed
     │   ├── PermanentError               retrying cannot help (HTTP 400, a tool's own refusal)
+    │   │   └── OutputValidationError    a structured answer still did not fit its type after retries
     │   └── LLMConfigurationError        no API key, 401/403
     ├── MemoryUnavailable                the memory store is unreachable, slow or locked (never fatal)
     ├── BudgetExhausted                  token, cost or run-time budget spent
@@ -45,6 +46,7 @@ __all__ = [
     "LLMConfigurationError",
     "LLMTimeout",
     "MemoryUnavailable",
+    "OutputValidationError",
     "PermanentError",
     "PolicyUnavailable",
     "ReplayMismatch",
@@ -146,6 +148,23 @@ class PolicyUnavailable(TransientError):
 
 class PermanentError(CallError):
     """A failure that retrying cannot fix."""
+
+
+class OutputValidationError(PermanentError):
+    """The model's structured answer (``output_type=``) did not fit the type, after every retry.
+
+    Attributes:
+        type_name: the name of the type asked for.
+        problems: one line per problem of the last answer (``"score: Input should be a valid integer"``).
+        attempts: how many answers were asked for (0 for one answer checked outside a call).
+    """
+
+    def __init__(self, type_name: str, problems: list[str], *, attempts: int = 0) -> None:
+        tries = f" after {attempts} attempt{'s' if attempts != 1 else ''}" if attempts else ""
+        super().__init__(f"the answer does not fit {type_name}{tries}: " + "; ".join(problems))
+        self.type_name = type_name
+        self.problems = problems
+        self.attempts = attempts
 
 
 class LLMConfigurationError(CallError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentlife import NOT_DONE, AgentProcess, Done, LLMReply, StepContext, tool
+from agentlife import NOT_DONE, AgentProcess, Done, LLMReply, StepContext, StructuredReply, tool
 from agentlife.testing import AgentHarness, DrainAt, ScriptedLLM, ScriptedTurn
 
 
@@ -34,6 +34,20 @@ class Reviewer(AgentProcess):
             model="m", max_tokens=10, messages=[{"role": "user", "content": text}]
         )
         ctx.state["summary"] = reply.text
+        score: int = await ctx.llm.complete(
+            model="m", max_tokens=10, messages=[{"role": "user", "content": text}], output_type=int
+        )
+        structured: StructuredReply[int] = await ctx.llm.complete_structured(
+            model="m", max_tokens=10, messages=[], output_type=int, output_retries=1
+        )
+        ctx.state["score"] = score + structured.output
+        async with ctx.llm.stream(model="m", max_tokens=10, messages=[]) as stream:
+            async for delta in stream.text_stream:
+                ctx.state["last"] = delta.upper()
+            async for event in stream:
+                ctx.state["kind"] = event.kind
+            final: LLMReply = await stream.get_final_reply()
+        ctx.state["final"] = final.text
         sent: str = await ctx.call_tool(send, text=reply.text)
         budget_left: float = ctx.budget.cost_usd_remaining
         return Done(result={"sent": sent, "left": budget_left}) if ctx.step > 0 else None

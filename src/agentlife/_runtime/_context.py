@@ -25,11 +25,13 @@ from agentlife._exceptions import (
 )
 from agentlife._guard import stream_timeouts_from_constants
 from agentlife._journal import args_digest
-from agentlife._llm import CURRENT_CALL, CallAddress, LLMClient, LLMReply
+from agentlife._llm import CURRENT_CALL, CallAddress, LLMClient, LLMReply, OnEvent
 from agentlife._logging import log_fields
 from agentlife._recovery import ReplayMap, ToolRecord
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
 from agentlife._retry import RetryEvent, classify, retry_call
+from agentlife._runtime._stepllm import StepLLM
+from agentlife._runtime._streaming import emit_reply, is_streaming_adapter, retry_event
 from agentlife._runtime._toolcalls import offered_tools, run_tool_calls
 from agentlife._tools import NOT_DONE, ToolSpec, tool
 
@@ -64,30 +66,6 @@ class CallEnv:
     llm_client: LLMClient
     rng: random.Random
     step_started: float = field(default_factory=anyio.current_time)
-
-
-class StepLLM:
-    """``ctx.llm``: the agent's LLM client behind replay, budget checks, retries and the stream guard."""
-
-    def __init__(self, ctx: StepContext) -> None:
-        self._ctx = ctx
-
-    async def complete(
-        self, *, model: str, messages: Sequence[Mapping[str, Any]], max_tokens: int, **params: Any
-    ) -> LLMReply:
-        """One completion; replayed from the journal when this call already completed before a crash.
-
-        ``tools`` may hold ``@tool`` functions (their definitions are derived from the function) as well
-        as plain definition dicts; `StepContext.run_tool_calls` then runs what the model asked for.
-
-        Raises:
-            BudgetExhausted: the token, cost or run budget would be exceeded; the call is not made.
-        """
-        if params.get("tools") is not None:
-            params["tools"] = offered_tools(params["tools"], self._ctx._offered)
-        return await self._ctx._llm_complete(
-            model=model, messages=messages, max_tokens=max_tokens, params=params
-        )
 
 
 class StepContext:
@@ -236,9 +214,17 @@ class StepContext:
     # -- LLM ----------------------------------------------------------------------------------------------
 
     async def _llm_complete(
-        self, *, model: str, messages: Sequence[Mapping[str, Any]], max_tokens: int, params: dict[str, Any]
+        self,
+        *,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        max_tokens: int,
+        params: dict[str, Any],
+        on_event: OnEvent | None = None,
+        call: int | None = None,
     ) -> LLMReply:
-        call = self._claim_call()
+        """One journaled call; ``on_event`` (``ctx.llm.stream``) sees its events, never the request."""
+        call = self._claim_call() if call is None else call
         self._calls.current = self._invocation_id(call)
         digest = llm_request_digest(model, messages, max_tokens, params)
         token = CURRENT_CALL.set(CallAddress(self.job.id, self.step, call))
@@ -246,8 +232,11 @@ class StepContext:
             replayed = self._recorded_llm_reply(call, model, digest)
             if replayed is not None:
                 log.info("LLM call %s of step %s replayed from the journal", call, self.step)
-                return LLMReply.from_json(replayed)
-            return await self._llm_call_live(call, model, messages, max_tokens, params, digest)
+                reply = LLMReply.from_json(replayed)
+                if on_event is not None:
+                    emit_reply(reply, on_event, "journal")
+                return reply
+            return await self._llm_call_live(call, model, messages, max_tokens, params, digest, on_event)
         finally:
             CURRENT_CALL.reset(token)
             self._calls.current = None
@@ -301,16 +290,25 @@ class StepContext:
         max_tokens: int,
         params: dict[str, Any],
         digest: str,
+        on_event: OnEvent | None = None,
     ) -> LLMReply:
         host, env = self._env.host, self._env
         env.budget.check_before_call(estimate_input_tokens(messages, params))
         timeouts = stream_timeouts_from_constants(host.constants.calls)
         env.journal.append("LLM_STARTED", step=self.step, call=call, model=model, digest=digest)
+        streams = on_event is not None and is_streaming_adapter(env.llm_client)
+        events = {"on_event": on_event} if streams else {}
+        on_retry = self._on_retry("llm", model, call)
 
         async def attempt() -> LLMReply:
             return await env.llm_client.complete(
-                model=model, messages=messages, max_tokens=max_tokens, timeouts=timeouts, **params
+                model=model, messages=messages, max_tokens=max_tokens, timeouts=timeouts, **events, **params
             )
+
+        def retried(event: RetryEvent) -> None:
+            on_retry(event)
+            if on_event is not None:
+                on_event(retry_event(event))
 
         started = time.monotonic()
         with host.telemetry.llm_span(model, max_tokens=max_tokens) as span:
@@ -321,7 +319,7 @@ class StepContext:
                     cap=host.constants.retry.transient_max_seconds,
                     deadline=self._retry_deadline(),
                     rng=env.rng,
-                    on_retry=self._on_retry("llm", model, call),
+                    on_retry=retried,
                 )
             except Exception as exc:
                 host.telemetry.llm_call(model, "error", None)
@@ -341,6 +339,8 @@ class StepContext:
             digest=digest,
         )
         await env.add_usage(reply)
+        if on_event is not None and not streams:
+            emit_reply(reply, on_event, "reply")
         return reply
 
     # -- tools --------------------------------------------------------------------------------------------

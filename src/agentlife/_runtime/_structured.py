@@ -1,0 +1,206 @@
+"""Structured output: ``ctx.llm.complete(..., output_type=T)`` returns a validated ``T``.
+
+The model is offered one more tool, ``final_result``, whose input schema is the JSON Schema of ``T``
+(pydantic's ``TypeAdapter``, loaded on first use, one adapter per type), and made to call it
+(``tool_choice``). Its input is validated against ``T``; when it does not fit, the model gets its own
+reply back with a ``tool_result`` (``is_error: true``) saying what is wrong, and is asked again, up to
+``output_retries`` times, then `OutputValidationError`. Each try is an ordinary ``ctx.llm`` call (journaled,
+replayed, budgeted), so a resumed step replays the same tries and gets the same value without a request.
+
+A type whose schema is not an object (``int``, ``list[str]``, a union) is wrapped, since a tool's input
+must be an object: the model fills ``{"result": ...}``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from agentlife._exceptions import OutputValidationError
+from agentlife._llm import LLMReply
+
+__all__ = ["OUTPUT_TOOL", "StructuredReply", "complete_structured", "output_tool"]
+
+T = TypeVar("T")
+log = logging.getLogger("agentlife.calls")
+
+#: The name of the tool the model answers through.
+OUTPUT_TOOL = "final_result"
+_WRAPPED = "result"
+
+
+@dataclass(frozen=True, slots=True)
+class StructuredReply(Generic[T]):
+    """A validated answer and the reply it came from (``ctx.llm.complete_structured``).
+
+    Attributes:
+        output: the validated value, an instance of the ``output_type`` asked for.
+        reply: the model's reply that carried it (the last try's).
+        attempts: how many calls it took (1 when the first answer fitted).
+    """
+
+    output: T
+    reply: LLMReply
+    attempts: int
+
+
+def output_tool(output_type: Any, *, name: str = OUTPUT_TOOL) -> tuple[dict[str, Any], Callable[[Any], Any]]:
+    """The tool a model answers through, and the parser of what it sends.
+
+    Args:
+        output_type: anything pydantic's ``TypeAdapter`` takes: a pydantic model, a dataclass, a
+            ``TypedDict``, ``int``, ``list[str]``, a union ...
+        name: the tool's name.
+
+    Returns:
+        ``(definition, parse)``: the Anthropic-shaped tool definition (``name``, ``description``,
+        ``input_schema``; a non-object type wrapped as ``{"result": ...}``), and a function that turns a
+        ``tool_use`` block's ``input`` into the validated value, raising `OutputValidationError` (with
+        one line per problem in ``problems``) when it does not fit.
+    """
+    adapter, wrapped, schema = _adapter(output_type)
+    definition = {"name": name, "description": _description(output_type), "input_schema": schema}
+
+    def parse(arguments: Any) -> Any:
+        from pydantic import ValidationError
+
+        if wrapped:
+            if not isinstance(arguments, Mapping) or _WRAPPED not in arguments:
+                raise OutputValidationError(_type_name(output_type), [f"{_WRAPPED}: missing (required)"])
+            arguments = arguments[_WRAPPED]
+        try:
+            return adapter.validate_python(arguments)
+        except ValidationError as exc:
+            problems = _problems(exc, _WRAPPED if wrapped else "")
+            raise OutputValidationError(_type_name(output_type), problems) from None
+
+    return definition, parse
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_adapter(output_type: Any) -> tuple[Any, bool, dict[str, Any]]:
+    from pydantic import TypeAdapter
+
+    adapter = TypeAdapter(output_type)
+    schema = adapter.json_schema()
+    schema.pop("title", None)
+    if schema.get("type") == "object":
+        return adapter, False, schema
+    defs = schema.pop("$defs", None)
+    wrapped: dict[str, Any] = {
+        "type": "object",
+        "properties": {_WRAPPED: schema},
+        "required": [_WRAPPED],
+        "additionalProperties": False,
+    }
+    if defs:
+        wrapped["$defs"] = defs
+    return adapter, True, wrapped
+
+
+def _adapter(output_type: Any) -> tuple[Any, bool, dict[str, Any]]:
+    """One ``TypeAdapter`` per type (cached; an unhashable type form builds a new one)."""
+    try:
+        return _cached_adapter(output_type)
+    except TypeError:
+        return _cached_adapter.__wrapped__(output_type)
+
+
+def _type_name(output_type: Any) -> str:
+    return getattr(output_type, "__name__", None) or str(output_type)
+
+
+def _description(output_type: Any) -> str:
+    """What the tool is for, with the first paragraph of the type's own docstring when it has one."""
+    own = output_type.__dict__.get("__doc__") if isinstance(output_type, type) else None
+    name = _type_name(output_type)
+    if output_type.__module__ == "builtins" or not own or own.startswith(f"{name}("):
+        own = ""  # int's docstring, or the signature a dataclass gets as its docstring
+    first = " ".join(inspect.cleandoc(own).split("\n\n", 1)[0].split())
+    return f"Give the final answer ({name}) by calling this tool" + (f": {first}" if first else ".")
+
+
+def _problems(exc: Any, prefix: str) -> list[str]:
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = ".".join(str(part) for part in (prefix, *error.get("loc", ())) if part != "")
+        where = loc or "(answer)"
+        if error.get("type") == "missing":
+            problems.append(f"{where}: missing (required)")
+        else:
+            problems.append(f"{where}: {error.get('msg', 'invalid')}")
+    return problems
+
+
+async def complete_structured(
+    call: Callable[[Sequence[Mapping[str, Any]], dict[str, Any]], Awaitable[LLMReply]],
+    *,
+    messages: Sequence[Mapping[str, Any]],
+    params: dict[str, Any],
+    output_type: Any,
+    output_retries: int = 2,
+) -> StructuredReply[Any]:
+    """Ask through the output tool until the answer validates, ``1 + output_retries`` calls at most.
+
+    Args:
+        call: one journaled call with these messages and parameters (``ctx.llm``'s).
+        messages: the conversation.
+        params: the call's other parameters; ``tools`` already in definition form. The output tool is
+            added to them and forced through ``tool_choice`` unless ``params`` names one.
+        output_type: the type to validate the answer against.
+        output_retries: how many times a wrong answer is sent back to the model.
+
+    Raises:
+        OutputValidationError: the last answer still did not fit (naming the type and the problems).
+        ValueError: ``output_retries`` is negative, or a tool of the caller is named like the output tool.
+    """
+    if output_retries < 0:
+        raise ValueError(f"output_retries must be >= 0, got {output_retries}")
+    definition, parse = output_tool(output_type)
+    tools = list(params.get("tools") or ())
+    if any(isinstance(t, Mapping) and t.get("name") == OUTPUT_TOOL for t in tools):
+        raise ValueError(f"a tool is already named {OUTPUT_TOOL!r}, the structured output's tool")
+    params = {**params, "tools": [*tools, definition]}
+    params.setdefault("tool_choice", {"type": "tool", "name": OUTPUT_TOOL})
+    conversation = list(messages)
+    attempts = 0
+    while True:
+        attempts += 1
+        reply = await call(conversation, params)
+        answer = next(
+            (b for b in reply.content if b.get("type") == "tool_use" and b.get("name") == OUTPUT_TOOL), None
+        )
+        try:
+            if answer is None:
+                raise OutputValidationError(
+                    _type_name(output_type), [f"no answer: call the {OUTPUT_TOOL} tool with it"]
+                )
+            return StructuredReply(parse(answer.get("input")), reply, attempts)
+        except OutputValidationError as exc:
+            if attempts > output_retries:
+                raise OutputValidationError(exc.type_name, exc.problems, attempts=attempts) from None
+            log.info("structured output %s: invalid answer, asking again: %s", exc.type_name, exc)
+            conversation += _sent_back(reply, str(exc))
+
+
+def _sent_back(reply: LLMReply, message: str) -> list[dict[str, Any]]:
+    """The reply as the assistant's turn and the user's turn telling it what was wrong."""
+    content: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    for block in reply.content:
+        if block.get("type") == "tool_use":
+            use = {k: block[k] for k in ("type", "id", "name", "input") if k in block}
+            content.append(use)
+            text = message if block.get("name") == OUTPUT_TOOL else f"not run: answer with {OUTPUT_TOOL}"
+            results.append(
+                {"type": "tool_result", "tool_use_id": block.get("id"), "content": text, "is_error": True}
+            )
+        else:
+            content.append(dict(block))
+    if not results:
+        results.append({"type": "text", "text": message})
+    return [{"role": "assistant", "content": content}, {"role": "user", "content": results}]

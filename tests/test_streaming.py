@@ -1,0 +1,455 @@
+"""``ctx.llm.stream``: the same journaled call as ``complete``, its text handed on as it arrives.
+
+Most tests stream a `ScriptedLLM` (the real adapter's stream guard and assembler over scripted events)
+through a `StepContext` on a real journal; the runs that need the whole process around the step (a
+crash and a resume, a drain) use `AgentHarness`; one streams the real ``anthropic`` SDK from
+`FakeAnthropicServer` over HTTP.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+
+from agentlife import (
+    AgentProcess,
+    AnthropicLLM,
+    Done,
+    LLMClient,
+    LLMReply,
+    LLMTimeout,
+    PermanentError,
+    ScriptedLLM,
+    ScriptedTurn,
+    StepContext,
+    StreamEvent,
+    StreamTimeouts,
+    Usage,
+    tool,
+)
+from agentlife._budget import Budget
+from agentlife._config import Settings
+from agentlife._journal import Journal
+from agentlife._redact import Redactor
+from agentlife._replay import llm_request_digest
+from agentlife._runtime._approvals import Approvals
+from agentlife._runtime._context import CallEnv
+from agentlife._runtime._host import Booted, RuntimeStats
+from agentlife._runtime._lifecycle import Runtime
+from agentlife._telemetry_facade import TelemetryFacade
+from agentlife.constants import Constants
+from agentlife.stores import SQLiteStore
+from agentlife.testing import AgentHarness, FakeAnthropicServer
+
+pytestmark = pytest.mark.anyio
+
+MODEL = "claude-sonnet-agentlife-test"
+KEY = "sk-ant-api03-streaming-secret-0123456789"
+MESSAGES = [{"role": "user", "content": "Say hello."}]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@tool(side_effects=False)
+async def lookup(word: str) -> str:
+    """Look a word up."""
+    return word
+
+
+# --- a StepContext on a real journal ------------------------------------------------------------------
+
+MakeCtx = Callable[..., Awaitable[tuple[StepContext, Journal]]]
+
+
+@pytest.fixture
+async def make_ctx(tmp_path: Path) -> AsyncIterator[MakeCtx]:
+    """``await make_ctx(llm, **env)``: a step's context whose calls go to ``llm``, time scaled by 0.01."""
+    opened: list[tuple[Journal, SQLiteStore]] = []
+
+    async def make(llm: LLMClient, **env: str) -> tuple[StepContext, Journal]:
+        constants = Constants.from_env(env).scaled(0.01)
+        settings = Settings.from_env(
+            {"AGENTLIFE_DATA_DIR": str(tmp_path)}, job_id="job-s", agent_id="s", constants=constants
+        )
+        store = SQLiteStore(tmp_path / "agentlife.db")
+        await store.open()
+        journal = Journal.create(settings.session_dir, 1)
+        opened.append((journal, store))
+        job = _job()
+
+        class Host:
+            agent = AgentProcess()
+            draining = False
+            drain_event = None
+            drain_deadline = None
+            redactor = Redactor()
+            stats = RuntimeStats()
+            telemetry = TelemetryFacade()
+
+            def __init__(self) -> None:
+                self.constants = constants
+
+            def notify(self, event: str, **info: Any) -> None:
+                pass
+
+        async def no_usage(reply: LLMReply) -> None:
+            pass
+
+        host = Host()
+        env_ = CallEnv(
+            host,
+            Approvals(Booted(settings, store, journal), job, host, lambda: 0),
+            no_usage,
+            journal,
+            None,
+            Budget.build(constants.budget, None, None),
+            llm,
+            random.Random(0),
+        )
+        from agentlife import Footprint
+
+        ctx = StepContext(step=0, state={}, job=job, memories=[], footprint=Footprint(), env=env_)
+        return ctx, journal
+
+    yield make
+    for journal, store in opened:
+        await journal.aclose()
+        await store.close()
+
+
+def _job() -> Any:
+    from agentlife import Job
+
+    return Job("job-s", "s", 1, {})
+
+
+async def _journal(journal: Journal) -> list[dict[str, Any]]:
+    await journal.flush()
+    return [orjson.loads(line) for line in journal.path.read_bytes().splitlines()]
+
+
+def _types(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+# --- streaming a live call ----------------------------------------------------------------------------
+
+
+async def test_text_deltas_arrive_in_order_before_the_reply_completes(make_ctx: MakeCtx) -> None:
+    llm = ScriptedLLM([ScriptedTurn.text("Hello there, streaming world!", chunks=5, delay=0.001)])
+    ctx, journal = await make_ctx(llm)
+    seen: list[tuple[str, bool]] = []
+    async with ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64) as s:
+        async for text in s.text_stream:
+            # Whether the reply was complete when this delta reached the block.
+            seen.append((text, s.reply is not None))
+        reply = await s.get_final_reply()
+    assert len(seen) == 5
+    assert not any(done for _, done in seen[:-1])  # they came before the reply was complete
+    assert reply.text == "Hello there, streaming world!" and s.reply is reply
+    assert "".join(text for text, _ in seen) == reply.text
+    assert llm.calls == 1
+    assert "on_event" not in llm.requests[0].params  # handed to the adapter, never a request parameter
+    events = await _journal(journal)
+    assert _types(events).count("LLM_STARTED") == 1 and _types(events).count("LLM_COMPLETED") == 1
+
+
+async def test_thinking_deltas_come_apart_from_the_text(make_ctx: MakeCtx) -> None:
+    turn = ScriptedTurn.thinking("First, the facts. Then the answer.", "It is 42.", chunks=3)
+    ctx, _ = await make_ctx(ScriptedLLM([turn, turn]))
+    async with ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64) as s:
+        thinking = [t async for t in s.thinking_stream]
+    assert "".join(thinking) == "First, the facts. Then the answer." and len(thinking) == 3
+    assert s.reply is not None and s.reply.text == "It is 42."  # text deltas skipped, reply complete
+
+    async with ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64) as s:
+        events = [event async for event in s]
+    kinds = [e.kind for e in events]
+    assert kinds.index("thinking") < kinds.index("text")
+    assert "".join(e.text for e in events if e.kind == "text") == "It is 42."
+    assert events[0].raw["type"] == "message_start" and events[-1].raw["type"] == "message_stop"
+    assert all(e.text == "" for e in events if e.kind == "other")
+
+
+async def test_the_stream_is_the_call_complete_would_make_journaled_once_with_its_digest(
+    make_ctx: MakeCtx,
+) -> None:
+    params: dict[str, Any] = {"system": "Be brief.", "temperature": 0.2, "tools": [lookup]}
+    llm = ScriptedLLM([ScriptedTurn.text("streamed", chunks=2), ScriptedTurn.text("completed")])
+    ctx, journal = await make_ctx(llm)
+    async with ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64, **dict(params)) as s:
+        streamed = await s.get_final_reply()
+    completed = await ctx.llm.complete(model=MODEL, messages=MESSAGES, max_tokens=64, **dict(params))
+    assert (streamed.text, completed.text) == ("streamed", "completed")
+    # Both requests reached the adapter identically (tool functions as their definitions).
+    assert llm.requests[0].params == llm.requests[1].params
+    assert llm.requests[0].params["tools"][0]["name"] == "lookup"
+    events = await _journal(journal)
+    done = [e for e in events if e["type"] == "LLM_COMPLETED"]
+    assert [e["call"] for e in done] == [0, 1]
+    assert done[0]["digest"] == done[1]["digest"]
+    expected = {**params, "tools": [lookup.definition]}
+    assert done[0]["digest"] == llm_request_digest(MODEL, MESSAGES, 64, expected)
+    assert done[0]["response"]["text"] == "streamed"
+
+
+async def test_an_adapter_that_does_not_stream_events_is_streamed_whole(make_ctx: MakeCtx) -> None:
+    class Whole:
+        """An LLMClient without ``streams_events``: ``complete`` takes no ``on_event``."""
+
+        def __init__(self) -> None:
+            self.inner = ScriptedLLM([ScriptedTurn.thinking("Hmm.", "Whole reply.", chunks=2)])
+
+        async def complete(
+            self,
+            *,
+            model: str,
+            messages: Sequence[Mapping[str, Any]],
+            max_tokens: int,
+            timeouts: StreamTimeouts | None = None,
+            **params: Any,
+        ) -> LLMReply:
+            assert "on_event" not in params
+            return await self.inner.complete(
+                model=model, messages=messages, max_tokens=max_tokens, timeouts=timeouts, **params
+            )
+
+        async def aclose(self) -> None:
+            pass
+
+    ctx, _ = await make_ctx(Whole())
+    async with ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64) as s:
+        events = [event async for event in s]
+    assert [(e.kind, e.text) for e in events] == [("thinking", "Hmm."), ("text", "Whole reply.")]
+    assert {e.raw["source"] for e in events} == {"reply"}
+
+
+async def test_a_retry_mid_stream_sends_a_marker_and_the_text_starts_over(make_ctx: MakeCtx) -> None:
+    # Inter-chunk timeout 5 s -> 0.05 s: the first try stalls after two deltas and is retried.
+    llm = ScriptedLLM(
+        [ScriptedTurn.stall("Never finished", after_chunks=2, chunks=3), ScriptedTurn.text("Fine.", chunks=2)]
+    )
+    ctx, journal = await make_ctx(llm, AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS="5")
+    async with ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64) as s:
+        events = [event async for event in s]
+    [marker] = [i for i, e in enumerate(events) if e.raw.get("type") == "agentlife_retry"]
+    assert [e.text for e in events[:marker] if e.kind == "text"] == ["Never", " fini"]  # the stalled try
+    assert [e.text for e in events[marker:] if e.kind == "text"] == ["Fin", "e."]  # from its first delta
+    retry = events[marker]
+    assert retry.kind == "other" and retry.raw["attempt"] == 1 and retry.raw["error_type"] == "LLMTimeout"
+    assert s.reply is not None and s.reply.text == "Fine." and llm.calls == 2
+    journaled = await _journal(journal)
+    assert _types(journaled).count("RETRY") == 1 and _types(journaled).count("LLM_COMPLETED") == 1
+
+
+async def test_a_stall_that_outlasts_the_retries_raises_llm_timeout_from_the_iteration(
+    make_ctx: MakeCtx,
+) -> None:
+    # Inter-chunk 5 s -> 0.05 s; total 10 s -> 0.1 s, so the step budget (the longer of the 45 s drain
+    # step deadline and the total timeout) is 0.45 s: a few retries, then the error.
+    llm = ScriptedLLM([ScriptedTurn.stall(after_chunks=1)], cycle=True)
+    ctx, journal = await make_ctx(
+        llm, AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS="5", AGENTLIFE_LLM_TOTAL_TIMEOUT_SECONDS="10"
+    )
+    texts: list[str] = []
+    raised: list[LLMTimeout] = []
+    async with ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64) as s:
+        try:
+            async for text in s.text_stream:
+                texts.append(text)
+        except LLMTimeout as exc:  # from the iteration itself, not only when the block ends
+            raised.append(exc)
+    assert [exc.kind for exc in raised] == ["chunk"]
+    assert llm.calls >= 2 and len(texts) == llm.calls  # one delta per try, each try started over
+    assert s.reply is None
+    with pytest.raises(LLMTimeout):
+        await s.get_final_reply()
+    journaled = await _journal(journal)
+    assert "LLM_COMPLETED" not in _types(journaled)
+    assert _types(journaled).count("RETRY") == llm.calls - 1
+
+
+async def test_an_error_nobody_read_is_raised_when_the_block_ends(make_ctx: MakeCtx) -> None:
+    llm = ScriptedLLM([ScriptedTurn.http_error(400, message="messages: field required")])
+    ctx, _ = await make_ctx(llm)
+
+    async def wait_unread() -> None:
+        async with ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64) as s:
+            with anyio.fail_after(5):
+                while not llm.calls:  # the 400 is raised, and kept, in the step that counts the call
+                    await anyio.sleep(0.001)
+            assert s.reply is None
+
+    with pytest.raises(PermanentError, match="field required"):
+        await wait_unread()
+
+
+async def test_leaving_the_block_early_cancels_the_call_and_the_next_call_goes_on(make_ctx: MakeCtx) -> None:
+    llm = ScriptedLLM([ScriptedTurn.stall("one two three", after_chunks=2, chunks=3), "next"])
+    ctx, journal = await make_ctx(llm, AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS="60000")
+    async with ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64) as s:
+        async for text in s.text_stream:
+            first = text
+            break
+    assert first and "one two three".startswith(first) and s.reply is None
+    with pytest.raises(RuntimeError, match="left before its reply completed"):
+        await s.get_final_reply()
+    nxt = await ctx.llm.complete(model=MODEL, messages=MESSAGES, max_tokens=64)
+    assert nxt.text == "next"
+    journaled = await _journal(journal)
+    assert [(e["type"], e["call"]) for e in journaled if e["type"].startswith("LLM_")] == [
+        ("LLM_STARTED", 0),
+        ("LLM_STARTED", 1),
+        ("LLM_COMPLETED", 1),
+    ]
+
+
+# --- the whole process: crash and replay, drain, the real SDK -----------------------------------------
+
+
+class Streamer(AgentProcess):
+    """One streamed call; records what the block saw. ``crash`` fails the step after the call."""
+
+    agent_id = "streamer"
+
+    def __init__(self, llm: LLMClient, *, crash: bool = False, on_first_text: Any = None) -> None:
+        self.llm = llm
+        self.crash = crash
+        self.on_first_text = on_first_text
+        self.events: list[StreamEvent] = []
+        self.before_completion: list[bool] = []
+
+    def make_llm(self) -> LLMClient:
+        return self.llm
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        async with ctx.llm.stream(model=MODEL, max_tokens=64, messages=MESSAGES) as s:
+            async for event in s:
+                first = event.kind == "text" and not any(e.kind == "text" for e in self.events)
+                if first and self.on_first_text is not None:
+                    self.on_first_text()
+                self.events.append(event)
+            reply = await s.get_final_reply()
+        if self.crash:
+            raise RuntimeError("the process dies after the call")
+        return Done(result={"text": reply.text})
+
+
+async def test_a_resumed_step_streams_the_recorded_reply_without_asking_the_model(
+    agent_harness: AgentHarness,
+) -> None:
+    turn = ScriptedTurn.thinking("Think.", "Recorded answer.", chunks=3)
+    first = ScriptedLLM([turn])
+    crashed = await agent_harness.run(Streamer(first, crash=True))
+    assert crashed.exit_code == 1 and first.calls == 1
+    assert crashed.job is not None and crashed.job.status == "RUNNING"
+    [recorded] = [e for e in crashed.journal if e["type"] == "LLM_COMPLETED"]
+
+    again = ScriptedLLM([])  # any request would raise ScriptExhausted
+    agent = Streamer(again)
+    resumed = await agent_harness.run(agent)
+    assert resumed.exit_code == 0 and again.calls == 0
+    assert resumed.job is not None and resumed.job.result == {"text": "Recorded answer."}
+    assert [(e.kind, e.text) for e in agent.events] == [("thinking", "Think."), ("text", "Recorded answer.")]
+    assert {e.raw["source"] for e in agent.events} == {"journal"}
+    # Replayed: the resumed session journaled no call of its own (only what it carried forward).
+    assert resumed.journal_types().count("LLM_STARTED") == 1
+    assert resumed.journal_types().count("LLM_COMPLETED") == 1
+    assert recorded["response"]["text"] == "Recorded answer."
+
+
+async def test_a_drain_during_a_stream_cancels_the_step_like_complete(agent_harness: AgentHarness) -> None:
+    runtimes: list[Runtime] = []
+
+    def keep(runtime: Runtime, event: str, info: dict[str, Any]) -> None:
+        if not runtimes:
+            runtimes.append(runtime)
+
+    llm = ScriptedLLM([ScriptedTurn.stall("never ends", after_chunks=1)])
+    agent = Streamer(llm, on_first_text=lambda: runtimes[0].request_drain("SIGTERM"))
+    run = await agent_harness.run(
+        agent, on_event=keep, env={"AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS": "60000"}
+    )
+    assert run.exit_code == 143
+    [text] = [e.text for e in agent.events if e.kind == "text"]
+    assert "never ends".startswith(text)
+    assert run.job is not None and run.job.status == "RUNNING"  # resumable
+    types = run.journal_types()
+    assert "DRAIN_STARTED" in types and "LLM_STARTED" in types and "LLM_COMPLETED" not in types
+
+
+@pytest.fixture(scope="module")
+def _anthropic_imported() -> None:
+    import anthropic  # noqa: F401
+
+
+@pytest.mark.usefixtures("_anthropic_imported")
+async def test_the_real_sdk_streams_deltas_before_the_server_finished_sending(
+    tmp_path: Path,
+) -> None:
+    turn = ScriptedTurn.reply(
+        [
+            {"type": "thinking", "thinking": "Weighing it.", "signature": "c2ln"},
+            {"type": "text", "text": "Four words, streamed slowly."},
+        ],
+        chunks=4,
+        delay=0.02,
+        usage=Usage(input_tokens=10, output_tokens=8),
+    )
+    async with FakeAnthropicServer([turn], api_key=KEY) as server:
+        seen_completed: list[int] = []
+        agent = Streamer(
+            AnthropicLLM(api_key=KEY, base_url=server.base_url),
+            on_first_text=lambda: seen_completed.append(server.completed),
+        )
+        run = await AgentHarness(tmp_path / "a").run(agent)
+    assert run.exit_code == 0, run.log_messages()
+    assert seen_completed == [0]  # the first text delta arrived while the server was still sending
+    texts = [e.text for e in agent.events if e.kind == "text"]
+    assert len(texts) == 4 and "".join(texts) == "Four words, streamed slowly."
+    assert "".join(e.text for e in agent.events if e.kind == "thinking") == "Weighing it."
+    assert run.job is not None and run.job.result == {"text": "Four words, streamed slowly."}
+    assert len(server.requests) == 1 and "on_event" not in server.requests[0].body
+    assert server.requests[0].headers.get("x-agentlife-invocation") == "job-1/0/0"
+
+
+@pytest.mark.usefixtures("_anthropic_imported")
+async def test_leaving_a_real_stream_early_closes_the_connection(
+    tmp_path: Path,
+) -> None:
+    class Quitter(AgentProcess):
+        agent_id = "quitter"
+
+        def __init__(self, llm: LLMClient) -> None:
+            self.llm = llm
+            self.first = ""
+
+        def make_llm(self) -> LLMClient:
+            return self.llm
+
+        async def step(self, ctx: StepContext) -> Done | None:
+            async with ctx.llm.stream(model=MODEL, max_tokens=64, messages=MESSAGES) as s:
+                async for text in s.text_stream:
+                    self.first = text
+                    break
+            return Done(result={"reply": s.reply is not None})
+
+    async with FakeAnthropicServer([ScriptedTurn.stall("a b c d", after_chunks=2)], api_key=KEY) as server:
+        agent = Quitter(AnthropicLLM(api_key=KEY, base_url=server.base_url))
+        run = await AgentHarness(tmp_path / "a").run(
+            agent, env={"AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS": "60000"}
+        )
+        await server.wait_for_disconnects(1)  # the client hung up on the stalled response
+    assert run.exit_code == 0 and agent.first and "a b c d".startswith(agent.first)
+    assert run.job is not None and run.job.result == {"reply": False}
+    assert server.disconnected_requests == (0,) and len(server.requests) == 1
+    assert "LLM_COMPLETED" not in run.journal_types()
