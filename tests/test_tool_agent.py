@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import anyio
 import pytest
+from pydantic import BaseModel
 
 from agentlife import NOT_DONE, LLMClient, ScriptedLLM, ScriptedTurn, ToolAgent, tool
 from agentlife.testing import AgentHarness, DrainAt
@@ -140,3 +141,63 @@ def test_the_prompt_comes_from_the_payload() -> None:
     assert agent.prompt(Job("j", "a", 1, {"prompt": "hi", "x": 1})) == "hi"
     assert agent.prompt(Job("j", "a", 1, "text")) == "text"
     assert agent.prompt(Job("j", "a", 1, {"b": 1, "a": 2})) == '{"a":2,"b":1}'
+
+
+class Report(BaseModel):
+    number: int
+    label: Literal["bug", "feature"]
+
+
+def reporting_agent(llm: ScriptedLLM) -> type[ToolAgent]:
+    world = Labels()
+
+    class Reporter(triage_agent(world, llm)):  # type: ignore[misc]
+        output_type = Report
+
+    return Reporter
+
+
+async def test_output_type_ends_with_the_validated_result(tmp_path: Path) -> None:
+    llm = ScriptedLLM(
+        {
+            (0, 0): ScriptedTurn.tool_use("search_docs", {"query": "x"}),
+            (1, 0): ScriptedTurn.tool_use("final_result", {"number": "7", "label": "bug"}),
+        }
+    )
+    run = await AgentHarness(tmp_path).run(reporting_agent(llm)(), payload="Issue #7")
+    assert run.job is not None and run.job.status == "COMPLETED"
+    assert run.job.result == {"number": 7, "label": "bug"}
+    request = llm.requests[0]
+    assert request.params["tool_choice"] == {"type": "any"}
+    final = request.params["tools"][-1]
+    assert final["name"] == "final_result"
+    assert final["input_schema"]["properties"]["label"]["enum"] == ["bug", "feature"]
+
+
+async def test_an_invalid_final_answer_goes_back_to_the_model(tmp_path: Path) -> None:
+    llm = ScriptedLLM(
+        {
+            (0, 0): ScriptedTurn.tool_use("final_result", {"number": 7, "label": "wontfix"}),
+            (1, 0): ScriptedTurn.tool_use("final_result", {"number": 7, "label": "feature"}),
+        }
+    )
+    run = await AgentHarness(tmp_path).run(reporting_agent(llm)(), payload="Issue #7")
+    assert run.job is not None and run.job.result == {"number": 7, "label": "feature"}
+    sent_back = llm.requests[1].messages[-1]["content"]
+    assert sent_back[0]["is_error"] is True and sent_back[0]["tool_use_id"] == "toolu_scripted_final_result"
+    assert "label" in sent_back[0]["content"]
+
+
+async def test_a_text_answer_is_asked_to_use_the_output_tool(tmp_path: Path) -> None:
+    llm = ScriptedLLM(
+        {
+            (0, 0): "It is a bug.",
+            (1, 0): ScriptedTurn.tool_use("final_result", {"number": 7, "label": "bug"}),
+        }
+    )
+    run = await AgentHarness(tmp_path).run(reporting_agent(llm)(), payload="Issue #7")
+    assert run.job is not None and run.job.result == {"number": 7, "label": "bug"}
+    assert llm.requests[1].messages[-1] == {
+        "role": "user",
+        "content": "Answer by calling the final_result tool.",
+    }

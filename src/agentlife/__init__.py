@@ -59,9 +59,9 @@ if TYPE_CHECKING:
     from agentlife._runtime._context import StepContext
     from agentlife._runtime._streaming import LLMStream
     from agentlife._runtime._structured import StructuredReply
+    from agentlife._runtime._tool_agent import ToolAgent
     from agentlife._schedule import Schedule
     from agentlife._scripted import ScriptedLLM, ScriptedTurn
-    from agentlife._tool_agent import ToolAgent
 
 # Public names whose modules pull in more than the core (anyio, the journal, cron and pricing tables):
 # they load on first access, so `import agentlife` stays as cheap as `import asyncio`.
@@ -81,7 +81,7 @@ _LAZY = {
     "ScriptedTurn": "agentlife._scripted",
     "StepContext": "agentlife._runtime._context",
     "StructuredReply": "agentlife._runtime._structured",
-    "ToolAgent": "agentlife._tool_agent",
+    "ToolAgent": "agentlife._runtime._tool_agent",
     "crash_backoff_schedule": "agentlife._policy",
     "derive_total_timeout": "agentlife._policy",
     "should_retry_after_crash": "agentlife._policy",

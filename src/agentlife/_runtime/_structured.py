@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 from agentlife._exceptions import OutputValidationError
 from agentlife._llm import LLMReply
 
-__all__ = ["OUTPUT_TOOL", "StructuredReply", "complete_structured", "output_tool"]
+__all__ = ["OUTPUT_TOOL", "StructuredReply", "complete_structured", "output_json", "output_tool"]
 
 T = TypeVar("T")
 log = logging.getLogger("agentlife.calls")
@@ -79,6 +79,12 @@ def output_tool(output_type: Any, *, name: str = OUTPUT_TOOL) -> tuple[dict[str,
             raise OutputValidationError(_type_name(output_type), problems) from None
 
     return definition, parse
+
+
+def output_json(output_type: Any, value: Any) -> Any:
+    """``value`` (validated against ``output_type``) as plain JSON, to store as a job's result."""
+    adapter, _, _ = _adapter(output_type)
+    return adapter.dump_python(value, mode="json")
 
 
 @functools.lru_cache(maxsize=256)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import orjson
 
 from agentlife._agent import AgentProcess, Done, Job
+from agentlife._exceptions import OutputValidationError
+from agentlife._runtime._structured import OUTPUT_TOOL, output_json, output_tool
 
 if TYPE_CHECKING:
     from agentlife._llm import LLMReply
@@ -76,55 +78,51 @@ class ToolAgent(AgentProcess):
         turns = sum(1 for message in conversation if message.get("role") == "assistant")
         if turns >= self.max_turns:
             return Done(status="FAILED", reason=f"no final answer after {self.max_turns} model turns")
-        output = _output_tool(self.output_type)
         reply = await ctx.llm.complete(
             model=self.model,
             max_tokens=self.max_tokens,
             messages=list(conversation),
-            **self._call_params(output),
+            **self._call_params(),
         )
         conversation.append({"role": "assistant", "content": [dict(block) for block in reply.content]})
-        return await self._after_reply(ctx, reply, output)
+        return await self._after_reply(ctx, reply)
 
-    def _call_params(self, output: Any) -> dict[str, Any]:
+    def _call_params(self) -> dict[str, Any]:
         params = dict(self.llm_params)
         if self.system is not None:
             params["system"] = self.system
         tools = list(self.tools)
-        if output is not None:
-            tools.append(output.definition)
+        if self.output_type is not None:
+            tools.append(output_tool(self.output_type)[0])
             # Every turn ends in a tool call: a real tool, or the final answer through the output tool.
             params["tool_choice"] = {"type": "any"}
         if tools:
             params["tools"] = tools
         return params
 
-    async def _after_reply(self, ctx: StepContext, reply: LLMReply, output: Any) -> Done | None:
+    async def _after_reply(self, ctx: StepContext, reply: LLMReply) -> Done | None:
         uses = [block for block in reply.content if block.get("type") == "tool_use"]
-        final = next((b for b in uses if output is not None and b.get("name") == output.name), None)
+        structured = self.output_type is not None
+        final = next((b for b in uses if structured and b.get("name") == OUTPUT_TOOL), None)
+        problem: list[dict[str, Any]] = []
         if final is not None:
             try:
-                return Done(result=output.to_json(output.parse(final.get("input"))))
-            except output.invalid as exc:
-                problem = _error_result(str(final.get("id", "")), output.describe(exc))
-        else:
-            problem = None
+                value = output_tool(self.output_type)[1](final.get("input"))
+            except OutputValidationError as exc:
+                # Back to the model, like invalid tool arguments: it gets another turn to fix its answer.
+                problem.append(_error_result(str(final.get("id", "")), str(exc)))
+            else:
+                return Done(result=output_json(self.output_type, value))
         if not uses:
-            if output is None:
+            if not structured:
                 return Done(result=reply.text)
-            ctx.conversation.append({"role": "user", "content": f"Answer by calling the {output.name} tool."})
+            ctx.conversation.append({"role": "user", "content": f"Answer by calling the {OUTPUT_TOOL} tool."})
             return None
         others = dataclasses.replace(reply, content=[b for b in reply.content if b is not final])
         results = await ctx.run_tool_calls(others, tools=self.tools)
-        ctx.conversation.append({"role": "user", "content": [*results, *([problem] if problem else [])]})
+        ctx.conversation.append({"role": "user", "content": [*results, *problem]})
         return None
 
 
 def _error_result(use_id: str, message: str) -> dict[str, Any]:
     return {"type": "tool_result", "tool_use_id": use_id, "content": message, "is_error": True}
-
-
-def _output_tool(output_type: Any) -> Any:
-    if output_type is None:
-        return None
-    raise NotImplementedError("output_type")
