@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from agentlife._anthropic import AnthropicLLM
     from agentlife._delivery import DeliveryGuard
     from agentlife._memory import Embedder, HashingEmbedder, MemoryRecord
+    from agentlife._openai import OpenAICompatibleLLM
     from agentlife._policy import (
         CircuitBreaker,
         RetryDecision,
@@ -67,6 +68,7 @@ _LAZY = {
     "Embedder": "agentlife._memory",
     "HashingEmbedder": "agentlife._memory",
     "MemoryRecord": "agentlife._memory",
+    "OpenAICompatibleLLM": "agentlife._openai",
     "PriceTable": "agentlife._pricing",
     "RetryDecision": "agentlife._policy",
     "Schedule": "agentlife._schedule",
@@ -107,6 +109,7 @@ __all__ = [
     "LLMTimeout",
     "MemoryRecord",
     "MemoryUnavailable",
+    "OpenAICompatibleLLM",
     "PermanentError",
     "PolicyUnavailable",
     "PriceTable",
