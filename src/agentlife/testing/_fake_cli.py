@@ -46,7 +46,9 @@ import orjson
 from agentlife._exceptions import ConfigError
 from agentlife._llm import Usage
 from agentlife._scripted import ScriptedTurn
+from agentlife.testing._anthropic_server import FakeAnthropicServer
 from agentlife.testing._fake_server import FakeModelServer, FakeRequest, Script
+from agentlife.testing._openai_server import FakeOpenAIServer
 
 __all__ = ["DEFAULT_TEXT", "load_script", "main", "turn_from_json"]
 
@@ -229,14 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _serve(args: argparse.Namespace, script: Script, log: IO[str] | None) -> int:
-    if args.server == "fake-openai":
-        from agentlife.testing._openai_server import FakeOpenAIServer
-
-        server_cls: type[FakeModelServer] = FakeOpenAIServer
-    else:
-        from agentlife.testing._anthropic_server import FakeAnthropicServer
-
-        server_cls = FakeAnthropicServer
+    server_cls: type[FakeModelServer] = FakeOpenAIServer if args.server == "fake-openai" else FakeAnthropicServer
 
     def record(request: FakeRequest) -> None:
         if log is not None:
