@@ -231,7 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _serve(args: argparse.Namespace, script: Script, log: IO[str] | None) -> int:
-    server_cls: type[FakeModelServer] = FakeOpenAIServer if args.server == "fake-openai" else FakeAnthropicServer
+    servers: dict[str, type[FakeModelServer]] = {
+        "fake-openai": FakeOpenAIServer,
+        "fake-anthropic": FakeAnthropicServer,
+    }
+    server_cls = servers[args.server]
 
     def record(request: FakeRequest) -> None:
         if log is not None:
