@@ -18,7 +18,11 @@ TESTS = REPO / "tests"
 
 def agent_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """A clean environment for a child agent process on ``data_dir``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLIFE_", "ANTHROPIC_", "OTEL_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AGENTLIFE_", "ANTHROPIC_", "OPENAI_", "OTEL_"))
+    }
     env.update(
         {
             "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO / "src"), env.get("PYTHONPATH", "")]),

@@ -69,9 +69,12 @@ def test_design_names_exist() -> None:
         "BackgroundOperationRestricted",
         "Embedder",
         "AgentlifeError",
+        "AnthropicLLM",
+        "OpenAICompatibleLLM",
     ):
         assert name in agentlife.__all__, name
     assert "HeartbeatMonitor" in agentlife.testing.__all__
+    assert {"FakeAnthropicServer", "FakeOpenAIServer"} <= set(agentlife.testing.__all__)
 
 
 HEAVY = ("asyncpg", "qdrant_client", "anthropic", "aiohttp", "httpx", "opentelemetry", "croniter")

@@ -46,6 +46,7 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("agentlife._agent", "agentlife._memory"): "make_embedder()'s default, resolved when called",
     ("agentlife._agent", "agentlife._cli"): "AgentProcess.main() is the command line's run",
     ("agentlife._llm_default", "agentlife._anthropic"): "10 ms of adapter, only when a key is set",
+    ("agentlife._llm_default", "agentlife._openai"): "the OpenAI adapter, only when it is the provider",
     ("agentlife._telemetry_facade", "agentlife._telemetry"): "built after READY, off the boot path",
     ("agentlife.stores", "agentlife.stores._postgres"): "only for postgresql:// URLs",
     ("agentlife._runtime._services", "agentlife._heartbeat"): "15 ms, only with a control plane URL",

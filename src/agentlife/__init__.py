@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from agentlife._conversation import Conversation
     from agentlife._delivery import DeliveryGuard
     from agentlife._memory import Embedder, HashingEmbedder, MemoryRecord
+    from agentlife._openai import OpenAICompatibleLLM
     from agentlife._policy import (
         CircuitBreaker,
         RetryDecision,
@@ -74,6 +75,7 @@ _LAZY = {
     "HashingEmbedder": "agentlife._memory",
     "LLMStream": "agentlife._runtime._streaming",
     "MemoryRecord": "agentlife._memory",
+    "OpenAICompatibleLLM": "agentlife._openai",
     "PriceTable": "agentlife._pricing",
     "RetryDecision": "agentlife._policy",
     "Schedule": "agentlife._schedule",
@@ -118,6 +120,7 @@ __all__ = [
     "LLMTimeout",
     "MemoryRecord",
     "MemoryUnavailable",
+    "OpenAICompatibleLLM",
     "OutputValidationError",
     "PermanentError",
     "PolicyUnavailable",

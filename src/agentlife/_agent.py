@@ -126,7 +126,9 @@ class AgentProcess:
     def make_llm(self) -> LLMClient:
         """The LLM client behind ``ctx.llm``: Anthropic when ``ANTHROPIC_API_KEY`` is set.
 
-        Without a key the returned client raises a clear `LLMConfigurationError` at its first call.
+        ``AGENTLIFE_LLM_PROVIDER=openai`` picks `OpenAICompatibleLLM` instead (``OPENAI_BASE_URL``,
+        ``OPENAI_API_KEY``). Without a key the returned client raises a clear `LLMConfigurationError` at
+        its first call.
         """
         from agentlife._llm_default import default_llm
 

@@ -15,9 +15,11 @@ from agentlife.constants import Constants
 
 __all__ = [
     "JOB_ID_PATTERN",
+    "LLM_PROVIDERS",
     "MAX_ATTEMPT",
     "MAX_PAYLOAD_DEPTH",
     "Settings",
+    "llm_provider_from_env",
     "validate_database_url",
     "validate_job_id",
     "validate_payload",
@@ -32,6 +34,23 @@ MAX_ATTEMPT = 2**31 - 1
 #: refuses 255 levels; the margin leaves room for the documents that carry the payload one level down.
 MAX_PAYLOAD_DEPTH = 128
 _SQLITE_NO_PATH = ("", "/")
+#: The values of ``AGENTLIFE_LLM_PROVIDER``: which adapter the default ``make_llm()`` builds.
+LLM_PROVIDERS = ("anthropic", "openai")
+
+
+def llm_provider_from_env(env: Mapping[str, str]) -> str:
+    """``AGENTLIFE_LLM_PROVIDER`` (``anthropic`` by default, or ``openai``), lower-cased.
+
+    Raises:
+        ConfigError: any other value, naming the allowed ones.
+    """
+    raw = env.get("AGENTLIFE_LLM_PROVIDER") or ""
+    provider = raw.strip().lower() or "anthropic"
+    if provider not in LLM_PROVIDERS:
+        raise ConfigError(
+            f"AGENTLIFE_LLM_PROVIDER={raw[:40]!r} is not a provider: use {' or '.join(LLM_PROVIDERS)}"
+        )
+    return provider
 
 
 def validate_job_id(job_id: str) -> str:
@@ -66,6 +85,7 @@ class Settings:
     log_level: str = "INFO"
     pod_name: str = ""
     deployment_env: str = ""
+    llm_provider: str = "anthropic"
     constants: Constants = field(default_factory=Constants)
 
     def __post_init__(self) -> None:
@@ -82,6 +102,11 @@ class Settings:
             validate_url("AGENTLIFE_QDRANT_URL", self.qdrant_url, ("http", "https"))
         if self.control_plane_url is not None:
             validate_url("AGENTLIFE_CONTROL_PLANE_URL", self.control_plane_url, ("http", "https"))
+        if self.llm_provider not in LLM_PROVIDERS:
+            allowed = " or ".join(LLM_PROVIDERS)
+            raise ConfigError(
+                f"AGENTLIFE_LLM_PROVIDER={self.llm_provider!r} is not a provider: use {allowed}"
+            )
         if self.log_level not in _LOG_LEVELS:
             raise ConfigError(
                 f"AGENTLIFE_LOG_LEVEL={self.log_level!r} must be one of {', '.join(_LOG_LEVELS)}"
@@ -133,6 +158,7 @@ class Settings:
             log_level=(env.get("AGENTLIFE_LOG_LEVEL") or "INFO").upper(),
             pod_name=env.get("HOSTNAME") or socket.gethostname(),
             deployment_env=env.get("DEPLOYMENT_ENV", ""),
+            llm_provider=llm_provider_from_env(env),
             constants=constants if constants is not None else Constants.from_env(env),
         )
 

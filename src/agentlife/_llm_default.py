@@ -1,9 +1,14 @@
-"""The client behind ``AgentProcess.make_llm()`` by default.
+"""The client behind ``AgentProcess.make_llm()`` by default, chosen by ``AGENTLIFE_LLM_PROVIDER``.
 
-With ``ANTHROPIC_API_KEY`` set it is `AnthropicLLM` (which honours ``ANTHROPIC_BASE_URL``). Without it
-the agent still boots, hydrates and runs its tools; only the first LLM call fails, with an
-`LLMConfigurationError` that says what to set. Neither path imports ``anthropic`` here: the adapter
-imports it (off the event loop) at its first call.
+``anthropic`` (the default): with ``ANTHROPIC_API_KEY`` set it is `AnthropicLLM` (which honours
+``ANTHROPIC_BASE_URL``). Without it the agent still boots, hydrates and runs its tools; only the first LLM
+call fails, with an `LLMConfigurationError` that says what to set.
+
+``openai``: `OpenAICompatibleLLM` on ``OPENAI_BASE_URL`` (default ``https://api.openai.com/v1``) with
+``OPENAI_API_KEY``, which a local server (vLLM, Ollama) may do without.
+
+No path imports a provider's SDK or httpx here: the adapters import them (off the event loop) at their
+first call.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentlife._config import llm_provider_from_env
 from agentlife._exceptions import LLMConfigurationError
 from agentlife._llm import LLMClient, LLMReply, StreamTimeouts
 
@@ -27,10 +33,18 @@ def default_llm(env: Mapping[str, str] | None = None) -> LLMClient:
     """The default LLM client for ``env`` (default `os.environ`).
 
     Returns:
-        `AnthropicLLM` when ``ANTHROPIC_API_KEY`` is set, else an `UnconfiguredLLM` whose every call
-        raises `LLMConfigurationError` naming the variable.
+        With ``AGENTLIFE_LLM_PROVIDER=openai``, `OpenAICompatibleLLM` (``OPENAI_BASE_URL``,
+        ``OPENAI_API_KEY``). Otherwise `AnthropicLLM` when ``ANTHROPIC_API_KEY`` is set, else an
+        `UnconfiguredLLM` whose every call raises `LLMConfigurationError` naming the variable.
+
+    Raises:
+        ConfigError: ``AGENTLIFE_LLM_PROVIDER`` names no provider (the process refuses it at boot already).
     """
     env = os.environ if env is None else env
+    if llm_provider_from_env(env) == "openai":
+        from agentlife._openai import OpenAICompatibleLLM
+
+        return OpenAICompatibleLLM(env=env)
     if env.get("ANTHROPIC_API_KEY"):
         from agentlife._anthropic import AnthropicLLM
 

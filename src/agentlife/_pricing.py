@@ -2,7 +2,10 @@
 
 Prices are USD per million tokens and are looked up by the **longest model-name prefix** in the table, so
 ``claude-sonnet-4-5-20250929`` finds ``claude-sonnet-4-5`` and a dated snapshot needs no entry of its own.
-An unknown model costs 0.0 and is logged once per table, because a wrong guess would corrupt the cost
+The default table holds Anthropic's and OpenAI's **list prices as published in 2025** (per million tokens,
+uncached input / cached input / output); prices change, so check them against the providers' pricing pages
+and override what differs. An unknown model (a self-hosted one behind vLLM or Ollama, say) costs 0.0 and is
+logged once per table, because a wrong guess would corrupt the cost
 budget while a zero at least says so in the log. Override or extend the defaults with
 `PriceTable.with_prices`::
 
@@ -64,9 +67,28 @@ class ModelPrice:
         )
 
 
-#: Anthropic list prices (USD per million tokens) by model-name prefix; the longest matching prefix wins.
-#: The bare family prefixes (``claude-opus``, ``claude-sonnet``, ``claude-haiku``) price model versions
-#: newer than this table at their family's latest known rates; override them when a release changes that.
+#: OpenAI list prices (USD per million tokens, 2025): input, cached input, output. OpenAI charges nothing
+#: extra to write its prompt cache, so ``cache_write`` is the input price (its API reports no such tokens).
+_OPENAI: Mapping[str, tuple[float, float | None, float]] = {
+    "gpt-4o": (2.50, 1.25, 10.00),
+    "gpt-4o-mini": (0.15, 0.075, 0.60),
+    "gpt-4.1": (2.00, 0.50, 8.00),
+    "gpt-4.1-mini": (0.40, 0.10, 1.60),
+    "gpt-4.1-nano": (0.10, 0.025, 0.40),
+    "o3": (2.00, 0.50, 8.00),
+    "o3-mini": (1.10, 0.55, 4.40),
+    "o3-pro": (20.00, None, 80.00),
+    "o4-mini": (1.10, 0.275, 4.40),
+    "gpt-5": (1.25, 0.125, 10.00),
+    "gpt-5-mini": (0.25, 0.025, 2.00),
+    "gpt-5-nano": (0.05, 0.005, 0.40),
+    "gpt-5-pro": (15.00, None, 120.00),
+}
+
+#: Anthropic and OpenAI list prices (USD per million tokens) by model-name prefix; the longest matching
+#: prefix wins. The bare Claude family prefixes (``claude-opus``, ``claude-sonnet``, ``claude-haiku``) price
+#: model versions newer than this table at their family's latest known rates; override them when a release
+#: changes that. A prefix also matches dated snapshots (``gpt-4o-2024-08-06``).
 DEFAULT_PRICES: Mapping[str, ModelPrice] = MappingProxyType(
     {
         "claude-opus": ModelPrice(input=5.0, output=25.0),
@@ -81,6 +103,15 @@ DEFAULT_PRICES: Mapping[str, ModelPrice] = MappingProxyType(
         "claude-3-5-haiku": ModelPrice(input=0.8, output=4.0),
         "claude-3-opus": ModelPrice(input=15.0, output=75.0),
         "claude-3-haiku": ModelPrice(input=0.25, output=1.25),
+        **{
+            prefix: ModelPrice(
+                input=uncached,
+                output=output,
+                cache_write=uncached,
+                cache_read=uncached if cached is None else cached,
+            )
+            for prefix, (uncached, cached, output) in _OPENAI.items()
+        },
     }
 )
 
@@ -107,7 +138,7 @@ class PriceTable:
 
     @classmethod
     def default(cls) -> PriceTable:
-        """Anthropic's list prices for the current Claude families (`DEFAULT_PRICES`)."""
+        """Anthropic's and OpenAI's list prices for their current models (`DEFAULT_PRICES`)."""
         return cls(tuple(DEFAULT_PRICES.items()))
 
     @classmethod

@@ -3,7 +3,8 @@
 * `AgentHarness` / `DrainAt`: run an agent in-process on a temporary data dir with scaled time and send a
   simulated SIGTERM at a chosen moment (the ``agent_harness`` pytest fixture builds one).
 * `ScriptedLLM` / `ScriptedTurn`: replay recorded LLM streams with chosen delays, stalls and errors.
-* `FakeAnthropicServer`: a local server speaking the Anthropic Messages streaming format.
+* `FakeAnthropicServer` / `FakeOpenAIServer`: local servers speaking the Anthropic Messages and the OpenAI
+  Chat Completions streaming formats (also runnable: ``python -m agentlife.testing fake-openai --port N``).
 * `ControlPlaneStub` / `HeartbeatMonitor`: the receiving side of the SSE heartbeat stream.
 
 Importing this package is cheap: each helper's module (and aiohttp, for the servers) loads on first use.
@@ -23,7 +24,9 @@ if TYPE_CHECKING:
         HeartbeatStatus,
         ReceivedEvent,
     )
+    from agentlife.testing._fake_server import FakeRequest
     from agentlife.testing._harness import AgentHarness, AgentRun, DrainAt
+    from agentlife.testing._openai_server import FakeOpenAIServer
 
 __all__ = [
     "AgentHarness",
@@ -31,6 +34,8 @@ __all__ = [
     "ControlPlaneStub",
     "DrainAt",
     "FakeAnthropicServer",
+    "FakeOpenAIServer",
+    "FakeRequest",
     "HeartbeatMonitor",
     "HeartbeatStatus",
     "ReceivedEvent",
@@ -45,6 +50,8 @@ _WHERE = {
     "ScriptedLLM": "agentlife._scripted",
     "ScriptedTurn": "agentlife._scripted",
     "FakeAnthropicServer": "agentlife.testing._anthropic_server",
+    "FakeOpenAIServer": "agentlife.testing._openai_server",
+    "FakeRequest": "agentlife.testing._fake_server",
     "ControlPlaneStub": "agentlife.testing._control_plane",
     "HeartbeatMonitor": "agentlife.testing._control_plane",
     "HeartbeatStatus": "agentlife.testing._control_plane",

@@ -1,0 +1,212 @@
+"""`FakeOpenAIServer`: a real HTTP server that speaks the streaming Chat Completions API, for tests.
+
+It listens on ``127.0.0.1`` (any free port) and answers ``POST /v1/chat/completions`` (and
+``/chat/completions``) with the next `ScriptedTurn`, the very turns `FakeAnthropicServer` and `ScriptedLLM`
+play, translated to ``chat.completion.chunk`` objects sent as ``data:`` lines and ended by
+``data: [DONE]``: text deltas as ``content``, thinking as ``reasoning_content``, tool calls as
+``tool_calls`` deltas with JSON-string ``arguments``, the stop reason as ``finish_reason`` and, when the
+request asks ``stream_options.include_usage``, a final usage chunk. Pings become SSE comments
+(``: keep-alive``), which is what OpenAI-compatible servers send while a model thinks. Errors are
+``{"error": {...}}`` bodies with a ``retry-after`` header when the turn has one.
+
+Point `agentlife.OpenAICompatibleLLM`, the ``openai`` SDK or your agent (``AGENTLIFE_LLM_PROVIDER=openai``,
+``OPENAI_BASE_URL``) at ``server.base_url`` (it ends in ``/v1``)::
+
+    async with FakeOpenAIServer([ScriptedTurn.stall(after_chunks=2)]) as server:
+        llm = OpenAICompatibleLLM(server.base_url, api_key="test-key")
+        ...
+        await server.wait_for_disconnects(1)   # the client really closed the connection
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import orjson
+
+from agentlife._scripted import ScriptedEvent, ScriptedTurn
+from agentlife.testing._fake_server import FakeModelServer
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+__all__ = ["FakeOpenAIServer", "chat_chunks"]
+
+#: Anthropic ``stop_reason`` to the ``finish_reason`` an OpenAI-compatible server sends.
+_FINISH = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "refusal": "content_filter",
+}
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_api_key",
+    403: "permission_denied",
+    404: "not_found",
+    429: "rate_limit_exceeded",
+}
+KEEPALIVE = b": keep-alive\n\n"
+DONE = b"data: [DONE]\n\n"
+
+
+class FakeOpenAIServer(FakeModelServer):
+    """A scripted OpenAI-compatible Chat Completions API on ``127.0.0.1``; use as ``async with``.
+
+    Args:
+        script: the turns to answer with: a list, one per request, in order (a string stands for
+            ``ScriptedTurn.text(string)``; more with `enqueue`), or a mapping ``{(step, call): turn}``
+            answered by each request's ``x-agentlife-invocation`` header. A request that finds no turn
+            gets a 400 saying so (never retried). ``ScriptedTurn.error`` turns cannot be sent.
+        api_key: when set, requests without ``Authorization: Bearer <api_key>`` get a 401.
+        host: the address to listen on (loopback by default).
+        port: the port (0: any free one; read `base_url`).
+        default_turn: the answer when the script has none for a request (None: the 400 above).
+        on_request: called with each `FakeRequest` as it arrives.
+
+    Attributes:
+        requests: every request received, in order (``len(server.requests)`` counts them).
+    """
+
+    kind = "FakeOpenAIServer"
+    url_suffix = "/v1"
+
+    def _routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/chat/completions", self._handle)
+
+    async def _respond(
+        self, request: web.Request, turn: ScriptedTurn, body: Mapping[str, Any]
+    ) -> web.StreamResponse:
+        from aiohttp import web
+
+        if turn.status != 200:
+            return self._error(turn.status, turn.error_type, turn.error_message, turn.retry_after)
+        if not turn.answer:
+            return await self._stopping_response()
+        if not body.get("stream"):
+            return self._error(400, None, "FakeOpenAIServer answers stream: true requests only", None)
+        model = str(body.get("model") or "")
+        events = turn.stream_events(model=model, messages=body.get("messages") or [])
+        options = body.get("stream_options")
+        usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
+        response = web.StreamResponse(
+            status=200,
+            headers={
+                "content-type": "text/event-stream",
+                "cache-control": "no-cache",
+                "x-request-id": "req_fake",
+            },
+        )
+        await response.prepare(request)
+        for delay, data in chat_chunks(events, model=turn.model or model, include_usage=usage):
+            if delay > 0:
+                await anyio.sleep(delay)
+            await response.write(data)
+        if turn.after == "stall":
+            await self._hang()
+        elif turn.after == "trickle":
+            while not self._is_stopping():
+                await anyio.sleep(turn.trickle_interval)
+                await response.write(KEEPALIVE)
+        await response.write_eof()
+        return response
+
+    def _error(
+        self, status: int, error_type: str | None, message: str | None, retry_after: float | None
+    ) -> web.StreamResponse:
+        from aiohttp import web
+
+        headers = {"x-request-id": "req_fake"}
+        if retry_after is not None:
+            headers["retry-after"] = f"{retry_after:g}" if math.isfinite(retry_after) else "0"
+        kind = (
+            error_type
+            if error_type and status not in _ERROR_TYPES
+            else _ERROR_TYPES.get(status, "server_error")
+        )
+        payload = {"error": {"message": message or "", "type": kind, "param": None, "code": kind}}
+        return web.json_response(payload, status=status, headers=headers)
+
+
+def chat_chunks(
+    events: tuple[ScriptedEvent, ...], *, model: str, include_usage: bool = True
+) -> Iterator[tuple[float, bytes]]:
+    """Translate a turn's Messages API events into ``(delay, SSE bytes)`` of Chat Completions chunks.
+
+    ``message_stop`` ends the stream with the usage chunk (if asked) and ``data: [DONE]``; a turn that
+    stalls or trickles has no ``message_stop``, so its stream stays open.
+    """
+    tools: dict[int, int] = {}  # content block index -> tool call index
+    input_tokens = output_tokens = cached = 0
+
+    def chunk(delta: Mapping[str, Any], finish: str | None = None) -> bytes:
+        payload = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": model,
+            "choices": [{"index": 0, "delta": dict(delta), "finish_reason": finish}],
+        }
+        return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+    for scripted in events:
+        event, delay = scripted.event, scripted.delay
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event.get("message") or {}
+            usage = message.get("usage") or {}
+            input_tokens = int(usage.get("input_tokens") or 0)
+            cached = int(usage.get("cache_read_input_tokens") or 0)
+            yield delay, chunk({"role": "assistant", "content": ""})
+        elif kind == "ping":
+            yield delay, KEEPALIVE
+        elif kind == "content_block_start":
+            block = event.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                index = tools[int(event.get("index", 0))] = len(tools)
+                call = {
+                    "index": index,
+                    "id": block.get("id"),
+                    "type": "function",
+                    "function": {"name": block.get("name"), "arguments": ""},
+                }
+                yield delay, chunk({"tool_calls": [call]})
+        elif kind == "content_block_delta":
+            delta = event.get("delta") or {}
+            dtype = delta.get("type")
+            if dtype == "text_delta":
+                yield delay, chunk({"content": delta.get("text", "")})
+            elif dtype == "thinking_delta":
+                yield delay, chunk({"reasoning_content": delta.get("thinking", "")})
+            elif dtype == "input_json_delta":
+                call = {
+                    "index": tools.get(int(event.get("index", 0)), 0),
+                    "function": {"arguments": delta.get("partial_json", "")},
+                }
+                yield delay, chunk({"tool_calls": [call]})
+        elif kind == "message_delta":
+            reason = str((event.get("delta") or {}).get("stop_reason") or "end_turn")
+            output_tokens = int((event.get("usage") or {}).get("output_tokens") or 0)
+            yield delay, chunk({}, _FINISH.get(reason, reason))
+        elif kind == "message_stop":
+            if include_usage:
+                usage_chunk = {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "created": 0,
+                    "model": model,
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": input_tokens + cached,
+                        "completion_tokens": output_tokens,
+                        "total_tokens": input_tokens + cached + output_tokens,
+                        "prompt_tokens_details": {"cached_tokens": cached},
+                    },
+                }
+                yield delay, b"data: " + orjson.dumps(usage_chunk) + b"\n\n"
+            yield 0.0, DONE
