@@ -1,9 +1,10 @@
 """The triage example as users run it: ``python -m agentlife run`` against each fake model server process.
 
 The same agent, unchanged, against ``python -m agentlife.testing fake-anthropic`` and ``fake-openai``: an
-uninterrupted run, SIGTERM during the side-effecting tool, and seeded SIGKILLs at random moments. Each job must
-end with its label applied exactly once, a conversation byte-identical to the uninterrupted run's, and at
-most one model request re-sent per kill (counted by the server, from the ``x-agentlife-invocation`` header).
+uninterrupted run, SIGTERM during the side-effecting tool, and seeded SIGKILLs at random moments. Each job
+must end with its label applied exactly once, a conversation byte-identical to the uninterrupted run's, and
+at most one model request re-sent per kill (counted by the server, from the ``x-agentlife-invocation``
+header).
 """
 
 from __future__ import annotations
@@ -59,8 +60,18 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeServe
     provider = request.param
     log = tmp_path / f"{provider}-requests.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentlife.testing", f"fake-{provider}", "--port", "0",
-         "--script", str(SCRIPT), "--requests-log", str(log)],
+        [
+            sys.executable,
+            "-m",
+            "agentlife.testing",
+            f"fake-{provider}",
+            "--port",
+            "0",
+            "--script",
+            str(SCRIPT),
+            "--requests-log",
+            str(log),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(REPO / "src")},
@@ -99,7 +110,15 @@ class Triage:
         )
         env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLES), env["PYTHONPATH"]])
         return subprocess.Popen(
-            [sys.executable, "-m", "agentlife", "run", "issue_triage_agent:IssueTriage", "--payload", PAYLOAD],
+            [
+                sys.executable,
+                "-m",
+                "agentlife",
+                "run",
+                "issue_triage_agent:IssueTriage",
+                "--payload",
+                PAYLOAD,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
@@ -121,7 +140,9 @@ class Triage:
     def row(self) -> tuple[str, object, list[bytes]]:
         conn = sqlite3.connect(self.data / "agentlife.db")
         try:
-            status, result = conn.execute("SELECT status, result FROM job WHERE id = ?", (self.job_id,)).fetchone()
+            status, result = conn.execute(
+                "SELECT status, result FROM job WHERE id = ?", (self.job_id,)
+            ).fetchone()
             rows = conn.execute(
                 "SELECT message FROM conversation WHERE job_id = ? ORDER BY seq", (self.job_id,)
             ).fetchall()
@@ -160,7 +181,7 @@ def _sigterm_during_the_label_call(tmp_path: Path, server: FakeServer, expected:
 
 
 def _label_started(job: Triage) -> bool:
-    for path in job.data.glob("**/*.jsonl"):
+    for path in (job.data / "sessions" / job.job_id).glob("*.jsonl"):
         with path.open("rb") as f:
             if any(b'"TOOL_STARTED"' in line and b'"label_issue"' in line for line in f):
                 return True
