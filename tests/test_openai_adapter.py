@@ -475,7 +475,7 @@ async def test_a_server_that_does_not_stream_is_a_permanent_error() -> None:
     port = runner.addresses[0][1]
     llm = OpenAICompatibleLLM(f"http://127.0.0.1:{port}/v1", api_key=KEY, timeouts=FAST)
     try:
-        with pytest.raises(PermanentError, match="answered with application/json.*, not a stream of Server-Sent Events"):
+        with pytest.raises(PermanentError, match=r"answered with application/json.*, not a stream of SSE"):
             await ask(llm)
     finally:
         await llm.aclose()
