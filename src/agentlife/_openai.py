@@ -245,7 +245,8 @@ class OpenAICompatibleLLM:
             raise PermanentError(
                 self._redact(
                     f"the server at {self._base_url} answered with {content_type or 'no content type'}, "
-                    "not a stream of SSE (Server-Sent Events): is the base URL an OpenAI-compatible API (.../v1)?"
+                    "not a stream of SSE (Server-Sent Events): is the base URL an OpenAI-compatible API "
+                    "(.../v1)?"
                 )
             )
         try:
