@@ -458,3 +458,25 @@ async def test_the_fake_translates_every_event_kind() -> None:
     assert data.startswith(b": keep-alive\n\n")
     assert b'"reasoning_content":"hmm"' in data and b'"content":"Looking."' in data
     assert b'"finish_reason":"tool_calls"' in data and data.endswith(b"data: [DONE]\n\n")
+
+
+async def test_a_server_that_does_not_stream_is_a_permanent_error() -> None:
+    from aiohttp import web
+
+    async def whole(request: web.Request) -> web.Response:
+        return web.json_response({"choices": [{"message": {"content": "hi"}}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", whole)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    llm = OpenAICompatibleLLM(f"http://127.0.0.1:{port}/v1", api_key=KEY, timeouts=FAST)
+    try:
+        with pytest.raises(PermanentError, match=r"answered with application/json.*, not a stream of SSE"):
+            await ask(llm)
+    finally:
+        await llm.aclose()
+        await runner.cleanup()

@@ -27,7 +27,7 @@ import anyio.to_thread
 import orjson
 
 from agentlife._anthropic import parse_retry_after
-from agentlife._exceptions import CallError, LLMConfigurationError, TransientError
+from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
 from agentlife._guard import guard_stream, stream_timeouts_from_env
 from agentlife._llm import CURRENT_CALL, INVOCATION_HEADER, LLMReply, OnEvent, StreamTimeouts
 from agentlife._openai_format import (
@@ -239,6 +239,16 @@ class OpenAICompatibleLLM:
         holder.response = response
         if response.status_code != 200:
             raise await self._status_error(response)
+        content_type = str(response.headers.get("content-type", ""))
+        if "text/event-stream" not in content_type:
+            # A server that ignores ``stream: true``, or a web page at a wrong base URL: retrying cannot help.
+            raise PermanentError(
+                self._redact(
+                    f"the server at {self._base_url} answered with {content_type or 'no content type'}, "
+                    "not a stream of SSE (Server-Sent Events): is the base URL an OpenAI-compatible API "
+                    "(.../v1)?"
+                )
+            )
         try:
             async for chunk in sse_chunks(response):
                 yield chunk

@@ -139,74 +139,92 @@ def chat_chunks(
     """Translate a turn's Messages API events into ``(delay, SSE bytes)`` of Chat Completions chunks.
 
     ``message_stop`` ends the stream with the usage chunk (if asked) and ``data: [DONE]``; a turn that
-    stalls or trickles has no ``message_stop``, so its stream stays open.
+    stalls or trickles has no ``message_stop``, so its stream stays open. The pause before an event that
+    has no chunk of its own (``content_block_stop``, ``signature_delta``) moves to the next chunk.
     """
-    tools: dict[int, int] = {}  # content block index -> tool call index
-    input_tokens = output_tokens = cached = 0
+    state = _Translation(model, include_usage)
+    carried = 0.0
+    for scripted in events:
+        carried += scripted.delay
+        for data in state.translate(scripted.event):
+            yield carried, data
+            carried = 0.0
 
-    def chunk(delta: Mapping[str, Any], finish: str | None = None) -> bytes:
-        payload = {
+
+class _Translation:
+    """The state of one turn's translation: tool call indexes and the usage to report at the end."""
+
+    def __init__(self, model: str, include_usage: bool) -> None:
+        self.model = model
+        self.include_usage = include_usage
+        self.tools: dict[int, int] = {}  # content block index -> tool call index
+        self.input_tokens = self.output_tokens = self.cached = 0
+
+    def chunk(self, delta: Mapping[str, Any] | None, finish: str | None = None, **extra: Any) -> bytes:
+        payload: dict[str, Any] = {
             "id": "chatcmpl-fake",
             "object": "chat.completion.chunk",
             "created": 0,
-            "model": model,
-            "choices": [{"index": 0, "delta": dict(delta), "finish_reason": finish}],
+            "model": self.model,
+            "choices": [] if delta is None else [{"index": 0, "delta": dict(delta), "finish_reason": finish}],
+            **extra,
         }
         return b"data: " + orjson.dumps(payload) + b"\n\n"
 
-    for scripted in events:
-        event, delay = scripted.event, scripted.delay
+    def translate(self, event: Mapping[str, Any]) -> list[bytes]:
         kind = event.get("type")
         if kind == "message_start":
-            message = event.get("message") or {}
-            usage = message.get("usage") or {}
-            input_tokens = int(usage.get("input_tokens") or 0)
-            cached = int(usage.get("cache_read_input_tokens") or 0)
-            yield delay, chunk({"role": "assistant", "content": ""})
-        elif kind == "ping":
-            yield delay, KEEPALIVE
-        elif kind == "content_block_start":
+            usage = (event.get("message") or {}).get("usage") or {}
+            self.input_tokens = int(usage.get("input_tokens") or 0)
+            self.cached = int(usage.get("cache_read_input_tokens") or 0)
+            return [self.chunk({"role": "assistant", "content": ""})]
+        if kind == "ping":
+            return [KEEPALIVE]
+        if kind == "content_block_start":
             block = event.get("content_block") or {}
-            if block.get("type") == "tool_use":
-                index = tools[int(event.get("index", 0))] = len(tools)
-                call = {
-                    "index": index,
-                    "id": block.get("id"),
-                    "type": "function",
-                    "function": {"name": block.get("name"), "arguments": ""},
-                }
-                yield delay, chunk({"tool_calls": [call]})
-        elif kind == "content_block_delta":
-            delta = event.get("delta") or {}
-            dtype = delta.get("type")
-            if dtype == "text_delta":
-                yield delay, chunk({"content": delta.get("text", "")})
-            elif dtype == "thinking_delta":
-                yield delay, chunk({"reasoning_content": delta.get("thinking", "")})
-            elif dtype == "input_json_delta":
-                call = {
-                    "index": tools.get(int(event.get("index", 0)), 0),
-                    "function": {"arguments": delta.get("partial_json", "")},
-                }
-                yield delay, chunk({"tool_calls": [call]})
-        elif kind == "message_delta":
+            if block.get("type") != "tool_use":
+                return []
+            index = self.tools[int(event.get("index", 0))] = len(self.tools)
+            function = {"name": block.get("name"), "arguments": ""}
+            return [
+                self.chunk(
+                    {
+                        "tool_calls": [
+                            {"index": index, "id": block.get("id"), "type": "function", "function": function}
+                        ]
+                    }
+                )
+            ]
+        if kind == "content_block_delta":
+            return self._delta(int(event.get("index", 0)), event.get("delta") or {})
+        if kind == "message_delta":
             reason = str((event.get("delta") or {}).get("stop_reason") or "end_turn")
-            output_tokens = int((event.get("usage") or {}).get("output_tokens") or 0)
-            yield delay, chunk({}, _FINISH.get(reason, reason))
-        elif kind == "message_stop":
-            if include_usage:
-                usage_chunk = {
-                    "id": "chatcmpl-fake",
-                    "object": "chat.completion.chunk",
-                    "created": 0,
-                    "model": model,
-                    "choices": [],
-                    "usage": {
-                        "prompt_tokens": input_tokens + cached,
-                        "completion_tokens": output_tokens,
-                        "total_tokens": input_tokens + cached + output_tokens,
-                        "prompt_tokens_details": {"cached_tokens": cached},
-                    },
+            self.output_tokens = int((event.get("usage") or {}).get("output_tokens") or 0)
+            return [self.chunk({}, _FINISH.get(reason, reason))]
+        if kind == "message_stop":
+            out = []
+            if self.include_usage:
+                prompt = self.input_tokens + self.cached
+                usage = {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": self.output_tokens,
+                    "total_tokens": prompt + self.output_tokens,
+                    "prompt_tokens_details": {"cached_tokens": self.cached},
                 }
-                yield delay, b"data: " + orjson.dumps(usage_chunk) + b"\n\n"
-            yield 0.0, DONE
+                out.append(self.chunk(None, usage=usage))
+            return [*out, DONE]
+        return []
+
+    def _delta(self, index: int, delta: Mapping[str, Any]) -> list[bytes]:
+        kind = delta.get("type")
+        if kind == "text_delta":
+            return [self.chunk({"content": delta.get("text", "")})]
+        if kind == "thinking_delta":
+            return [self.chunk({"reasoning_content": delta.get("thinking", "")})]
+        if kind == "input_json_delta":
+            call = {
+                "index": self.tools.get(index, 0),
+                "function": {"arguments": delta.get("partial_json", "")},
+            }
+            return [self.chunk({"tool_calls": [call]})]
+        return []
