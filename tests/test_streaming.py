@@ -226,6 +226,8 @@ async def test_leaving_the_block_early_cancels_the_call_and_the_next_call_goes_o
     assert first and "one two three".startswith(first) and s.reply is None
     with pytest.raises(RuntimeError, match="left before its reply completed"):
         await s.get_final_reply()
+    with pytest.raises(RuntimeError, match="inside its block"):
+        ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64).text_stream  # noqa: B018
     nxt = await ctx.llm.complete(model=MODEL, messages=MESSAGES, max_tokens=64)
     assert nxt.text == "next"
     journaled = await journal_events(journal)

@@ -77,8 +77,10 @@ class LLMStream:
             early).
     """
 
-    def __init__(self, call: Callable[[OnEvent], Awaitable[LLMReply]]) -> None:
-        self._call = call
+    def __init__(self, begin: Callable[[], Callable[[OnEvent], Awaitable[LLMReply]]]) -> None:
+        # ``begin()`` claims the call's number, when the block is entered (in order with the step's other
+        # calls), and returns the call to run.
+        self._begin = begin
         self.reply: LLMReply | None = None
         self._error: Exception | None = None
         self._error_raised = False
@@ -93,10 +95,11 @@ class LLMStream:
     async def __aenter__(self) -> LLMStream:
         if self._tg is not None:
             raise RuntimeError("an LLMStream can be entered only once")
+        call = self._begin()
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
-        tg.start_soon(self._run)
+        tg.start_soon(self._run, call)
         return self
 
     async def __aexit__(
@@ -125,7 +128,7 @@ class LLMStream:
             raise self._error
         return False
 
-    async def _run(self) -> None:
+    async def _run(self, call: Callable[[OnEvent], Awaitable[LLMReply]]) -> None:
         append = self._queue.append
 
         def on_event(event: StreamEvent) -> None:
@@ -135,7 +138,7 @@ class LLMStream:
                 waiter.set_result(None)
 
         try:
-            self.reply = await self._call(on_event)
+            self.reply = await call(on_event)
         except Exception as exc:  # surfaced to the block: the task group must not wrap it in a group
             self._error = exc
         finally:
@@ -183,6 +186,8 @@ class _Events:
     __slots__ = ("_kind", "_stream")
 
     def __init__(self, stream: LLMStream, kind: Literal["text", "thinking"] | None) -> None:
+        if stream._tg is None:
+            raise RuntimeError("read an LLMStream inside its block: async with ctx.llm.stream(...) as s")
         self._stream = stream
         self._kind = kind
 
