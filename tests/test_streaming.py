@@ -378,3 +378,31 @@ async def test_leaving_a_real_stream_early_closes_the_connection(
     assert run.job is not None and run.job.result == {"reply": False}
     assert server.disconnected_requests == (0,) and len(server.requests) == 1
     assert "LLM_COMPLETED" not in run.journal_types()
+
+
+class Completer(AgentProcess):
+    """The same request as `Streamer`, made with ``complete``; the process dies after it."""
+
+    agent_id = "streamer"
+
+    def __init__(self, llm: LLMClient) -> None:
+        self.llm = llm
+
+    def make_llm(self) -> LLMClient:
+        return self.llm
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        await ctx.llm.complete(model=MODEL, max_tokens=64, messages=MESSAGES)
+        raise RuntimeError("the process dies after the call")
+
+
+async def test_a_call_completed_before_a_crash_replays_into_a_stream(agent_harness: AgentHarness) -> None:
+    first = ScriptedLLM(["Said with complete()."])
+    crashed = await agent_harness.run(Completer(first))
+    assert crashed.exit_code == 1 and first.calls == 1
+
+    again = ScriptedLLM([])
+    agent = Streamer(again)
+    resumed = await agent_harness.run(agent)
+    assert resumed.exit_code == 0 and again.calls == 0  # same call number, same digest: replayed
+    assert [(e.kind, e.text) for e in agent.events] == [("text", "Said with complete().")]

@@ -28,7 +28,7 @@ from agentlife import (
     StructuredReply,
     tool,
 )
-from agentlife._runtime._structured import OUTPUT_TOOL, output_tool
+from agentlife._runtime._structured import OUTPUT_TOOL, _cached_adapter, output_tool
 from agentlife.testing import AgentHarness
 from stepctx import MakeCtx, journal_events, step_contexts
 
@@ -116,6 +116,9 @@ async def test_the_answer_comes_back_as_the_type_asked_for(
 
 def test_the_definition_names_the_type_and_its_docstring() -> None:
     definition, parse = output_tool(Triage)
+    hits = _cached_adapter.cache_info().hits
+    assert output_tool(Triage)[0] == definition
+    assert _cached_adapter.cache_info().hits == hits + 1  # one TypeAdapter per type
     assert definition["description"] == (
         "Give the final answer (Triage) by calling this tool: The triage of one issue."
     )
