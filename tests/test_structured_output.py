@@ -127,6 +127,10 @@ def test_the_definition_names_the_type_and_its_docstring() -> None:
         label="x", priority=Priority.LOW, score=7
     )
     assert output_tool(int)[0]["description"] == "Give the final answer (int) by calling this tool."
+    assert (
+        output_tool(list[str])[0]["description"] == "Give the final answer (list[str]) by calling this tool."
+    )
+    assert output_tool(int | None)[0]["input_schema"]["properties"]["result"]["anyOf"][1] == {"type": "null"}
     assert output_tool(Verdict)[0]["description"] == "Give the final answer (Verdict) by calling this tool."
     with pytest.raises(OutputValidationError) as raised:
         parse({"label": "x", "priority": "urgent"})
