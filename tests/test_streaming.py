@@ -8,13 +8,11 @@ crash and a resume, a drain) use `AgentHarness`; one streams the real ``anthropi
 
 from __future__ import annotations
 
-import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
-import orjson
 import pytest
 
 from agentlife import (
@@ -33,19 +31,10 @@ from agentlife import (
     Usage,
     tool,
 )
-from agentlife._budget import Budget
-from agentlife._config import Settings
-from agentlife._journal import Journal
-from agentlife._redact import Redactor
 from agentlife._replay import llm_request_digest
-from agentlife._runtime._approvals import Approvals
-from agentlife._runtime._context import CallEnv
-from agentlife._runtime._host import Booted, RuntimeStats
 from agentlife._runtime._lifecycle import Runtime
-from agentlife._telemetry_facade import TelemetryFacade
-from agentlife.constants import Constants
-from agentlife.stores import SQLiteStore
 from agentlife.testing import AgentHarness, FakeAnthropicServer
+from stepctx import MakeCtx, journal_events, step_contexts
 
 pytestmark = pytest.mark.anyio
 
@@ -59,82 +48,16 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture
+async def make_ctx(tmp_path: Path) -> AsyncIterator[MakeCtx]:
+    async with step_contexts(tmp_path) as make:
+        yield make
+
+
 @tool(side_effects=False)
 async def lookup(word: str) -> str:
     """Look a word up."""
     return word
-
-
-# --- a StepContext on a real journal ------------------------------------------------------------------
-
-MakeCtx = Callable[..., Awaitable[tuple[StepContext, Journal]]]
-
-
-@pytest.fixture
-async def make_ctx(tmp_path: Path) -> AsyncIterator[MakeCtx]:
-    """``await make_ctx(llm, **env)``: a step's context whose calls go to ``llm``, time scaled by 0.01."""
-    opened: list[tuple[Journal, SQLiteStore]] = []
-
-    async def make(llm: LLMClient, **env: str) -> tuple[StepContext, Journal]:
-        constants = Constants.from_env(env).scaled(0.01)
-        settings = Settings.from_env(
-            {"AGENTLIFE_DATA_DIR": str(tmp_path)}, job_id="job-s", agent_id="s", constants=constants
-        )
-        store = SQLiteStore(tmp_path / "agentlife.db")
-        await store.open()
-        journal = Journal.create(settings.session_dir, 1)
-        opened.append((journal, store))
-        job = _job()
-
-        class Host:
-            agent = AgentProcess()
-            draining = False
-            drain_event = None
-            drain_deadline = None
-            redactor = Redactor()
-            stats = RuntimeStats()
-            telemetry = TelemetryFacade()
-
-            def __init__(self) -> None:
-                self.constants = constants
-
-            def notify(self, event: str, **info: Any) -> None:
-                pass
-
-        async def no_usage(reply: LLMReply) -> None:
-            pass
-
-        host = Host()
-        env_ = CallEnv(
-            host,
-            Approvals(Booted(settings, store, journal), job, host, lambda: 0),
-            no_usage,
-            journal,
-            None,
-            Budget.build(constants.budget, None, None),
-            llm,
-            random.Random(0),
-        )
-        from agentlife import Footprint
-
-        ctx = StepContext(step=0, state={}, job=job, memories=[], footprint=Footprint(), env=env_)
-        return ctx, journal
-
-    yield make
-    for journal, store in opened:
-        await journal.aclose()
-        await store.close()
-
-
-def _job() -> Any:
-    from agentlife import Job
-
-    return Job("job-s", "s", 1, {})
-
-
-async def _journal(journal: Journal) -> list[dict[str, Any]]:
-    await journal.flush()
-    return [orjson.loads(line) for line in journal.path.read_bytes().splitlines()]
 
 
 def _types(events: list[dict[str, Any]]) -> list[str]:
@@ -159,7 +82,7 @@ async def test_text_deltas_arrive_in_order_before_the_reply_completes(make_ctx: 
     assert "".join(text for text, _ in seen) == reply.text
     assert llm.calls == 1
     assert "on_event" not in llm.requests[0].params  # handed to the adapter, never a request parameter
-    events = await _journal(journal)
+    events = await journal_events(journal)
     assert _types(events).count("LLM_STARTED") == 1 and _types(events).count("LLM_COMPLETED") == 1
 
 
@@ -193,7 +116,7 @@ async def test_the_stream_is_the_call_complete_would_make_journaled_once_with_it
     # Both requests reached the adapter identically (tool functions as their definitions).
     assert llm.requests[0].params == llm.requests[1].params
     assert llm.requests[0].params["tools"][0]["name"] == "lookup"
-    events = await _journal(journal)
+    events = await journal_events(journal)
     done = [e for e in events if e["type"] == "LLM_COMPLETED"]
     assert [e["call"] for e in done] == [0, 1]
     assert done[0]["digest"] == done[1]["digest"]
@@ -247,7 +170,7 @@ async def test_a_retry_mid_stream_sends_a_marker_and_the_text_starts_over(make_c
     retry = events[marker]
     assert retry.kind == "other" and retry.raw["attempt"] == 1 and retry.raw["error_type"] == "LLMTimeout"
     assert s.reply is not None and s.reply.text == "Fine." and llm.calls == 2
-    journaled = await _journal(journal)
+    journaled = await journal_events(journal)
     assert _types(journaled).count("RETRY") == 1 and _types(journaled).count("LLM_COMPLETED") == 1
 
 
@@ -273,7 +196,7 @@ async def test_a_stall_that_outlasts_the_retries_raises_llm_timeout_from_the_ite
     assert s.reply is None
     with pytest.raises(LLMTimeout):
         await s.get_final_reply()
-    journaled = await _journal(journal)
+    journaled = await journal_events(journal)
     assert "LLM_COMPLETED" not in _types(journaled)
     assert _types(journaled).count("RETRY") == llm.calls - 1
 
@@ -303,9 +226,11 @@ async def test_leaving_the_block_early_cancels_the_call_and_the_next_call_goes_o
     assert first and "one two three".startswith(first) and s.reply is None
     with pytest.raises(RuntimeError, match="left before its reply completed"):
         await s.get_final_reply()
+    with pytest.raises(RuntimeError, match="inside its block"):
+        ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64).text_stream  # noqa: B018
     nxt = await ctx.llm.complete(model=MODEL, messages=MESSAGES, max_tokens=64)
     assert nxt.text == "next"
-    journaled = await _journal(journal)
+    journaled = await journal_events(journal)
     assert [(e["type"], e["call"]) for e in journaled if e["type"].startswith("LLM_")] == [
         ("LLM_STARTED", 0),
         ("LLM_STARTED", 1),
@@ -453,3 +378,31 @@ async def test_leaving_a_real_stream_early_closes_the_connection(
     assert run.job is not None and run.job.result == {"reply": False}
     assert server.disconnected_requests == (0,) and len(server.requests) == 1
     assert "LLM_COMPLETED" not in run.journal_types()
+
+
+class Completer(AgentProcess):
+    """The same request as `Streamer`, made with ``complete``; the process dies after it."""
+
+    agent_id = "streamer"
+
+    def __init__(self, llm: LLMClient) -> None:
+        self.llm = llm
+
+    def make_llm(self) -> LLMClient:
+        return self.llm
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        await ctx.llm.complete(model=MODEL, max_tokens=64, messages=MESSAGES)
+        raise RuntimeError("the process dies after the call")
+
+
+async def test_a_call_completed_before_a_crash_replays_into_a_stream(agent_harness: AgentHarness) -> None:
+    first = ScriptedLLM(["Said with complete()."])
+    crashed = await agent_harness.run(Completer(first))
+    assert crashed.exit_code == 1 and first.calls == 1
+
+    again = ScriptedLLM([])
+    agent = Streamer(again)
+    resumed = await agent_harness.run(agent)
+    assert resumed.exit_code == 0 and again.calls == 0  # same call number, same digest: replayed
+    assert [(e.kind, e.text) for e in agent.events] == [("text", "Said with complete().")]

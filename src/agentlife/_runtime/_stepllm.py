@@ -7,7 +7,7 @@ per model request, whichever way the caller reads the reply.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from agentlife._llm import LLMReply, OnEvent
@@ -51,6 +51,18 @@ class StepLLM:
         output_retries: int = 2,
         **params: Any,
     ) -> T: ...
+
+    @overload
+    async def complete(  # a type form that is not a class: int | None, Annotated[...]
+        self,
+        *,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        max_tokens: int,
+        output_type: object,
+        output_retries: int = 2,
+        **params: Any,
+    ) -> Any: ...
 
     async def complete(
         self,
@@ -128,19 +140,23 @@ class StepLLM:
         the block before the reply completed cancels the call.
         """
         params = self._offer(params)
-        call = self._ctx._claim_call()
 
-        def run(on_event: OnEvent) -> Awaitable[LLMReply]:
-            return self._ctx._llm_complete(
-                model=model,
-                messages=messages,
-                max_tokens=max_tokens,
-                params=params,
-                on_event=on_event,
-                call=call,
-            )
+        def begin() -> Callable[[OnEvent], Awaitable[LLMReply]]:
+            call = self._ctx._claim_call()  # on entering the block, in order with the step's other calls
 
-        return LLMStream(run)
+            def run(on_event: OnEvent) -> Awaitable[LLMReply]:
+                return self._ctx._llm_complete(
+                    model=model,
+                    messages=messages,
+                    max_tokens=max_tokens,
+                    params=params,
+                    on_event=on_event,
+                    call=call,
+                )
+
+            return run
+
+        return LLMStream(begin)
 
     def _offer(self, params: dict[str, Any]) -> dict[str, Any]:
         if params.get("tools") is not None:

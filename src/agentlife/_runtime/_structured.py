@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -117,14 +118,17 @@ def _adapter(output_type: Any) -> tuple[Any, bool, dict[str, Any]]:
 
 
 def _type_name(output_type: Any) -> str:
-    return getattr(output_type, "__name__", None) or str(output_type)
+    """``Triage``, ``int``, ``list[str]``, ``int | None``, ``Literal['a', 'b']``."""
+    if typing.get_origin(output_type) is None and isinstance(output_type, type):
+        return output_type.__name__  # not list[str], which passes for a type but has list's name
+    return repr(output_type).replace("typing.", "").replace("typing_extensions.", "")
 
 
 def _description(output_type: Any) -> str:
     """What the tool is for, with the first paragraph of the type's own docstring when it has one."""
     own = output_type.__dict__.get("__doc__") if isinstance(output_type, type) else None
     name = _type_name(output_type)
-    if output_type.__module__ == "builtins" or not own or own.startswith(f"{name}("):
+    if getattr(output_type, "__module__", "") == "builtins" or not own or own.startswith(f"{name}("):
         own = ""  # int's docstring, or the signature a dataclass gets as its docstring
     first = " ".join(inspect.cleandoc(own).split("\n\n", 1)[0].split())
     return f"Give the final answer ({name}) by calling this tool" + (f": {first}" if first else ".")

@@ -1,0 +1,218 @@
+"""What ``ctx.llm.stream`` costs per chunk, next to the stream guard alone.
+
+The baseline is the adapters' own loop, `collect_reply` (the stream guard plus the message assembler),
+over a Messages API stream of 50 000 text deltas that suspends on every event (``await asyncio.sleep(0)``,
+like network I/O). The measured variant is the same loop inside a real `StepContext` call (digest,
+journal records, replay check, retry wrapper) through ``ctx.llm.stream``: each delta also becomes a
+`StreamEvent`, crosses the memory object stream to the block's task and comes out of ``s.text_stream``.
+Target: <= 1.3x the guard alone per chunk. A stream that never suspends (the worst case for any handoff
+between tasks) is reported as well, without a target. Rounds are interleaved; the best round counts.
+
+Run: python benchmarks/bench_streaming.py  (one JSON object per line)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import random
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from _common import emit
+
+from agentlife import AgentProcess, Footprint, Job, LLMReply, StepContext
+from agentlife._anthropic import collect_reply
+from agentlife._budget import Budget
+from agentlife._config import Settings
+from agentlife._journal import Journal
+from agentlife._llm import OnEvent, StreamTimeouts
+from agentlife._redact import Redactor
+from agentlife._runtime._approvals import Approvals
+from agentlife._runtime._context import CallEnv
+from agentlife._runtime._host import Booted, RuntimeStats
+from agentlife._telemetry_facade import TelemetryFacade
+from agentlife.constants import Constants
+from agentlife.stores import SQLiteStore
+
+N = 50_000
+ROUNDS = 5
+TIMEOUTS = StreamTimeouts(connect=30.0, chunk=60.0, total=300.0)
+TARGET = 1.3
+
+Source = Callable[[int], AsyncIterator[Mapping[str, Any]]]
+
+
+def _events(n: int) -> list[dict[str, Any]]:
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "m",
+            "model": "bench",
+            "content": [],
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        },
+    }
+    events: list[dict[str, Any]] = [start]
+    events.append({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "tok "}}
+    events.extend([delta] * n)
+    events.append({"type": "content_block_stop", "index": 0})
+    events.append(
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": n}}
+    )
+    events.append({"type": "message_stop"})
+    return events
+
+
+EVENTS: list[dict[str, Any]] = []
+
+
+async def suspending(n: int) -> AsyncIterator[Mapping[str, Any]]:
+    for event in EVENTS:
+        await asyncio.sleep(0)
+        yield event
+
+
+async def immediate(n: int) -> AsyncIterator[Mapping[str, Any]]:
+    for event in EVENTS:
+        yield event
+
+
+class BenchLLM:
+    """An adapter whose stream is ``source``: the real loop (`collect_reply`), events handed on."""
+
+    streams_events = True
+
+    def __init__(self) -> None:
+        self.source: Source = suspending
+
+    async def complete(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        max_tokens: int,
+        timeouts: StreamTimeouts | None = None,
+        on_event: OnEvent | None = None,
+        **params: Any,
+    ) -> LLMReply:
+        return await collect_reply(self.source(N), TIMEOUTS, model=model, on_event=on_event)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def guard_alone(source: Source, _: Any) -> int:
+    reply = await collect_reply(source(N), TIMEOUTS, model="bench")
+    return len(reply.text) // 4
+
+
+async def streamed(source: Source, ctx: StepContext) -> int:
+    llm = ctx._env.llm_client
+    assert isinstance(llm, BenchLLM)
+    llm.source = source
+    count = 0
+    async with ctx.llm.stream(model="bench", messages=[{"role": "user", "content": "go"}], max_tokens=N) as s:
+        async for _ in s.text_stream:
+            count += 1
+        await s.get_final_reply()
+    return count
+
+
+async def timed(variant: Callable[[Source, Any], Awaitable[int]], source: Source, ctx: Any) -> float:
+    """Nanoseconds per chunk for one full pass."""
+    gc.collect()
+    gc.disable()
+    try:
+        started = time.perf_counter()
+        count = await variant(source, ctx)
+        elapsed = time.perf_counter() - started
+    finally:
+        gc.enable()
+    assert count == N, (variant.__name__, count)
+    return elapsed / N * 1e9
+
+
+async def context(tmp: Path) -> tuple[StepContext, Journal, SQLiteStore]:
+    """A step's context on a real journal and store, its calls going to `BenchLLM`."""
+    constants = Constants()
+    settings = Settings.from_env(
+        {"AGENTLIFE_DATA_DIR": str(tmp)}, job_id="job-b", agent_id="b", constants=constants
+    )
+    store = SQLiteStore(tmp / "agentlife.db")
+    await store.open()
+    journal = Journal.create(settings.session_dir, 1)
+    job = Job("job-b", "b", 1, {})
+
+    class Host:
+        agent = AgentProcess()
+        draining = False
+        drain_event = None
+        drain_deadline = None
+        redactor = Redactor()
+        stats = RuntimeStats()
+        telemetry = TelemetryFacade()
+
+        def __init__(self) -> None:
+            self.constants = constants
+
+        def notify(self, event: str, **info: Any) -> None:
+            pass
+
+    async def no_usage(reply: LLMReply) -> None:
+        pass
+
+    host = Host()
+    env = CallEnv(
+        host,
+        Approvals(Booted(settings, store, journal), job, host, lambda: 0),
+        no_usage,
+        journal,
+        None,
+        Budget.build(constants.budget, None, None),
+        BenchLLM(),
+        random.Random(0),
+    )
+    return StepContext(step=0, state={}, job=job, memories=[], footprint=Footprint(), env=env), journal, store
+
+
+async def best_of(source: Source, rounds: int, tmp: Path) -> dict[str, float]:
+    best: dict[str, float] = {}
+    ctx, journal, store = await context(tmp)
+    try:
+        for _ in range(rounds):
+            for variant in (guard_alone, streamed):
+                ns = await timed(variant, source, ctx)
+                best[variant.__name__] = min(ns, best.get(variant.__name__, ns))
+    finally:
+        await journal.aclose()
+        await store.close()
+    return best
+
+
+async def main() -> None:
+    EVENTS.extend(_events(N))
+    with tempfile.TemporaryDirectory() as tmp:
+        await best_of(immediate, 1, Path(tmp) / "warm")  # imports, code objects, allocator
+        for kind, source, target in (("suspending", suspending, TARGET), ("immediate", immediate, None)):
+            best = await best_of(source, ROUNDS, Path(tmp) / kind)
+            base = best["guard_alone"]
+            emit("streaming", f"{kind}_guard_alone_per_chunk", base, "ns", target="baseline")
+            ratio = best["streamed"] / base
+            emit(
+                "streaming",
+                f"{kind}_ctx_llm_stream_per_chunk",
+                best["streamed"],
+                "ns",
+                baseline=base,
+                target=f"<= {target:g}x" if target else "reference (no target: nothing suspends)",
+                ok=ratio <= target if target else True,
+            )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
