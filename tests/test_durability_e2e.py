@@ -251,6 +251,7 @@ def test_db_init_then_run_needs_create_job_then_budget_from_journals(
         (schema, "job"),
         (schema, "checkpoint_history"),
         (schema, "delivery"),
+        (schema, "conversation"),
     }
 
     missing = run_cli("run", AGENT, env=env)

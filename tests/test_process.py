@@ -176,7 +176,7 @@ def test_db_init_creates_the_schema(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "data" / "agentlife.db")
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     conn.close()
-    assert {"job", "checkpoint_history", "delivery"} <= tables
+    assert {"job", "checkpoint_history", "delivery", "conversation"} <= tables
 
 
 def test_help_on_every_command() -> None:

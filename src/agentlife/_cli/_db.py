@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
     init = db_sub.add_parser(
         "init",
         help="create the tables (idempotent)",
-        description="Create the job, checkpoint_history and delivery tables if missing.",
+        description="Create the job, checkpoint_history, delivery and conversation tables if missing.",
     )
     init.add_argument("--database-url", help="default: AGENTLIFE_DATABASE_URL or the embedded SQLite file")
     init.set_defaults(handler=_cmd_db_init)
