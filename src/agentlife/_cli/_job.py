@@ -133,7 +133,7 @@ async def _with_store(args: argparse.Namespace, fn: Callable[[CheckpointStore], 
 
 async def _create(args: argparse.Namespace) -> int:
     agent_id = _agent_id(args.agent_id)
-    job_id = validate_job_id(args.job_id) if args.job_id else _new_job_id()
+    job_id = _new_job_id() if args.job_id is None else validate_job_id(args.job_id)
     payload = _payload(args)
     budget = _budget(args.max_cost_usd, args.max_input_tokens)
 
