@@ -2,11 +2,11 @@
 
 Metric (one JSON object per line):
 
-- ``pg_claim_next_p99_10k_vs_10``: p99 of ``claim_next()`` on a job table holding 10 000 runnable rows,
-  against the same on a table holding 10, claims on the two databases interleaved in the same run. Target
-  <= 1.5x: the claim walks the partial index on ``not_before`` and stops at the first row it can lock, so the table's
-  size must not show. Each claimed row is put back (untimed) at the end of the queue, so both tables keep
-  their size for the whole run.
+- ``pg_claim_next_p99_10k_vs_10``: p99 of ``claim_next()`` on a job table holding 10 000 runnable
+  rows, against the same on a table holding 10, claims on the two databases interleaved in the same run.
+  Target <= 1.5x: the claim walks the partial index on ``not_before`` and stops at the first row it can
+  lock, so the table's size must not show. Each claimed row is put back (untimed) at the end of the queue,
+  so both tables keep their size for the whole run.
 
 A note line prints the claim's plan on the big table, so a regression to a sequential scan is visible.
 """
