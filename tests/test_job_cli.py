@@ -213,6 +213,10 @@ def test_reap_moves_a_stale_running_job_to_retrying(cli: Cli) -> None:
     assert cli.with_store(lambda s: s.get_job("alive")).status == "RUNNING"
     again = cli("reap")
     assert (again.returncode, again.stdout) == (0, "reaped 0 jobs (threshold 300 s)\n")
+    # A threshold under two heartbeat periods would reap live jobs: refused.
+    _one_line_error(
+        cli("reap", "--threshold", "59"), EXIT_USAGE, "must be >= 2 x the job heartbeat interval = 60 s"
+    )
 
 
 # -- error paths -------------------------------------------------------------------------------------------

@@ -48,8 +48,13 @@ def _cmd_reap(args: argparse.Namespace) -> int:
 
     constants = Constants.from_env(os.environ)
     threshold = constants.heartbeat.zombie_after_seconds if args.threshold is None else args.threshold
-    if not math.isfinite(threshold) or threshold <= 0:
-        raise ConfigError(f"--threshold {threshold:g} must be a finite number of seconds > 0")
+    floor = 2 * constants.heartbeat.job_interval_seconds
+    if not math.isfinite(threshold) or threshold < floor:
+        # Below two heartbeat periods a live job whose one heartbeat came late would be reaped.
+        raise ConfigError(
+            f"--threshold {threshold:g} s must be >= 2 x the job heartbeat interval = {floor:g} s "
+            "(AGENTLIFE_HEARTBEAT_JOB_INTERVAL_SECONDS)"
+        )
 
     async def reap() -> list[ReapDecision]:
         store = await open_store(args)
