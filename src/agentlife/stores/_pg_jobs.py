@@ -110,7 +110,7 @@ class _JobSql:
             # $4: the SET clause's extra assignments are fixed per operation (see `_OPERATIONS`).
             operate=(
                 f"UPDATE {j} SET status = $4, {append}, updated_at = now(),"
-                " attempt = attempt + $5, owner = CASE WHEN $6 THEN NULL ELSE owner END,"
+                " attempt = attempt + $5, owner = CASE WHEN $6 OR $5 > 0 THEN NULL ELSE owner END,"
                 " not_before = CASE WHEN $6 THEN now() ELSE not_before END"
                 f" WHERE id = $1 AND status = ANY($3::text[]) RETURNING {_COLUMNS}"
             ),
@@ -243,8 +243,7 @@ class PostgresJobOps:
         """PENDING, RETRYING, RUNNING or WAITING_FOR_APPROVAL -> FAILED, ``attempt + 1``."""
         entry = operator_record("Cancelled", reason, 0, time.time())
         del entry["attempt"]
-        # The owner is released but not_before kept: "release" also makes the row due, which a FAILED row
-        # does not need; bump fences out a process still running the job.
+        # The bumped attempt fences out a process still running the job (and drops its claim token).
         return await self._operate(job_id, "cancel", CANCELLABLE, JobStatus.FAILED, entry, bump=True)
 
     async def retry(self, job_id: str) -> JobRecord:
