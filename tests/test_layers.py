@@ -49,6 +49,7 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("agentlife._llm_default", "agentlife._openai"): "the OpenAI adapter, only when it is the provider",
     ("agentlife._telemetry_facade", "agentlife._telemetry"): "built after READY, off the boot path",
     ("agentlife.stores", "agentlife.stores._postgres"): "only for postgresql:// URLs",
+    ("agentlife.stores._jobs", "agentlife._policy"): "_policy reads JobStatus from the stores package",
     ("agentlife._runtime._services", "agentlife._heartbeat"): "15 ms, only with a control plane URL",
     ("agentlife._runtime._services", "agentlife._probes"): "7 ms, imported as the probe thread starts",
     ("agentlife._runtime._services", "agentlife._memory"): "only when a memory store exists",

@@ -11,6 +11,7 @@
     │   ├── StoreUnavailable             unreachable after retries
     │   ├── CheckpointCorrupt            no checkpoint passes its CRC-32
     │   ├── JobNotFound                  no job row and creating one was not allowed
+    │   ├── JobStateConflict             the job's status does not allow the operation (approve, cancel ...)
     │   └── AttemptFenced                a later attempt owns the job (zombie protection)
     ├── CallError                        an LLM or tool call failed
     │   ├── TransientError               worth retrying with backoff
@@ -43,6 +44,7 @@ __all__ = [
     "InvalidTransition",
     "InvariantViolation",
     "JobNotFound",
+    "JobStateConflict",
     "LLMConfigurationError",
     "LLMTimeout",
     "MemoryUnavailable",
@@ -99,6 +101,14 @@ class CheckpointCorrupt(StoreError):
 
 class JobNotFound(StoreError):
     """The job row does not exist and this process may not create it."""
+
+
+class JobStateConflict(StoreError):
+    """The job row's status does not allow the operation (approve a job that is not parked, ...).
+
+    Two operations racing on one row (say approve and cancel) cannot both win: the loser gets this error,
+    naming the status the winner left.
+    """
 
 
 class AttemptFenced(StoreError):

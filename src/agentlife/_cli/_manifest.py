@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -11,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentlife._cli._run import _parse_payload
+from agentlife._config import validate_payload
 from agentlife._exceptions import ConfigError
 from agentlife._manifest import (
     CRONJOB_NAME_MAX,
@@ -50,6 +53,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--memory", help="memory request and limit, e.g. 1Gi (default: 512Mi)")
     parser.add_argument("--pvc", metavar="CLAIM", help="PersistentVolumeClaim for /data (default: emptyDir)")
     parser.add_argument("--health-port", type=int, default=8086, help="probe port (default: 8086)")
+    parser.add_argument(
+        "--payload",
+        metavar="JSON",
+        help="the job payload, passed to run --payload: with --schedule, every run's row carries it",
+    )
     parser.add_argument(
         "--output", "-o", choices=("yaml", "json"), default="yaml", help="format (default: yaml)"
     )
@@ -96,11 +104,14 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
     # differ from the defaults reach the pod through `constants_env`.
     constants = Constants.from_env({**os.environ, **extra_env})
     scheduled = args.schedule is not None
+    run_args: tuple[str, ...] = ("--create-job",) if scheduled else ()
+    if args.payload is not None:
+        run_args += ("--payload", _payload_arg(args.payload))
     job = job_manifest(
         name=args.name or _default_name(args.agent),
         image=args.image,
         agent_class=args.agent,
-        extra_args=("--create-job",) if scheduled else (),
+        extra_args=run_args,
         namespace=args.namespace,
         env=extra_env,
         secrets=args.secret,
@@ -126,6 +137,12 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
         )
     sys.stdout.write(render(cronjob, args.output))
     return 0
+
+
+def _payload_arg(raw: str) -> str:
+    """``--payload`` checked as ``run`` will check it, and written compactly for the container's args."""
+    payload = validate_payload(_parse_payload(raw))
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def _parse_env_flags(pairs: Sequence[str]) -> dict[str, str]:

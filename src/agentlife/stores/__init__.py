@@ -19,6 +19,7 @@ from agentlife.stores._base import (
     TableNames,
     crc32,
 )
+from agentlife.stores._jobs import ReapDecision
 from agentlife.stores._sqlite import SQLiteStore
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ __all__ = [
     "JobStatus",
     "LoadedCheckpoint",
     "PostgresStore",
+    "ReapDecision",
     "SQLiteStore",
     "TableNames",
     "crc32",

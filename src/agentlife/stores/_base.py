@@ -10,9 +10,13 @@ import socket
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agentlife._exceptions import CheckpointCorrupt, ConfigError
+
+if TYPE_CHECKING:
+    from agentlife.constants import Constants
+    from agentlife.stores._jobs import ReapDecision
 
 __all__ = [
     "HISTORY_KEEP",
@@ -86,6 +90,9 @@ class JobRecord:
     error: list[dict[str, Any]] = field(default_factory=list)
     result: Any = None
     updated_at: float | None = None
+    #: Unix time from which the row is runnable: its creation for a PENDING row, the end of the crash
+    #: backoff for a RETRYING one; None on rows written by other tools (runnable at once).
+    not_before: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +193,58 @@ class CheckpointStore(Protocol):
 
     def has_free_connection(self) -> bool:
         """Liveness signal: False when every pooled connection is taken (called from the probe thread)."""
+
+    # -- job operations (a worker's claim, the command line's ``job`` and ``reap``) ----------------------
+
+    async def claim_next(self, agent_id: str | None = None) -> JobRecord | None:
+        """Claim the oldest runnable job (of ``agent_id``, or of any agent), or return None when none is.
+
+        Runnable: PENDING, or RETRYING whose ``not_before`` has passed; the oldest is the one with the
+        earliest ``not_before``. The claim is atomic (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, an
+        exclusive transaction on SQLite): two claimers never get the same row. The row becomes RUNNING with
+        ``attempt + 1``, this store's claim token and ``heartbeat_at`` now; the returned record has the new
+        attempt, which every later write of the job must pass.
+        """
+
+    async def list_jobs(
+        self, status: str | None = None, agent_id: str | None = None, limit: int = 100
+    ) -> list[JobRecord]:
+        """Job rows, most recently updated first, filtered by status and agent."""
+
+    async def count_runnable(self) -> dict[str, int]:
+        """How many jobs are runnable now, per agent id (agents with none are left out)."""
+
+    async def approve(self, job_id: str) -> JobRecord:
+        """WAITING_FOR_APPROVAL -> RUNNING (a live process is parked on it) or PENDING; returns the row.
+
+        Raises:
+            JobNotFound: no such row.
+            JobStateConflict: the job is not waiting for approval.
+        """
+
+    async def reject(self, job_id: str, reason: str) -> JobRecord:
+        """WAITING_FOR_APPROVAL -> FAILED, the reason recorded in the crash history."""
+
+    async def cancel(self, job_id: str, reason: str) -> JobRecord:
+        """PENDING, RETRYING, RUNNING or WAITING_FOR_APPROVAL -> FAILED with ``attempt + 1``.
+
+        The bumped attempt fences out a process still running the job: its next write raises
+        `agentlife.AttemptFenced` and it stops without touching the row.
+        """
+
+    async def retry(self, job_id: str) -> JobRecord:
+        """FAILED or DEAD_LETTER -> PENDING, runnable now; earlier crashes stop counting to retry limits."""
+
+    async def reap(
+        self, threshold_seconds: float, now: float | None = None, constants: Constants | None = None
+    ) -> list[ReapDecision]:
+        """The zombie reaper: act on every RUNNING row whose heartbeat is older than ``threshold_seconds``.
+
+        Each row becomes RETRYING (``attempt + 1``, ``not_before`` from the crash backoff schedule, or the
+        circuit breaker's cooldown), DEAD_LETTER or FAILED, with the decision appended to its crash history,
+        in its own conditional UPDATE: two reapers at once never both act on a row. ``now`` (unix time)
+        defaults to the clock, ``constants`` to `Constants()`.
+        """
 
 
 def first_valid_checkpoint(job_id: str, history: list[tuple[Any, ...]]) -> LoadedCheckpoint:

@@ -15,11 +15,9 @@ import logging
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import anyio
-import orjson
 
 from agentlife._exceptions import AttemptFenced, ConfigError, JobNotFound, StoreUnavailable
 from agentlife._redact import Redactor, url_password
@@ -35,16 +33,17 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
+from agentlife.stores._pg_jobs import JOB_COLUMNS, PostgresJobOps, pg_job_schema
+from agentlife.stores._pg_jobs import dumps as _dumps
+from agentlife.stores._pg_jobs import loads as _loads
+from agentlife.stores._pg_jobs import record as _record
 from agentlife.stores._pg_statements import write_checkpoint_sql
 
 __all__ = ["PostgresStore"]
 
 _log = logging.getLogger("agentlife.store")
 _HYDRATION = HydrationConstants()
-_JOB_COLUMNS = (
-    "id, agent_id, status, payload, attempt, checkpoint_id, checkpoint_crc, heartbeat_at, tokens_consumed,"
-    " token_budget, error, result, updated_at"
-)
+_JOB_COLUMNS = JOB_COLUMNS
 _CLOSE_TIMEOUT_SECONDS = 5.0
 
 
@@ -190,10 +189,11 @@ def _schema(t: TableNames) -> tuple[str, ...]:
             job_id text NOT NULL, seq integer NOT NULL, step integer NOT NULL, message bytea NOT NULL,
             PRIMARY KEY (job_id, seq)
         )""",
+        *pg_job_schema(t),
     )
 
 
-class PostgresStore:
+class PostgresStore(PostgresJobOps):
     """`CheckpointStore` over PostgreSQL (``postgresql://user:password@host:port/db``), via an asyncpg pool.
 
     Args:
@@ -657,33 +657,3 @@ def _redacted_url(url: str) -> tuple[str, list[str]]:
     for secret in sorted(set(secrets), key=len, reverse=True):
         shown = shown.replace(secret, "***")
     return Redactor().redact(shown), secrets
-
-
-def _record(row: Any) -> JobRecord:
-    return JobRecord(
-        id=row["id"],
-        agent_id=row["agent_id"],
-        status=row["status"],
-        payload=_loads(row["payload"]),
-        attempt=row["attempt"],
-        checkpoint_id=row["checkpoint_id"],
-        checkpoint_crc=row["checkpoint_crc"],
-        heartbeat_at=_unix(row["heartbeat_at"]),
-        tokens_consumed=_loads(row["tokens_consumed"]) or {},
-        token_budget=_loads(row["token_budget"]),
-        error=_loads(row["error"]) or [],
-        result=_loads(row["result"]),
-        updated_at=_unix(row["updated_at"]),
-    )
-
-
-def _unix(value: datetime | None) -> float | None:
-    return None if value is None else value.timestamp()
-
-
-def _dumps(value: Any) -> str | None:
-    return None if value is None else orjson.dumps(value).decode()
-
-
-def _loads(value: str | bytes | None) -> Any:
-    return None if value is None else orjson.loads(value)

@@ -27,6 +27,7 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
+from agentlife.stores._sqlite_jobs import SQLiteJobOps, sqlite_job_schema
 
 __all__ = ["SQLiteStore"]
 
@@ -53,7 +54,8 @@ def _schema(t: TableNames) -> list[str]:
             error TEXT NOT NULL DEFAULT '[]',
             result TEXT,
             updated_at REAL NOT NULL,
-            owner TEXT
+            owner TEXT,
+            not_before REAL
         )""",
         f"""CREATE TABLE IF NOT EXISTS {t.checkpoint_history} (
             job_id TEXT NOT NULL,
@@ -88,7 +90,7 @@ def _history_index(table: str) -> str:
     return f"CREATE INDEX IF NOT EXISTS {name} ON {base} (job_id, created_at DESC)"
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteJobOps):
     """`CheckpointStore` over one SQLite file (``sqlite:///path``), the embedded default.
 
     sqlite3 blocks, so every statement runs on a worker thread; a lock serialises them on the single
@@ -188,8 +190,13 @@ class SQLiteStore:
             # A database made before the claim token existed gets its column here (db init, or any open).
             schema, _, base = self.tables.job.rpartition(".")
             columns = conn.execute(f"PRAGMA {schema + '.' if schema else ''}table_info({base})").fetchall()
-            if "owner" not in {column[1] for column in columns}:
+            names = {column[1] for column in columns}
+            if "owner" not in names:
                 conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN owner TEXT")
+            if "not_before" not in names:  # a 0.2 database: the worker's runnable-job lookup needs it
+                conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN not_before REAL")
+            for statement in sqlite_job_schema(self.tables):
+                conn.execute(statement)
 
         await self._run(create)
 
@@ -202,7 +209,8 @@ class SQLiteStore:
     def _row(self, conn: sqlite3.Connection, job_id: str) -> JobRecord | None:
         row = conn.execute(
             f"SELECT id, agent_id, status, payload, attempt, checkpoint_id, checkpoint_crc, heartbeat_at,"
-            f" tokens_consumed, token_budget, error, result, updated_at FROM {self.tables.job} WHERE id = ?",
+            f" tokens_consumed, token_budget, error, result, updated_at, not_before FROM {self.tables.job}"
+            " WHERE id = ?",
             (job_id,),
         ).fetchone()
         if row is None:
@@ -221,6 +229,7 @@ class SQLiteStore:
             error=_loads(row[10]) or [],
             result=_loads(row[11]),
             updated_at=row[12],
+            not_before=row[13],
         )
 
     async def get_job(self, job_id: str) -> JobRecord | None:
@@ -230,11 +239,12 @@ class SQLiteStore:
         self, job_id: str, agent_id: str, payload: Any, token_budget: dict[str, Any] | None = None
     ) -> JobRecord:
         def create(conn: sqlite3.Connection) -> JobRecord:
+            now = time.time()
             conn.execute(
                 f"INSERT OR IGNORE INTO {self.tables.job}"
-                " (id, agent_id, status, payload, attempt, token_budget, updated_at)"
-                " VALUES (?, ?, ?, ?, 0, ?, ?)",
-                (job_id, agent_id, JobStatus.PENDING, _dumps(payload), _dumps(token_budget), time.time()),
+                " (id, agent_id, status, payload, attempt, token_budget, updated_at, not_before)"
+                " VALUES (?, ?, ?, ?, 0, ?, ?, ?)",
+                (job_id, agent_id, JobStatus.PENDING, _dumps(payload), _dumps(token_budget), now, now),
             )
             record = self._row(conn, job_id)
             assert record is not None

@@ -1,0 +1,350 @@
+"""``python -m agentlife job create|show|list|approve|reject|cancel|retry``: operate job rows.
+
+The store is the one every command uses (``--database-url``, else ``AGENTLIFE_DATABASE_URL``, else the
+embedded SQLite file under ``AGENTLIFE_DATA_DIR``). Exit codes: 0 done, 1 store error, 2 usage (a bad id,
+a payload that is not JSON), `EXIT_NOT_FOUND` no such job, `EXIT_CONFLICT` the job's status does not allow
+the operation (approve of a job that is not parked, ...), the message naming the status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agentlife._cli._common import Parser, say
+from agentlife._cli._run import _parse_payload
+from agentlife._config import database_url_from_env, validate_job_id, validate_payload
+from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict
+from agentlife._journal import list_sessions
+from agentlife._journal_show import format_timeline
+from agentlife.stores import CheckpointStore, JobRecord, JobStatus, store_from_url
+from agentlife.stores._jobs import is_crash
+
+__all__ = ["EXIT_CONFLICT", "EXIT_NOT_FOUND", "open_store", "register"]
+
+#: ``job`` exit code: the job row does not exist.
+EXIT_NOT_FOUND = 3
+#: ``job`` exit code: the job's status does not allow the operation (another one may have won a race).
+EXIT_CONFLICT = 4
+#: How many journal lines ``job show`` prints by default.
+DEFAULT_EVENTS = 15
+_AGENT_ID_MAX = 200
+_T = TypeVar("_T")
+
+
+def register(sub: Any) -> None:
+    """Add ``job`` and its subcommands to the ``python -m agentlife`` parser."""
+    job = sub.add_parser(
+        "job",
+        help="create, inspect and operate job rows",
+        description="Create, inspect and operate job rows in the store. Exit codes: 0 done, 1 store error, "
+        f"2 usage, {EXIT_NOT_FOUND} no such job, {EXIT_CONFLICT} the job's status does not allow it.",
+    )
+    commands = job.add_subparsers(dest="job_command", metavar="COMMAND", parser_class=Parser)
+    commands.required = True
+
+    create = _command(commands, "create", "insert a PENDING job row", _create)
+    create.add_argument("agent_id", metavar="AGENT_ID", help="the agent the job is for")
+    create.add_argument("--id", dest="job_id", help="job id (default: job-<time>-<random>)")
+    source = create.add_mutually_exclusive_group()
+    source.add_argument("--payload", metavar="JSON", help="the payload as JSON ('-': read stdin)")
+    source.add_argument("--payload-file", metavar="FILE", help="read the JSON payload from FILE ('-': stdin)")
+    create.add_argument("--max-cost-usd", type=float, metavar="USD", help="the job's cost budget")
+    create.add_argument("--max-input-tokens", type=int, metavar="N", help="the job's input-token budget")
+
+    show = _command(commands, "show", "the row, its crash history and its last journal events", _show)
+    show.add_argument("id", metavar="ID")
+    show.add_argument(
+        "--events",
+        type=int,
+        default=DEFAULT_EVENTS,
+        metavar="N",
+        help=f"journal lines (default {DEFAULT_EVENTS})",
+    )
+
+    listing = _command(commands, "list", "job rows, most recently updated first", _list)
+    listing.add_argument("--status", type=str.upper, choices=[str(s) for s in JobStatus], metavar="STATUS")
+    listing.add_argument("--agent", metavar="AGENT_ID")
+    listing.add_argument("--limit", type=int, default=50, metavar="N", help="at most N rows (default 50)")
+    listing.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    approve = _command(commands, "approve", "approve a job parked in WAITING_FOR_APPROVAL", _approve)
+    approve.add_argument("id", metavar="ID")
+    reject = _command(commands, "reject", "refuse a parked job: it ends FAILED", _reject)
+    reject.add_argument("id", metavar="ID")
+    reject.add_argument("--reason", default="approval rejected", help="recorded in the crash history")
+    cancel = _command(commands, "cancel", "end a job that has not finished: FAILED, attempt + 1", _cancel)
+    cancel.add_argument("id", metavar="ID")
+    cancel.add_argument("--reason", default="cancelled by an operator", help="recorded in the crash history")
+    retry = _command(commands, "retry", "run a FAILED or DEAD_LETTER job again", _retry)
+    retry.add_argument("id", metavar="ID")
+
+
+def _command(
+    commands: Any, name: str, text: str, handler: Callable[[argparse.Namespace], Awaitable[int]]
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=text, description=text[:1].upper() + text[1:] + "."
+    )
+    parser.add_argument("--database-url", help="default: AGENTLIFE_DATABASE_URL or the embedded SQLite file")
+    parser.set_defaults(handler=lambda args: _main(args, handler))
+    return parser
+
+
+def _main(args: argparse.Namespace, handler: Callable[[argparse.Namespace], Awaitable[int]]) -> int:
+    import anyio
+
+    if getattr(args, "id", None) is not None:
+        validate_job_id(args.id)
+    try:
+        return anyio.run(handler, args)
+    except JobNotFound as exc:
+        say(f"agentlife: {exc}")
+        return EXIT_NOT_FOUND
+    except JobStateConflict as exc:
+        say(f"agentlife: {exc}")
+        return EXIT_CONFLICT
+
+
+async def open_store(args: argparse.Namespace) -> CheckpointStore:
+    """The store of ``--database-url`` or the environment, opened."""
+    store = store_from_url(args.database_url or database_url_from_env(os.environ))
+    await store.open()
+    return store
+
+
+async def _with_store(args: argparse.Namespace, fn: Callable[[CheckpointStore], Awaitable[_T]]) -> _T:
+    store = await open_store(args)
+    try:
+        return await fn(store)
+    finally:
+        await store.close()
+
+
+# -- create ---------------------------------------------------------------------------------------------
+
+
+async def _create(args: argparse.Namespace) -> int:
+    agent_id = _agent_id(args.agent_id)
+    job_id = _new_job_id() if args.job_id is None else validate_job_id(args.job_id)
+    payload = _payload(args)
+    budget = _budget(args.max_cost_usd, args.max_input_tokens)
+
+    async def create(store: CheckpointStore) -> JobRecord:
+        existing = await store.get_job(job_id)
+        if existing is not None:
+            raise JobStateConflict(
+                f"job {job_id} already exists ({existing.status}, agent {existing.agent_id})"
+            )
+        return await store.create_job(job_id, agent_id, payload, budget)
+
+    row = await _with_store(args, create)
+    sys.stdout.write(f"{row.id}\n")
+    return 0
+
+
+def _agent_id(text: str) -> str:
+    if not text or len(text) > _AGENT_ID_MAX or not text.isprintable() or text != text.strip():
+        raise ConfigError(f"agent id {text[:40]!r} is not allowed: 1-{_AGENT_ID_MAX} printable characters")
+    return text
+
+
+def _new_job_id() -> str:
+    return f"job-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
+
+
+def _payload(args: argparse.Namespace) -> Any:
+    """The payload from ``--payload``, ``--payload-file`` or stdin, parsed exactly as ``run`` parses it."""
+    if args.payload_file is not None:
+        what = "stdin" if args.payload_file == "-" else args.payload_file
+        raw = _read(args.payload_file, what)
+    elif args.payload == "-":
+        what, raw = "stdin", _read("-", "stdin")
+    elif args.payload is not None:
+        what, raw = "--payload", args.payload
+    else:
+        return None
+    try:
+        return validate_payload(_parse_payload(raw), what)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("--payload", what, 1)) from None
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"payload file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"cannot read the payload from {what}: {getattr(exc, 'strerror', None) or exc}"
+        ) from None
+
+
+def _budget(max_cost_usd: float | None, max_input_tokens: int | None) -> dict[str, Any] | None:
+    budget: dict[str, Any] = {}
+    if max_cost_usd is not None:
+        if not (max_cost_usd > 0 and max_cost_usd < float("inf")):
+            raise ConfigError(f"--max-cost-usd {max_cost_usd:g} must be a finite number > 0")
+        budget["max_cost_usd"] = max_cost_usd
+    if max_input_tokens is not None:
+        if max_input_tokens < 1:
+            raise ConfigError(f"--max-input-tokens {max_input_tokens} must be >= 1")
+        budget["max_input_tokens"] = max_input_tokens
+    return budget or None
+
+
+# -- show, list -----------------------------------------------------------------------------------------
+
+
+async def _show(args: argparse.Namespace) -> int:
+    if args.events < 0:
+        raise ConfigError(f"--events {args.events} must be >= 0")
+    row = await _with_store(args, lambda store: store.get_job(args.id))
+    if row is None:
+        raise JobNotFound(f"job {args.id} does not exist")
+    out = [
+        f"job {row.id}",
+        f"  agent       {row.agent_id}",
+        f"  status      {row.status}",
+        f"  attempt     {row.attempt}",
+        f"  updated     {_utc(row.updated_at)}",
+        f"  heartbeat   {_utc(row.heartbeat_at)}",
+    ]
+    if row.not_before is not None and row.status == JobStatus.RETRYING:
+        out.append(f"  not before  {_utc(row.not_before)}")
+    out += [
+        f"  checkpoint  {row.checkpoint_id or '-'}",
+        f"  tokens      {_json(row.tokens_consumed)}",
+        f"  budget      {_json(row.token_budget) if row.token_budget else '-'}",
+        f"  payload     {_json(row.payload)}",
+    ]
+    if row.result is not None:
+        out.append(f"  result      {_json(row.result)}")
+    out.append(f"crash history ({len(row.error)})")
+    out += [f"  {_history_line(entry)}" for entry in row.error] or ["  (none)"]
+    out += _journal_tail(args.id, args.events)
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _history_line(entry: Any) -> str:
+    if not isinstance(entry, dict):
+        return _json(entry)
+    at = entry.get("at")
+    when = _utc(at) if isinstance(at, (int, float)) else "?"
+    what = entry.get("error_class") or entry.get("event") or "?"
+    line = f"{when}  attempt {entry.get('attempt', '?')}  {what}: {entry.get('message', '')}"
+    if entry.get("decision"):
+        line += f" -> {entry['decision']}"
+        if isinstance(entry.get("not_before"), (int, float)):
+            line += f" not before {_utc(entry['not_before'])}"
+    return line
+
+
+def _journal_tail(job_id: str, count: int) -> list[str]:
+    """The last ``count`` lines of the job's newest session timeline, when the data dir holds its journal."""
+    if count == 0:
+        return []
+    session_dir = Path(os.environ.get("AGENTLIFE_DATA_DIR") or ".agentlife") / "sessions" / job_id
+    sessions = list_sessions(session_dir)
+    if not sessions:
+        return [f"journal: none under {session_dir}"]
+    try:
+        lines = format_timeline(sessions[-1]).splitlines()
+    except ConfigError as exc:
+        return [f"journal: {exc}"]
+    plural = "s" if len(sessions) != 1 else ""
+    out = [f"journal {sessions[-1]} ({len(sessions)} session{plural})"]
+    out += [f"  {line}" for line in lines[1:2]]  # started ...; N events; how it ended
+    out += [f"  {line}" for line in [line for line in lines[3:] if line.strip()][-count:]]
+    return out
+
+
+async def _list(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise ConfigError(f"--limit {args.limit} must be >= 1")
+    rows = await _with_store(args, lambda store: store.list_jobs(args.status, args.agent, args.limit))
+    if args.json:
+        for row in rows:
+            sys.stdout.write(json.dumps(_as_json(row), sort_keys=True) + "\n")
+        return 0
+    table = [("ID", "AGENT", "STATUS", "ATTEMPT", "UPDATED", "CRASHES")]
+    for row in rows:
+        crashes = sum(1 for entry in row.error if is_crash(entry))
+        table.append((row.id, row.agent_id, row.status, str(row.attempt), _utc(row.updated_at), str(crashes)))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        sys.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() + "\n")
+    return 0
+
+
+def _as_json(row: JobRecord) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "agent_id": row.agent_id,
+        "status": row.status,
+        "attempt": row.attempt,
+        "payload": row.payload,
+        "heartbeat_at": row.heartbeat_at,
+        "updated_at": row.updated_at,
+        "not_before": row.not_before,
+        "checkpoint_id": row.checkpoint_id,
+        "tokens_consumed": row.tokens_consumed,
+        "token_budget": row.token_budget,
+        "error": row.error,
+        "result": row.result,
+    }
+
+
+# -- approve, reject, cancel, retry ---------------------------------------------------------------------
+
+
+async def _approve(args: argparse.Namespace) -> int:
+    row = await _with_store(args, lambda store: store.approve(args.id))
+    how = "the parked process takes it" if row.status == JobStatus.RUNNING else "the next run resumes it"
+    sys.stdout.write(f"job {row.id} approved: {row.status} ({how})\n")
+    return 0
+
+
+async def _reject(args: argparse.Namespace) -> int:
+    row = await _with_store(args, lambda store: store.reject(args.id, args.reason))
+    sys.stdout.write(f"job {row.id} rejected: {row.status}\n")
+    return 0
+
+
+async def _cancel(args: argparse.Namespace) -> int:
+    row = await _with_store(args, lambda store: store.cancel(args.id, args.reason))
+    sys.stdout.write(
+        f"job {row.id} cancelled: {row.status}, attempt {row.attempt}"
+        " (a process still running it is fenced out)\n"
+    )
+    return 0
+
+
+async def _retry(args: argparse.Namespace) -> int:
+    row = await _with_store(args, lambda store: store.retry(args.id))
+    sys.stdout.write(f"job {row.id} will run again: {row.status}, attempt {row.attempt}\n")
+    return 0
+
+
+# -- formatting -----------------------------------------------------------------------------------------
+
+
+def _utc(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)

@@ -1,0 +1,205 @@
+"""Job operations both stores share: the transition table, crash-history records and the reaper's decision.
+
+The operations a person or a control plane performs on job rows (``python -m agentlife job ...``), each one
+conditional on the row's status so that two of them racing on one row cannot both win:
+
+- approve: WAITING_FOR_APPROVAL -> RUNNING when a live process still holds the row (it is polling and takes
+  the approval), else PENDING (the next run or worker resumes it);
+- reject: WAITING_FOR_APPROVAL -> FAILED, ``ApprovalRejected`` recorded in the crash history;
+- cancel: PENDING, RETRYING, RUNNING or WAITING_FOR_APPROVAL -> FAILED, ``Cancelled`` recorded, and
+  ``attempt + 1`` so that a process still running the job is fenced out at its next write;
+- retry: FAILED or DEAD_LETTER -> PENDING, runnable now; the crashes before it stop counting to the limits.
+
+The zombie reaper (`CheckpointStore.reap`) moves RUNNING rows whose heartbeat is older than the threshold to
+RETRYING (``attempt + 1``, ``not_before`` from the crash backoff schedule) or to DEAD_LETTER / FAILED, as
+`agentlife.should_retry_after_crash` decides from the row's crash history, and holds the retries of an agent
+whose crashes open the per-agent circuit breaker (`BudgetConstants.circuit_failure_threshold` crashes within
+``circuit_window_seconds``) until ``circuit_cooldown_seconds`` have passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentlife._exceptions import JobNotFound, JobStateConflict
+from agentlife.constants import Constants
+from agentlife.stores._base import JobRecord, JobStatus
+
+__all__ = [
+    "APPROVABLE",
+    "CANCELLABLE",
+    "RETRYABLE",
+    "RUNNABLE",
+    "ReapDecision",
+    "check_transition",
+    "crash_count",
+    "decide_reap",
+    "is_crash",
+    "operator_record",
+    "retry_marker",
+    "since_last_retry",
+]
+
+#: Statuses a worker may claim (RETRYING only once its ``not_before`` has passed).
+RUNNABLE = (JobStatus.PENDING, JobStatus.RETRYING)
+APPROVABLE = (JobStatus.WAITING_FOR_APPROVAL,)
+CANCELLABLE = (
+    JobStatus.PENDING,
+    JobStatus.RETRYING,
+    JobStatus.RUNNING,
+    JobStatus.WAITING_FOR_APPROVAL,
+)
+RETRYABLE = (JobStatus.FAILED, JobStatus.DEAD_LETTER)
+#: The crash-history entry ``retry`` appends: the retry limits count crashes after the last one.
+RETRY_EVENT = "retry"
+#: The reaper's reason, in every crash-history entry it writes.
+REAP_REASON = "heartbeat stale"
+
+
+@dataclass(frozen=True, slots=True)
+class ReapDecision:
+    """What the zombie reaper did with one RUNNING row whose heartbeat stopped.
+
+    Attributes:
+        job_id: the row.
+        agent_id: its agent.
+        attempt: the row's attempt after reaping (the dead process's attempt + 1: it is fenced out).
+        status: RETRYING, DEAD_LETTER or FAILED.
+        not_before: unix time before which no worker claims the row (RETRYING only).
+        reason: one line: the backoff step, the retry limit reached, or the open circuit breaker.
+        heartbeat_age_seconds: how old the row's heartbeat was when it was reaped.
+        circuit_open: the agent's circuit breaker is open: the retry is held for its cooldown.
+    """
+
+    job_id: str
+    agent_id: str
+    attempt: int
+    status: str
+    not_before: float | None
+    reason: str
+    heartbeat_age_seconds: float
+    circuit_open: bool = False
+
+
+def check_transition(job_id: str, operation: str, row: JobRecord | None, allowed: Sequence[str]) -> JobRecord:
+    """``row`` when its status allows ``operation``; else `JobNotFound` or `JobStateConflict`."""
+    if row is None:
+        raise JobNotFound(f"job {job_id} does not exist")
+    if row.status not in allowed:
+        raise JobStateConflict(
+            f"cannot {operation} job {job_id}: it is {row.status} "
+            f"({operation} needs {' or '.join(str(s) for s in allowed)})"
+        )
+    return row
+
+
+def conflict(job_id: str, operation: str, row: JobRecord | None, allowed: Sequence[str]) -> Exception:
+    """The error for a conditional UPDATE that matched nothing: the row is gone or its status moved on."""
+    try:
+        check_transition(job_id, operation, row, allowed)
+    except (JobNotFound, JobStateConflict) as exc:
+        return exc
+    # The status allows it now: another operation changed the row between our UPDATE and this read.
+    return JobStateConflict(f"cannot {operation} job {job_id}: the row changed concurrently, try again")
+
+
+def operator_record(error_class: str, message: str, attempt: int, at: float) -> dict[str, Any]:
+    """The crash-history entry of reject / cancel: exit code 0, so no retry limit counts it as a crash."""
+    return {"at": at, "attempt": attempt, "exit_code": 0, "error_class": error_class, "message": message}
+
+
+def retry_marker(attempt: int, at: float) -> dict[str, Any]:
+    """The crash-history entry of ``retry``."""
+    return {"at": at, "attempt": attempt, "event": RETRY_EVENT, "message": "retried by an operator"}
+
+
+def since_last_retry(history: Sequence[Any]) -> list[Mapping[str, Any]]:
+    """The crash records after the last ``retry`` marker (operator records left out)."""
+    out: list[Mapping[str, Any]] = []
+    for entry in history:
+        if not isinstance(entry, Mapping):
+            continue
+        if entry.get("event") == RETRY_EVENT:
+            out = []
+        elif is_crash(entry):
+            out.append(entry)
+    return out
+
+
+def is_crash(entry: Any) -> bool:
+    """Whether a crash-history entry records a crash (operator records and retry markers do not)."""
+    if not isinstance(entry, Mapping):
+        return False
+    return "exit_code" in entry and entry.get("exit_code") != 0
+
+
+def crash_count(histories: Iterable[Sequence[Any]], since: float) -> int:
+    """How many crash records in ``histories`` (job rows' ``error`` lists) happened at or after ``since``."""
+    count = 0
+    for history in histories:
+        for entry in history or ():
+            if is_crash(entry):
+                at = entry.get("at")
+                if isinstance(at, (int, float)) and at >= since:
+                    count += 1
+    return count
+
+
+def decide_reap(
+    row: JobRecord,
+    *,
+    now: float,
+    heartbeat_age: float,
+    threshold: float,
+    agent_crashes: int,
+    constants: Constants,
+) -> tuple[ReapDecision, dict[str, Any]]:
+    """The decision for one stale RUNNING row and the crash-history entry that records it.
+
+    ``agent_crashes`` is the number of crashes of the row's agent within the circuit window, not counting
+    this one; with this one at or over the threshold the breaker is open and the retry waits its cooldown.
+    """
+    from agentlife._policy import should_retry_after_crash
+
+    budget = constants.budget
+    record: dict[str, Any] = {
+        "at": now,
+        "attempt": row.attempt,
+        "exit_code": None,
+        "error_class": "HeartbeatStale",
+        "message": f"{REAP_REASON}: none for {heartbeat_age:.0f} s (threshold {threshold:g} s)",
+        "reason": REAP_REASON,
+        "heartbeat_at": row.heartbeat_at,
+    }
+    history = [*since_last_retry(row.error), record]
+    verdict = should_retry_after_crash(history, row.token_budget, row.tokens_consumed, constants=constants)
+    circuit_open = False
+    not_before: float | None = None
+    reason = verdict.reason
+    if verdict.retry:
+        delay = verdict.delay_seconds
+        if agent_crashes + 1 >= budget.circuit_failure_threshold:
+            circuit_open = True
+            delay = max(delay, budget.circuit_cooldown_seconds)
+            reason = (
+                f"circuit breaker open for agent {row.agent_id}: {agent_crashes + 1} crashes within "
+                f"{budget.circuit_window_seconds:g} s, retry held {delay:g} s"
+            )
+        not_before = now + delay
+        status = str(JobStatus.RETRYING)
+    else:
+        status = str(verdict.status)
+    decision = ReapDecision(
+        job_id=row.id,
+        agent_id=row.agent_id,
+        attempt=row.attempt + 1,
+        status=status,
+        not_before=not_before,
+        reason=reason,
+        heartbeat_age_seconds=heartbeat_age,
+        circuit_open=circuit_open,
+    )
+    record.update(decision=status, not_before=not_before, detail=reason)
+    return decision, record

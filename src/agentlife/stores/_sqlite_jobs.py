@@ -1,0 +1,281 @@
+"""Job operations of `SQLiteStore`: claim, list, approve / reject / cancel / retry, and the reaper.
+
+Each runs in one ``BEGIN IMMEDIATE`` transaction: SQLite's write lock makes the read-check-write atomic
+across processes, so two claimers or two reapers never act on one row.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+
+from agentlife.constants import Constants
+from agentlife.stores._base import JobRecord, JobStatus, TableNames
+from agentlife.stores._jobs import (
+    APPROVABLE,
+    CANCELLABLE,
+    RETRYABLE,
+    RUNNABLE,
+    ReapDecision,
+    check_transition,
+    crash_count,
+    decide_reap,
+    operator_record,
+    retry_marker,
+)
+
+__all__ = ["SQLiteJobOps", "sqlite_job_schema"]
+
+_T = TypeVar("_T")
+_RUNNABLE = f"status IN ({', '.join(repr(str(s)) for s in RUNNABLE)})"
+
+
+def sqlite_job_schema(t: TableNames) -> list[str]:
+    """The indexes of the runnable-job lookup (run after the ``not_before`` column exists)."""
+    schema, _, base = t.job.rpartition(".")
+    prefix = f"{schema}." if schema else ""
+    return [
+        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_runnable ON {base} (not_before, id) WHERE {_RUNNABLE}",
+        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_agent_runnable ON {base} (agent_id, not_before, id)"
+        f" WHERE {_RUNNABLE}",
+    ]
+
+
+def _begin(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+
+
+def _finish(conn: sqlite3.Connection, ok: bool) -> None:
+    if ok:
+        conn.execute("COMMIT")
+    elif conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
+class SQLiteJobOps:
+    """The job operations, mixed into `SQLiteStore` (which provides the attributes below)."""
+
+    tables: TableNames
+    owner: str
+    _claimed: set[str]
+
+    if TYPE_CHECKING:
+
+        async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T: ...
+
+        def _row(self, conn: sqlite3.Connection, job_id: str) -> JobRecord | None: ...
+
+    async def _transaction(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        def run(conn: sqlite3.Connection) -> _T:
+            _begin(conn)
+            ok = False
+            try:
+                result = fn(conn)
+                ok = True
+                return result
+            finally:
+                _finish(conn, ok)
+
+        return await self._run(run)
+
+    async def claim_next(self, agent_id: str | None = None) -> JobRecord | None:
+        """Claim the oldest runnable job (of ``agent_id``, or of any agent); None when there is none."""
+
+        def claim(conn: sqlite3.Connection) -> JobRecord | None:
+            now = time.time()
+            where = f"{_RUNNABLE} AND (not_before IS NULL OR not_before <= ?)"
+            args: tuple[Any, ...] = (now,)
+            if agent_id is not None:
+                where, args = f"agent_id = ? AND {where}", (agent_id, now)
+            row = conn.execute(
+                f"SELECT id FROM {self.tables.job} WHERE {where} ORDER BY not_before, id LIMIT 1", args
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute(
+                f"UPDATE {self.tables.job} SET status = ?, attempt = attempt + 1, owner = ?,"
+                " heartbeat_at = ?, updated_at = ? WHERE id = ?",
+                (str(JobStatus.RUNNING), self.owner, now, now, row[0]),
+            )
+            self._claimed.add(row[0])
+            return self._row(conn, row[0])
+
+        return await self._transaction(claim)
+
+    async def list_jobs(
+        self, status: str | None = None, agent_id: str | None = None, limit: int = 100
+    ) -> list[JobRecord]:
+        """Job rows, most recently updated first, filtered by status and agent."""
+
+        def select(conn: sqlite3.Connection) -> list[JobRecord]:
+            clauses, args = [], []
+            if status is not None:
+                clauses.append("status = ?")
+                args.append(status)
+            if agent_id is not None:
+                clauses.append("agent_id = ?")
+                args.append(agent_id)
+            where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+            ids = conn.execute(
+                f"SELECT id FROM {self.tables.job}{where} ORDER BY updated_at DESC, id LIMIT ?",
+                (*args, limit),
+            ).fetchall()
+            return [r for r in (self._row(conn, i) for (i,) in ids) if r is not None]
+
+        return await self._run(select)
+
+    async def count_runnable(self) -> dict[str, int]:
+        """How many jobs are runnable now, per agent id."""
+
+        def count(conn: sqlite3.Connection) -> dict[str, int]:
+            rows = conn.execute(
+                f"SELECT agent_id, count(*) FROM {self.tables.job}"
+                f" WHERE {_RUNNABLE} AND (not_before IS NULL OR not_before <= ?) GROUP BY agent_id",
+                (time.time(),),
+            ).fetchall()
+            return {agent: n for agent, n in rows}
+
+        return await self._run(count)
+
+    async def _transition(
+        self,
+        job_id: str,
+        operation: str,
+        allowed: Sequence[str],
+        change: Callable[[JobRecord, float], tuple[str, dict[str, Any]]],
+    ) -> JobRecord:
+        """Check the status and apply ``change`` (-> SET clause, values) inside one write transaction."""
+
+        def apply(conn: sqlite3.Connection) -> JobRecord:
+            row = check_transition(job_id, operation, self._row(conn, job_id), allowed)
+            now = time.time()
+            assignments, values = change(row, now)
+            conn.execute(
+                f"UPDATE {self.tables.job} SET {assignments}, updated_at = ? WHERE id = ?",
+                (*values.values(), now, job_id),
+            )
+            changed = self._row(conn, job_id)
+            assert changed is not None
+            return changed
+
+        return await self._transaction(apply)
+
+    async def approve(self, job_id: str) -> JobRecord:
+        """WAITING_FOR_APPROVAL -> RUNNING (a live process is parked on it) or PENDING."""
+        stale_after = Constants().heartbeat.zombie_after_seconds
+
+        def change(row: JobRecord, now: float) -> tuple[str, dict[str, Any]]:
+            live = row.heartbeat_at is not None and now - row.heartbeat_at < stale_after
+            return "status = CASE WHEN owner IS NOT NULL AND ? THEN ? ELSE ? END, not_before = ?", {
+                "live": int(live),
+                "running": str(JobStatus.RUNNING),
+                "pending": str(JobStatus.PENDING),
+                "not_before": now,
+            }
+
+        return await self._transition(job_id, "approve", APPROVABLE, change)
+
+    async def reject(self, job_id: str, reason: str) -> JobRecord:
+        """WAITING_FOR_APPROVAL -> FAILED, the reason recorded."""
+
+        def change(row: JobRecord, now: float) -> tuple[str, dict[str, Any]]:
+            entry = operator_record("ApprovalRejected", reason, row.attempt, now)
+            return "status = ?, error = ?", {"s": str(JobStatus.FAILED), "e": _append(row.error, entry)}
+
+        return await self._transition(job_id, "reject", APPROVABLE, change)
+
+    async def cancel(self, job_id: str, reason: str) -> JobRecord:
+        """PENDING, RETRYING, RUNNING or WAITING_FOR_APPROVAL -> FAILED, ``attempt + 1``."""
+
+        def change(row: JobRecord, now: float) -> tuple[str, dict[str, Any]]:
+            entry = operator_record("Cancelled", reason, row.attempt, now)
+            return "status = ?, error = ?, attempt = attempt + 1, owner = NULL", {
+                "s": str(JobStatus.FAILED),
+                "e": _append(row.error, entry),
+            }
+
+        return await self._transition(job_id, "cancel", CANCELLABLE, change)
+
+    async def retry(self, job_id: str) -> JobRecord:
+        """FAILED or DEAD_LETTER -> PENDING, runnable now."""
+
+        def change(row: JobRecord, now: float) -> tuple[str, dict[str, Any]]:
+            entry = retry_marker(row.attempt, now)
+            return "status = ?, error = ?, not_before = ?, owner = NULL", {
+                "s": str(JobStatus.PENDING),
+                "e": _append(row.error, entry),
+                "n": now,
+            }
+
+        return await self._transition(job_id, "retry", RETRYABLE, change)
+
+    async def reap(
+        self, threshold_seconds: float, now: float | None = None, constants: Constants | None = None
+    ) -> list[ReapDecision]:
+        """Move RUNNING rows whose heartbeat is older than ``threshold_seconds`` on; see the protocol."""
+        constants = constants or Constants()
+        j = self.tables.job
+
+        def candidates(conn: sqlite3.Connection) -> list[str]:
+            cutoff = (time.time() if now is None else now) - threshold_seconds
+            rows = conn.execute(
+                f"SELECT id FROM {j} WHERE status = ? AND COALESCE(heartbeat_at, updated_at) < ? ORDER BY id",
+                (str(JobStatus.RUNNING), cutoff),
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        def reap_one(job_id: str) -> Callable[[sqlite3.Connection], ReapDecision | None]:
+            def act(conn: sqlite3.Connection) -> ReapDecision | None:
+                at = time.time() if now is None else now
+                row = self._row(conn, job_id)
+                if row is None or row.status != JobStatus.RUNNING:
+                    return None  # another reaper or an operator got there first
+                seen = row.heartbeat_at if row.heartbeat_at is not None else row.updated_at
+                if (seen or 0.0) >= at - threshold_seconds:
+                    return None  # a heartbeat came in meanwhile
+                window = constants.budget.circuit_window_seconds
+                histories = conn.execute(
+                    f"SELECT error FROM {j} WHERE agent_id = ? AND updated_at >= ?",
+                    (row.agent_id, at - window),
+                ).fetchall()
+                crashes = crash_count((orjson.loads(h) for (h,) in histories), at - window)
+                decision, entry = decide_reap(
+                    row,
+                    now=at,
+                    heartbeat_age=at - (seen or 0.0),
+                    threshold=threshold_seconds,
+                    agent_crashes=crashes,
+                    constants=constants,
+                )
+                conn.execute(
+                    f"UPDATE {j} SET status = ?, attempt = ?, not_before = ?, owner = NULL, error = ?,"
+                    " updated_at = ? WHERE id = ? AND status = ? AND attempt = ?",
+                    (
+                        decision.status,
+                        decision.attempt,
+                        decision.not_before,
+                        _append(row.error, entry),
+                        at,
+                        job_id,
+                        str(JobStatus.RUNNING),
+                        row.attempt,
+                    ),
+                )
+                return decision
+
+            return act
+
+        decisions = []
+        for job_id in await self._run(candidates):
+            decision = await self._transaction(reap_one(job_id))
+            if decision is not None:
+                decisions.append(decision)
+        return decisions
+
+
+def _append(history: list[dict[str, Any]], entry: dict[str, Any]) -> str:
+    return orjson.dumps([*history, entry]).decode()

@@ -1,0 +1,288 @@
+"""``python -m agentlife job ...`` and ``reap`` as real subprocesses, on SQLite and on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agentlife.stores import CheckpointStore, store_from_url
+from procs import agent_env, run_cli
+
+EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFLICT = 2, 3, 4
+
+
+@dataclass
+class Cli:
+    url: str
+    data_dir: Path
+    env: dict[str, str]
+
+    def __call__(self, *args: str, stdin: str | None = None) -> Any:
+        if stdin is None:
+            return run_cli(*args, env=self.env)
+        import subprocess
+        import sys
+
+        from procs import REPO
+
+        return subprocess.run(
+            [sys.executable, "-m", "agentlife", *args],
+            env=self.env,
+            cwd=REPO,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def store(self) -> CheckpointStore:
+        return store_from_url(self.url)
+
+    def with_store(self, fn: Any) -> Any:
+        async def go() -> Any:
+            store = self.store()
+            await store.open()
+            try:
+                return await fn(store)
+            finally:
+                await store.close()
+
+        return anyio.run(go)
+
+    def sql(self, statement: str, *args: Any) -> None:
+        if self.url.startswith("sqlite"):
+            import sqlite3
+
+            conn = sqlite3.connect(self.url.removeprefix("sqlite:///"), isolation_level=None)
+            try:
+                for n in range(len(args), 0, -1):
+                    statement = statement.replace(f"${n}", "?")
+                conn.execute(statement, args)
+            finally:
+                conn.close()
+            return
+
+        async def go() -> None:
+            import asyncpg
+
+            conn = await asyncpg.connect(self.url)
+            try:
+                await conn.execute(statement, *args)
+            finally:
+                await conn.close()
+
+        anyio.run(go)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
+    data_dir = tmp_path / "data"
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    env = agent_env(data_dir, AGENTLIFE_DATABASE_URL=url)
+    cli = Cli(url, data_dir, env)
+    if request.param == "postgresql":
+        assert cli("db", "init").returncode == 0
+    return cli
+
+
+def _one_line_error(proc: Any, code: int, *needles: str) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+# -- happy paths -------------------------------------------------------------------------------------------
+
+
+def test_create_from_each_payload_source_then_list_and_show(cli: Cli, tmp_path: Path) -> None:
+    made = cli("job", "create", "reviewer", "--id", "j-arg", "--payload", '{"repo": "acme/x", "n": 1}')
+    assert (made.returncode, made.stdout) == (0, "j-arg\n"), made.stderr
+    assert (
+        cli(
+            "job", "create", "reviewer", "--id", "j-stdin", "--payload", "-", stdin='{"from": "stdin"}'
+        ).returncode
+        == 0
+    )
+    payload_file = tmp_path / "payload.json"
+    payload_file.write_text('{"from": "file", "big": 12345678901234567890}')
+    assert (
+        cli("job", "create", "other", "--id", "j-file", "--payload-file", str(payload_file)).returncode == 0
+    )
+    generated = cli("job", "create", "other", "--max-cost-usd", "2.5", "--max-input-tokens", "1000")
+    assert generated.returncode == 0 and generated.stdout.startswith("job-"), generated.stderr
+    new_id = generated.stdout.strip()
+
+    rows = {r["id"]: r for r in map(json.loads, cli("job", "list", "--json").stdout.splitlines())}
+    assert set(rows) == {"j-arg", "j-stdin", "j-file", new_id}
+    assert rows["j-arg"]["payload"] == {"repo": "acme/x", "n": 1}
+    assert rows["j-stdin"]["payload"] == {"from": "stdin"}
+    assert rows["j-file"]["payload"] == {"from": "file", "big": 12345678901234567890}
+    assert rows[new_id]["token_budget"] == {"max_cost_usd": 2.5, "max_input_tokens": 1000}
+    assert {r["status"] for r in rows.values()} == {"PENDING"}
+
+    by_agent = cli("job", "list", "--agent", "other", "--json").stdout.splitlines()
+    assert {json.loads(r)["id"] for r in by_agent} == {"j-file", new_id}
+    table = cli("job", "list", "--status", "pending").stdout.splitlines()
+    assert table[0].split() == ["ID", "AGENT", "STATUS", "ATTEMPT", "UPDATED", "CRASHES"]
+    assert len(table) == 5
+    assert cli("job", "list", "--status", "FAILED").stdout.splitlines()[1:] == []
+
+    shown = cli("job", "show", "j-arg")
+    assert shown.returncode == 0, shown.stderr
+    assert "status      PENDING" in shown.stdout and '"repo": "acme/x"' in shown.stdout
+    assert "crash history (0)" in shown.stdout and "journal: none under" in shown.stdout
+
+
+def test_approve_reject_cancel_retry(cli: Cli) -> None:
+    for job_id in ("parked-1", "parked-2", "running"):
+        assert cli("job", "create", "reviewer", "--id", job_id).returncode == 0
+    cli.sql("UPDATE job SET status = 'WAITING_FOR_APPROVAL' WHERE id IN ('parked-1', 'parked-2')")
+
+    approved = cli("job", "approve", "parked-1")
+    assert approved.returncode == 0, approved.stderr
+    assert "approved: PENDING" in approved.stdout
+    rejected = cli("job", "reject", "parked-2", "--reason", "too risky")
+    assert (rejected.returncode, rejected.stdout) == (0, "job parked-2 rejected: FAILED\n")
+    row = cli.with_store(lambda s: s.get_job("parked-2"))
+    assert (row.status, row.error[-1]["error_class"], row.error[-1]["message"]) == (
+        "FAILED",
+        "ApprovalRejected",
+        "too risky",
+    )
+
+    claimed = cli.with_store(lambda s: s.claim("running", 1))
+    assert claimed.status == "RUNNING"
+    cancelled = cli("job", "cancel", "running", "--reason", "not needed")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "cancelled: FAILED, attempt 2" in cancelled.stdout
+    retried = cli("job", "retry", "running")
+    assert (retried.returncode, retried.stdout) == (0, "job running will run again: PENDING, attempt 2\n")
+    shown = cli("job", "show", "running").stdout
+    assert "crash history (2)" in shown and "Cancelled: not needed" in shown and "retry" in shown
+
+
+def test_show_prints_the_last_journal_events(cli: Cli) -> None:
+    assert cli("job", "create", "reviewer", "--id", "j-1").returncode == 0
+    session = cli.data_dir / "sessions" / "j-1"
+    session.mkdir(parents=True)
+    now = time.time()
+    events = [
+        {"v": 1, "ts": now, "seq": 1, "type": "SESSION_STARTED", "job_id": "j-1", "attempt": 1},
+        *({"v": 1, "ts": now + i, "seq": 1 + i, "type": "STEP_STARTED", "step": i} for i in range(1, 30)),
+    ]
+    (session / "session_0001_1000.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    shown = cli("job", "show", "j-1", "--events", "3")
+    assert shown.returncode == 0, shown.stderr
+    tail = shown.stdout.split("journal ", 1)[1].splitlines()
+    assert "session_0001_1000.jsonl (1 session)" in tail[0]
+    assert "30 events" in tail[1]
+    assert len(tail) == 5 and "29" in tail[-1]
+
+
+def test_reap_moves_a_stale_running_job_to_retrying(cli: Cli) -> None:
+    assert cli("job", "create", "reviewer", "--id", "zombie").returncode == 0
+    assert cli("job", "create", "reviewer", "--id", "alive").returncode == 0
+    cli.with_store(lambda s: s.claim("zombie", 1))
+    cli.with_store(lambda s: s.claim("alive", 1))
+    stale = time.time() - 3600
+    if cli.url.startswith("sqlite"):
+        cli.sql("UPDATE job SET heartbeat_at = $1 WHERE id = 'zombie'", stale)
+    else:
+        cli.sql("UPDATE job SET heartbeat_at = now() - interval '1 hour' WHERE id = 'zombie'")
+    reaped = cli("reap", "--threshold", "300")
+    assert reaped.returncode == 0, reaped.stderr
+    lines = reaped.stdout.splitlines()
+    assert lines[-1] == "reaped 1 job (threshold 300 s)"
+    assert lines[0].startswith("zombie (agent reviewer): heartbeat stale for ")
+    assert "-> RETRYING, attempt 2 not before " in lines[0]
+    row = cli.with_store(lambda s: s.get_job("zombie"))
+    assert (row.status, row.attempt, row.error[-1]["reason"]) == ("RETRYING", 2, "heartbeat stale")
+    assert cli.with_store(lambda s: s.get_job("alive")).status == "RUNNING"
+    again = cli("reap")
+    assert (again.returncode, again.stdout) == (0, "reaped 0 jobs (threshold 300 s)\n")
+    # A threshold under two heartbeat periods would reap live jobs: refused.
+    _one_line_error(
+        cli("reap", "--threshold", "59"), EXIT_USAGE, "must be >= 2 x the job heartbeat interval = 60 s"
+    )
+
+
+# -- error paths -------------------------------------------------------------------------------------------
+
+
+def test_bad_job_ids_are_usage_errors(cli: Cli) -> None:
+    for bad in ("../x", ".hidden", "a/b", "x" * 200, ""):
+        _one_line_error(cli("job", "create", "reviewer", "--id", bad), EXIT_USAGE, "is not allowed")
+    for command in ("show", "approve", "cancel", "retry", "reject"):
+        _one_line_error(cli("job", command, "../x"), EXIT_USAGE, "job id '../x' is not allowed")
+    assert cli("job", "list", "--json").stdout == ""
+
+
+def test_unknown_jobs_exit_not_found(cli: Cli) -> None:
+    for command in ("show", "approve", "reject", "cancel", "retry"):
+        _one_line_error(cli("job", command, "ghost"), EXIT_NOT_FOUND, "job ghost does not exist")
+
+
+def test_wrong_status_exits_conflict_naming_the_status(cli: Cli) -> None:
+    assert cli("job", "create", "reviewer", "--id", "j-1").returncode == 0
+    _one_line_error(cli("job", "approve", "j-1"), EXIT_CONFLICT, "cannot approve job j-1: it is PENDING")
+    _one_line_error(cli("job", "reject", "j-1"), EXIT_CONFLICT, "it is PENDING")
+    _one_line_error(cli("job", "retry", "j-1"), EXIT_CONFLICT, "cannot retry job j-1: it is PENDING")
+    _one_line_error(cli("job", "create", "reviewer", "--id", "j-1"), EXIT_CONFLICT, "j-1 already exists")
+    cli.sql("UPDATE job SET status = 'COMPLETED' WHERE id = 'j-1'")
+    _one_line_error(cli("job", "cancel", "j-1"), EXIT_CONFLICT, "it is COMPLETED")
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "needle"),
+    [
+        (("--payload", "{bad"), None, "--payload is not valid JSON"),
+        (("--payload", "NaN"), None, "not a JSON number"),
+        (("--payload", "-"), "[1, 2", "stdin is not valid JSON"),
+        (("--payload-file", "/nonexistent/p.json"), None, "payload file not found"),
+        (("--payload", "{}", "--payload-file", "x"), None, "not allowed with argument"),
+        (("--max-cost-usd", "-1"), None, "must be a finite number > 0"),
+    ],
+)
+def test_malformed_payloads_are_usage_errors(
+    cli: Cli, args: tuple[str, ...], stdin: str | None, needle: str
+) -> None:
+    _one_line_error(cli("job", "create", "reviewer", *args, stdin=stdin), EXIT_USAGE, needle)
+    assert cli("job", "list", "--json").stdout == ""
+
+
+def test_a_postgres_table_from_before_job_operations_asks_for_db_init(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    # SQLite migrates on every open; a PostgreSQL pod need not hold DDL rights, so `db init` does it.
+    cli = Cli(postgres_url, tmp_path, agent_env(tmp_path, AGENTLIFE_DATABASE_URL=postgres_url))
+    assert cli("db", "init").returncode == 0
+    cli.sql("DROP INDEX job_runnable_idx")
+    cli.sql("DROP INDEX job_agent_runnable_idx")
+    cli.sql("ALTER TABLE job DROP COLUMN not_before")
+    _one_line_error(cli("job", "list"), 1, "run `python -m agentlife db init`")
+    assert cli("db", "init").returncode == 0
+    assert cli("job", "list").returncode == 0
+
+
+def test_manifest_payload_reaches_every_scheduled_run(tmp_path: Path) -> None:
+    env = agent_env(tmp_path)
+    base = ("manifest", "--image", "x:1", "--agent", "m:C", "--schedule", "0 9 * * 1-5")
+    budget = ("--init-p95", "30", "--exec-p95", "300")
+    out = run_cli(*base, *budget, "--payload", '{"repo": "acme/x"}', "-o", "json", env=env)
+    assert out.returncode == 0, out.stderr
+    container = json.loads(out.stdout)["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][-3:] == ["--create-job", "--payload", '{"repo":"acme/x"}']
+    _one_line_error(run_cli(*base, *budget, "--payload", "{bad", env=env), EXIT_USAGE, "not valid JSON")

@@ -1,0 +1,481 @@
+"""Job operations of the stores (claim of the next runnable job, approve / reject / cancel / retry, the
+zombie reaper), run unchanged against SQLiteStore and a real PostgreSQL, as the store contract is."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agentlife import AttemptFenced, JobNotFound, JobStateConflict
+from agentlife.constants import Constants
+from agentlife.stores import CheckpointStore, JobStatus, ReapDecision, TableNames
+from test_store_contract import Backend, StoreFactory
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return Backend("sqlite", str(tmp_path / "agentlife.db"), TableNames())
+    return Backend("postgresql", request.getfixturevalue("postgres_url"), TableNames())
+
+
+@pytest.fixture
+async def make_store(backend: Backend) -> AsyncIterator[StoreFactory]:
+    opened: list[CheckpointStore] = []
+
+    async def make() -> CheckpointStore:
+        store = backend.open_store()
+        await store.open()
+        opened.append(store)
+        await store.init_schema()
+        return store
+
+    yield make
+    for store in reversed(opened):
+        await store.close()
+
+
+@pytest.fixture
+async def store(make_store: StoreFactory) -> CheckpointStore:
+    return await make_store()
+
+
+THRESHOLD = 300.0
+
+
+async def _set(backend: Backend, job_id: str, **columns: Any) -> None:
+    """Write columns straight into the row (``*_at`` / ``not_before`` as unix times, ``error`` as a list)."""
+    import orjson
+
+    t = backend.tables.job
+    if backend.kind == "sqlite":
+        conn = sqlite3.connect(backend.location, isolation_level=None)
+        try:
+            for name, value in columns.items():
+                if name == "error":
+                    value = orjson.dumps(value).decode()
+                conn.execute(f"UPDATE {t} SET {name} = ? WHERE id = ?", (value, job_id))
+        finally:
+            conn.close()
+        return
+    import asyncpg
+
+    conn = await asyncpg.connect(backend.location)
+    try:
+        for name, value in columns.items():
+            cast = ""
+            if name == "error":
+                value, cast = orjson.dumps(value).decode(), "::jsonb"
+            elif isinstance(value, float):
+                value = datetime.fromtimestamp(value, UTC)
+            await conn.execute(f"UPDATE {t} SET {name} = $1{cast} WHERE id = $2", value, job_id)
+    finally:
+        await conn.close()
+
+
+async def _create(store: CheckpointStore, *ids: str, agent: str = "agent-a") -> None:
+    for job_id in ids:
+        await store.create_job(job_id, agent, {"n": job_id})
+
+
+# -- claim_next ---------------------------------------------------------------------------------------
+
+
+async def test_claim_next_takes_the_oldest_runnable_job_and_bumps_its_attempt(store: CheckpointStore) -> None:
+    await _create(store, "j-c", "j-a", "j-b")  # created in this order: not alphabetical
+    claimed = [await store.claim_next() for _ in range(3)]
+    assert [c.id for c in claimed if c] == ["j-c", "j-a", "j-b"]
+    for record in claimed:
+        assert record is not None
+        assert (record.status, record.attempt) == (JobStatus.RUNNING, 1)
+        assert record.heartbeat_at is not None and abs(record.heartbeat_at - time.time()) < 60
+    assert await store.claim_next() is None
+    # The claim token is this store's: its writes with the new attempt go through.
+    await store.heartbeat("j-c", 1)
+
+
+async def test_claim_next_filters_by_agent(store: CheckpointStore) -> None:
+    await _create(store, "a-1", agent="agent-a")
+    await _create(store, "b-1", agent="agent-b")
+    claimed = await store.claim_next("agent-b")
+    assert claimed is not None and claimed.id == "b-1"
+    assert await store.claim_next("agent-b") is None
+    assert (await store.get_job("a-1")).status == JobStatus.PENDING
+
+
+async def test_claim_next_waits_for_not_before_of_a_retrying_row(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    await _create(store, "j-1")
+    await _set(backend, "j-1", status="RETRYING", attempt=3, not_before=time.time() + 3600)
+    assert await store.claim_next() is None
+    assert await store.count_runnable() == {}
+    await _set(backend, "j-1", not_before=time.time() - 1)
+    assert await store.count_runnable() == {"agent-a": 1}
+    claimed = await store.claim_next()
+    assert claimed is not None and (claimed.id, claimed.attempt, claimed.status) == ("j-1", 4, "RUNNING")
+
+
+async def test_claim_next_skips_running_parked_and_finished_rows(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    await _create(store, *(f"j-{s}" for s in JobStatus))
+    for status in JobStatus:
+        await _set(backend, f"j-{status}", status=str(status))
+    got = {(await store.claim_next()).id, (await store.claim_next()).id}  # type: ignore[union-attr]
+    assert got == {"j-PENDING", "j-RETRYING"}
+    assert await store.claim_next() is None
+
+
+async def test_a_row_without_not_before_is_runnable_first(store: CheckpointStore, backend: Backend) -> None:
+    await _create(store, "j-new", "j-legacy")
+    await _set(backend, "j-legacy", not_before=None)  # written by a control plane that knows no not_before
+    claimed = await store.claim_next()
+    assert claimed is not None and claimed.id == "j-legacy"
+
+
+async def test_four_concurrent_claimers_take_fifty_rows_each_exactly_once(
+    make_store: StoreFactory,
+) -> None:
+    first = await make_store()
+    await _create(first, *(f"job-{i:02d}" for i in range(50)))
+    claimers = [first, *[await make_store() for _ in range(3)]]
+    taken: list[list[str]] = [[] for _ in claimers]
+
+    async def drain(index: int, claimer: CheckpointStore) -> None:
+        while (record := await claimer.claim_next()) is not None:
+            assert record.attempt == 1
+            taken[index].append(record.id)
+
+    async with anyio.create_task_group() as tg:
+        for index, claimer in enumerate(claimers):
+            tg.start_soon(drain, index, claimer)
+    every = [job_id for ids in taken for job_id in ids]
+    assert sorted(every) == [f"job-{i:02d}" for i in range(50)]
+    assert len(set(every)) == 50
+    rows = await first.list_jobs(limit=100)
+    assert {(r.status, r.attempt) for r in rows} == {("RUNNING", 1)}
+
+
+async def test_claim_next_skips_a_row_locked_by_another_claimer_on_postgres(postgres_url: str) -> None:
+    import asyncpg
+
+    from agentlife.stores import PostgresStore
+
+    store = PostgresStore(postgres_url, create_schema=True)
+    await store.open()
+    try:
+        await _create(store, "first", "second")
+        holder = await asyncpg.connect(postgres_url)
+        try:
+            async with holder.transaction():
+                await holder.execute("SELECT 1 FROM job WHERE id = 'first' FOR UPDATE")
+                # Not blocked behind the lock: SKIP LOCKED hands out the next row at once.
+                with anyio.fail_after(5):
+                    claimed = await store.claim_next()
+                assert claimed is not None and claimed.id == "second"
+        finally:
+            await holder.close()
+        claimed = await store.claim_next()
+        assert claimed is not None and claimed.id == "first"
+    finally:
+        await store.close()
+
+
+# -- list, count --------------------------------------------------------------------------------------
+
+
+async def test_list_jobs_filters_by_status_and_agent_with_a_limit(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    await _create(store, "a-1", "a-2", "a-3", agent="agent-a")
+    await _create(store, "b-1", agent="agent-b")
+    await _set(backend, "a-2", status="DEAD_LETTER")
+    assert {r.id for r in await store.list_jobs()} == {"a-1", "a-2", "a-3", "b-1"}
+    assert [r.id for r in await store.list_jobs(status="DEAD_LETTER")] == ["a-2"]
+    assert {r.id for r in await store.list_jobs(agent_id="agent-a", status="PENDING")} == {"a-1", "a-3"}
+    assert len(await store.list_jobs(limit=2)) == 2
+    assert await store.count_runnable() == {"agent-a": 2, "agent-b": 1}
+
+
+# -- approve, reject, cancel, retry -------------------------------------------------------------------
+
+
+async def test_approve_a_parked_job_without_a_live_process_makes_it_pending(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    await _create(store, "j-1")
+    await _set(backend, "j-1", status="WAITING_FOR_APPROVAL", attempt=2)
+    approved = await store.approve("j-1")
+    assert (approved.status, approved.attempt) == ("PENDING", 2)
+    claimed = await store.claim_next()
+    assert claimed is not None and (claimed.id, claimed.attempt) == ("j-1", 3)
+
+
+async def test_approve_a_job_parked_by_a_live_process_hands_it_back_running(store: CheckpointStore) -> None:
+    await _create(store, "j-1")
+    await store.claim("j-1", 1)
+    await store.set_status("j-1", 1, JobStatus.WAITING_FOR_APPROVAL)
+    approved = await store.approve("j-1")
+    assert (approved.status, approved.attempt) == ("RUNNING", 1)
+    await store.set_status("j-1", 1, JobStatus.RUNNING)  # the parked process carries on, unfenced
+
+
+@pytest.mark.parametrize("status", ["PENDING", "RUNNING", "COMPLETED", "FAILED"])
+async def test_approve_of_a_job_that_is_not_parked_names_its_status(
+    store: CheckpointStore, backend: Backend, status: str
+) -> None:
+    await _create(store, "j-1")
+    await _set(backend, "j-1", status=status)
+    with pytest.raises(JobStateConflict, match=f"cannot approve job j-1: it is {status}"):
+        await store.approve("j-1")
+    assert (await store.get_job("j-1")).status == status
+
+
+async def test_operations_on_an_unknown_job_raise_job_not_found(store: CheckpointStore) -> None:
+    for operation in (
+        store.approve("ghost"),
+        store.reject("ghost", "no"),
+        store.cancel("ghost", "no"),
+        store.retry("ghost"),
+    ):
+        with pytest.raises(JobNotFound, match="ghost"):
+            await operation
+
+
+async def test_reject_fails_the_parked_job_and_records_why(store: CheckpointStore, backend: Backend) -> None:
+    await _create(store, "j-1")
+    await _set(backend, "j-1", status="WAITING_FOR_APPROVAL", attempt=2)
+    rejected = await store.reject("j-1", "too risky")
+    assert rejected.status == "FAILED"
+    entry = rejected.error[-1]
+    assert (entry["error_class"], entry["message"], entry["attempt"], entry["exit_code"]) == (
+        "ApprovalRejected",
+        "too risky",
+        2,
+        0,
+    )
+    with pytest.raises(JobStateConflict, match="it is FAILED"):
+        await store.reject("j-1", "again")
+
+
+async def test_cancel_fences_out_the_process_running_the_job(store: CheckpointStore) -> None:
+    await _create(store, "j-1")
+    claimed = await store.claim_next()
+    assert claimed is not None
+    cancelled = await store.cancel("j-1", "not needed")
+    assert (cancelled.status, cancelled.attempt) == ("FAILED", 2)
+    assert cancelled.error[-1]["error_class"] == "Cancelled"
+    with pytest.raises(AttemptFenced):
+        await store.write_checkpoint("j-1", 1, "cp-1", 1, b"late")
+    with pytest.raises(AttemptFenced):
+        await store.heartbeat("j-1", 1)
+    assert (await store.get_job("j-1")).checkpoint_id is None
+    with pytest.raises(JobStateConflict, match="cannot cancel job j-1: it is FAILED"):
+        await store.cancel("j-1", "twice")
+
+
+async def test_retry_makes_a_dead_letter_runnable_and_forgives_earlier_crashes(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    await _create(store, "j-1")
+    crashes = [{"at": 1.0, "attempt": n, "exit_code": 1, "error_class": "E", "message": "m"} for n in (1, 2)]
+    await _set(backend, "j-1", status="DEAD_LETTER", attempt=5, error=crashes, not_before=time.time() + 999)
+    retried = await store.retry("j-1")
+    assert (retried.status, retried.attempt) == ("PENDING", 5)
+    assert retried.error[-1]["event"] == "retry"
+    claimed = await store.claim_next()
+    assert claimed is not None and (claimed.id, claimed.attempt) == ("j-1", 6)
+    await _set(backend, "j-1", status="COMPLETED")
+    with pytest.raises(JobStateConflict, match="cannot retry job j-1: it is COMPLETED"):
+        await store.retry("j-1")
+
+
+async def _race(
+    make_store: StoreFactory, backend: Backend, status: str, left: str, right: str
+) -> dict[str, list[str]]:
+    """Run operations ``left`` and ``right`` at once, on two connections, on each of 20 rows."""
+    first, second = await make_store(), await make_store()
+    ids = [f"race-{i}" for i in range(20)]
+    await _create(first, *ids)
+    for job_id in ids:
+        await _set(backend, job_id, status=status)
+    winners: dict[str, list[str]] = {job_id: [] for job_id in ids}
+
+    async def run(store: CheckpointStore, job_id: str, name: str) -> None:
+        operation = getattr(store, name)
+        try:
+            await (operation(job_id) if name in ("approve", "retry") else operation(job_id, "race"))
+        except JobStateConflict as exc:
+            if f"cannot {name} job {job_id}: it is" not in str(exc):
+                raise
+            return
+        winners[job_id].append(name)
+
+    async with anyio.create_task_group() as tg:
+        for job_id in ids:
+            tg.start_soon(run, first, job_id, left)
+            tg.start_soon(run, second, job_id, right)
+    return winners
+
+
+@pytest.mark.parametrize(("left", "right"), [("approve", "reject"), ("retry", "retry")])
+async def test_concurrent_operations_needing_the_same_status_exactly_one_wins(
+    make_store: StoreFactory, backend: Backend, left: str, right: str
+) -> None:
+    status = "WAITING_FOR_APPROVAL" if left == "approve" else "DEAD_LETTER"
+    for job_id, names in (await _race(make_store, backend, status, left, right)).items():
+        assert len(names) == 1, (job_id, names)
+
+
+async def test_concurrent_approve_and_cancel_end_as_one_of_them_serially(
+    make_store: StoreFactory, backend: Backend
+) -> None:
+    # Cancel is allowed on a PENDING job, so "approve, then cancel" may both win; "cancel, then approve"
+    # may not: the approval of a cancelled job must fail, naming FAILED.
+    store = await make_store()
+    outcomes = await _race(make_store, backend, "WAITING_FOR_APPROVAL", "approve", "cancel")
+    for job_id, names in outcomes.items():
+        assert "cancel" in names, (job_id, names)  # cancel never loses: it accepts both starting points
+        row = await store.get_job(job_id)
+        assert (row.status, row.attempt) == ("FAILED", 1)
+
+
+# -- the zombie reaper --------------------------------------------------------------------------------
+
+
+async def test_reaper_moves_a_stale_running_row_to_retrying_with_backoff(store: CheckpointStore) -> None:
+    await _create(store, "j-1", "j-fresh")
+    await store.claim_next()
+    await store.claim_next()
+    now = time.time() + THRESHOLD + 60
+    await store.heartbeat("j-fresh", 1)
+    assert await store.reap(THRESHOLD, now=time.time()) == []  # nothing stale yet
+    (decision, *rest) = await store.reap(THRESHOLD, now=now)
+    assert isinstance(decision, ReapDecision)
+    assert (decision.status, decision.attempt, decision.circuit_open) == ("RETRYING", 2, False)
+    assert decision.not_before == pytest.approx(now + Constants().retry.crash_backoff_seconds[0])
+    assert decision.heartbeat_age_seconds >= THRESHOLD
+    row = await store.get_job(decision.job_id)
+    assert (row.status, row.attempt) == ("RETRYING", 2)
+    entry = row.error[-1]
+    assert (entry["reason"], entry["attempt"], entry["at"], entry["decision"]) == (
+        "heartbeat stale",
+        1,
+        pytest.approx(now),
+        "RETRYING",
+    )
+    assert entry["heartbeat_at"] is not None and entry["not_before"] == pytest.approx(decision.not_before)
+    assert len(rest) == 1  # j-fresh's heartbeat was also older than the simulated threshold
+
+
+async def test_reaped_row_fences_out_the_dead_process_if_it_wakes_up(make_store: StoreFactory) -> None:
+    zombie, reaper = await make_store(), await make_store()
+    await _create(zombie, "j-1")
+    claimed = await zombie.claim_next()
+    assert claimed is not None
+    await reaper.reap(THRESHOLD, now=time.time() + THRESHOLD + 1)
+    with pytest.raises(AttemptFenced):
+        await zombie.write_checkpoint("j-1", claimed.attempt, "cp-late", 1, b"late")
+    with pytest.raises(AttemptFenced):
+        await zombie.set_status("j-1", claimed.attempt, JobStatus.COMPLETED, result={"late": True})
+    row = await reaper.get_job("j-1")
+    assert (row.status, row.checkpoint_id, row.result) == ("RETRYING", None, None)
+
+
+async def test_reaper_dead_letters_a_job_whose_crash_retries_are_exhausted(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    schedule = Constants().retry.crash_backoff_seconds
+    crashes = [
+        {"at": 1.0, "attempt": n, "exit_code": 1, "error_class": "E", "message": f"crash {n}"}
+        for n in range(len(schedule))
+    ]
+    await _create(store, "j-1")
+    await store.claim_next()
+    await _set(backend, "j-1", error=crashes)
+    (decision,) = await store.reap(THRESHOLD, now=time.time() + THRESHOLD + 1)
+    assert (decision.status, decision.not_before) == ("DEAD_LETTER", None)
+    assert "exhausted" in decision.reason
+    row = await store.get_job("j-1")
+    assert (row.status, row.error[-1]["decision"]) == ("DEAD_LETTER", "DEAD_LETTER")
+    assert await store.claim_next() is None
+
+
+async def test_reaper_fails_a_job_whose_token_budget_is_spent(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    await store.create_job("j-1", "agent-a", None, {"max_cost_usd": 1.0})
+    await store.claim_next()
+    await store.add_usage("j-1", 1, 10, 10, 1.5)
+    (decision,) = await store.reap(THRESHOLD, now=time.time() + THRESHOLD + 1)
+    assert decision.status == "FAILED" and "budget" in decision.reason
+
+
+async def test_circuit_breaker_holds_the_retries_of_an_agent_that_keeps_crashing(
+    store: CheckpointStore,
+) -> None:
+    budget = Constants().budget
+    ids = [f"j-{i}" for i in range(budget.circuit_failure_threshold)]
+    await _create(store, *ids, agent="flaky")
+    await _create(store, "other-1", agent="steady")
+    for _ in range(len(ids) + 1):
+        await store.claim_next()
+    now = time.time() + THRESHOLD + 1
+    decisions = {d.job_id: d for d in await store.reap(THRESHOLD, now=now)}
+    first = Constants().retry.crash_backoff_seconds[0]
+    for job_id in ids[:-1]:
+        assert decisions[job_id].not_before == pytest.approx(now + first)
+        assert not decisions[job_id].circuit_open
+    held = decisions[ids[-1]]
+    assert held.circuit_open and held.status == "RETRYING"
+    assert held.not_before == pytest.approx(now + budget.circuit_cooldown_seconds)
+    assert "circuit breaker open for agent flaky" in held.reason
+    assert not decisions["other-1"].circuit_open  # another agent's crashes do not count
+
+
+async def test_two_reapers_at_once_act_on_each_row_once(make_store: StoreFactory) -> None:
+    first, second = await make_store(), await make_store()
+    ids = [f"j-{i:02d}" for i in range(12)]
+    await _create(first, *ids)
+    for _ in ids:
+        await first.claim_next()
+    now = time.time() + THRESHOLD + 1
+    results: list[list[ReapDecision]] = [[], []]
+
+    async def reap(index: int, reaper: CheckpointStore) -> None:
+        results[index] = await reaper.reap(THRESHOLD, now=now)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reap, 0, first)
+        tg.start_soon(reap, 1, second)
+    acted = [d.job_id for r in results for d in r]
+    assert sorted(acted) == ids
+    for row in await first.list_jobs(limit=50):
+        assert (row.status, row.attempt, len(row.error)) == ("RETRYING", 2, 1)
+
+
+async def test_a_database_without_not_before_is_migrated_by_init_schema(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    t = backend.tables.job
+    if backend.kind == "sqlite":
+        await backend.raw(f"DROP INDEX {t}_runnable")
+        await backend.raw(f"DROP INDEX {t}_agent_runnable")
+    await backend.raw(f"ALTER TABLE {t} DROP COLUMN not_before")
+    await backend.raw(
+        f"INSERT INTO {t} (id, agent_id, status, attempt, updated_at)"
+        " VALUES ('old', 'agent-a', 'PENDING', 0, " + ("1.0)" if backend.kind == "sqlite" else "now())")
+    )
+    await store.init_schema()
+    claimed = await store.claim_next()
+    assert claimed is not None and (claimed.id, claimed.attempt) == ("old", 1)
