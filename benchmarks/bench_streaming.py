@@ -8,6 +8,10 @@ journal records, replay check, retry wrapper) through ``ctx.llm.stream``: each d
 Target: <= 1.3x the guard alone per chunk. A stream that never suspends (the worst case for any handoff
 between tasks) is reported as well, without a target. Rounds are interleaved; the best round counts.
 
+Over HTTP, as a step meets it: the real `AnthropicLLM` reading Server-Sent Events from a local
+`FakeAnthropicServer` over loopback, ``ctx.llm.stream`` per chunk against ``ctx.llm.complete`` of the same
+stream (both journaled calls; the difference is the handoff of every delta to the block). Same target.
+
 Run: python benchmarks/bench_streaming.py  (one JSON object per line)
 """
 
@@ -194,6 +198,48 @@ async def best_of(source: Source, rounds: int, tmp: Path) -> dict[str, float]:
     return best
 
 
+HTTP_CHUNKS = 5_000
+
+
+async def over_http(tmp: Path) -> dict[str, float]:
+    """Best per-chunk ns of ``complete`` and ``stream`` through the real adapter and a real HTTP stream."""
+    from agentlife import AnthropicLLM, ScriptedTurn
+    from agentlife.testing import FakeAnthropicServer
+
+    turn = ScriptedTurn.text("tok " * HTTP_CHUNKS, chunks=HTTP_CHUNKS)
+    best: dict[str, float] = {}
+    ctx, journal, store = await context(tmp)
+    messages = [{"role": "user", "content": "go"}]
+    try:
+        async with FakeAnthropicServer([turn] * (2 * ROUNDS + 2)) as server:
+            ctx._env.llm_client = AnthropicLLM(api_key="bench", base_url=server.base_url)
+
+            async def complete() -> int:
+                await ctx.llm.complete(model="claude-sonnet-4-5", messages=messages, max_tokens=HTTP_CHUNKS)
+                return HTTP_CHUNKS
+
+            async def stream() -> int:
+                count = 0
+                async with ctx.llm.stream(model="claude-sonnet-4-5", messages=messages, max_tokens=HTTP_CHUNKS) as s:
+                    async for _ in s.text_stream:
+                        count += 1
+                return count
+
+            for round_ in range(ROUNDS + 1):
+                for name, variant in (("complete", complete), ("stream", stream)):
+                    started = time.perf_counter()
+                    count = await variant()
+                    ns = (time.perf_counter() - started) / HTTP_CHUNKS * 1e9
+                    assert count == HTTP_CHUNKS, (name, count)
+                    if round_:  # the first round warms the SDK's import and connection
+                        best[name] = min(ns, best.get(name, ns))
+            await ctx._env.llm_client.aclose()
+    finally:
+        await journal.aclose()
+        await store.close()
+    return best
+
+
 async def main() -> None:
     EVENTS.extend(_events(N))
     with tempfile.TemporaryDirectory() as tmp:
@@ -212,6 +258,17 @@ async def main() -> None:
                 target=f"<= {target:g}x" if target else "reference (no target: nothing suspends)",
                 ok=ratio <= target if target else True,
             )
+        http = await over_http(Path(tmp) / "http")
+        emit("streaming", "http_ctx_llm_complete_per_chunk", http["complete"], "ns", target="baseline")
+        emit(
+            "streaming",
+            "http_ctx_llm_stream_per_chunk",
+            http["stream"],
+            "ns",
+            baseline=http["complete"],
+            target=f"<= {TARGET:g}x",
+            ok=http["stream"] <= TARGET * http["complete"],
+        )
 
 
 if __name__ == "__main__":
