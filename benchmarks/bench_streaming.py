@@ -220,7 +220,8 @@ async def over_http(tmp: Path) -> dict[str, float]:
 
             async def stream() -> int:
                 count = 0
-                async with ctx.llm.stream(model="claude-sonnet-4-5", messages=messages, max_tokens=HTTP_CHUNKS) as s:
+                request = {"model": "claude-sonnet-4-5", "messages": messages, "max_tokens": HTTP_CHUNKS}
+                async with ctx.llm.stream(**request) as s:
                     async for _ in s.text_stream:
                         count += 1
                 return count
