@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentlife._exceptions import JobNotFound, JobStateConflict
-from agentlife._policy import should_retry_after_crash
 from agentlife.constants import Constants
 from agentlife.stores._base import JobRecord, JobStatus
 
@@ -37,6 +36,7 @@ __all__ = [
     "check_transition",
     "crash_count",
     "decide_reap",
+    "is_crash",
     "operator_record",
     "retry_marker",
     "since_last_retry",
@@ -123,12 +123,15 @@ def since_last_retry(history: Sequence[Any]) -> list[Mapping[str, Any]]:
             continue
         if entry.get("event") == RETRY_EVENT:
             out = []
-        elif _is_crash(entry):
+        elif is_crash(entry):
             out.append(entry)
     return out
 
 
-def _is_crash(entry: Mapping[str, Any]) -> bool:
+def is_crash(entry: Any) -> bool:
+    """Whether a crash-history entry records a crash (operator records and retry markers do not)."""
+    if not isinstance(entry, Mapping):
+        return False
     return "exit_code" in entry and entry.get("exit_code") != 0
 
 
@@ -137,7 +140,7 @@ def crash_count(histories: Iterable[Sequence[Any]], since: float) -> int:
     count = 0
     for history in histories:
         for entry in history or ():
-            if isinstance(entry, Mapping) and _is_crash(entry):
+            if is_crash(entry):
                 at = entry.get("at")
                 if isinstance(at, (int, float)) and at >= since:
                     count += 1
@@ -158,6 +161,8 @@ def decide_reap(
     ``agent_crashes`` is the number of crashes of the row's agent within the circuit window, not counting
     this one; with this one at or over the threshold the breaker is open and the retry waits its cooldown.
     """
+    from agentlife._policy import should_retry_after_crash
+
     budget = constants.budget
     record: dict[str, Any] = {
         "at": now,
