@@ -1,4 +1,4 @@
-"""An agent for the worker tests (``tests/test_worker.py``, ``tests/test_worker_chaos.py``), driven by environment.
+"""An agent for the worker tests (``test_worker.py``, ``test_worker_chaos.py``), driven by environment.
 
 Every trace goes to append-only files in ``WORKER_DIR``, written with ``fsync`` so a SIGKILL cannot lose one:
 
