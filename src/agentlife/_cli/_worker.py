@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from agentlife._cli._common import EXIT_DRAINED
+from agentlife._cli._run import validated_settings
 from agentlife._exceptions import ConfigError, SignalDuringImport
 from agentlife._runtime._entry import load_agent_class
 from agentlife.constants import Constants
@@ -71,7 +72,6 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         sys.stderr.write(f"agentlife: drained by {exc.name} while importing {args.target}\n")
         return EXIT_DRAINED
 
-    from agentlife._cli._run import validated_settings
     from agentlife._runtime._worker import Worker, WorkerOptions
 
     agent_id = args.agent_id or os.environ.get("AGENTLIFE_AGENT_ID") or getattr(agent_cls, "agent_id", None)

@@ -30,6 +30,7 @@ from agentlife._config import Settings
 from agentlife._exceptions import AgentlifeError, ConfigError
 from agentlife._lag import run_lag_monitor
 from agentlife._logging import installed_json_logging, log_fields
+from agentlife._policy import should_retry_after_crash
 from agentlife._redact import Redactor
 from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, RunOptions
 from agentlife._runtime._lifecycle import Runtime
@@ -39,6 +40,7 @@ from agentlife._status import StatusBoard
 from agentlife._telemetry_facade import TelemetryFacade
 from agentlife.constants import Constants
 from agentlife.stores import JobRecord, JobStatus, store_from_url
+from agentlife.stores._jobs import since_last_retry
 
 if TYPE_CHECKING:
     from agentlife._agent import AgentProcess
@@ -308,9 +310,6 @@ class Worker:
 
     async def _after_crash(self, store: CheckpointStore, row: JobRecord, message: str | None) -> None:
         """The crash is on the row (as ``run`` records it); decide its retry now rather than at the reaper."""
-        from agentlife._policy import should_retry_after_crash
-        from agentlife.stores._jobs import since_last_retry
-
         with anyio.CancelScope(shield=True):
             try:
                 current = await store.get_job(row.id)
