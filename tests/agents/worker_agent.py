@@ -2,8 +2,8 @@
 
 Every trace goes to append-only files in ``WORKER_DIR``, written with ``fsync`` so a SIGKILL cannot lose one:
 
-- ``steps``: ``job attempt step pid instance jobs_seen`` per step, where ``instance`` numbers the agent
-  instances this process built and ``jobs_seen`` counts the jobs this instance has seen (1 when fresh);
+- ``steps``: ``job attempt step pid instance jobs_seen unix_time`` per step, where ``instance`` numbers the
+  agent instances this process built and ``jobs_seen`` counts the jobs this instance has seen (1 when fresh);
 - ``effects``: ``invocation job attempt pid`` each time the side-effecting tool really runs (with ``verify``,
   so a resumed job never runs it twice).
 
@@ -16,6 +16,7 @@ every step raises ``RuntimeError``.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,8 @@ class WorkerAgent(AgentProcess):
             self.jobs_seen.append(ctx.job.id)
         job, attempt = ctx.job.id, ctx.job.attempt
         pid = os.getpid()
-        _append("steps", f"{job} {attempt} {ctx.step} {pid} {self.instance} {len(self.jobs_seen)}")
+        seen = len(self.jobs_seen)
+        _append("steps", f"{job} {attempt} {ctx.step} {pid} {self.instance} {seen} {time.time()}")
         if job == os.environ.get("WORKER_CRASH_JOB"):
             raise RuntimeError(f"poison job {job}")
         if ctx.step == 0 and os.environ.get("WORKER_GATE") == "1":
