@@ -142,48 +142,6 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
-def _worker_deployment(args: argparse.Namespace, extra_env: dict[str, str]) -> int:
-    """``--worker``: the Deployment of warm workers, its pod derived from the constants like the Job's."""
-    if args.schedule is not None:
-        raise ConfigError("--worker and --schedule exclude each other: a worker takes jobs from the store")
-    _refuse_schedule_options(args)
-    job = job_manifest(
-        name=args.name or _default_name(args.agent),
-        image=args.image,
-        agent_class=args.agent,
-        command=WORKER_COMMAND,
-        namespace=args.namespace,
-        env=extra_env,
-        secrets=args.secret,
-        resources=_resources(args.cpu, args.memory),
-        data_volume=args.pvc,
-        constants=Constants.from_env({**os.environ, **extra_env}),
-        health_port=args.health_port,
-    )
-    deployment = worker_manifest(
-        job,
-        replicas=2 if args.replicas is None else args.replicas,
-        idle_timeout=args.idle_timeout,
-        max_jobs=args.max_jobs,
-    )
-    sys.stdout.write(render(deployment, args.output))
-    return 0
-
-
-def _refuse_worker_options(args: argparse.Namespace) -> None:
-    given = [
-        flag
-        for flag, value in (
-            ("--replicas", args.replicas),
-            ("--idle-timeout", args.idle_timeout),
-            ("--max-jobs", args.max_jobs),
-        )
-        if value is not None
-    ]
-    if given:
-        raise ConfigError(f"{', '.join(given)} only apply with --worker")
-
-
 def _parse_env_flags(pairs: Sequence[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for pair in pairs:
@@ -249,3 +207,45 @@ def _active_deadline(args: argparse.Namespace) -> int:
         if not math.isfinite(value) or value < 0:
             raise ConfigError(f"{flag} {value:g} is refused: it must be a finite number of seconds >= 0")
     return int(derive_total_timeout(init_p95, exec_p95, buffer))
+
+
+def _worker_deployment(args: argparse.Namespace, extra_env: dict[str, str]) -> int:
+    """``--worker``: the Deployment of warm workers, its pod derived from the constants like the Job's."""
+    if args.schedule is not None:
+        raise ConfigError("--worker and --schedule exclude each other: a worker takes jobs from the store")
+    _refuse_schedule_options(args)
+    job = job_manifest(
+        name=args.name or _default_name(args.agent),
+        image=args.image,
+        agent_class=args.agent,
+        command=WORKER_COMMAND,
+        namespace=args.namespace,
+        env=extra_env,
+        secrets=args.secret,
+        resources=_resources(args.cpu, args.memory),
+        data_volume=args.pvc,
+        constants=Constants.from_env({**os.environ, **extra_env}),
+        health_port=args.health_port,
+    )
+    deployment = worker_manifest(
+        job,
+        replicas=2 if args.replicas is None else args.replicas,
+        idle_timeout=args.idle_timeout,
+        max_jobs=args.max_jobs,
+    )
+    sys.stdout.write(render(deployment, args.output))
+    return 0
+
+
+def _refuse_worker_options(args: argparse.Namespace) -> None:
+    given = [
+        flag
+        for flag, value in (
+            ("--replicas", args.replicas),
+            ("--idle-timeout", args.idle_timeout),
+            ("--max-jobs", args.max_jobs),
+        )
+        if value is not None
+    ]
+    if given:
+        raise ConfigError(f"{', '.join(given)} only apply with --worker")
