@@ -236,13 +236,23 @@ def test_bad_arguments_are_one_line_usage_errors(tmp_path: Path, sqlite_url: str
 def test_a_poison_job_is_dead_lettered_and_the_worker_goes_on(tmp_path: Path, sqlite_url: str) -> None:
     create_jobs(sqlite_url, "poison", "fine")
     env = worker_env(tmp_path, sqlite_url, WORKER_CRASH_JOB="poison")
-    code, out = finish(spawn_worker(env, "--idle-timeout", "1"))
+    # Scaled x 0.01: the crash backoff schedule 5 s, 60 s, ... is 0.05 s, 0.6 s, ...
+    code, out = finish(spawn_worker(env, "--idle-timeout", "2", "--time-scale", "0.01"))
     assert code == 0, out
     final = rows(sqlite_url)
     assert final["fine"].status == JobStatus.COMPLETED
     assert final["poison"].status == JobStatus.DEAD_LETTER
     crashes = [e for e in final["poison"].error if e.get("exit_code") == 1]
     assert len(crashes) == 3 and {e["attempt"] for e in crashes} == {1, 2, 3}
+    # Each retry waited its step of the backoff schedule; the third identical crash dead-lettered it.
+    decisions = [
+        line["msg"] for line in json_lines(out) if str(line.get("msg")).startswith("job poison crashed")
+    ]
+    assert [d.split(" (")[0] for d in decisions] == [
+        "job poison crashed: RETRYING in 0.05s",
+        "job poison crashed: RETRYING in 0.6s",
+        "job poison crashed: DEAD_LETTER",
+    ]
 
 
 def test_readiness_status_and_sigterm_mid_job_hands_the_job_to_the_next_worker(

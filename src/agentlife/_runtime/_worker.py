@@ -296,42 +296,56 @@ class Worker:
         """A job this worker stopped without finishing: runnable again at once, for any worker."""
         with anyio.CancelScope(shield=True):
             try:
-                current = await store.get_job(row.id)
-                if current is None or current.status != JobStatus.RUNNING or current.attempt != row.attempt:
-                    return  # parked, finished, cancelled or taken over meanwhile: not ours to hand back
-                await store.set_status(row.id, row.attempt, JobStatus.PENDING)
-                log.info(
-                    "job %s handed back (%s): runnable again", row.id, why, extra=log_fields(job_id=row.id)
-                )
+                if await store.release(row.id, row.attempt, JobStatus.PENDING):
+                    log.info(
+                        "job %s handed back (%s): runnable again",
+                        row.id,
+                        why,
+                        extra=log_fields(job_id=row.id),
+                    )
+                # else: parked, finished, cancelled or taken over meanwhile: not ours to hand back
             except AgentlifeError as exc:
                 log.warning(
                     "could not hand job %s back (the reaper will): %s", row.id, self.redactor.redact(str(exc))
                 )
 
     async def _after_crash(self, store: CheckpointStore, row: JobRecord, message: str | None) -> None:
-        """The crash is on the row (as ``run`` records it); decide its retry now rather than at the reaper."""
+        """The crash is on the row (as ``run`` records it); its retry is decided now, not by the reaper.
+
+        `should_retry_after_crash` on the row's crash history: RETRYING after the backoff schedule's delay
+        (5 s, 60 s, 300 s, 1800 s), or DEAD_LETTER / FAILED. ``message``: a crash the engine did not record
+        (the agent class could not be built), recorded here first.
+        """
         with anyio.CancelScope(shield=True):
             try:
+                if message is not None:
+                    error: dict[str, Any] = {
+                        "at": time.time(),
+                        "attempt": row.attempt,
+                        "exit_code": EXIT_CRASH,
+                    }
+                    error.update(error_class="AgentInitFailed", message=self.redactor.redact(message))
+                    await store.set_status(row.id, row.attempt, JobStatus.RUNNING, error=error)
                 current = await store.get_job(row.id)
                 if current is None or current.status != JobStatus.RUNNING or current.attempt != row.attempt:
                     return
-                error: dict[str, Any] | None = None
-                if message is not None:
-                    error = {"at": time.time(), "attempt": row.attempt, "exit_code": EXIT_CRASH}
-                    error.update(error_class="AgentInitFailed", message=self.redactor.redact(message))
-                history = [*since_last_retry(current.error), *([error] if error else [])]
                 verdict = should_retry_after_crash(
-                    history, current.token_budget, current.tokens_consumed, constants=self.constants
+                    since_last_retry(current.error),
+                    current.token_budget,
+                    current.tokens_consumed,
+                    constants=self.constants,
                 )
                 status = JobStatus.RETRYING if verdict.retry else verdict.status
-                await store.set_status(row.id, row.attempt, status, error=error)
-                log.warning(
-                    "job %s crashed: %s (%s)",
-                    row.id,
-                    status,
-                    verdict.reason,
-                    extra=log_fields(job_id=row.id, decision=str(status)),
-                )
+                delay = verdict.delay_seconds if verdict.retry else 0.0
+                if await store.release(row.id, row.attempt, status, delay_seconds=delay):
+                    log.warning(
+                        "job %s crashed: %s%s (%s)",
+                        row.id,
+                        status,
+                        f" in {delay:g}s" if verdict.retry else "",
+                        verdict.reason,
+                        extra=log_fields(job_id=row.id, decision=str(status), not_before_in=delay),
+                    )
             except AgentlifeError as exc:
                 log.warning("could not settle crashed job %s: %s", row.id, self.redactor.redact(str(exc)))
 
