@@ -47,6 +47,14 @@ def chaos(session: nox.Session) -> None:
     """Fault injection over real processes and a real PostgreSQL; fails unless every bad column is 0."""
     session.install("-e", ".[all,test]")
     session.run("python", "benchmarks/chaos.py", *session.posargs)
+    # The worker pool: 300 jobs, 32 SIGKILLs and 32 SIGTERMs of its workers (the suite runs 60 / 8 / 8).
+    session.run(
+        "pytest",
+        "-q",
+        "-s",
+        "tests/test_worker_chaos.py",
+        env={"WORKER_CHAOS_JOBS": "300", "WORKER_CHAOS_SIGKILLS": "32", "WORKER_CHAOS_SIGTERMS": "32"},
+    )
 
 
 @nox.session(python=PYTHON)

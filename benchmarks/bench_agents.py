@@ -15,3 +15,22 @@ class IdleAgent(AgentProcess):
     async def step(self, ctx: StepContext) -> Done | None:
         await anyio.sleep(0.005)
         return None
+
+
+class QuickAgent(AgentProcess):
+    """One step that does nothing: a job whose cost is all start and finish."""
+
+    agent_id = "quick"
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        return Done(result={"ok": True})
+
+
+class WaitingAgent(AgentProcess):
+    """One step that waits on the network for 0.2 s (a sleep): an IO-bound job."""
+
+    agent_id = "waiting"
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        await anyio.sleep(0.2)
+        return Done(result={"ok": True})

@@ -6,7 +6,19 @@ import argparse
 
 from agentlife._cli import COMMANDS, build_parser
 
-EXPECTED = {"run", "check", "db", "job", "reap", "demo", "journal", "budget", "manifest", "schedule"}
+EXPECTED = {
+    "run",
+    "worker",
+    "check",
+    "db",
+    "job",
+    "reap",
+    "demo",
+    "journal",
+    "budget",
+    "manifest",
+    "schedule",
+}
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> set[str]:

@@ -55,6 +55,8 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("agentlife._runtime._services", "agentlife._memory"): "only when a memory store exists",
     ("agentlife._runtime._finish", "agentlife._policy"): "6 ms, only for a crash record",
     ("agentlife._cli._run", "agentlife._runtime._lifecycle"): "the engine loads for run, not for --help",
+    ("agentlife._cli._worker", "agentlife._runtime._worker"): "the engine loads for worker, not for --help",
+    ("agentlife._runtime._worker", "agentlife._probes"): "7 ms, imported as the probe thread starts",
     ("agentlife._cli._manifest", "agentlife._schedule"): "only with --schedule",
     ("agentlife._cli._manifest", "agentlife._policy"): "only with --from-journals",
     ("agentlife._cli._common", "agentlife._runtime._signals"): "installed first thing; anyio loads with it",

@@ -37,11 +37,14 @@ __all__ = [
     "job_manifest",
     "render",
     "to_yaml",
+    "worker_manifest",
 ]
 
 #: What the container runs, before the ``MODULE:CLASS`` argument. It goes to the container's ``args``, so the
 #: image's ENTRYPOINT (an init such as tini, see examples/deploy/) stays PID 1.
 DEFAULT_COMMAND: tuple[str, ...] = ("python", "-m", "agentlife", "run")
+#: What a worker Deployment's container runs, before the ``MODULE:CLASS`` argument.
+WORKER_COMMAND: tuple[str, ...] = ("python", "-m", "agentlife", "worker")
 #: Where the data volume is mounted; ``AGENTLIFE_DATA_DIR`` points there.
 DATA_MOUNT = "/data"
 #: The non-root user and group the pod runs as (matches examples/deploy/Dockerfile).
@@ -335,6 +338,63 @@ def _check_name(name: str, limit: int, what: str, *, subdomain: bool = False) ->
 
 
 # -- the CronJob ---------------------------------------------------------------------------------------
+
+
+def worker_manifest(
+    job: Mapping[str, Any],
+    *,
+    replicas: int = 2,
+    idle_timeout: float | None = None,
+    max_jobs: int | None = None,
+) -> dict[str, Any]:
+    """An apps/v1 Deployment of warm workers (``python -m agentlife worker``) built from ``job``'s pod.
+
+    The pod keeps what `job_manifest` derived from the constants (grace period, preStop, probes, security,
+    volumes) with the worker command, ``restartPolicy: Always`` and no ``AGENTLIFE_JOB_ID``: each worker
+    claims its jobs from the store. ``/readyz`` answers 200 only while a worker is idle, so a busy pod is
+    unready, never restarted for it.
+
+    Args:
+        job: a `job_manifest` (built with ``command=WORKER_COMMAND``).
+        replicas: the number of workers (an autoscaler may own it instead).
+        idle_timeout: ``--idle-timeout`` of the workers; None keeps the worker's default. Under a Deployment
+            a worker that exits is restarted, so leave it unset unless an autoscaler scales to zero.
+        max_jobs: ``--max-jobs``: recycle each worker process after that many jobs.
+
+    Raises:
+        ConfigError: ``replicas`` < 0, ``idle_timeout`` <= 0 or ``max_jobs`` < 1.
+    """
+    if replicas < 0:
+        raise ConfigError(f"replicas {replicas} is refused: it must be >= 0")
+    extra: list[str] = []
+    if idle_timeout is not None:
+        if not idle_timeout > 0:
+            raise ConfigError(f"idle timeout {idle_timeout:g} is refused: it must be > 0 seconds")
+        extra += ["--idle-timeout", env_number(idle_timeout)]
+    if max_jobs is not None:
+        if max_jobs < 1:
+            raise ConfigError(f"max jobs {max_jobs} is refused: it must be >= 1")
+        extra += ["--max-jobs", str(max_jobs)]
+    metadata = copy.deepcopy(dict(job["metadata"]))
+    labels = {**metadata["labels"], "app.kubernetes.io/component": "worker"}
+    metadata["labels"] = labels
+    pod = copy.deepcopy(dict(job["spec"]["template"]["spec"]))
+    pod["restartPolicy"] = "Always"
+    [container] = pod["containers"]
+    container["name"] = "worker"
+    container["args"] = [*container["args"], *extra]
+    container["env"] = [e for e in container["env"] if e["name"] != "AGENTLIFE_JOB_ID"]
+    selector = {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata,
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
+        },
+    }
 
 
 def cronjob_manifest(

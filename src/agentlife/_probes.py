@@ -147,7 +147,7 @@ class ProbeRouter:
     def _metrics(self) -> ProbeResponse:
         render = self._board.metrics_text
         text = self.board_metrics() if render is None else self._render(render)
-        return ProbeResponse(200, (text + self.probe_metrics()).encode(), _PROMETHEUS)
+        return ProbeResponse(200, (text + self.worker_metrics() + self.probe_metrics()).encode(), _PROMETHEUS)
 
     def _render(self, render: Callable[[], str]) -> str:
         try:
@@ -180,6 +180,34 @@ class ProbeRouter:
         ]
         return "\n".join(lines) + "\n"
 
+    def worker_metrics(self) -> str:
+        """A worker's gauges: runnable jobs per agent (what an autoscaler scales the pool on), jobs run."""
+        worker = self._board.snapshot().worker
+        if worker is None:
+            return ""
+        runnable: dict[str, int] = worker.get("runnable_jobs") or {}
+        lines = [
+            *_family(
+                "agentlife_runnable_jobs",
+                "gauge",
+                "Jobs claimable now (PENDING, or RETRYING past not_before), per agent, as last counted.",
+            ),
+            *(
+                f'agentlife_runnable_jobs{{agent_id="{_label(agent)}"}} {count}'
+                for agent, count in sorted(runnable.items())
+            ),
+            *_family(
+                "agentlife_worker_jobs_total", "counter", "Jobs this worker process has run, by outcome."
+            ),
+            *(
+                f'agentlife_worker_jobs_total{{outcome="{outcome}"}} {worker.get(key, 0)}'
+                for outcome, key in (("done", "jobs_done"), ("crashed", "jobs_crashed"))
+            ),
+            *_family("agentlife_worker_busy", "gauge", "1 while this worker runs a job."),
+            f"agentlife_worker_busy {int(worker.get('state') == 'busy')}",
+        ]
+        return "\n".join(lines) + "\n"
+
     def probe_metrics(self) -> str:
         """The probe server's own figures; the ``agentlife_probe_`` prefix is reserved for them."""
         snap = self._board.snapshot()
@@ -209,6 +237,10 @@ class ProbeRouter:
         for (path, code), count in sorted(self._requests.items()):
             lines.append(f'agentlife_probe_requests_total{{path="{path}",code="{code}"}} {count}')
         return "\n".join(lines) + "\n"
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _family(name: str, kind: str, help_text: str) -> tuple[str, str]:

@@ -36,6 +36,9 @@ class StatusSnapshot:
     blocked_threshold_seconds: float
     probe_port: int | None
     heartbeats: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: In a worker (``python -m agentlife worker``): its own state (``idle``, ``busy``, ``draining``,
+    #: ``stopping``), jobs run, the current job and the runnable jobs per agent; None in a one-job process.
+    worker: dict[str, Any] | None = None
 
     def loop_silence(self, now: float | None = None) -> float:
         """Seconds since the agent's loop last proved it was running (0 before the sampler starts)."""
@@ -58,6 +61,7 @@ class StatusSnapshot:
             "probe_port": self.probe_port,
             "pid": os.getpid(),
             "heartbeats": self.heartbeats,
+            **({} if self.worker is None else {"worker": self.worker}),
         }
 
 
@@ -115,6 +119,11 @@ class StatusBoard:
         with self._lock:
             self._snap = replace(self._snap, **changes)
 
+    def update_worker(self, **changes: Any) -> None:
+        """Replace fields of the worker's part of the snapshot (a worker process only)."""
+        with self._lock:
+            self._snap = replace(self._snap, worker={**(self._snap.worker or {}), **changes})
+
     def tick(self, lag_seconds: float) -> None:
         """Called by the lag sampler on the agent's loop: the loop is alive, with this much drift."""
         with self._lock:
@@ -155,8 +164,12 @@ class StatusBoard:
         return HealthVerdict(True, "ok")
 
     def readiness(self) -> HealthVerdict:
-        """``/readyz``: ready in READY and EXECUTING only."""
-        state = self.snapshot().state
+        """``/readyz``: ready in READY and EXECUTING only; a worker only while it is idle (can take a job)."""
+        snap = self.snapshot()
+        if snap.worker is not None:
+            worker_state = str(snap.worker.get("state"))
+            return HealthVerdict(worker_state == "idle", "ok" if worker_state == "idle" else worker_state)
+        state = snap.state
         if state in (State.READY, State.EXECUTING):
             return HealthVerdict(True, "ok")
         return HealthVerdict(False, state.value)

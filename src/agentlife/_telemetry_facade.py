@@ -49,7 +49,12 @@ class TelemetryFacade:
         return self._telemetry
 
     def start_building(self, settings: Settings, board: StatusBoard, env: dict[str, str]) -> None:
-        """Build `Telemetry` on a daemon thread and attach it when done."""
+        """Build `Telemetry` on a daemon thread and attach it when done.
+
+        Once per process: the jobs of a worker share the telemetry it built at boot.
+        """
+        if self._thread is not None:
+            return
 
         def build() -> None:
             try:

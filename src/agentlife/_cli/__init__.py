@@ -23,6 +23,7 @@ from agentlife._cli import (
     _reap,
     _run,
     _schedule,
+    _worker,
 )
 from agentlife._cli._common import (
     DRAINING_COMMANDS,
@@ -39,7 +40,7 @@ from agentlife._runtime._entry import load_agent_class
 __all__ = ["build_parser", "exit_now", "load_agent_class", "main", "run_agent_main"]
 
 #: Every subcommand, in the order ``--help`` lists them.
-COMMANDS = (_run, _check, _db, _job, _reap, _demo, _journal, _budget, _manifest, _schedule)
+COMMANDS = (_run, _worker, _check, _db, _job, _reap, _demo, _journal, _budget, _manifest, _schedule)
 
 
 def build_parser() -> argparse.ArgumentParser:

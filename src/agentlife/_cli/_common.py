@@ -59,7 +59,7 @@ def guarded(handler: Callable[[], int]) -> int:
 
 
 #: Commands that run an agent's lifecycle: a signal drains them. Any other command ends at once.
-DRAINING_COMMANDS = frozenset({"run", "demo"})
+DRAINING_COMMANDS = frozenset({"run", "worker", "demo"})
 
 
 def end_on_signals() -> None:

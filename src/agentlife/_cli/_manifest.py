@@ -18,10 +18,12 @@ from agentlife._exceptions import ConfigError
 from agentlife._manifest import (
     CRONJOB_NAME_MAX,
     DEFAULT_RESOURCES,
+    WORKER_COMMAND,
     cronjob_manifest,
     env_number,
     job_manifest,
     render,
+    worker_manifest,
 )
 from agentlife.constants import Constants
 
@@ -87,6 +89,15 @@ def register(subparsers: Any) -> None:
         metavar="S",
         help="startingDeadlineSeconds (default: 300, or half the closest gap if shorter)",
     )
+    pool = parser.add_argument_group("warm workers (Deployment)")
+    pool.add_argument(
+        "--worker",
+        action="store_true",
+        help="print an apps/v1 Deployment of 'python -m agentlife worker' pods instead of a Job",
+    )
+    pool.add_argument("--replicas", type=int, metavar="N", help="workers (default: 2)")
+    pool.add_argument("--idle-timeout", type=float, metavar="S", help="the workers' --idle-timeout")
+    pool.add_argument("--max-jobs", type=int, metavar="N", help="the workers' --max-jobs")
     parser.set_defaults(handler=_cmd_manifest)
 
 
@@ -100,6 +111,9 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
         if not math.isfinite(args.budget_usd) or args.budget_usd <= 0:
             raise ConfigError(f"--budget-usd {args.budget_usd:g} is refused: it must be a finite number > 0")
         extra_env["AGENTLIFE_BUDGET_MAX_COST_USD"] = env_number(args.budget_usd)
+    if args.worker:
+        return _worker_deployment(args, extra_env)
+    _refuse_worker_options(args)
     # The constants the pod will run with: the shell's AGENTLIFE_* overrides, then --env on top. Those that
     # differ from the defaults reach the pod through `constants_env`.
     constants = Constants.from_env({**os.environ, **extra_env})
@@ -210,3 +224,45 @@ def _active_deadline(args: argparse.Namespace) -> int:
         if not math.isfinite(value) or value < 0:
             raise ConfigError(f"{flag} {value:g} is refused: it must be a finite number of seconds >= 0")
     return int(derive_total_timeout(init_p95, exec_p95, buffer))
+
+
+def _worker_deployment(args: argparse.Namespace, extra_env: dict[str, str]) -> int:
+    """``--worker``: the Deployment of warm workers, its pod derived from the constants like the Job's."""
+    if args.schedule is not None:
+        raise ConfigError("--worker and --schedule exclude each other: a worker takes jobs from the store")
+    _refuse_schedule_options(args)
+    job = job_manifest(
+        name=args.name or _default_name(args.agent),
+        image=args.image,
+        agent_class=args.agent,
+        command=WORKER_COMMAND,
+        namespace=args.namespace,
+        env=extra_env,
+        secrets=args.secret,
+        resources=_resources(args.cpu, args.memory),
+        data_volume=args.pvc,
+        constants=Constants.from_env({**os.environ, **extra_env}),
+        health_port=args.health_port,
+    )
+    deployment = worker_manifest(
+        job,
+        replicas=2 if args.replicas is None else args.replicas,
+        idle_timeout=args.idle_timeout,
+        max_jobs=args.max_jobs,
+    )
+    sys.stdout.write(render(deployment, args.output))
+    return 0
+
+
+def _refuse_worker_options(args: argparse.Namespace) -> None:
+    given = [
+        flag
+        for flag, value in (
+            ("--replicas", args.replicas),
+            ("--idle-timeout", args.idle_timeout),
+            ("--max-jobs", args.max_jobs),
+        )
+        if value is not None
+    ]
+    if given:
+        raise ConfigError(f"{', '.join(given)} only apply with --worker")

@@ -34,6 +34,11 @@ and the modules here each own one part of that road:
     retries, timeouts, write-ahead journaling, approvals and policy.
 ``_approvals``
     `Approvals`: parking a job in WAITING_FOR_APPROVAL, polling, and the idle timeout.
+``_worker``
+    `Worker`: the warm pool's process (``python -m agentlife worker``), which boots once and runs job after
+    job, each in a `JobRun` (the `Runtime` above with the worker's store, status board, telemetry and logs
+    lent to it, its ``owns_process`` False so its cleanup leaves them open); the zombie reaper and the
+    runnable-jobs gauge run beside the jobs.
 ``_host``
     What collaborators are given instead of the `Runtime`: `Booted` (settings, store, journal),
     `StepHost` (what a step's calls need), `DrainState`, `RuntimeStats`. Hydration's result is the

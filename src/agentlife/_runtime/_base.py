@@ -170,6 +170,8 @@ class RuntimeBase:
         self._drained_in_step: int | None = None  # the step a drain interrupted, if it came during one
         self._first_tool_seen = False
         self._rng = random.Random()
+        #: False for a job a worker runs: the store, telemetry and probe server are the worker's to close.
+        self.owns_process = True
         self.machine.add_listener(self._on_transition)
 
     @property

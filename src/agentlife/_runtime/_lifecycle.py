@@ -56,7 +56,7 @@ from agentlife._state import State
 from agentlife.stores import store_from_url
 
 if TYPE_CHECKING:
-    pass
+    from agentlife.stores import CheckpointStore
 
 __all__ = [
     "EXIT_CRASH",
@@ -186,13 +186,18 @@ class Runtime(FinishMixin):
         self._preloader = Preloader(self._modules_to_preload(settings)).start()
         journal = self.journal = self._open_journal(settings)
         self._start_services(services, settings, journal)
-        store = self.store = store_from_url(settings.resolved_database_url)
+        store = self.store = await self._open_store(settings)
+        return Booted(settings, store, journal)
+
+    async def _open_store(self, settings: Settings) -> CheckpointStore:
+        """This process's store connection (a worker lends its own to each job instead)."""
+        store = store_from_url(settings.resolved_database_url)
         try:
             await store.open()  # bounded by the store's own connect timeout and tries
         except StoreUnavailable as exc:
             raise BootFailure(f"store unreachable: {self.redactor.redact(str(exc))}") from None
         self.board.store_has_free_connection = store.has_free_connection
-        return Booted(settings, store, journal)
+        return store
 
     async def _hydrate(self, booted: Booted, services: anyio.abc.TaskGroup) -> Hydrated:
         hydrator = Hydrator(booted, redactor=self.redactor, telemetry=self.telemetry)

@@ -169,6 +169,8 @@ class ServicesMixin(RuntimeBase):
             with anyio.move_on_after(budget, shield=True):
                 await _quietly("journal close", self.journal.aclose())
         await self._close_heartbeat()
+        if not self.owns_process:
+            return
         with anyio.move_on_after(min(2.0, budget), shield=True):
             await _quietly("telemetry shutdown", self.telemetry.ashutdown(min(2.0, budget)))
         if self._probe_server is not None:
@@ -182,7 +184,7 @@ class ServicesMixin(RuntimeBase):
             await _quietly("LLM client close", self._llm_client.aclose())
         if self.memory is not None:
             await _quietly("memory close", self.memory.aclose())
-        if self.store is not None:
+        if self.store is not None and self.owns_process:
             await _quietly("store close", self.store.close())
 
     async def _close_heartbeat(self) -> None:

@@ -246,6 +246,15 @@ class CheckpointStore(Protocol):
         defaults to the clock, ``constants`` to `Constants()`.
         """
 
+    async def release(self, job_id: str, attempt: int, status: str, *, delay_seconds: float = 0.0) -> bool:
+        """Hand back a job this process holds (RUNNING with ``attempt``), its claim token dropped.
+
+        ``status`` is PENDING or RETRYING (runnable again after ``delay_seconds``, by the store's clock), or
+        DEAD_LETTER / FAILED. One conditional UPDATE: returns False, changing nothing, when the row has moved
+        on (another attempt holds it, or it is no longer RUNNING). A worker releases a drained job (PENDING)
+        and a crashed one (the crash policy's verdict and backoff).
+        """
+
 
 def first_valid_checkpoint(job_id: str, history: list[tuple[Any, ...]]) -> LoadedCheckpoint:
     """Log the mismatch and return the newest history entry that verifies, else raise."""

@@ -52,6 +52,17 @@ CANCELLABLE = (
     JobStatus.WAITING_FOR_APPROVAL,
 )
 RETRYABLE = (JobStatus.FAILED, JobStatus.DEAD_LETTER)
+#: Statuses a process may hand its RUNNING job back in (`CheckpointStore.release`).
+RELEASABLE = (JobStatus.PENDING, JobStatus.RETRYING, JobStatus.FAILED, JobStatus.DEAD_LETTER)
+
+
+def check_releasable(status: str) -> str:
+    """``status`` as a string when a job may be released in it, else `ValueError` (a caller's bug)."""
+    if status not in RELEASABLE:
+        raise ValueError(f"cannot release a job as {status}: one of {', '.join(RELEASABLE)}")
+    return str(status)
+
+
 #: The crash-history entry ``retry`` appends: the retry limits count crashes after the last one.
 RETRY_EVENT = "retry"
 #: The reaper's reason, in every crash-history entry it writes.

@@ -27,6 +27,7 @@ from agentlife.stores._jobs import (
     RETRYABLE,
     RUNNABLE,
     ReapDecision,
+    check_releasable,
     conflict,
     crash_count,
     decide_reap,
@@ -71,6 +72,7 @@ class _JobSql:
     lock_stale: str
     agent_errors: str
     reap: str
+    release: str
 
     @classmethod
     def build(cls, t: TableNames) -> _JobSql:
@@ -129,6 +131,10 @@ class _JobSql:
                 " not_before = to_timestamp($4), updated_at = to_timestamp($5),"
                 " error = COALESCE(error, '[]'::jsonb) || jsonb_build_array($6::jsonb)"
                 " WHERE id = $1 AND status = 'RUNNING' AND attempt = $2 RETURNING 1"
+            ),
+            release=(
+                f"UPDATE {j} SET status = $3, owner = NULL, not_before = now() + make_interval(secs => $4),"
+                " updated_at = now() WHERE id = $1 AND attempt = $2 AND status = 'RUNNING' RETURNING 1"
             ),
         )
 
@@ -287,6 +293,13 @@ class PostgresJobOps:
                     if done:
                         decisions.append(decision)
         return decisions
+
+    async def release(self, job_id: str, attempt: int, status: str, *, delay_seconds: float = 0.0) -> bool:
+        """Hand back a RUNNING job held by ``attempt``; see the protocol."""
+        state = check_releasable(status)
+        async with self._ops() as conn:
+            done = await conn.fetchval(self._jobs_sql.release, job_id, attempt, state, float(delay_seconds))
+        return bool(done)
 
 
 def record(row: Any) -> JobRecord:

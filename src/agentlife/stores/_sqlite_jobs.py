@@ -21,6 +21,7 @@ from agentlife.stores._jobs import (
     RETRYABLE,
     RUNNABLE,
     ReapDecision,
+    check_releasable,
     check_transition,
     crash_count,
     decide_reap,
@@ -275,6 +276,21 @@ class SQLiteJobOps:
             if decision is not None:
                 decisions.append(decision)
         return decisions
+
+    async def release(self, job_id: str, attempt: int, status: str, *, delay_seconds: float = 0.0) -> bool:
+        """Hand back a RUNNING job held by ``attempt``; see the protocol."""
+        state = check_releasable(status)
+
+        def act(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            cursor = conn.execute(
+                f"UPDATE {self.tables.job} SET status = ?, owner = NULL, not_before = ?, updated_at = ?"
+                " WHERE id = ? AND attempt = ? AND status = ?",
+                (state, now + delay_seconds, now, job_id, attempt, str(JobStatus.RUNNING)),
+            )
+            return cursor.rowcount == 1
+
+        return await self._transaction(act)
 
 
 def _append(history: list[dict[str, Any]], entry: dict[str, Any]) -> str:

@@ -1,0 +1,220 @@
+"""A pool of real workers on a real PostgreSQL under seeded SIGKILLs and SIGTERMs, restarted as a Deployment
+would restart them: every job ends COMPLETED, every side effect happens exactly once, no job is ever run by
+two live processes at once (the journals and the fsynced step traces say when each attempt ran, and where),
+and the jobs of killed workers are reclaimed by the reapers inside the surviving workers within the
+threshold plus one reaper period.
+
+Sizes come from the environment, so the nox ``chaos`` session runs the big variant: ``WORKER_CHAOS_JOBS``
+(default 60), ``WORKER_CHAOS_SIGKILLS`` (8), ``WORKER_CHAOS_SIGTERMS`` (8), ``WORKER_CHAOS_WORKERS`` (4),
+``WORKER_CHAOS_SEED`` (15).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import IO
+
+import orjson
+
+from agentlife.constants import Constants
+from agentlife.stores import JobStatus
+from procs import REPO, agent_env
+from test_worker import TARGET, create_jobs, rows
+
+JOBS = int(os.environ.get("WORKER_CHAOS_JOBS", "60"))
+SIGKILLS = int(os.environ.get("WORKER_CHAOS_SIGKILLS", "8"))
+SIGTERMS = int(os.environ.get("WORKER_CHAOS_SIGTERMS", "8"))
+WORKERS = int(os.environ.get("WORKER_CHAOS_WORKERS", "4"))
+SEED = int(os.environ.get("WORKER_CHAOS_SEED", "15"))
+STEPS = 3
+#: Every duration of the constants x 0.005: the 300 s reaper threshold is 1.5 s, its period 0.3 s, the
+#: 30 s job heartbeat 0.15 s, the 45 s drain step deadline 0.225 s.
+TIME_SCALE = 0.005
+CONSTANTS = Constants().scaled(TIME_SCALE)
+THRESHOLD = CONSTANTS.heartbeat.zombie_after_seconds
+REAP_PERIOD = THRESHOLD / 5
+
+
+class Pool:
+    """``WORKERS`` slots, each respawned as soon as its process is gone, like a Deployment's ReplicaSet."""
+
+    def __init__(self, env: dict[str, str], logs: Path) -> None:
+        self.env, self.logs = env, logs
+        self.slots: list[tuple[subprocess.Popen[bytes], IO[bytes]] | None] = [None] * WORKERS
+        self.spawned = 0
+        self.exit_codes: list[int] = []
+
+    def keep_up(self) -> None:
+        for i, slot in enumerate(self.slots):
+            if slot is not None and slot[0].poll() is None:
+                continue
+            if slot is not None:
+                self.exit_codes.append(slot[0].returncode)
+                slot[1].close()
+            log = (self.logs / f"worker-{self.spawned:04d}.log").open("wb")
+            self.spawned += 1
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "agentlife", "worker", TARGET, "--time-scale", str(TIME_SCALE)],
+                env=self.env,
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            self.slots[i] = (proc, log)
+
+    def live(self) -> list[subprocess.Popen[bytes]]:
+        return [slot[0] for slot in self.slots if slot is not None and slot[0].poll() is None]
+
+    def stop(self) -> None:
+        for slot in self.slots:
+            if slot is not None and slot[0].poll() is None:
+                slot[0].send_signal(signal.SIGTERM)
+        for slot in self.slots:
+            if slot is not None:
+                try:
+                    slot[0].wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    slot[0].kill()
+                    slot[0].wait()
+                self.exit_codes.append(slot[0].returncode)
+                slot[1].close()
+
+
+def test_a_worker_pool_survives_seeded_kills_with_every_job_done_once(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    traces, logs = tmp_path / "traces", tmp_path / "logs"
+    traces.mkdir()
+    logs.mkdir()
+    env = agent_env(
+        tmp_path / "data",
+        WORKER_DIR=str(traces),
+        WORKER_TOOL="1",
+        WORKER_STEPS=str(STEPS),
+        WORKER_STEP_SECONDS="0.05",
+        AGENTLIFE_DATABASE_URL=postgres_url,
+        # Scaled with the rest these would sample the loop every 5 ms in every process: keep them sane.
+        AGENTLIFE_PROBE_LAG_INTERVAL_SECONDS="10",
+        AGENTLIFE_PROBE_BLOCKED_THRESHOLD_SECONDS="25",
+        AGENTLIFE_HEALTH_PORT="off",
+    )
+    ids = [f"job-{i:04d}" for i in range(JOBS)]
+    create_jobs(postgres_url, *ids)
+    rng = random.Random(SEED)
+    events = [signal.SIGKILL] * SIGKILLS + [signal.SIGTERM] * SIGTERMS
+    rng.shuffle(events)
+    pool = Pool(env, logs)
+    sent: list[tuple[float, int, int]] = []
+    deadline = time.monotonic() + 60 + JOBS * 0.5
+    pool.keep_up()
+    time.sleep(1.0)  # the first workers boot
+    next_event = time.monotonic() + rng.uniform(0.1, 0.4)
+    try:
+        while True:
+            pool.keep_up()
+            now = time.monotonic()
+            if events and now >= next_event:
+                live = busy_first(pool.live(), traces / "steps")
+                if live:
+                    victim = rng.choice(live)
+                    sig = events.pop()
+                    victim.send_signal(sig)
+                    sent.append((time.time(), victim.pid, sig))
+                next_event = now + rng.uniform(0.1, 0.4)
+            if not events:
+                statuses = {r.status for r in rows(postgres_url).values()}
+                if statuses <= {JobStatus.COMPLETED, JobStatus.DEAD_LETTER, JobStatus.FAILED}:
+                    break
+            assert now < deadline, (
+                f"not done in time: {sorted(r.status for r in rows(postgres_url).values())}"
+            )
+            time.sleep(0.05)
+    finally:
+        pool.stop()
+
+    # The faults really happened, while jobs were running.
+    assert sum(1 for _, _, s in sent if s == signal.SIGKILL) == SIGKILLS
+    assert sum(1 for _, _, s in sent if s == signal.SIGTERM) == SIGTERMS
+    final = rows(postgres_url)
+    assert {job_id: final[job_id].status for job_id in ids} == dict.fromkeys(ids, JobStatus.COMPLETED)
+
+    # Every side effect exactly once: one per step of every job, no invocation twice.
+    effects = [line.split() for line in (traces / "effects").read_text().splitlines()]
+    invocations = [e[0] for e in effects]
+    assert len(invocations) == len(set(invocations)), "a side effect ran twice"
+    per_job: dict[str, int] = defaultdict(int)
+    for _, job_id, _, _ in effects:
+        per_job[job_id] += 1
+    assert per_job == dict.fromkeys(ids, STEPS)
+
+    # No job ever ran in two live processes at once: each attempt in one process, attempts one after another.
+    spans = attempt_spans(tmp_path / "data" / "sessions", traces / "steps")
+    for job_id in ids:
+        attempts = sorted(spans[job_id].items())
+        for attempt, (_, _, pids) in attempts:
+            assert len(pids) == 1, f"{job_id} attempt {attempt} ran in processes {pids}"
+        for (a1, (_, end1, _)), (a2, (start2, _, _)) in itertools.pairwise(attempts):
+            assert end1 <= start2, f"{job_id}: attempt {a2} started while attempt {a1} still ran"
+
+    # The killed workers' jobs were reaped, each within threshold + one reaper period of its last heartbeat
+    # (plus a margin for a loaded 2-core machine and a pool momentarily without a live worker).
+    reaped = [e for r in final.values() for e in r.error if e.get("error_class") == "HeartbeatStale"]
+    assert reaped, "no job was reclaimed by a reaper"
+    waits = [e["at"] - e["heartbeat_at"] for e in reaped]
+    assert max(waits) <= THRESHOLD + REAP_PERIOD + 2.0, sorted(waits)
+    assert all(w >= THRESHOLD for w in waits)
+    print(
+        f"\nchaos: {JOBS} jobs, {SIGKILLS} SIGKILL + {SIGTERMS} SIGTERM, {pool.spawned} worker processes, "
+        f"{len(reaped)} reaped (heartbeat age at reap {min(waits):.2f}-{max(waits):.2f} s, "
+        f"threshold {THRESHOLD:g} s + period {REAP_PERIOD:g} s)"
+    )
+
+
+def busy_first(live: list[subprocess.Popen[bytes]], steps: Path) -> list[subprocess.Popen[bytes]]:
+    """The live workers that ran a step in the last 0.3 s (a kill then lands mid-job), else all of them."""
+    recent: set[int] = set()
+    if steps.exists():
+        now = time.time()
+        for line in steps.read_text().splitlines()[-40:]:
+            fields = line.split()
+            if len(fields) == 7 and now - float(fields[6]) < 0.3:
+                recent.add(int(fields[3]))
+    busy = [proc for proc in live if proc.pid in recent]
+    return busy or live
+
+
+def attempt_spans(sessions: Path, steps: Path) -> dict[str, dict[int, tuple[float, float, set[int]]]]:
+    """Per job and attempt: (first, last) unix time seen in its journal and step traces, and its pids."""
+    spans: dict[str, dict[int, tuple[float, float, set[int]]]] = defaultdict(dict)
+
+    def see(job_id: str, attempt: int, ts: float, pid: int | None) -> None:
+        start, end, pids = spans[job_id].get(attempt, (ts, ts, set()))
+        if pid is not None:
+            pids.add(pid)
+        spans[job_id][attempt] = (min(start, ts), max(end, ts), pids)
+
+    for job_dir in sessions.iterdir():
+        for path in job_dir.glob("session_*.jsonl"):
+            records = []
+            for line in path.read_bytes().splitlines():
+                try:
+                    records.append(orjson.loads(line))
+                except orjson.JSONDecodeError:
+                    continue  # the line a SIGKILL cut short
+            if not records or records[0].get("type") != "SESSION_STARTED":
+                continue
+            first = records[0]
+            for record in records:
+                see(job_dir.name, int(first["attempt"]), float(record["ts"]), int(first["pid"]))
+    for line in steps.read_text().splitlines():
+        job_id, attempt, _, pid, _, _, ts = line.split()
+        see(job_id, int(attempt), float(ts), int(pid))
+    return spans
