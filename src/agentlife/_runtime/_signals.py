@@ -7,7 +7,7 @@
   wakeup fd, so a tool that blocks the event loop cannot keep the drain budget from being enforced.
 * `HardExit`: a timer that ``os._exit``s with a settled code when code that ignores cancellation would
   otherwise hold the process past its budget.
-* SIGUSR1 and SIGQUIT dump every thread's stack (faulthandler, from C).
+* SIGUSR1 dumps every thread's stack (faulthandler, from C); SIGQUIT dumps them, then quits.
 """
 
 from __future__ import annotations
@@ -228,19 +228,32 @@ class EarlySignal:
 
         for signum in DRAIN_SIGNALS:
             signal.signal(signum, handler)
-        _dump_stacks_on(signal.SIGUSR1, then_default=False)
-        _dump_stacks_on(signal.SIGQUIT, then_default=True)
+        _dump_stacks_on_sigusr1()
+        signal.signal(signal.SIGQUIT, _dump_stacks_and_quit)
         return self
 
 
-def _dump_stacks_on(signum: signal.Signals, *, then_default: bool) -> None:
-    """Write every thread's stack to stderr on ``signum``, from C, so it works while the loop is blocked.
+def _dump_stacks_on_sigusr1() -> None:
+    """Write every thread's stack to stderr on SIGUSR1, from C, so it works while the loop is blocked.
 
-    SIGUSR1 only dumps (the process goes on): how an operator asks a wedged agent where it is. SIGQUIT
-    dumps, then does what SIGQUIT does by default, ending the process at once without a drain; the next
-    attempt resumes as after a SIGKILL.
+    The process goes on: how an operator asks a wedged agent where it is.
     """
     import faulthandler
 
     with contextlib.suppress(ValueError, RuntimeError, OSError):  # stderr without a file descriptor
-        faulthandler.register(signum, file=sys.stderr, all_threads=True, chain=then_default)
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
+
+
+def _dump_stacks_and_quit(signum: int, frame: object) -> None:
+    """SIGQUIT: every thread's stack on stderr, then what SIGQUIT does by default, without a drain.
+
+    The dump runs here, in Python with the GIL held, rather than from C: faulthandler's C handler walking
+    every thread while they run could itself crash the process (seen as SIGSEGV instead of SIGQUIT). The
+    next attempt resumes as after a SIGKILL.
+    """
+    import faulthandler
+
+    with contextlib.suppress(ValueError, RuntimeError, OSError):
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGQUIT)
