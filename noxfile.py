@@ -15,7 +15,10 @@ PYTHON = "3.11"
 def tests(session: nox.Session) -> None:
     """The whole test suite, against real PostgreSQL, Qdrant local mode, anthropic SDK and processes."""
     session.install("-e", ".[all,test,docs]")  # docs: the suite builds the site in strict mode
-    session.run("pytest", *session.posargs)
+    # One pytest worker per core: most tests wait on processes, servers and timers, so two cores run the
+    # suite in about half the time. Each worker starts its own PostgreSQL. A part (posargs) runs serially.
+    parallel = [] if session.posargs else ["-n", "auto", "--dist", "worksteal"]
+    session.run("pytest", *parallel, *session.posargs)
 
 
 @nox.session(python=PYTHON)

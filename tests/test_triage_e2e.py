@@ -30,8 +30,10 @@ EXAMPLES = REPO / "examples"
 SCRIPT = EXAMPLES / "issue_triage_script.json"
 PAYLOAD = '{"prompt": "Triage issue #7."}'
 RESULT = {"number": 7, "label": "bug", "priority": "high", "summary": "Empty config file crashes start-up."}
-#: Seeded SIGKILLs per provider (30 in all): the Anthropic SDK's import makes its attempts slower.
-KILLS = {"anthropic": 6, "openai": 24}
+#: Seeded SIGKILLs per provider and shard (30 in all): the Anthropic SDK's import makes its attempts
+#: slower. Shards are separate tests, so a parallel run spreads them.
+KILLS = {"anthropic": 6, "openai": 12}
+KILL_SHARDS = [("anthropic", 0), ("openai", 0), ("openai", 1)]
 #: How long after the step loop starts a kill may land: the whole job, model calls and tools included.
 KILL_WINDOW = {"anthropic": 1.5, "openai": 0.4}
 
@@ -57,7 +59,7 @@ class FakeServer:
         return Counter(i for i in invocations if i.startswith(f"{job_id}/"))
 
 
-@pytest.fixture(params=["anthropic", "openai"])
+@pytest.fixture
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeServer]:
     provider = request.param
     log = tmp_path / f"{provider}-requests.jsonl"
@@ -154,7 +156,7 @@ class Triage:
         return status, orjson.loads(result) if result else None, [bytes(r[0]) for r in rows]
 
 
-def test_uninterrupted_sigterm_and_sigkills_end_identically(tmp_path: Path, server: FakeServer) -> None:
+def uninterrupted(tmp_path: Path, server: FakeServer) -> list[bytes]:
     baseline = Triage(tmp_path, server, "base")
     baseline.run_to_end()
     status, result, conversation = baseline.row()
@@ -162,9 +164,17 @@ def test_uninterrupted_sigterm_and_sigkills_end_identically(tmp_path: Path, serv
     assert len(conversation) == 8  # the prompt, then 4 model turns, 3 of them followed by tool results
     assert len(baseline.job_labels()) == 1
     assert set(server.requests("base").values()) == {1}  # one request per model turn
+    return conversation
 
-    _sigterm_during_the_label_call(tmp_path, server, conversation)
-    _seeded_sigkills(tmp_path, server, conversation)
+
+@pytest.mark.parametrize("server", ["anthropic", "openai"], indirect=True)
+def test_sigterm_during_the_label_call_resumes_identically(tmp_path: Path, server: FakeServer) -> None:
+    _sigterm_during_the_label_call(tmp_path, server, uninterrupted(tmp_path, server))
+
+
+@pytest.mark.parametrize(("server", "shard"), KILL_SHARDS, indirect=["server"])
+def test_seeded_sigkills_end_identically(tmp_path: Path, server: FakeServer, shard: int) -> None:
+    _seeded_sigkills(tmp_path, server, uninterrupted(tmp_path, server), shard)
 
 
 def _sigterm_during_the_label_call(tmp_path: Path, server: FakeServer, expected: list[bytes]) -> None:
@@ -191,8 +201,8 @@ def _label_started(job: Triage) -> bool:
     return False
 
 
-def _seeded_sigkills(tmp_path: Path, server: FakeServer, expected: list[bytes]) -> None:
-    rng = random.Random(f"triage-{server.provider}")
+def _seeded_sigkills(tmp_path: Path, server: FakeServer, expected: list[bytes], shard: int) -> None:
+    rng = random.Random(f"triage-{server.provider}-{shard}")
     kills, job_number = 0, 0
     while kills < KILLS[server.provider]:
         job_number += 1
