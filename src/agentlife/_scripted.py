@@ -35,7 +35,7 @@ import math
 import os
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import anyio
 import orjson
@@ -492,6 +492,28 @@ class ScriptedLLM:
     """
 
     streams_events = True
+
+    @overload
+    def __init__(
+        self,
+        turns: Mapping[tuple[int, int], ScriptedTurn | str],
+        *,
+        cycle: bool = False,
+        prices: PriceTable | None = None,
+        timeouts: StreamTimeouts | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        turns: Iterable[ScriptedTurn | str] = (),
+        *,
+        cycle: bool = False,
+        prices: PriceTable | None = None,
+        timeouts: StreamTimeouts | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None: ...
 
     def __init__(
         self,

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
-from agentlife import NOT_DONE, AgentProcess, Done, LLMReply, StepContext, StructuredReply, tool
+from agentlife import (
+    NOT_DONE,
+    AgentProcess,
+    Conversation,
+    Done,
+    LLMReply,
+    StepContext,
+    StructuredReply,
+    ToolAgent,
+    tool,
+)
 from agentlife.testing import AgentHarness, DrainAt, ScriptedLLM, ScriptedTurn
 
 
@@ -56,3 +66,36 @@ class Reviewer(AgentProcess):
 async def use_harness(harness: AgentHarness) -> int:
     run = await harness.run(Reviewer(), drain=DrainAt.during_tool("send"))
     return run.exit_code
+
+
+class Verdict(TypedDict):
+    label: str
+    confident: bool
+
+
+class Triage(ToolAgent):
+    """A tool-using agent as users write it: class attributes only."""
+
+    agent_id = "triage"
+    model = "claude-sonnet-4-5"
+    system = "You triage issues."
+    tools = (read_file, send)
+    output_type = Verdict
+    max_turns = 6
+
+
+async def hand_written_loop(ctx: StepContext) -> Done | None:
+    if not ctx.conversation:
+        ctx.conversation.append({"role": "user", "content": "hi"})
+    reply = await ctx.llm.complete(
+        model="claude-sonnet-4-5", max_tokens=100, messages=list(ctx.conversation), tools=[read_file]
+    )
+    ctx.conversation.append({"role": "assistant", "content": list(reply.content)})
+    results: list[dict[str, Any]] = await ctx.run_tool_calls(reply)
+    ctx.conversation.append({"role": "user", "content": results})
+    messages: Conversation = ctx.conversation
+    return Done(result=len(messages))
+
+
+def scripted_by_call() -> ScriptedLLM:
+    return ScriptedLLM({(0, 0): ScriptedTurn.tool_use("read_file", {"path": "x"}), (1, 0): "done"})
