@@ -479,3 +479,35 @@ async def test_a_database_without_not_before_is_migrated_by_init_schema(
     await store.init_schema()
     claimed = await store.claim_next()
     assert claimed is not None and (claimed.id, claimed.attempt) == ("old", 1)
+
+
+async def test_reaper_takes_back_rows_whose_claiming_process_on_this_host_exited(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    import socket
+    import subprocess
+
+    from agentlife.stores._base import _start_ticks
+
+    await _create(store, "j-dead", "j-live", "j-elsewhere")
+    for _ in range(3):
+        await store.claim_next()
+    gone = subprocess.Popen(["sleep", "30"])
+    dead_owner = f"{socket.gethostname()}:{gone.pid}:{_start_ticks(gone.pid)}:0a0b0c0d"
+    gone.kill()
+    gone.wait()
+    await _set(backend, "j-dead", owner=dead_owner)
+    await _set(backend, "j-elsewhere", owner="another-host:1:1:0a0b0c0d")  # cannot be judged from here
+    # Fresh heartbeats: the threshold alone reaps nothing.
+    assert await store.reap(THRESHOLD) == []
+    (decision,) = await store.reap(THRESHOLD, dead_owners=True)
+    assert (decision.job_id, decision.status, decision.attempt) == ("j-dead", "RETRYING", 2)
+    row = await store.get_job("j-dead")
+    assert (row.status, row.error[-1]["error_class"], row.error[-1]["reason"]) == (
+        "RETRYING",
+        "OwnerGone",
+        "claiming process gone",
+    )
+    assert (await store.get_job("j-live")).status == "RUNNING"  # its owner, this process, is alive
+    assert (await store.get_job("j-elsewhere")).status == "RUNNING"
+    assert await store.reap(THRESHOLD, dead_owners=True) == []  # once

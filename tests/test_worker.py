@@ -320,3 +320,24 @@ def test_the_reaper_in_a_worker_reclaims_a_row_whose_heartbeat_stopped(tmp_path:
     row = rows(db_url)["zombie"]
     assert (row.status, row.attempt) == (JobStatus.COMPLETED, 3)
     assert [e["error_class"] for e in row.error] == ["HeartbeatStale"]
+
+
+def test_a_worker_restarted_in_place_takes_back_its_killed_predecessors_job_at_once(
+    tmp_path: Path, db_url: str, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    create_jobs(db_url, "held")
+    first = spawn_worker(worker_env(tmp_path, db_url, WORKER_GATE="1"))
+    procs.append(first)
+    wait_for(tmp_path / "traces" / "waiting-held-1")
+    first.kill()  # an OOM kill: no drain, the row stays RUNNING with a fresh heartbeat
+    first.communicate()
+    assert rows(db_url)["held"].status == JobStatus.RUNNING
+    (tmp_path / "traces" / "gate-held").touch()
+    # Unscaled: the heartbeat threshold is 300 s, so only the dead-owner check can hand the row back now.
+    code, out = finish(spawn_worker(worker_env(tmp_path, db_url), "--max-jobs", "1"), timeout=60)
+    assert code == 0, out
+    row = rows(db_url)["held"]
+    assert (row.status, row.attempt) == (JobStatus.COMPLETED, 3)
+    assert [e["error_class"] for e in row.error] == ["OwnerGone"]
+    reaped = [line for line in json_lines(out) if line.get("event") == "reaped"]
+    assert [(r["reaped_job_id"], r["new_attempt"]) for r in reaped] == [("held", 2)]

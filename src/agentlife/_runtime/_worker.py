@@ -352,12 +352,17 @@ class Worker:
     # -- background duties ---------------------------------------------------------------------------
 
     async def _reap_periodically(self, store: CheckpointStore) -> None:
-        """The zombie reaper: RUNNING rows whose heartbeat stopped go back to RETRYING (or dead letter)."""
+        """The zombie reaper: RUNNING rows whose heartbeat stopped go back to RETRYING (or dead letter).
+
+        Rows whose claiming process ran on this host and has exited are reaped at once, whatever their
+        heartbeat's age: the first pass runs at boot, so a worker container restarted in place (OOM-killed,
+        crashed) takes its predecessor's job back within the first backoff step, not after the threshold.
+        """
         threshold = self.constants.heartbeat.zombie_after_seconds
         period = threshold / REAPS_PER_THRESHOLD
         while True:
             try:
-                decisions = await store.reap(threshold, constants=self.constants)
+                decisions = await store.reap(threshold, constants=self.constants, dead_owners=True)
             except AgentlifeError as exc:
                 log.warning("reaper: %s", self.redactor.redact(str(exc)))
                 decisions = []

@@ -30,6 +30,7 @@ __all__ = [
     "crc32",
     "first_valid_checkpoint",
     "new_owner",
+    "owner_is_gone",
 ]
 
 #: How many checkpoints per job `checkpoint_history` keeps.
@@ -236,14 +237,21 @@ class CheckpointStore(Protocol):
         """FAILED or DEAD_LETTER -> PENDING, runnable now; earlier crashes stop counting to retry limits."""
 
     async def reap(
-        self, threshold_seconds: float, now: float | None = None, constants: Constants | None = None
+        self,
+        threshold_seconds: float,
+        now: float | None = None,
+        constants: Constants | None = None,
+        *,
+        dead_owners: bool = False,
     ) -> list[ReapDecision]:
         """The zombie reaper: act on every RUNNING row whose heartbeat is older than ``threshold_seconds``.
 
         Each row becomes RETRYING (``attempt + 1``, ``not_before`` from the crash backoff schedule, or the
         circuit breaker's cooldown), DEAD_LETTER or FAILED, with the decision appended to its crash history,
         in its own conditional UPDATE: two reapers at once never both act on a row. ``now`` (unix time)
-        defaults to the clock, ``constants`` to `Constants()`.
+        defaults to the clock, ``constants`` to `Constants()`. With ``dead_owners``, a RUNNING row claimed
+        by a process of this host that has exited (its pid gone, or reused by another process) is reaped
+        too, whatever its heartbeat's age: a container restarted in place gets its job back at once.
         """
 
     async def release(self, job_id: str, attempt: int, status: str, *, delay_seconds: float = 0.0) -> bool:
@@ -298,7 +306,7 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or '-'}:{secrets.token_hex(4)}"
 
 
-def _owner_is_gone(owner: str) -> bool:
+def owner_is_gone(owner: str) -> bool:
     """True when ``owner`` is known to have exited: same host, and its pid is gone or was reused."""
     host, _, rest = owner.partition(":")
     pid_text, _, rest = rest.partition(":")
@@ -328,7 +336,7 @@ def claim_refusal(
         return f"job {job_id} is owned by attempt {row_attempt}, this is {attempt}"
     if attempt > row_attempt or row_owner is None or row_owner == owner:
         return None
-    if _owner_is_gone(row_owner):
+    if owner_is_gone(row_owner):
         return None
     if heartbeat_age is None or heartbeat_age > stale_after:
         return None

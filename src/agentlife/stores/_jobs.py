@@ -30,6 +30,7 @@ from agentlife.stores._base import JobRecord, JobStatus
 __all__ = [
     "APPROVABLE",
     "CANCELLABLE",
+    "OWNER_GONE_REASON",
     "RETRYABLE",
     "RUNNABLE",
     "ReapDecision",
@@ -67,6 +68,8 @@ def check_releasable(status: str) -> str:
 RETRY_EVENT = "retry"
 #: The reaper's reason, in every crash-history entry it writes.
 REAP_REASON = "heartbeat stale"
+#: The reason when the process that claimed the row ran on this host and has exited.
+OWNER_GONE_REASON = "claiming process gone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,22 +169,31 @@ def decide_reap(
     threshold: float,
     agent_crashes: int,
     constants: Constants,
+    owner_gone: bool = False,
 ) -> tuple[ReapDecision, dict[str, Any]]:
     """The decision for one stale RUNNING row and the crash-history entry that records it.
 
     ``agent_crashes`` is the number of crashes of the row's agent within the circuit window, not counting
     this one; with this one at or over the threshold the breaker is open and the retry waits its cooldown.
+    ``owner_gone``: the row is reaped because its claiming process, on this host, has exited (whatever the
+    heartbeat's age), not because its heartbeat is stale.
     """
     from agentlife._policy import should_retry_after_crash
 
     budget = constants.budget
+    if owner_gone:
+        error_class, reason_text = "OwnerGone", OWNER_GONE_REASON
+        message = f"{OWNER_GONE_REASON}: last heartbeat {heartbeat_age:.0f} s ago"
+    else:
+        error_class, reason_text = "HeartbeatStale", REAP_REASON
+        message = f"{REAP_REASON}: none for {heartbeat_age:.0f} s (threshold {threshold:g} s)"
     record: dict[str, Any] = {
         "at": now,
         "attempt": row.attempt,
         "exit_code": None,
-        "error_class": "HeartbeatStale",
-        "message": f"{REAP_REASON}: none for {heartbeat_age:.0f} s (threshold {threshold:g} s)",
-        "reason": REAP_REASON,
+        "error_class": error_class,
+        "message": message,
+        "reason": reason_text,
         "heartbeat_at": row.heartbeat_at,
     }
     history = [*since_last_retry(row.error), record]

@@ -10,6 +10,7 @@ locks each stale row with ``SKIP LOCKED`` and updates it only if it is still RUN
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import orjson
 
 from agentlife._exceptions import StoreUnavailable
 from agentlife.constants import Constants
-from agentlife.stores._base import JobRecord, JobStatus, TableNames
+from agentlife.stores._base import JobRecord, JobStatus, TableNames, owner_is_gone
 from agentlife.stores._jobs import (
     APPROVABLE,
     CANCELLABLE,
@@ -70,6 +71,8 @@ class _JobSql:
     server_now: str
     stale: str
     lock_stale: str
+    owned_here: str
+    lock_owned: str
     agent_errors: str
     reap: str
     release: str
@@ -124,6 +127,11 @@ class _JobSql:
             lock_stale=(
                 f"SELECT {_COLUMNS} FROM {j} WHERE id = $1 AND status = 'RUNNING'"
                 " AND COALESCE(heartbeat_at, updated_at) < to_timestamp($2) FOR UPDATE SKIP LOCKED"
+            ),
+            owned_here=f"SELECT id, owner FROM {j} WHERE status = 'RUNNING' AND owner LIKE $1 ORDER BY id",
+            lock_owned=(
+                f"SELECT {_COLUMNS} FROM {j} WHERE id = $1 AND status = 'RUNNING' AND owner = $2"
+                " FOR UPDATE SKIP LOCKED"
             ),
             agent_errors=f"SELECT error FROM {j} WHERE agent_id = $1 AND updated_at >= to_timestamp($2)",
             reap=(
@@ -259,7 +267,12 @@ class PostgresJobOps:
         return await self._operate(job_id, "retry", RETRYABLE, JobStatus.PENDING, entry, release=True)
 
     async def reap(
-        self, threshold_seconds: float, now: float | None = None, constants: Constants | None = None
+        self,
+        threshold_seconds: float,
+        now: float | None = None,
+        constants: Constants | None = None,
+        *,
+        dead_owners: bool = False,
     ) -> list[ReapDecision]:
         """Move RUNNING rows whose heartbeat is older than ``threshold_seconds`` on; see the protocol."""
         constants = constants or Constants()
@@ -270,9 +283,19 @@ class PostgresJobOps:
             # Heartbeats carry the server's clock: judge them by it, not by this host's.
             at = float(await conn.fetchval(sql.server_now)) if now is None else now
             cutoff = at - threshold_seconds
-            for (job_id,) in await conn.fetch(sql.stale, cutoff):
+            candidates: list[tuple[str, str | None]] = [
+                (r[0], None) for r in await conn.fetch(sql.stale, cutoff)
+            ]
+            if dead_owners:
+                stale = {job_id for job_id, _ in candidates}
+                owned = await conn.fetch(sql.owned_here, f"{socket.gethostname()}:%")
+                candidates += [(i, o) for i, o in owned if i not in stale and owner_is_gone(o)]
+            for job_id, gone in candidates:
                 async with conn.transaction():
-                    locked = await conn.fetchrow(sql.lock_stale, job_id, cutoff)
+                    if gone is None:
+                        locked = await conn.fetchrow(sql.lock_stale, job_id, cutoff)
+                    else:
+                        locked = await conn.fetchrow(sql.lock_owned, job_id, gone)
                     if locked is None:
                         continue  # another reaper holds it or got there first, or a heartbeat came in
                     row = record(locked)
@@ -286,6 +309,7 @@ class PostgresJobOps:
                         threshold=threshold_seconds,
                         agent_crashes=crashes,
                         constants=constants,
+                        owner_gone=gone is not None,
                     )
                     done = await conn.fetchval(
                         sql.reap, job_id, row.attempt, decision.status, decision.not_before, at, dumps(entry)

@@ -6,6 +6,7 @@ across processes, so two claimers or two reapers never act on one row.
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from agentlife.constants import Constants
-from agentlife.stores._base import JobRecord, JobStatus, TableNames
+from agentlife.stores._base import JobRecord, JobStatus, TableNames, owner_is_gone
 from agentlife.stores._jobs import (
     APPROVABLE,
     CANCELLABLE,
@@ -215,28 +216,45 @@ class SQLiteJobOps:
         return await self._transition(job_id, "retry", RETRYABLE, change)
 
     async def reap(
-        self, threshold_seconds: float, now: float | None = None, constants: Constants | None = None
+        self,
+        threshold_seconds: float,
+        now: float | None = None,
+        constants: Constants | None = None,
+        *,
+        dead_owners: bool = False,
     ) -> list[ReapDecision]:
         """Move RUNNING rows whose heartbeat is older than ``threshold_seconds`` on; see the protocol."""
         constants = constants or Constants()
         j = self.tables.job
 
-        def candidates(conn: sqlite3.Connection) -> list[str]:
+        def candidates(conn: sqlite3.Connection) -> list[tuple[str, str | None]]:
             cutoff = (time.time() if now is None else now) - threshold_seconds
             rows = conn.execute(
                 f"SELECT id FROM {j} WHERE status = ? AND COALESCE(heartbeat_at, updated_at) < ? ORDER BY id",
                 (str(JobStatus.RUNNING), cutoff),
             ).fetchall()
-            return [r[0] for r in rows]
+            found: list[tuple[str, str | None]] = [(r[0], None) for r in rows]
+            if dead_owners:
+                stale = {job_id for job_id, _ in found}
+                owned = conn.execute(
+                    f"SELECT id, owner FROM {j} WHERE status = ? AND owner LIKE ? ORDER BY id",
+                    (str(JobStatus.RUNNING), f"{socket.gethostname()}:%"),
+                ).fetchall()
+                found += [(i, o) for i, o in owned if i not in stale and owner_is_gone(o)]
+            return found
 
-        def reap_one(job_id: str) -> Callable[[sqlite3.Connection], ReapDecision | None]:
+        def reap_one(job_id: str, gone: str | None) -> Callable[[sqlite3.Connection], ReapDecision | None]:
             def act(conn: sqlite3.Connection) -> ReapDecision | None:
                 at = time.time() if now is None else now
                 row = self._row(conn, job_id)
                 if row is None or row.status != JobStatus.RUNNING:
                     return None  # another reaper or an operator got there first
                 seen = row.heartbeat_at if row.heartbeat_at is not None else row.updated_at
-                if (seen or 0.0) >= at - threshold_seconds:
+                if gone is not None:
+                    (owner,) = conn.execute(f"SELECT owner FROM {j} WHERE id = ?", (job_id,)).fetchone()
+                    if owner != gone:
+                        return None  # claimed again meanwhile
+                elif (seen or 0.0) >= at - threshold_seconds:
                     return None  # a heartbeat came in meanwhile
                 window = constants.budget.circuit_window_seconds
                 histories = conn.execute(
@@ -251,6 +269,7 @@ class SQLiteJobOps:
                     threshold=threshold_seconds,
                     agent_crashes=crashes,
                     constants=constants,
+                    owner_gone=gone is not None,
                 )
                 conn.execute(
                     f"UPDATE {j} SET status = ?, attempt = ?, not_before = ?, owner = NULL, error = ?,"
@@ -271,8 +290,8 @@ class SQLiteJobOps:
             return act
 
         decisions = []
-        for job_id in await self._run(candidates):
-            decision = await self._transaction(reap_one(job_id))
+        for job_id, gone in await self._run(candidates):
+            decision = await self._transaction(reap_one(job_id, gone))
             if decision is not None:
                 decisions.append(decision)
         return decisions
