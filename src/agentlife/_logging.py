@@ -5,15 +5,15 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import IO, Any
 
 import orjson
 
 from agentlife._redact import Redactor
 
-__all__ = ["JsonLogHandler", "get_logger", "installed_json_logging"]
+__all__ = ["JsonLogHandler", "get_logger", "installed_json_logging", "process_logging"]
 
 ContextFn = Callable[[], dict[str, Any]]
 
@@ -102,6 +102,29 @@ def installed_json_logging(
     finally:
         root.handlers = saved_handlers
         root.setLevel(saved_level)
+
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def process_logging(
+    env: Mapping[str, str],
+    *,
+    enabled: bool,
+    context: ContextFn | None = None,
+    redactor: Redactor | None = None,
+    stream: IO[str] | None = None,
+) -> AbstractContextManager[object]:
+    """JSON logs at ``AGENTLIFE_LOG_LEVEL`` (INFO when unset or unknown) for an agent process.
+
+    A no-op context when ``enabled`` is False: the caller routes logging itself.
+    """
+    if not enabled:
+        return nullcontext()
+    level = (env.get("AGENTLIFE_LOG_LEVEL") or "INFO").upper()
+    return installed_json_logging(
+        level if level in _LEVELS else "INFO", context=context, redactor=redactor, stream=stream
+    )
 
 
 def log_fields(**fields: Any) -> dict[str, Any]:

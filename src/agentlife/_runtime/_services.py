@@ -24,7 +24,7 @@ from agentlife._exceptions import (
 from agentlife._job_heartbeat import JobHeartbeat
 from agentlife._journal import Journal, contained_session_dir
 from agentlife._lag import run_lag_monitor
-from agentlife._logging import installed_json_logging
+from agentlife._logging import process_logging
 from agentlife._runtime._base import Outcome
 from agentlife._runtime._host import Booted
 from agentlife._state import State
@@ -167,33 +167,33 @@ class ServicesMixin(RuntimeBase):
                 "SESSION_ENDED", exit_code=outcome.exit_code, reason=self.redactor.redact(outcome.reason)
             )
             with anyio.move_on_after(budget, shield=True):
-                await _quietly("journal close", self.journal.aclose())
+                await quietly("journal close", self.journal.aclose())
         await self._close_heartbeat()
         if not self.owns_process:
             return
         with anyio.move_on_after(min(2.0, budget), shield=True):
-            await _quietly("telemetry shutdown", self.telemetry.ashutdown(min(2.0, budget)))
+            await quietly("telemetry shutdown", self.telemetry.ashutdown(min(2.0, budget)))
         if self._probe_server is not None:
-            await _quietly("probe server stop", anyio.to_thread.run_sync(self._probe_server.stop))
+            await quietly("probe server stop", anyio.to_thread.run_sync(self._probe_server.stop))
 
     async def _close_resources(self) -> None:
         """One at a time, so a failure leaves the rest still closed (no gather of half-closed state)."""
         if self.journal is not None:
-            await _quietly("journal flush", self.journal.flush(fsync=True))
+            await quietly("journal flush", self.journal.flush(fsync=True))
         if self._llm_client is not None:
-            await _quietly("LLM client close", self._llm_client.aclose())
+            await quietly("LLM client close", self._llm_client.aclose())
         if self.memory is not None:
-            await _quietly("memory close", self.memory.aclose())
+            await quietly("memory close", self.memory.aclose())
         if self.store is not None and self.owns_process:
-            await _quietly("store close", self.store.close())
+            await quietly("store close", self.store.close())
 
     async def _close_heartbeat(self) -> None:
         if self._heartbeat is None:
             return
         with anyio.move_on_after(min(1.0, self.constants.drain.cleanup_budget_seconds / 4), shield=True):
-            await _quietly("heartbeat flush", self._heartbeat.flush(1.0))
+            await quietly("heartbeat flush", self._heartbeat.flush(1.0))
         with anyio.move_on_after(1.0, shield=True):
-            await _quietly("heartbeat close", self._heartbeat.aclose())
+            await quietly("heartbeat close", self._heartbeat.aclose())
 
     def _heartbeat_metrics(self) -> dict[str, Any]:
         # rssMb and uptimeSeconds (from the kernel's process start) are the heartbeat stream's own.
@@ -215,19 +215,16 @@ class ServicesMixin(RuntimeBase):
         }
 
     def _logging(self) -> Any:
-        from contextlib import nullcontext
-
-        if not self.options.json_logs:
-            return nullcontext()
-        level = (self.env.get("AGENTLIFE_LOG_LEVEL") or "INFO").upper()
-        if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-            level = "INFO"
-        return installed_json_logging(
-            level, context=self._log_context, redactor=self.redactor, stream=self.options.log_stream
+        return process_logging(
+            self.env,
+            enabled=self.options.json_logs,
+            context=self._log_context,
+            redactor=self.redactor,
+            stream=self.options.log_stream,
         )
 
 
-async def _quietly(what: str, awaitable: Any) -> None:
+async def quietly(what: str, awaitable: Any) -> None:
     """Await a cleanup step; its failure is one log line, and the settled exit code stands."""
     try:
         await awaitable

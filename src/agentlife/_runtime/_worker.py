@@ -29,11 +29,12 @@ import anyio.abc
 from agentlife._config import Settings
 from agentlife._exceptions import AgentlifeError, ConfigError
 from agentlife._lag import run_lag_monitor
-from agentlife._logging import installed_json_logging, log_fields
+from agentlife._logging import log_fields, process_logging
 from agentlife._policy import should_retry_after_crash
 from agentlife._redact import Redactor
 from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, RunOptions
 from agentlife._runtime._lifecycle import Runtime
+from agentlife._runtime._services import quietly
 from agentlife._runtime._signals import HardExit, receive_drain_signals
 from agentlife._state import State
 from agentlife._status import StatusBoard
@@ -422,13 +423,13 @@ class Worker:
         self.board.update_worker(state="stopping", current_job=None)
         budget = self.constants.drain.cleanup_budget_seconds
         with anyio.move_on_after(budget, shield=True):
-            await _quietly("store close", store.close())
+            await quietly("store close", store.close())
         with anyio.move_on_after(min(2.0, budget), shield=True):
-            await _quietly("telemetry shutdown", self.telemetry.ashutdown(min(2.0, budget)))
+            await quietly("telemetry shutdown", self.telemetry.ashutdown(min(2.0, budget)))
         self.board.update(state=State.TERMINATED)
         if self._probe_server is not None:
             with anyio.CancelScope(shield=True):
-                await _quietly("probe server stop", anyio.to_thread.run_sync(self._probe_server.stop))
+                await quietly("probe server stop", anyio.to_thread.run_sync(self._probe_server.stop))
 
     def _receive_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> Any:
         drain = self.constants.drain
@@ -455,20 +456,10 @@ class Worker:
         }
 
     def _logging(self) -> Any:
-        from contextlib import nullcontext
-
-        if not self.options.json_logs:
-            return nullcontext()
-        level = (self.env.get("AGENTLIFE_LOG_LEVEL") or "INFO").upper()
-        if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-            level = "INFO"
-        return installed_json_logging(
-            level, context=self._log_context, redactor=self.redactor, stream=self.options.log_stream
+        return process_logging(
+            self.env,
+            enabled=self.options.json_logs,
+            context=self._log_context,
+            redactor=self.redactor,
+            stream=self.options.log_stream,
         )
-
-
-async def _quietly(what: str, awaitable: Any) -> None:
-    try:
-        await awaitable
-    except Exception as exc:
-        log.warning("%s failed: %s: %s", what, type(exc).__name__, exc)
