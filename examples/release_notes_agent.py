@@ -72,15 +72,16 @@ class ReleaseNotesAgent(AgentProcess):
     def make_llm(self) -> LLMClient:
         if os.environ.get("ANTHROPIC_API_KEY"):
             return super().make_llm()
+        # Addressed by (step, call): the draft is step 1's first call, so a resumed job gets it there too.
         return ScriptedLLM(
-            [
-                ScriptedTurn.text(
+            {
+                (1, 0): ScriptedTurn.text(
                     "## Release notes\n\n- Faster start-up: heavy clients load in the background.\n"
                     "- Drains finish the current step, then exit 143.\n",
                     chunks=6,
                     delay=0.02,
                 )
-            ]
+            }
         )
 
     async def step(self, ctx: StepContext) -> Done | None:
