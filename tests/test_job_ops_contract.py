@@ -511,3 +511,18 @@ async def test_reaper_takes_back_rows_whose_claiming_process_on_this_host_exited
     assert (await store.get_job("j-live")).status == "RUNNING"  # its owner, this process, is alive
     assert (await store.get_job("j-elsewhere")).status == "RUNNING"
     assert await store.reap(THRESHOLD, dead_owners=True) == []  # once
+
+
+async def test_drop_claim_clears_only_this_stores_token(make_store: StoreFactory, backend: Backend) -> None:
+    mine, theirs = await make_store(), await make_store()
+    await _create(mine, "j-mine", "j-theirs")
+    await mine.claim_next()
+    await theirs.claim_next()
+    await mine.drop_claim("j-theirs")  # not ours: left alone
+    await mine.drop_claim("j-mine")
+    owners = {
+        job_id: (await backend.raw(f"SELECT owner FROM {backend.tables.job} WHERE id = $1", job_id))[0][0]
+        for job_id in ("j-mine", "j-theirs")
+    }
+    assert owners["j-mine"] is None and owners["j-theirs"] is not None
+    assert (await mine.get_job("j-mine")).status == "RUNNING"  # the status is not the claim's business

@@ -341,3 +341,28 @@ def test_a_worker_restarted_in_place_takes_back_its_killed_predecessors_job_at_o
     assert [e["error_class"] for e in row.error] == ["OwnerGone"]
     reaped = [line for line in json_lines(out) if line.get("event") == "reaped"]
     assert [(r["reaped_job_id"], r["new_attempt"]) for r in reaped] == [("held", 2)]
+
+
+def test_a_job_parked_for_approval_is_resumed_by_a_worker_once_approved(
+    tmp_path: Path, sqlite_url: str, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    create_jobs(sqlite_url, "deploy")
+    port = free_port()
+    # Scaled: the 1800 s approval idle timeout is 1.8 s; the worker stays up for 1.8 s without a job.
+    env = worker_env(tmp_path, sqlite_url, port, WORKER_RESTRICTED="1")
+    worker = spawn_worker(env, "--time-scale", "0.001", "--idle-timeout", "30000")
+    procs.append(worker)
+    poll(lambda: rows(sqlite_url)["deploy"].status == JobStatus.WAITING_FOR_APPROVAL)
+    assert poll(lambda: http(port, "/readyz") == (503, "busy\n"))  # still waiting on the approval
+    # After the idle timeout the worker parks the job and goes on without it (ready for other jobs): nothing
+    # attends the job any more, so the approval makes it runnable again rather than "taken by its process".
+    assert poll(lambda: http(port, "/readyz") == (200, "ok\n"))
+    assert rows(sqlite_url)["deploy"].status == JobStatus.WAITING_FOR_APPROVAL
+    approved = run_cli("job", "approve", "deploy", env=worker_env(tmp_path, sqlite_url))
+    assert approved.returncode == 0, approved.stderr
+    assert "PENDING" in approved.stdout
+    poll(lambda: rows(sqlite_url)["deploy"].status == JobStatus.COMPLETED)
+    assert (tmp_path / "traces" / "deploys").read_text().count("deploy ") == 1
+    worker.send_signal(signal.SIGTERM)
+    code, out = finish(worker)
+    assert code == 143, out

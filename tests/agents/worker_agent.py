@@ -8,7 +8,8 @@ Every trace goes to append-only files in ``WORKER_DIR``, written with ``fsync`` 
   so a resumed job never runs it twice).
 
 ``WORKER_STEPS`` (default 2) steps per job, ``WORKER_STEP_SECONDS`` (default 0.01) of sleep per step,
-``WORKER_TOOL=1`` one tool call per step, ``WORKER_GATE=1`` each job's first step touches
+``WORKER_TOOL=1`` one tool call per step, ``WORKER_RESTRICTED=1`` a restricted call (approval needed) in the
+first step, ``WORKER_GATE=1`` each job's first step touches
 ``waiting-{job}-{attempt}`` and waits for the file ``gate-{job}``, ``WORKER_CRASH_JOB`` a job id whose
 every step raises ``RuntimeError``.
 """
@@ -72,6 +73,13 @@ class WorkerAgent(AgentProcess):
             _dir().joinpath(f"waiting-{job}-{attempt}").touch()
             while not _dir().joinpath(f"gate-{job}").exists():
                 await anyio.sleep(0.01)
+        if ctx.step == 0 and os.environ.get("WORKER_RESTRICTED") == "1":
+
+            async def deploy() -> str:
+                _append("deploys", f"{job} {attempt} {pid}")
+                return "deployed"
+
+            await ctx.call_tool(tool(name="deploy", restricted=True, side_effects=False)(deploy))
         if os.environ.get("WORKER_TOOL") == "1":
 
             async def effect(invocation_id: str) -> str:

@@ -283,6 +283,7 @@ class Worker:
         finally:
             self.current = None
         self.history.append((row.id, row.attempt, code))
+        await self._drop_claim(store, row)
         if code == EXIT_DRAINED:
             await self._hand_back(store, row, "drained")
         elif code == EXIT_DONE:
@@ -292,6 +293,14 @@ class Worker:
             await self._after_crash(store, row, None)
         self.board.update(state=State.READY, job_id="", attempt=0, step=None)
         self.board.update_worker(jobs_done=self.jobs_done, jobs_crashed=self.jobs_crashed)
+
+    async def _drop_claim(self, store: CheckpointStore, row: JobRecord) -> None:
+        """This worker goes on without the job: a job it parked for approval must not look attended."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await store.drop_claim(row.id)
+            except AgentlifeError as exc:
+                log.warning("could not drop the claim on job %s: %s", row.id, self.redactor.redact(str(exc)))
 
     async def _hand_back(self, store: CheckpointStore, row: JobRecord, why: str) -> None:
         """A job this worker stopped without finishing: runnable again at once, for any worker."""

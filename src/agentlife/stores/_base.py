@@ -254,6 +254,14 @@ class CheckpointStore(Protocol):
         too, whatever its heartbeat's age: a container restarted in place gets its job back at once.
         """
 
+    async def drop_claim(self, job_id: str) -> None:
+        """This process no longer runs ``job_id``: clear the row's claim token if it is still this store's.
+
+        The status is left as it is. A process that goes on living after a job (a worker) calls it, so a
+        job it left parked for approval is not taken for one a live process still waits on: an approve
+        then makes it PENDING, for any worker to resume.
+        """
+
     async def release(self, job_id: str, attempt: int, status: str, *, delay_seconds: float = 0.0) -> bool:
         """Hand back a job this process holds (RUNNING with ``attempt``), its claim token dropped.
 

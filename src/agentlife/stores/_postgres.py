@@ -366,6 +366,12 @@ class PostgresStore(PostgresJobOps):
         if not pool.is_closing() or pool.get_size():
             pool.terminate()
 
+    async def drop_claim(self, job_id: str) -> None:
+        """Clear the row's claim token if it is still this store's (see the protocol)."""
+        self._claimed.discard(job_id)
+        async with self._connection() as conn:
+            await conn.execute(self._sql.release, [job_id], self.owner)
+
     async def _release(self) -> None:
         """Give up this store's claims: the claim lasts while the store is open, a re-run may take it then.
 

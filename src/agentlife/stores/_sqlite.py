@@ -169,6 +169,15 @@ class SQLiteStore(SQLiteJobOps):
 
         await anyio.to_thread.run_sync(close_when_idle)
 
+    async def drop_claim(self, job_id: str) -> None:
+        def drop(conn: sqlite3.Connection) -> None:
+            self._claimed.discard(job_id)
+            conn.execute(
+                f"UPDATE {self.tables.job} SET owner = NULL WHERE id = ? AND owner = ?", (job_id, self.owner)
+            )
+
+        await self._run(drop)
+
     def _release(self, conn: sqlite3.Connection) -> None:
         """Give up this store's claims: the claim lasts while the store is open, a re-run may take it then."""
         if not self._claimed:
