@@ -42,7 +42,7 @@ from agentlife._llm import (
 )
 from agentlife._pricing import PriceTable
 from agentlife._redact import Redactor
-from agentlife._retry import ErrorClass, classify, classify_status
+from agentlife._retry import classify, error_for_http_status
 
 __all__ = [
     "AnthropicLLM",
@@ -91,22 +91,14 @@ def error_for_status(
     401/403 `LLMConfigurationError`, any other status `PermanentError`. The returned exception carries
     ``status_code``.
     """
-    detail = f"Anthropic API error {status}"
-    if error_type:
-        detail += f" {error_type}"
-    if message:
-        detail += f": {message}"
-    error_class = classify_status(status)
-    error: CallError
-    if error_class is ErrorClass.CONFIGURATION:
-        error = LLMConfigurationError(f"{detail} (check ANTHROPIC_API_KEY and its permissions)")
-    elif error_class is ErrorClass.TRANSIENT:
-        error = TransientError(detail, retry_after=retry_after)
-    else:
-        error = PermanentError(detail)
-    # Like the SDKs' own errors, so `classify` and callers can branch on the status.
-    setattr(error, "status_code", status)  # noqa: B010
-    return error
+    return error_for_http_status(
+        status,
+        api="Anthropic API",
+        key_variable="ANTHROPIC_API_KEY",
+        error_type=error_type,
+        message=message,
+        retry_after=retry_after,
+    )
 
 
 def error_for_event(error: Mapping[str, Any]) -> CallError:

@@ -22,10 +22,10 @@ from typing import Any
 
 import orjson
 
-from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
+from agentlife._exceptions import CallError, PermanentError, TransientError
 from agentlife._llm import LLMReply, StreamEvent, Usage
 from agentlife._pricing import PriceTable
-from agentlife._retry import ErrorClass, classify_status
+from agentlife._retry import error_for_http_status
 
 __all__ = [
     "FINISH_REASONS",
@@ -395,21 +395,14 @@ def error_for_status(
     `LLMConfigurationError`, any other status (400, 404, 422 ...) `PermanentError`. The returned exception
     carries ``status_code``.
     """
-    detail = f"OpenAI-compatible API error {status}"
-    if error_type:
-        detail += f" {error_type}"
-    if message:
-        detail += f": {message}"
-    error_class = classify_status(status)
-    error: CallError
-    if error_class is ErrorClass.CONFIGURATION:
-        error = LLMConfigurationError(f"{detail} (check OPENAI_API_KEY and its permissions)")
-    elif error_class is ErrorClass.TRANSIENT:
-        error = TransientError(detail, retry_after=retry_after)
-    else:
-        error = PermanentError(detail)
-    setattr(error, "status_code", status)  # noqa: B010
-    return error
+    return error_for_http_status(
+        status,
+        api="OpenAI-compatible API",
+        key_variable="OPENAI_API_KEY",
+        error_type=error_type,
+        message=message,
+        retry_after=retry_after,
+    )
 
 
 def error_details(body: Any) -> tuple[str | None, str | None]:

@@ -21,6 +21,7 @@ import anyio
 
 from agentlife._exceptions import (
     AgentlifeError,
+    CallError,
     ConfigError,
     LLMConfigurationError,
     PermanentError,
@@ -32,6 +33,7 @@ __all__ = [
     "RetryEvent",
     "classify",
     "classify_status",
+    "error_for_http_status",
     "full_jitter_backoff",
     "retry_after_of",
     "retry_call",
@@ -82,6 +84,38 @@ def classify_status(status: int) -> ErrorClass:
     if status in (408, 409, 425, 429) or status >= 500:
         return ErrorClass.TRANSIENT
     return ErrorClass.PERMANENT
+
+
+def error_for_http_status(
+    status: int,
+    *,
+    api: str,
+    key_variable: str,
+    error_type: str | None = None,
+    message: str | None = None,
+    retry_after: float | None = None,
+) -> CallError:
+    """The agentlife error for an HTTP error status of a model API, by `classify_status`.
+
+    ``api`` names the API in the message (``"Anthropic API"``); ``key_variable`` is the variable a 401/403
+    points at. The returned exception carries ``status_code``, like the SDKs' own errors, so `classify` and
+    callers can branch on the status.
+    """
+    detail = f"{api} error {status}"
+    if error_type:
+        detail += f" {error_type}"
+    if message:
+        detail += f": {message}"
+    error_class = classify_status(status)
+    error: CallError
+    if error_class is ErrorClass.CONFIGURATION:
+        error = LLMConfigurationError(f"{detail} (check {key_variable} and its permissions)")
+    elif error_class is ErrorClass.TRANSIENT:
+        error = TransientError(detail, retry_after=retry_after)
+    else:
+        error = PermanentError(detail)
+    setattr(error, "status_code", status)  # noqa: B010
+    return error
 
 
 def classify(exc: BaseException) -> ErrorClass:
