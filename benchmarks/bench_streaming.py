@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import random
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -28,19 +28,12 @@ from typing import Any
 
 from _common import emit
 
-from agentlife import AgentProcess, Footprint, Job, LLMReply, StepContext
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from agentlife import LLMReply, StepContext
 from agentlife._anthropic import collect_reply
-from agentlife._budget import Budget
-from agentlife._config import Settings
-from agentlife._journal import Journal
 from agentlife._llm import OnEvent, StreamTimeouts
-from agentlife._redact import Redactor
-from agentlife._runtime._approvals import Approvals
-from agentlife._runtime._context import CallEnv
-from agentlife._runtime._host import Booted, RuntimeStats
-from agentlife._telemetry_facade import TelemetryFacade
-from agentlife.constants import Constants
-from agentlife.stores import SQLiteStore
+from stepctx import step_contexts
 
 N = 50_000
 ROUNDS = 5
@@ -141,60 +134,14 @@ async def timed(variant: Callable[[Source, Any], Awaitable[int]], source: Source
     return elapsed / N * 1e9
 
 
-async def context(tmp: Path) -> tuple[StepContext, Journal, SQLiteStore]:
-    """A step's context on a real journal and store, its calls going to `BenchLLM`."""
-    constants = Constants()
-    settings = Settings.from_env(
-        {"AGENTLIFE_DATA_DIR": str(tmp)}, job_id="job-b", agent_id="b", constants=constants
-    )
-    store = SQLiteStore(tmp / "agentlife.db")
-    await store.open()
-    journal = Journal.create(settings.session_dir, 1)
-    job = Job("job-b", "b", 1, {})
-
-    class Host:
-        agent = AgentProcess()
-        draining = False
-        drain_event = None
-        drain_deadline = None
-        redactor = Redactor()
-        stats = RuntimeStats()
-        telemetry = TelemetryFacade()
-
-        def __init__(self) -> None:
-            self.constants = constants
-
-        def notify(self, event: str, **info: Any) -> None:
-            pass
-
-    async def no_usage(reply: LLMReply) -> None:
-        pass
-
-    host = Host()
-    env = CallEnv(
-        host,
-        Approvals(Booted(settings, store, journal), job, host, lambda: 0),
-        no_usage,
-        journal,
-        None,
-        Budget.build(constants.budget, None, None),
-        BenchLLM(),
-        random.Random(0),
-    )
-    return StepContext(step=0, state={}, job=job, memories=[], footprint=Footprint(), env=env), journal, store
-
-
 async def best_of(source: Source, rounds: int, tmp: Path) -> dict[str, float]:
     best: dict[str, float] = {}
-    ctx, journal, store = await context(tmp)
-    try:
+    async with step_contexts(tmp, time_scale=1.0) as make:
+        ctx, _ = await make(BenchLLM())
         for _ in range(rounds):
             for variant in (guard_alone, streamed):
                 ns = await timed(variant, source, ctx)
                 best[variant.__name__] = min(ns, best.get(variant.__name__, ns))
-    finally:
-        await journal.aclose()
-        await store.close()
     return best
 
 
@@ -208,36 +155,33 @@ async def over_http(tmp: Path) -> dict[str, float]:
 
     turn = ScriptedTurn.text("tok " * HTTP_CHUNKS, chunks=HTTP_CHUNKS)
     best: dict[str, float] = {}
-    ctx, journal, store = await context(tmp)
     messages = [{"role": "user", "content": "go"}]
-    try:
-        async with FakeAnthropicServer([turn] * (2 * ROUNDS + 2)) as server:
-            ctx._env.llm_client = AnthropicLLM(api_key="bench", base_url=server.base_url)
+    server = FakeAnthropicServer([turn] * (2 * ROUNDS + 2))
+    async with step_contexts(tmp, time_scale=1.0) as make, server:
+        llm = AnthropicLLM(api_key="bench", base_url=server.base_url)
+        ctx, _ = await make(llm)
 
-            async def complete() -> int:
-                await ctx.llm.complete(model="claude-sonnet-4-5", messages=messages, max_tokens=HTTP_CHUNKS)
-                return HTTP_CHUNKS
+        async def complete() -> int:
+            await ctx.llm.complete(model="claude-sonnet-4-5", messages=messages, max_tokens=HTTP_CHUNKS)
+            return HTTP_CHUNKS
 
-            async def stream() -> int:
-                count = 0
-                request = {"model": "claude-sonnet-4-5", "messages": messages, "max_tokens": HTTP_CHUNKS}
-                async with ctx.llm.stream(**request) as s:
-                    async for _ in s.text_stream:
-                        count += 1
-                return count
+        async def stream() -> int:
+            count = 0
+            request = {"model": "claude-sonnet-4-5", "messages": messages, "max_tokens": HTTP_CHUNKS}
+            async with ctx.llm.stream(**request) as s:
+                async for _ in s.text_stream:
+                    count += 1
+            return count
 
-            for round_ in range(ROUNDS + 1):
-                for name, variant in (("complete", complete), ("stream", stream)):
-                    started = time.perf_counter()
-                    count = await variant()
-                    ns = (time.perf_counter() - started) / HTTP_CHUNKS * 1e9
-                    assert count == HTTP_CHUNKS, (name, count)
-                    if round_:  # the first round warms the SDK's import and connection
-                        best[name] = min(ns, best.get(name, ns))
-            await ctx._env.llm_client.aclose()
-    finally:
-        await journal.aclose()
-        await store.close()
+        for round_ in range(ROUNDS + 1):
+            for name, variant in (("complete", complete), ("stream", stream)):
+                started = time.perf_counter()
+                count = await variant()
+                ns = (time.perf_counter() - started) / HTTP_CHUNKS * 1e9
+                assert count == HTTP_CHUNKS, (name, count)
+                if round_:  # the first round warms the SDK's import and connection
+                    best[name] = min(ns, best.get(name, ns))
+        await llm.aclose()
     return best
 
 

@@ -26,12 +26,12 @@ MakeCtx = Callable[..., Awaitable[tuple[StepContext, Journal]]]
 
 
 @asynccontextmanager
-async def step_contexts(tmp_path: Path) -> AsyncIterator[MakeCtx]:
-    """``make(llm, **env)``: step 0's context whose calls go to ``llm``, time scaled by 0.01."""
+async def step_contexts(tmp_path: Path, *, time_scale: float = 0.01) -> AsyncIterator[MakeCtx]:
+    """``make(llm, **env)``: step 0's context whose calls go to ``llm``, time scaled by ``time_scale``."""
     opened: list[tuple[Journal, SQLiteStore]] = []
 
     async def make(llm: LLMClient, **env: str) -> tuple[StepContext, Journal]:
-        constants = Constants.from_env(env).scaled(0.01)
+        constants = Constants.from_env(env).scaled(time_scale)
         settings = Settings.from_env(
             {"AGENTLIFE_DATA_DIR": str(tmp_path)}, job_id="job-s", agent_id="s", constants=constants
         )

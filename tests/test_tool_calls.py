@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal
@@ -22,8 +21,6 @@ from agentlife import (
     AgentProcess,
     AnthropicLLM,
     Done,
-    Footprint,
-    Job,
     LLMClient,
     LLMReply,
     ScriptedLLM,
@@ -32,18 +29,10 @@ from agentlife import (
     ToolArgumentsInvalid,
     tool,
 )
-from agentlife._budget import Budget
-from agentlife._config import Settings
 from agentlife._journal import Journal
-from agentlife._redact import Redactor
-from agentlife._runtime._approvals import Approvals
-from agentlife._runtime._context import CallEnv
-from agentlife._runtime._host import Booted, RuntimeStats
 from agentlife._schema import openai_tool, validate_arguments
-from agentlife._telemetry_facade import TelemetryFacade
-from agentlife.constants import Constants
-from agentlife.stores import SQLiteStore
 from agentlife.testing import FakeAnthropicServer
+from stepctx import step_contexts
 
 pytestmark = pytest.mark.anyio
 
@@ -183,50 +172,8 @@ async def broken(reason: str) -> str:
 
 @pytest.fixture
 async def ctx(tmp_path: Path) -> AsyncIterator[tuple[StepContext, Journal]]:
-    constants = Constants().scaled(0.01)
-    settings = Settings.from_env(
-        {"AGENTLIFE_DATA_DIR": str(tmp_path)}, job_id="job-t", agent_id="t", constants=constants
-    )
-    store = SQLiteStore(tmp_path / "agentlife.db")
-    await store.open()
-    journal = Journal.create(settings.session_dir, 1)
-    booted = Booted(settings, store, journal)
-    job = Job("job-t", "t", 1, {})
-
-    class Host:
-        agent = AgentProcess()
-        draining = False
-        drain_event = None
-        drain_deadline = None
-        redactor = Redactor()
-        stats = RuntimeStats()
-        telemetry = TelemetryFacade()
-
-        def __init__(self) -> None:
-            self.constants = constants
-
-        def notify(self, event: str, **info: Any) -> None:
-            pass
-
-    async def no_usage(reply: LLMReply) -> None:
-        pass
-
-    host = Host()
-    env = CallEnv(
-        host,
-        Approvals(booted, job, host, lambda: 0),
-        no_usage,
-        journal,
-        None,
-        Budget.build(constants.budget, None, None),
-        ScriptedLLM([]),
-        random.Random(0),
-    )
-    try:
-        yield StepContext(step=0, state={}, job=job, memories=[], footprint=Footprint(), env=env), journal
-    finally:
-        await journal.aclose()
-        await store.close()
+    async with step_contexts(tmp_path) as make:
+        yield await make(ScriptedLLM([]))
 
 
 def _reply(*uses: tuple[str, str, Any]) -> LLMReply:
