@@ -163,7 +163,7 @@ def test_the_view_reads_committed_then_pending_messages() -> None:
     view.commit()
     assert len(log) == 2 and log.digest == view.meta()["digest"]  # type: ignore[index]
     restored = ConversationLog.restore(
-        "j", log.meta(), [b'{"role":"user","content":"a"}', b'{"role":"assistant","content":"b"}']
+        "j", view.meta(), [b'{"role":"user","content":"a"}', b'{"role":"assistant","content":"b"}']
     )
     assert restored.digest == log.digest
 

@@ -70,12 +70,6 @@ class ConversationLog:
         """The view one step works on."""
         return Conversation(self)
 
-    def meta(self) -> dict[str, Any] | None:
-        """What the checkpoint records of the history (None while it is empty)."""
-        if not self._messages:
-            return None
-        return {"length": len(self._messages), "digest": self.digest}
-
     def _commit(self, messages: Sequence[dict[str, Any]], digest: str) -> None:
         self._messages.extend(messages)
         self.digest = digest

@@ -9,7 +9,7 @@ replays what it had finished (no re-sent request, no repeated side effect) and g
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
@@ -17,12 +17,16 @@ import orjson
 from agentlife._agent import AgentProcess, Done, Job
 from agentlife._exceptions import OutputValidationError
 from agentlife._runtime._structured import OUTPUT_TOOL, output_json, output_tool
+from agentlife._runtime._toolcalls import error_result
 
 if TYPE_CHECKING:
     from agentlife._llm import LLMReply
     from agentlife._runtime._context import StepContext
 
 __all__ = ["ToolAgent"]
+
+#: `output_tool`'s (definition, parse) for ``ToolAgent.output_type``.
+_OutputTool = tuple[dict[str, Any], Callable[[Any], Any]]
 
 
 class ToolAgent(AgentProcess):
@@ -78,43 +82,45 @@ class ToolAgent(AgentProcess):
         turns = sum(1 for message in conversation if message.get("role") == "assistant")
         if turns >= self.max_turns:
             return Done(status="FAILED", reason=f"no final answer after {self.max_turns} model turns")
+        output = output_tool(self.output_type) if self.output_type is not None else None
         reply = await ctx.llm.complete(
             model=self.model,
             max_tokens=self.max_tokens,
             messages=list(conversation),
-            **self._call_params(),
+            **self._call_params(output),
         )
         conversation.append({"role": "assistant", "content": [dict(block) for block in reply.content]})
-        return await self._after_reply(ctx, reply)
+        return await self._after_reply(ctx, reply, output)
 
-    def _call_params(self) -> dict[str, Any]:
+    def _call_params(self, output: _OutputTool | None) -> dict[str, Any]:
         params = dict(self.llm_params)
         if self.system is not None:
             params["system"] = self.system
         tools = list(self.tools)
-        if self.output_type is not None:
-            tools.append(output_tool(self.output_type)[0])
+        if output is not None:
+            tools.append(output[0])
             # Every turn ends in a tool call: a real tool, or the final answer through the output tool.
             params["tool_choice"] = {"type": "any"}
         if tools:
             params["tools"] = tools
         return params
 
-    async def _after_reply(self, ctx: StepContext, reply: LLMReply) -> Done | None:
+    async def _after_reply(
+        self, ctx: StepContext, reply: LLMReply, output: _OutputTool | None
+    ) -> Done | None:
         uses = [block for block in reply.content if block.get("type") == "tool_use"]
-        structured = self.output_type is not None
-        final = next((b for b in uses if structured and b.get("name") == OUTPUT_TOOL), None)
+        final = next((b for b in uses if output is not None and b.get("name") == OUTPUT_TOOL), None)
         problem: list[dict[str, Any]] = []
-        if final is not None:
+        if final is not None and output is not None:
             try:
-                value = output_tool(self.output_type)[1](final.get("input"))
+                value = output[1](final.get("input"))
             except OutputValidationError as exc:
                 # Back to the model, like invalid tool arguments: it gets another turn to fix its answer.
-                problem.append(_error_result(str(final.get("id", "")), str(exc)))
+                problem.append(error_result(str(final.get("id", "")), str(exc)))
             else:
                 return Done(result=output_json(self.output_type, value))
         if not uses:
-            if not structured:
+            if output is None:
                 return Done(result=reply.text)
             ctx.conversation.append({"role": "user", "content": f"Answer by calling the {OUTPUT_TOOL} tool."})
             return None
@@ -122,7 +128,3 @@ class ToolAgent(AgentProcess):
         results = await ctx.run_tool_calls(others, tools=self.tools)
         ctx.conversation.append({"role": "user", "content": [*results, *problem]})
         return None
-
-
-def _error_result(use_id: str, message: str) -> dict[str, Any]:
-    return {"type": "tool_result", "tool_use_id": use_id, "content": message, "is_error": True}

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from agentlife._redact import Redactor
     from agentlife._runtime._context import StepContext
 
-__all__ = ["offered_tools", "run_tool_calls"]
+__all__ = ["error_result", "offered_tools", "run_tool_calls"]
 
 log = logging.getLogger("agentlife.calls")
 
@@ -79,19 +79,19 @@ async def _run_one(
     spec = registry.get(name)
     if spec is None:
         known = ", ".join(sorted(registry)) or "none"
-        return _error(use_id, f"unknown tool {name!r} (tools offered: {known})")
+        return error_result(use_id, f"unknown tool {name!r} (tools offered: {known})")
     try:
         arguments = validate_arguments(spec, block.get("input"))
     except ToolArgumentsInvalid as exc:
         log.info("tool %s: invalid arguments from the model: %s", name, "; ".join(exc.problems))
-        return _error(use_id, str(exc))
+        return error_result(use_id, str(exc))
     try:
         result: Any = await ctx.call_tool(spec, **arguments)
     except _FATAL:
         raise
     except Exception as exc:
         message = redactor.redact(f"{type(exc).__name__}: {exc}")[:_MAX_ERROR_TEXT]
-        return _error(use_id, f"tool {name} failed: {message}")
+        return error_result(use_id, f"tool {name} failed: {message}")
     return {"type": "tool_result", "tool_use_id": use_id, "content": _as_content(result)}
 
 
@@ -101,5 +101,6 @@ def _as_content(result: Any) -> str | Sequence[Any]:
     return orjson.dumps(result, default=str).decode()
 
 
-def _error(use_id: str, message: str) -> dict[str, Any]:
+def error_result(use_id: str, message: str) -> dict[str, Any]:
+    """A ``tool_result`` block telling the model its call failed (``is_error``)."""
     return {"type": "tool_result", "tool_use_id": use_id, "content": message, "is_error": True}
