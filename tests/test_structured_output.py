@@ -39,11 +39,6 @@ MESSAGES = [{"role": "user", "content": "Triage issue 7."}]
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def make_ctx(tmp_path: Path) -> AsyncIterator[MakeCtx]:
     async with step_contexts(tmp_path) as make:
         yield make

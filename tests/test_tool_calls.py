@@ -37,11 +37,6 @@ from stepctx import step_contexts
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Color(enum.Enum):
     RED = "red"
     BLUE = "blue"
