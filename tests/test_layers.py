@@ -55,6 +55,7 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("agentlife._runtime._services", "agentlife._memory"): "only when a memory store exists",
     ("agentlife._runtime._finish", "agentlife._policy"): "6 ms, only for a crash record",
     ("agentlife._cli._run", "agentlife._runtime._lifecycle"): "the engine loads for run, not for --help",
+    ("agentlife._cli._demo", "agentlife._demo"): "the demo's engine loads for demo, not for --help or job",
     ("agentlife._cli._worker", "agentlife._runtime._worker"): "the engine loads for worker, not for --help",
     ("agentlife._runtime._worker", "agentlife._probes"): "7 ms, imported as the probe thread starts",
     ("agentlife._cli._manifest", "agentlife._schedule"): "only with --schedule",

@@ -6,8 +6,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from agentlife._demo import run_demo
-
 
 def register(sub: Any) -> None:
     """Add ``demo`` to the subcommands."""
@@ -22,5 +20,6 @@ def register(sub: Any) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from agentlife._demo import run_demo
 
     return run_demo(Path(args.data_dir) if args.data_dir else Path(".agentlife-demo"))
