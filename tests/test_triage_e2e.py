@@ -183,6 +183,7 @@ def _sigterm_during_the_label_call(tmp_path: Path, server: FakeServer, expected:
     deadline = time.monotonic() + 30
     while not _label_started(job) and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert _label_started(job), "the label call never started"
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 143, (out + err).decode()[-3000:]
