@@ -36,9 +36,9 @@ from agentlife._llm import (
     INVOCATION_HEADER,
     LLMReply,
     OnEvent,
+    StreamEvent,
     StreamTimeouts,
     Usage,
-    anthropic_stream_event,
 )
 from agentlife._pricing import PriceTable
 from agentlife._redact import Redactor
@@ -47,6 +47,7 @@ from agentlife._retry import classify, error_for_http_status
 __all__ = [
     "AnthropicLLM",
     "MessageAssembler",
+    "anthropic_stream_event",
     "collect_reply",
     "error_for_event",
     "error_for_status",
@@ -269,6 +270,18 @@ def _parse_tool_input(raw: str, block: dict[str, Any]) -> Any:
         _log.warning("tool_use %s: its input is not valid JSON; kept as partial_json", block.get("id"))
         block["partial_json"] = raw
         return {}
+
+
+def anthropic_stream_event(event: Mapping[str, Any]) -> StreamEvent:
+    """Classify one Messages API stream event."""
+    if event.get("type") == "content_block_delta":
+        delta = event.get("delta")
+        if isinstance(delta, Mapping):
+            if delta.get("type") == "text_delta":
+                return StreamEvent("text", str(delta.get("text", "")), event)
+            if delta.get("type") == "thinking_delta":
+                return StreamEvent("thinking", str(delta.get("thinking", "")), event)
+    return StreamEvent("other", "", event)
 
 
 async def collect_reply(

@@ -22,7 +22,6 @@ __all__ = [
     "StreamEvent",
     "StreamTimeouts",
     "Usage",
-    "anthropic_stream_event",
 ]
 
 #: The request header that carries ``{job_id}/{step}/{call}`` to the model server: proxies and the fake
@@ -63,18 +62,6 @@ class StreamEvent:
 
 #: What an adapter that streams events (``streams_events = True``) calls for each one.
 OnEvent = Callable[[StreamEvent], None]
-
-
-def anthropic_stream_event(event: Mapping[str, Any]) -> StreamEvent:
-    """Classify one Messages API stream event."""
-    if event.get("type") == "content_block_delta":
-        delta = event.get("delta")
-        if isinstance(delta, Mapping):
-            if delta.get("type") == "text_delta":
-                return StreamEvent("text", str(delta.get("text", "")), event)
-            if delta.get("type") == "thinking_delta":
-                return StreamEvent("thinking", str(delta.get("thinking", "")), event)
-    return StreamEvent("other", "", event)
 
 
 @dataclass(frozen=True, slots=True)
