@@ -87,9 +87,11 @@ class EventType(enum.StrEnum):
     LLM_STARTED = "LLM_STARTED"
     #: ``step, call, response, usage, digest``: ``response`` is what replay returns for this call.
     LLM_COMPLETED = "LLM_COMPLETED"
-    #: ``step, call, invocation_id, tool, args_digest, digest``: durable before a side-effecting tool runs.
+    #: ``step, call, invocation_id, tool, args_digest, digest, side_effects``: durable before a
+    #: side-effecting tool runs.
     TOOL_STARTED = "TOOL_STARTED"
-    #: ``step, call, invocation_id, tool, result, digest``: durable before the step goes on.
+    #: ``step, call, invocation_id, tool, result, digest``: durable before the step goes on. A result the
+    #: journal refused (the effect happened) is ``result: null`` with ``error_class, error``.
     TOOL_COMPLETED = "TOOL_COMPLETED"
     #: ``step, call, invocation_id, tool, error_class, error``.
     TOOL_FAILED = "TOOL_FAILED"
