@@ -334,7 +334,7 @@ def _nested(levels: int) -> Any:
         ("caf\ud800", "a string with a lone surrogate"),
         (["ok", "\udfff"], "a string with a lone surrogate"),
         ({"\ud83d": 1}, "a dict key with a lone surrogate"),
-        (_nested(MAX_DEPTH + 1), f"nested deeper than {MAX_DEPTH} levels"),
+        (_nested(MAX_DEPTH), f"nested deeper than {MAX_DEPTH} levels"),  # 1 + MAX_DEPTH levels
     ],
 )
 def test_what_orjson_cannot_write_is_refused_with_a_short_line(value: Any, fragment: str) -> None:
@@ -486,6 +486,32 @@ async def test_a_refused_side_effect_result_is_recorded_completed_and_replayed_a
     other, _ = await replaying(events)
     with pytest.raises(ReplayMismatch):  # the recorded error is for this very call only
         await other.call_tool(pay, amount=6)
+
+
+@tool(side_effects=True, verify=lambda invocation_id: _verified_cycle(invocation_id))
+async def refund(amount: int) -> str:
+    _runs.append(f"refund {amount}")
+    return "refunded"
+
+
+async def _verified_cycle(invocation_id: str) -> Any:
+    _runs.append("verify")
+    found: dict[str, Any] = {}
+    found["again"] = found
+    return found
+
+
+@pytest.mark.anyio
+async def test_a_refused_verify_result_is_recorded_completed_too(replaying: Any) -> None:
+    ctx, journal = await replaying([_started("refund", {"amount": 3}, True)])
+    with pytest.raises(UnreplayableValue, match="verified result holds a cycle") as live:
+        await ctx.call_tool(refund, amount=3)
+    (completed,) = [e for e in await journal_events(journal) if e["type"] == "TOOL_COMPLETED"]
+    assert completed["verified"] is True and completed["error"] == str(live.value)
+    resumed, _ = await replaying([_started("refund", {"amount": 3}, True), completed])
+    with pytest.raises(UnreplayableValue):
+        await resumed.call_tool(refund, amount=3)
+    assert _runs == ["verify"]  # neither the refund nor a second verify
 
 
 @pytest.mark.anyio
