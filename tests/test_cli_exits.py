@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -108,3 +109,47 @@ def test_journal_show_on_a_fifo_ends_on_sigterm(tmp_path: Path) -> None:
     got, elapsed, _ = terminate(proc, signal.SIGTERM)
     assert got == 143
     assert elapsed < 2.0
+
+
+# A lone surrogate (an escaped half of a UTF-16 pair) parses as JSON but cannot be encoded as UTF-8: no
+# store, journal or checkpoint could hold it.
+_LONE_SURROGATES = ['"\\ud800"', '{"a": "x\\udfff"}', '{"\\ud83d": 1}', '["\\ud83d\\ude00", "\\ude00"]']
+
+
+@pytest.mark.parametrize("payload", _LONE_SURROGATES)
+def test_a_payload_with_a_lone_surrogate_is_a_usage_error_for_run_and_job_create(
+    tmp_path: Path, payload: str
+) -> None:
+    env = agent_env(tmp_path / "data", AGENTLIFE_JOB_ID="job-p")
+    run = run_cli("run", "agents.drain_agent:DrainAgent", "--payload", payload, env=env)
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr
+    assert run.stderr.count("\n") == 1 and "--payload" in run.stderr and "lone surrogate" in run.stderr
+    assert run.stdout == "" and not (tmp_path / "data").exists()  # no row, no journal, no directory
+
+    assert run_cli("db", "init", env=env).returncode == 0
+    for source in (("--payload", payload), ("--payload", "-")):
+        create = subprocess.run(
+            [sys.executable, "-m", "agentlife", "job", "create", "drain-agent", *source],
+            env=env,
+            cwd=REPO,
+            input=payload,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert create.returncode == 2, create.stdout + create.stderr
+        assert create.stderr.count("\n") == 1 and "lone surrogate" in create.stderr
+    listed = run_cli("job", "list", "--json", env=env)
+    assert listed.returncode == 0 and listed.stdout == ""  # no row was created
+
+
+def test_a_payload_with_an_escaped_surrogate_pair_is_the_character_it_encodes(tmp_path: Path) -> None:
+    env = agent_env(tmp_path / "data", AGENTLIFE_JOB_ID="job-p")
+    assert run_cli("db", "init", env=env).returncode == 0
+    made = run_cli(
+        "job", "create", "drain-agent", "--id", "job-q", "--payload", '{"e": "\\ud83d\\ude00"}', env=env
+    )
+    assert made.returncode == 0, made.stderr
+    (row,) = [json.loads(line) for line in run_cli("job", "list", "--json", env=env).stdout.splitlines()]
+    assert row["payload"] == {"e": "\N{GRINNING FACE}"}

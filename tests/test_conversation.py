@@ -8,14 +8,19 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agentlife import AgentProcess, AttemptFenced, Done, StepContext, UnreplayableValue
+from agentlife import AgentProcess, AttemptFenced, CheckpointCorrupt, Done, StepContext, UnreplayableValue
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._conversation import ConversationLog, rolling_digest
 from agentlife.stores import PostgresStore, SQLiteStore
 from agentlife.testing import AgentHarness, DrainAt
+from procs import agent_env, json_lines, run_cli
 
 pytestmark = pytest.mark.anyio
+
+CHAT = "agents.journal_agents:ChatAgent"
 
 TURN_BYTES = 4096
 
@@ -125,6 +130,60 @@ async def test_a_tampered_history_refuses_to_boot(tmp_path: Path) -> None:
     assert run.exit_code != 0
     assert again.seen == []
     assert any("does not match the checkpoint's digest" in message for message in run.log_messages())
+
+
+# Each way of editing stored message 1 by hand: a forged message, bytes that are not JSON, JSON that is
+# not a message, and the same text stored as TEXT (what the sqlite3 shell writes for a quoted string).
+_EDITS = {
+    "forged message": b'{"role":"user","content":"forged"}',
+    "not JSON": b"not json{",
+    "not an object": b"[1, 2]",
+    "TEXT, not a BLOB": "not json",
+}
+
+
+def test_a_hand_edited_row_refuses_boot_like_every_other_tampering(tmp_path: Path) -> None:
+    outcomes = {}
+    for edit, value in _EDITS.items():
+        env = agent_env(
+            tmp_path / edit.replace(" ", "_"), AGENTLIFE_JOB_ID="job-c", TEST_MARKER_DIR=str(tmp_path)
+        )
+        first = run_cli("run", CHAT, env={**env, "AGENTLIFE_ATTEMPT": "1"})
+        assert first.returncode == 1, first.stdout[-2000:]  # crashed at step 3: checkpoint of step 2
+        conn = sqlite3.connect(Path(env["AGENTLIFE_DATA_DIR"]) / "agentlife.db")
+        conn.execute("UPDATE conversation SET message = ? WHERE job_id = 'job-c' AND seq = 1", (value,))
+        conn.commit()
+        conn.close()
+        again = run_cli("run", CHAT, env={**env, "AGENTLIFE_ATTEMPT": "2"})
+        errors = [line["msg"] for line in json_lines(again.stdout) if line["level"] == "ERROR"]
+        outcomes[edit] = (again.returncode, tuple(errors), again.stderr)
+    assert set(outcomes.values()) == {
+        (1, ("fatal: job job-c: the stored conversation does not match the checkpoint's digest",), "")
+    }, outcomes
+
+
+def test_rows_that_match_the_digest_but_are_no_messages_are_refused_too() -> None:
+    # Only someone who also rewrote the checkpoint's digest gets here; the refusal is still one line.
+    for row in (b"not json{", b"[1]", b'"text"', b"\xff\xfe"):
+        meta = {"length": 1, "digest": rolling_digest("", row)}
+        with pytest.raises(CheckpointCorrupt, match="stored conversation message 0 is not a JSON object"):
+            ConversationLog.restore("j", meta, [row])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.binary(max_size=64) | st.sampled_from([b"{}", b'{"role":"user"}', b"[]"]), max_size=4)
+)
+def test_restoring_any_rows_gives_messages_or_checkpoint_corrupt(rows: list[bytes]) -> None:
+    digest = ""
+    for row in rows:
+        digest = rolling_digest(digest, row)
+    for meta in ({"length": len(rows), "digest": digest}, {"length": len(rows), "digest": "other"}):
+        try:
+            log = ConversationLog.restore("j", meta, rows)
+        except CheckpointCorrupt:
+            continue
+        assert all(isinstance(message, dict) for message in log.begin_step())
 
 
 async def test_missing_rows_refuse_to_boot(tmp_path: Path) -> None:

@@ -412,3 +412,20 @@ async def test_carry_forward_keeps_fields_and_original_time(tmp_path: Path) -> N
     assert [e["carried_ts"] for e in new] == [100.5, 101.0, 50.0]
     assert new[1]["response"] == {"text": "x"}
     assert new[1]["call"] == 0
+
+
+@pytest.mark.anyio
+async def test_lone_surrogates_in_fields_nothing_replays_are_escaped_never_raised(tmp_path: Path) -> None:
+    # An exception message, an argument, a key: the line is written with the escape; replayed results
+    # never get here (check_replayable refuses them first).
+    journal = Journal.create(tmp_path, 1, redactor=Redactor(["sk-secret-value"]))
+    journal.append(EventType.TOOL_FAILED, step=0, call=0, error="bad byte \udcff from sk-secret-value")
+    journal.append(EventType.RETRY, step=0, call=1, **{"odd\ud800key": ["\ud83d", 1]})
+    await journal.append_durable(EventType.TOOL_STARTED, step=0, call=2, tool="t\udfff")
+    await journal.aclose()
+    first, second, third = lines_on_disk(journal.path)
+    assert first["error"] == "bad byte \\udcff from ***"
+    assert second["odd\\ud800key"] == ["\\ud83d", 1]
+    assert third["tool"] == "t\\udfff"
+    assert len(args_digest({"text": "\ud800"})) == 64
+    assert args_digest({"text": "\ud800"}) != args_digest({"text": "\ud801"})

@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import orjson
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
-from agentlife import Done, ReplayMismatch, UnreplayableValue
-from agentlife._recovery import ReplayMap, build_replay
-from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
+from agentlife import NOT_DONE, Done, ReplayMismatch, ScriptedLLM, StepContext, UnreplayableValue, tool
+from agentlife._config import MAX_PAYLOAD_DEPTH
+from agentlife._journal import Journal
+from agentlife._recovery import ReplayMap, build_replay, read_events
+from agentlife._redact import Redactor
+from agentlife._replay import MAX_DEPTH, check_replayable, llm_request_digest, tool_call_digest
 from procs import REPO, agent_env, run_cli, spawn, wait_for
+from stepctx import journal_events, step_contexts
 
 AGENT = "agents.replay_agent:ReplayAgent"
 RERUN = "agents.replay_agent:RerunReplayAgent"
@@ -306,3 +316,244 @@ def test_llm_calls_are_journaled_at_start_and_journal_show_names_model_and_durat
     assert shown.returncode == 0
     llm_line = next(line for line in shown.stdout.splitlines() if "llm call 1" in line)
     assert "claude-test" in llm_line and "ms)" in llm_line
+
+
+# ------------------------------------------------------------- what the journal holds, and what it refuses
+
+
+def _nested(levels: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("caf\ud800", "a string with a lone surrogate"),
+        (["ok", "\udfff"], "a string with a lone surrogate"),
+        ({"\ud83d": 1}, "a dict key with a lone surrogate"),
+        (_nested(MAX_DEPTH), f"nested deeper than {MAX_DEPTH} levels"),  # 1 + MAX_DEPTH levels
+    ],
+)
+def test_what_orjson_cannot_write_is_refused_with_a_short_line(value: Any, fragment: str) -> None:
+    with pytest.raises(UnreplayableValue, match=fragment) as info:
+        check_replayable({"v": value}, "tool fetch's result")
+    message = str(info.value)
+    assert "\n" not in message and len(message) < 300  # 128 levels of path are shortened
+    message.encode("utf-8")  # the refusal itself can be journaled and logged
+
+
+def test_the_depth_limit_is_the_payload_limit_and_leaves_room_for_every_holder() -> None:
+    assert MAX_DEPTH == MAX_PAYLOAD_DEPTH
+    deepest = _nested(MAX_DEPTH - 1)  # with the {"v": ...} around it: MAX_DEPTH levels
+    check_replayable({"v": deepest}, "ctx.state")
+    # An LLM response nests blocks four levels down in its journal line; a tool result one.
+    line = {"response": {"content": [{"input": {"v": deepest}}]}}
+    assert orjson.loads(orjson.dumps(line)) == line
+    check_replayable(json.loads('"\\ud83d\\ude00: JSON joins an escaped pair"'), "ctx.state")
+
+
+# Text with lone surrogates mixed in; JSON-like values nested up to past the limit, with the odd tuple.
+_text = st.text(st.characters() | st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), max_size=8)
+_scalars = st.none() | st.booleans() | st.integers() | st.floats() | _text
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3) | st.tuples(inner),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_values, extra_levels=st.sampled_from([0, MAX_DEPTH - 8, MAX_DEPTH + 1, 254, 300]))
+def test_every_value_is_refused_or_journaled_and_replayed_exactly(value: Any, extra_levels: int) -> None:
+    for _ in range(extra_levels):
+        value = [value]
+    try:
+        check_replayable(value, "tool t's result")
+    except UnreplayableValue as exc:
+        str(exc).encode("utf-8")  # the refusal itself can be journaled
+        event("refused")
+        return
+    event("journaled")
+    with tempfile.TemporaryDirectory() as tmp:
+        journal = Journal.create(Path(tmp), 1, redactor=Redactor())
+        journal.append("TOOL_STARTED", step=0, call=0, invocation_id="j/0/0", tool="t", digest="d")
+        journal.append(
+            "TOOL_COMPLETED", step=0, call=0, invocation_id="j/0/0", tool="t", result=value, digest="d"
+        )
+        anyio.run(journal.aclose)
+        events = [e for e in read_events(journal.path)]
+    record = build_replay(events, 0).tool(0)
+    assert record is not None and record.status == "completed" and not record.refused
+    assert record.result == value and type(record.result) is type(value)
+
+
+def test_a_refused_completion_and_the_start_it_follows_make_one_record() -> None:
+    events = [
+        {"type": "TOOL_STARTED", "step": 0, "call": 0, "tool": "pay", "digest": "1", "side_effects": True},
+        {
+            "type": "TOOL_COMPLETED",
+            "step": 0,
+            "call": 0,
+            "tool": "pay",
+            "digest": "1",
+            "result": None,
+            "error_class": "UnreplayableValue",
+            "error": "tool pay's result holds a cycle",
+        },
+    ]
+    record = build_replay(events, 0).tool(0)
+    assert record is not None and record.refused and record.side_effects is True
+    assert (record.error_class, record.error) == ("UnreplayableValue", "tool pay's result holds a cycle")
+    ok = build_replay([*events[:1], {**events[1], "error_class": None, "result": 3}], 0).tool(0)
+    assert ok is not None and not ok.refused and ok.result == 3
+
+
+# -------------------------------------------------------- replay in a step (a real StepContext and journal)
+
+_runs: list[str] = []
+
+
+@tool(side_effects=True)
+async def pay(amount: int) -> Any:
+    _runs.append(f"pay {amount}")
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    return cyclic
+
+
+@tool(side_effects=False)
+async def read_clock(now: float) -> Any:
+    _runs.append(f"read {now}")
+    return {"set": {1}} if now < 0 else now
+
+
+@tool(side_effects=True, verify=lambda invocation_id: _verified(invocation_id))
+async def ship(now: float) -> str:
+    _runs.append(f"ship {now}")
+    return "shipped"
+
+
+async def _verified(invocation_id: str) -> Any:
+    _runs.append("verify")
+    return NOT_DONE
+
+
+def _started(tool_name: str, args: dict[str, Any], side_effects: bool | None) -> dict[str, Any]:
+    event = {
+        "type": "TOOL_STARTED",
+        "step": 0,
+        "call": 0,
+        "invocation_id": "job-s/0/0",
+        "tool": tool_name,
+        "digest": tool_call_digest(tool_name, args),
+    }
+    return event if side_effects is None else {**event, "side_effects": side_effects}
+
+
+@pytest.fixture
+async def replaying(tmp_path: Path) -> AsyncIterator[Any]:
+    """``ctx_for(events)``: step 0's context resuming with ``events`` in its journal."""
+    _runs.clear()
+    async with step_contexts(tmp_path) as make:
+
+        async def ctx_for(events: list[dict[str, Any]]) -> tuple[StepContext, Journal]:
+            ctx, journal = await make(ScriptedLLM([]))
+            ctx._env.replay = build_replay(events, 0)
+            return ctx, journal
+
+        yield ctx_for
+
+
+@pytest.mark.anyio
+async def test_a_refused_side_effect_result_is_recorded_completed_and_replayed_as_the_same_error(
+    replaying: Any,
+) -> None:
+    ctx, journal = await replaying([])
+    with pytest.raises(UnreplayableValue, match="a cycle") as live:
+        await ctx.call_tool(pay, amount=5)
+    events = await journal_events(journal)
+    completed = [e for e in events if e["type"] == "TOOL_COMPLETED"]
+    assert len(completed) == 1 and completed[0]["error"] == str(live.value)
+    assert _runs == ["pay 5"]
+
+    resumed, _ = await replaying(events)
+    with pytest.raises(UnreplayableValue) as replayed:
+        await resumed.call_tool(pay, amount=5)
+    assert str(replayed.value) == str(live.value) and _runs == ["pay 5"]  # no second effect
+    other, _ = await replaying(events)
+    with pytest.raises(ReplayMismatch):  # the recorded error is for this very call only
+        await other.call_tool(pay, amount=6)
+
+
+@tool(side_effects=True, verify=lambda invocation_id: _verified_cycle(invocation_id))
+async def refund(amount: int) -> str:
+    _runs.append(f"refund {amount}")
+    return "refunded"
+
+
+async def _verified_cycle(invocation_id: str) -> Any:
+    _runs.append("verify")
+    found: dict[str, Any] = {}
+    found["again"] = found
+    return found
+
+
+@pytest.mark.anyio
+async def test_a_refused_verify_result_is_recorded_completed_too(replaying: Any) -> None:
+    ctx, journal = await replaying([_started("refund", {"amount": 3}, True)])
+    with pytest.raises(UnreplayableValue, match="verified result holds a cycle") as live:
+        await ctx.call_tool(refund, amount=3)
+    (completed,) = [e for e in await journal_events(journal) if e["type"] == "TOOL_COMPLETED"]
+    assert completed["verified"] is True and completed["error"] == str(live.value)
+    resumed, _ = await replaying([_started("refund", {"amount": 3}, True), completed])
+    with pytest.raises(UnreplayableValue):
+        await resumed.call_tool(refund, amount=3)
+    assert _runs == ["verify"]  # neither the refund nor a second verify
+
+
+@pytest.mark.anyio
+async def test_a_refused_read_only_result_is_a_failure_that_runs_again(replaying: Any) -> None:
+    ctx, journal = await replaying([])
+    with pytest.raises(UnreplayableValue, match="a set"):
+        await ctx.call_tool(read_clock, now=-1.0)
+    events = await journal_events(journal)
+    assert [e["type"] for e in events if e["type"].startswith("TOOL_")] == ["TOOL_STARTED", "TOOL_FAILED"]
+    resumed, _ = await replaying(events)
+    assert await resumed.call_tool(read_clock, now=2.0) == 2.0
+    assert _runs == ["read -1.0", "read 2.0"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("recorded", "outcome"),
+    [
+        (_started("read_clock", {"now": 1.0}, False), "runs"),  # read-only, now with other arguments
+        (_started("read_clock", {"now": 1.0}, None), "runs"),  # an older journal, the same read-only tool
+        (_started("pay", {"amount": 1}, None), "mismatch"),  # an older journal, another tool: unknown
+        (_started("pay", {"amount": 1}, True), "mismatch"),  # a side effect that may have happened
+    ],
+)
+async def test_a_pending_read_only_call_runs_with_the_new_arguments_a_pending_effect_is_checked(
+    replaying: Any, recorded: dict[str, Any], outcome: str
+) -> None:
+    ctx, _ = await replaying([recorded])
+    if outcome == "mismatch":
+        with pytest.raises(ReplayMismatch):
+            await ctx.call_tool(read_clock, now=2.0)
+        assert _runs == []
+        return
+    assert await ctx.call_tool(read_clock, now=2.0) == 2.0
+    assert _runs == ["read 2.0"]
+
+
+@pytest.mark.anyio
+async def test_an_effect_after_a_pending_read_is_a_first_run_not_a_verify(replaying: Any) -> None:
+    ctx, _ = await replaying([_started("read_clock", {"now": 1.0}, False)])
+    assert await ctx.call_tool(ship, now=2.0) == "shipped"
+    assert _runs == ["ship 2.0"]  # nothing of it started before: verify is not asked
+    same, _ = await replaying([_started("ship", {"now": 2.0}, True)])
+    assert await same.call_tool(ship, now=2.0) == "shipped"
+    assert _runs == ["ship 2.0", "verify", "ship 2.0"]  # a pending effect still goes through verify

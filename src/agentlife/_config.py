@@ -11,6 +11,7 @@ from pathlib import Path
 
 from agentlife._exceptions import ConfigError
 from agentlife._redact import url_password
+from agentlife._replay import MAX_DEPTH
 from agentlife.constants import Constants
 
 __all__ = [
@@ -30,9 +31,10 @@ JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: The largest attempt number: PostgreSQL's ``integer`` column (the job row's ``attempt``) holds no more.
 MAX_ATTEMPT = 2**31 - 1
-#: How deeply a job payload may nest. The journal, the checkpoint and the stores serialise with orjson, which
-#: refuses 255 levels; the margin leaves room for the documents that carry the payload one level down.
-MAX_PAYLOAD_DEPTH = 128
+#: How deeply a job payload may nest: as deeply as any value the journal records (`check_replayable`).
+#: The journal, the checkpoint and the stores serialise with orjson, which refuses 255 levels; the margin
+#: leaves room for the documents that carry the payload further down.
+MAX_PAYLOAD_DEPTH = MAX_DEPTH
 _SQLITE_NO_PATH = ("", "/")
 #: The values of ``AGENTLIFE_LLM_PROVIDER``: which adapter the default ``make_llm()`` builds.
 LLM_PROVIDERS = ("anthropic", "openai")

@@ -44,8 +44,12 @@ class ConversationLog:
     def restore(cls, job_id: str, meta: Mapping[str, Any] | None, rows: Sequence[bytes]) -> ConversationLog:
         """Rebuild the history a checkpoint describes from its stored rows, or refuse.
 
+        The digest is checked over the stored bytes before any row is parsed, so a row edited into
+        anything at all (not JSON, not a message) is refused like every other tampering.
+
         Raises:
-            CheckpointCorrupt: rows are missing, or their digest is not the checkpoint's.
+            CheckpointCorrupt: rows are missing, their digest is not the checkpoint's, or a row that
+                matches the digest is not a message object.
         """
         if not meta:
             return cls()
@@ -56,15 +60,13 @@ class ConversationLog:
                 f"the store holds {len(rows)}"
             )
         digest = _EMPTY_DIGEST
-        messages = []
         for row in rows:
             digest = rolling_digest(digest, row)
-            messages.append(orjson.loads(row))
         if digest != expected:
             raise CheckpointCorrupt(
                 f"job {job_id}: the stored conversation does not match the checkpoint's digest"
             )
-        return cls(messages, digest)
+        return cls([_message(job_id, seq, row) for seq, row in enumerate(rows)], digest)
 
     def begin_step(self) -> Conversation:
         """The view one step works on."""
@@ -73,6 +75,17 @@ class ConversationLog:
     def _commit(self, messages: Sequence[dict[str, Any]], digest: str) -> None:
         self._messages.extend(messages)
         self.digest = digest
+
+
+def _message(job_id: str, seq: int, row: bytes) -> dict[str, Any]:
+    """One stored row as a message; only a forger who also rewrote the checkpoint gets past the digest."""
+    try:
+        message = orjson.loads(row)
+    except orjson.JSONDecodeError:
+        message = None
+    if not isinstance(message, dict):
+        raise CheckpointCorrupt(f"job {job_id}: stored conversation message {seq} is not a JSON object")
+    return message
 
 
 class Conversation(Sequence[dict[str, Any]]):

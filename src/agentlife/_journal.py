@@ -40,6 +40,7 @@ import orjson
 from agentlife._config import validate_job_id
 from agentlife._exceptions import ConfigError
 from agentlife._redact import Redactor
+from agentlife._replay import utf8_safe
 
 __all__ = [
     "FORMAT_VERSION",
@@ -86,9 +87,11 @@ class EventType(enum.StrEnum):
     LLM_STARTED = "LLM_STARTED"
     #: ``step, call, response, usage, digest``: ``response`` is what replay returns for this call.
     LLM_COMPLETED = "LLM_COMPLETED"
-    #: ``step, call, invocation_id, tool, args_digest, digest``: durable before a side-effecting tool runs.
+    #: ``step, call, invocation_id, tool, args_digest, digest, side_effects``: durable before a
+    #: side-effecting tool runs.
     TOOL_STARTED = "TOOL_STARTED"
-    #: ``step, call, invocation_id, tool, result, digest``: durable before the step goes on.
+    #: ``step, call, invocation_id, tool, result, digest``: durable before the step goes on. A result the
+    #: journal refused (the effect happened) is ``result: null`` with ``error_class, error``.
     TOOL_COMPLETED = "TOOL_COMPLETED"
     #: ``step, call, invocation_id, tool, error_class, error``.
     TOOL_FAILED = "TOOL_FAILED"
@@ -172,7 +175,12 @@ def list_sessions(session_dir: Path) -> list[Path]:
 
 
 def _dumps(record: Mapping[str, Any], option: int = _OPTIONS) -> bytes:
-    """Serialise with ``default=str``; what orjson still refuses (huge ints, cycles) is sanitised first."""
+    """Serialise with ``default=str``; what orjson still refuses is sanitised first.
+
+    That is huge ints, cycles, nesting orjson refuses and strings with lone surrogates: the line is then
+    written with a stand-in, never refused. Results that replay returns are checked before they get here
+    (`check_replayable`), so a stand-in only ever lands in a field that nothing replays.
+    """
     try:
         return orjson.dumps(record, default=str, option=option)
     except orjson.JSONEncodeError:
@@ -187,18 +195,20 @@ def _safe_str(value: Any) -> str:
 
 
 def _sanitise(value: Any, depth: int) -> Any:
-    """A JSON-safe copy: oversized ints and anything too deep (or cyclic) become strings."""
+    """A JSON-safe copy: oversized ints, lone surrogates and anything too deep (or cyclic) become strings."""
     if depth > _MAX_SANITISE_DEPTH:
         return f"<nested too deep: {type(value).__name__}>"
-    if isinstance(value, bool) or value is None or isinstance(value, (float, str)):
+    if isinstance(value, str):
+        return utf8_safe(value)
+    if isinstance(value, bool) or value is None or isinstance(value, float):
         return value
     if isinstance(value, int):
         return value if -(2**63) <= value < 2**64 else str(value)
     if isinstance(value, Mapping):
-        return {str(k): _sanitise(v, depth + 1) for k, v in value.items()}
+        return {utf8_safe(_safe_str(k)): _sanitise(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_sanitise(v, depth + 1) for v in value]
-    return _safe_str(value)
+    return utf8_safe(_safe_str(value))
 
 
 def args_digest(args: Mapping[str, Any]) -> str:

@@ -355,4 +355,8 @@ def _llm_outcome(event: Event) -> str:
 def _tool_outcome(event: Event) -> str:
     if event.get("type") == EventType.TOOL_FAILED:
         return f"failed, {_short(event.get('error_class'))}: {_preview(event.get('error'))}"
+    if event.get("error_class") is not None:  # the effect happened; the journal refused its result
+        return (
+            f"completed, result refused: {_short(event.get('error_class'))}: {_preview(event.get('error'))}"
+        )
     return f"completed -> {_preview(event.get('result'))}"

@@ -12,6 +12,7 @@ from typing import IO, Any
 import orjson
 
 from agentlife._redact import Redactor
+from agentlife._replay import utf8_safe
 
 __all__ = ["JsonLogHandler", "get_logger", "installed_json_logging", "process_logging"]
 
@@ -64,7 +65,11 @@ class JsonLogHandler(logging.Handler):
         if self._broken:
             return
         try:
-            line = orjson.dumps(self.to_dict(record), default=str).decode()
+            fields = self.to_dict(record)
+            try:
+                line = orjson.dumps(fields, default=str).decode()
+            except TypeError:  # a lone surrogate or a huge int, which orjson refuses
+                line = orjson.dumps(_writable(fields), default=str).decode()
             stream = self._stream or sys.stdout
             stream.write(line + "\n")
             stream.flush()
@@ -73,6 +78,22 @@ class JsonLogHandler(logging.Handler):
             self._broken = True
         except Exception:
             self.handleError(record)
+
+
+def _writable(value: Any) -> Any:
+    """A copy orjson writes: lone surrogates as their escapes, ints beyond 64 bits as strings.
+
+    The values come from the redactor's bounded walk (no cycles, at most 254 levels).
+    """
+    if isinstance(value, str):
+        return utf8_safe(value)
+    if isinstance(value, Mapping):
+        return {utf8_safe(str(k)): _writable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_writable(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        return str(value)
+    return value
 
 
 @contextmanager

@@ -333,7 +333,11 @@ class ToolRecord:
     """What the journal knows about one tool call of the resumed step.
 
     ``pending`` means ``TOOL_STARTED`` without a completion: the effect may or may not have happened, and
-    the tool's ``verify`` (or a re-run, at-least-once) decides.
+    the tool's ``verify`` (or a re-run, at-least-once) decides. A ``completed`` call with an
+    ``error_class`` is one whose effect happened but whose result the journal refused (`refused`): replay
+    raises that error again instead of running the tool.
+
+    ``side_effects`` is what ``TOOL_STARTED`` said of the tool (None in journals older than the field).
     """
 
     call: int
@@ -345,6 +349,12 @@ class ToolRecord:
     error: str | None = None
     args_digest: str | None = None
     digest: str | None = None
+    side_effects: bool | None = None
+
+    @property
+    def refused(self) -> bool:
+        """Whether the call completed but its result was refused by the journal (its error is recorded)."""
+        return self.status == "completed" and self.error_class is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,6 +453,7 @@ def _apply(replay: ReplayMap, event: Mapping[str, Any], call: int) -> None:
         return
     invocation_id = event.get("invocation_id")
     tool_name = event.get("tool")
+    side_effects = event.get("side_effects")
     record = ToolRecord(
         call=call,
         invocation_id=invocation_id if isinstance(invocation_id, str) else None,
@@ -450,6 +461,7 @@ def _apply(replay: ReplayMap, event: Mapping[str, Any], call: int) -> None:
         status="pending",
         args_digest=_str_or_none(event.get("args_digest")),
         digest=_str_or_none(event.get("digest")),
+        side_effects=side_effects if isinstance(side_effects, bool) else None,
     )
     if previous is not None and not _supersedes(event, previous):
         # keep what the start told us when the completion omits it
@@ -460,9 +472,16 @@ def _apply(replay: ReplayMap, event: Mapping[str, Any], call: int) -> None:
             status="pending",
             args_digest=record.args_digest or previous.args_digest,
             digest=record.digest or previous.digest,
+            side_effects=record.side_effects if record.side_effects is not None else previous.side_effects,
         )
     if type_ == EventType.TOOL_COMPLETED:
-        record = _replace_status(record, "completed", result=event.get("result"))
+        record = _replace_status(
+            record,
+            "completed",
+            result=event.get("result"),
+            error_class=_str_or_none(event.get("error_class")),
+            error=_str_or_none(event.get("error")),
+        )
     elif type_ == EventType.TOOL_FAILED:
         record = _replace_status(
             record,

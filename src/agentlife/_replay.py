@@ -7,8 +7,9 @@ Replay returns a recorded result instead of calling again, so two things must ho
   parameters), and replay compares it before returning anything (`ReplayMismatch` otherwise);
 - the value replayed equals the value the live call returned. JSON (through orjson) is the journal's and
   the checkpoint's format, so a value that JSON would silently change (a tuple turning into a list, a
-  datetime into a string, NaN into null) is refused where it enters, by `check_replayable`, with a message
-  that names the value's owner and the path inside it.
+  datetime into a string, NaN into null) or cannot write at all (a cycle, a string with a lone surrogate,
+  nesting past what orjson writes) is refused where it enters, by `check_replayable`, with a message that
+  names the value's owner and the path inside it.
 
 A digest is 16 hex characters (64 bits) of SHA-256 over the canonical orjson of the call (sorted keys).
 It identifies a call; it is not a secrecy mechanism, though no argument value can be read back from it.
@@ -22,12 +23,16 @@ from typing import Any
 
 from agentlife._exceptions import UnreplayableValue
 
-__all__ = ["check_replayable", "llm_request_digest", "tool_call_digest"]
+__all__ = ["MAX_DEPTH", "check_replayable", "llm_request_digest", "tool_call_digest", "utf8_safe"]
 
 _DIGEST_CHARS = 16
 _MIN_INT = -(2**63)  # orjson's range: beyond it a value cannot be written at all
 _MAX_INT = 2**64 - 1
-_MAX_DEPTH = 256
+#: How deeply a recorded value may nest. orjson writes at most 254 levels and the masking walk keeps
+#: 254, counted from the journal line, which holds a tool result one level down and an LLM response four;
+#: half of that leaves every holder room, and is the limit of a job payload too.
+MAX_DEPTH = 128
+_MAX_PATH_CHARS = 80
 
 
 def tool_call_digest(tool: str, args: Mapping[str, Any]) -> str:
@@ -73,9 +78,9 @@ def _identity(value: Any) -> Any:
 def check_replayable(value: Any, owner: str) -> None:
     """Refuse a value that the journal or the checkpoint would not give back exactly.
 
-    Accepted: None, bool, str, int in the 64-bit range orjson writes, finite float, list, and dict with
-    str keys, nested up to 256 levels. Everything else (tuple, set, bytes, datetime, Decimal, NaN, a
-    custom object, a cycle) raises.
+    Accepted: None, bool, str (without lone surrogates, which UTF-8 cannot encode), int in the 64-bit
+    range orjson writes, finite float, list, and dict with str keys, nested up to `MAX_DEPTH` (128)
+    levels. Everything else (tuple, set, bytes, datetime, Decimal, NaN, a custom object, a cycle) raises.
 
     Args:
         value: the value about to be recorded.
@@ -88,7 +93,11 @@ def check_replayable(value: Any, owner: str) -> None:
 
 
 def _check(value: Any, owner: str, path: str, depth: int, seen: set[int]) -> None:
-    if value is None or isinstance(value, (bool, str)):
+    if isinstance(value, str):
+        if not _encodable(value):
+            _refuse(owner, path, "a string with a lone surrogate (UTF-8 cannot encode it)")
+        return
+    if value is None or isinstance(value, bool):
         return
     if isinstance(value, int):
         if not _MIN_INT <= value <= _MAX_INT:
@@ -98,8 +107,8 @@ def _check(value: Any, owner: str, path: str, depth: int, seen: set[int]) -> Non
         if value != value or value in (float("inf"), float("-inf")):
             _refuse(owner, path, f"{value!r} (JSON has no NaN or infinity)")
         return
-    if depth >= _MAX_DEPTH:
-        _refuse(owner, path, f"a value nested deeper than {_MAX_DEPTH} levels")
+    if depth >= MAX_DEPTH:
+        _refuse(owner, path, f"a value nested deeper than {MAX_DEPTH} levels")
     if type(value) in (list, dict):
         if id(value) in seen:
             _refuse(owner, path, "a cycle (a container that contains itself)")
@@ -118,7 +127,30 @@ def _check_children(value: Any, owner: str, path: str, depth: int, seen: set[int
     for key, item in value.items():
         if not isinstance(key, str):
             _refuse(owner, f"{path}[{key!r}]", f"a dict key of type {type(key).__name__} (keys must be str)")
+        if not _encodable(key):
+            _refuse(owner, f"{path}[{key!r}]", "a dict key with a lone surrogate (UTF-8 cannot encode it)")
         _check(item, owner, f"{path}[{key!r}]", depth + 1, seen)
+
+
+def utf8_safe(text: str) -> str:
+    """``text`` with each lone surrogate written as its escape, for text that is only shown or logged.
+
+    orjson refuses a string UTF-8 cannot encode; an exception message or an argument may hold one.
+    """
+    if _encodable(text):
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _encodable(text: str) -> bool:
+    """Whether UTF-8 can encode ``text``: a surrogate code point (U+D800 to U+DFFF) on its own it cannot."""
+    if text.isascii():  # the common case, without copying the string
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 _HINTS: Mapping[type, str] = {
@@ -140,5 +172,7 @@ def _describe(value: Any) -> str:
 
 
 def _refuse(owner: str, path: str, what: str) -> None:
+    if len(path) > _MAX_PATH_CHARS:  # 128 levels of "[0]": keep the message short
+        path = f"{path[: _MAX_PATH_CHARS // 2]}...{path[-_MAX_PATH_CHARS // 2 :]}"
     where = f" at {path}" if path else ""
     raise UnreplayableValue(f"{owner} holds {what}{where}: the journal could not give it back exactly")

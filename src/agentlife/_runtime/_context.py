@@ -22,6 +22,7 @@ from agentlife._exceptions import (
     PolicyUnavailable,
     ReplayMismatch,
     ToolTimeout,
+    UnreplayableValue,
 )
 from agentlife._guard import stream_timeouts_from_constants
 from agentlife._journal import args_digest
@@ -352,6 +353,8 @@ class StepContext:
         replay = self._recorded_tool_call(spec, call, kwargs, digest)
         if replay is not None and replay.status == "completed":
             log.info("tool %s (%s) replayed from the journal", spec.name, invocation_id)
+            if replay.refused:  # the effect happened; the journal kept the error its result raised
+                raise _recorded_refusal(replay)
             return replay.result
         if self._may_have_run(spec, call, replay) and spec.verify is not None:
             verified = await spec.verify(invocation_id)
@@ -411,6 +414,10 @@ class StepContext:
         record = replay.tool(call) if replay is not None else None
         if record is None or record.status == "failed":
             return record
+        if record.status == "pending" and _read_only(record, spec):
+            # Started, never finished, and without effects: nothing is recorded to return or to verify, so
+            # the call runs with this attempt's arguments (a timestamp, a remaining budget) unchecked.
+            return None
         if record.digest is not None:
             same = record.digest == digest
         else:  # a journal of agentlife 0.1: the tool's name and the digest of its arguments
@@ -444,9 +451,9 @@ class StepContext:
             "digest": digest,
         }
         if spec.side_effects:
-            await journal.append_durable("TOOL_STARTED", **fields)
+            await journal.append_durable("TOOL_STARTED", **fields, side_effects=True)
         else:
-            journal.append("TOOL_STARTED", **fields)
+            journal.append("TOOL_STARTED", **fields, side_effects=False)
         host.notify("tool_started", tool=spec.name, step=self.step, call=call)
         timeout = spec.timeout if spec.timeout is not None else host.constants.tool_timeout(spec.name)
         if spec.timeout is not None:
@@ -488,23 +495,41 @@ class StepContext:
         verified: bool = False,
         duration: float | None = None,
     ) -> None:
-        check_replayable(result, f"tool {spec.name}'s {'verified ' if verified else ''}result")
+        """Journal the call's result, or, when the journal cannot hold it exactly, the refusal.
+
+        A refused result of a call whose effect happened (a side-effecting tool, or one ``verify`` found
+        done) is recorded as *completed* with the refusal: a resumed step gets the same error back instead
+        of doing the effect again. A read-only call's refusal is a failure, so a resume runs it again.
+
+        Raises:
+            UnreplayableValue: the result was refused (after the refusal was journaled).
+        """
         fields: dict[str, Any] = {
             "step": self.step,
             "call": call,
             "invocation_id": invocation_id,
             "tool": spec.name,
-            "result": result,
             "digest": digest,
         }
         if verified:
             fields["verified"] = True
         if duration is not None:
             fields["duration"] = round(duration, 6)
-        if spec.side_effects:
-            await self._env.journal.append_durable("TOOL_COMPLETED", **fields)
+        effect_done = spec.side_effects or verified
+        try:
+            check_replayable(result, f"tool {spec.name}'s {'verified ' if verified else ''}result")
+        except UnreplayableValue as exc:
+            refusal = UnreplayableValue(self._env.host.redactor.redact(str(exc)))
+            error = {"error_class": "UnreplayableValue", "error": str(refusal)}
+            if effect_done:
+                await self._env.journal.append_durable("TOOL_COMPLETED", **fields, result=None, **error)
+            else:
+                self._env.journal.append("TOOL_FAILED", **fields, **error)
+            raise refusal from None
+        if effect_done:
+            await self._env.journal.append_durable("TOOL_COMPLETED", **fields, result=result)
         else:
-            self._env.journal.append("TOOL_COMPLETED", **fields)
+            self._env.journal.append("TOOL_COMPLETED", **fields, result=result)
 
     async def _check_policy(self, spec: ToolSpec[..., Any], call: int, kwargs: Mapping[str, Any]) -> None:
         """Ask ``check_policy`` under its timeout; a timeout or error refuses the call (fail closed)."""
@@ -540,6 +565,24 @@ class StepContext:
             if not allowed:
                 raise BackgroundOperationRestricted(f"policy refused tool {spec.name}")
             return
+
+
+def _read_only(record: ToolRecord, spec: ToolSpec[..., Any]) -> bool:
+    """Whether a recorded call was to a tool without side effects.
+
+    The record says so itself; a journal older than that field is trusted only for the same tool.
+    """
+    if record.side_effects is not None:
+        return not record.side_effects
+    return record.tool == spec.name and not spec.side_effects
+
+
+def _recorded_refusal(record: ToolRecord) -> Exception:
+    """The error a completed call's refused result was recorded with, raised again on replay."""
+    message = record.error or f"tool {record.tool}'s result was refused by the journal"
+    if record.error_class == "UnreplayableValue":
+        return UnreplayableValue(message)
+    return PermanentError(f"{record.error_class}: {message}")
 
 
 async def _call_with_timeout(spec: ToolSpec[..., Any], args: dict[str, Any], timeout: float) -> Any:

@@ -21,6 +21,7 @@ from agentlife._delivery import DeliveryGuard, run_housekeeping
 from agentlife._exceptions import (
     AgentlifeError,
 )
+from agentlife._replay import utf8_safe
 from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, Outcome
 from agentlife._runtime._host import Booted
 from agentlife.stores import JobStatus
@@ -93,8 +94,12 @@ class FinishMixin(StepsMixin):
         except Exception as exc:
             log.warning("memory write-back failed: %s", self.redactor.redact(str(exc)))
 
+    def _crash_text(self, text: str) -> str:
+        """Redacted, and storable: a lone surrogate in an exception's message becomes its escape."""
+        return utf8_safe(self.redactor.redact(text))
+
     async def _crashed(self, exc: BaseException) -> Outcome:
-        message = self.redactor.redact(f"{type(exc).__name__}: {exc}")
+        message = self._crash_text(f"{type(exc).__name__}: {exc}")
         log.error("crash in step %s: %s", self._current_step, message, exc_info=exc)
         from agentlife._policy import CrashRecord
 
@@ -104,10 +109,10 @@ class FinishMixin(StepsMixin):
             attempt=self.settings.attempt if self.settings else 0,
             exit_code=EXIT_CRASH,
             step=self._current_step,
-            redact=self.redactor.redact,
+            redact=self._crash_text,
         ).to_dict()
         record["state"] = self.state.value
-        record["traceback"] = self.redactor.redact("".join(traceback.format_exception(exc)))[-4000:]
+        record["traceback"] = self._crash_text("".join(traceback.format_exception(exc)))[-4000:]
         if self.store is not None and self.settings is not None and self.job is not None:
             with anyio.move_on_after(self.constants.drain.cleanup_budget_seconds / 2, shield=True):
                 try:

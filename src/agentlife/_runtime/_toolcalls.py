@@ -25,6 +25,7 @@ from agentlife._exceptions import (
     ToolArgumentsInvalid,
     UnreplayableValue,
 )
+from agentlife._replay import utf8_safe
 from agentlife._schema import validate_arguments
 from agentlife._tools import ToolSpec, tool
 
@@ -90,7 +91,8 @@ async def _run_one(
     except _FATAL:
         raise
     except Exception as exc:
-        message = redactor.redact(f"{type(exc).__name__}: {exc}")[:_MAX_ERROR_TEXT]
+        # utf8_safe: the message goes into the conversation and the next request, which must be JSON.
+        message = utf8_safe(redactor.redact(f"{type(exc).__name__}: {exc}"))[:_MAX_ERROR_TEXT]
         return error_result(use_id, f"tool {name} failed: {message}")
     return {"type": "tool_result", "tool_use_id": use_id, "content": _as_content(result)}
 

@@ -378,7 +378,7 @@ class SQLiteStore(SQLiteJobOps):
                 f"SELECT message FROM {self.tables.conversation} WHERE job_id = ? AND seq < ? ORDER BY seq",
                 (job_id, length),
             ).fetchall()
-            return [bytes(row[0]) for row in rows]
+            return [_row_bytes(row[0]) for row in rows]
 
         return await self._run(load)
 
@@ -491,3 +491,14 @@ def _rollback(conn: sqlite3.Connection) -> None:
     if conn.in_transaction:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
+
+
+def _row_bytes(value: Any) -> bytes:
+    """A stored conversation row as bytes: SQLite keeps whatever type was written, a hand edit's TEXT too.
+
+    Whatever it is becomes bytes and the conversation's digest decides, never an error of its own
+    (``bytes(5)`` would be five zero bytes, ``bytes("x")`` a TypeError).
+    """
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode("utf-8", "backslashreplace")
