@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from procs import agent_env, spawn, terminate
 
 AGENT = "agents.mcp_agents:"

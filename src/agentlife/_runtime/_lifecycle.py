@@ -33,7 +33,6 @@ from agentlife._exceptions import (
     StoreUnavailable,
 )
 from agentlife._logging import log_fields
-from agentlife._mcp import CURRENT_MCP
 from agentlife._preload import Preloader
 from agentlife._retry import classify
 from agentlife._runtime._approvals import Approvals
@@ -52,13 +51,12 @@ from agentlife._runtime._base import (
 from agentlife._runtime._finish import FinishMixin
 from agentlife._runtime._host import Booted, RuntimeStats
 from agentlife._runtime._hydration import Hydrator
-from agentlife._runtime._mcp_tools import MCPTools, check_changed_tools, declared_servers, start_mcp_servers
+from agentlife._runtime._mcp_tools import MCPTools
 from agentlife._runtime._signals import EarlySignal, receive_drain_signals
 from agentlife._state import State
 from agentlife.stores import store_from_url
 
 if TYPE_CHECKING:
-    from agentlife._recovery import ReplayMap
     from agentlife.stores import CheckpointStore
 
 __all__ = [
@@ -226,7 +224,11 @@ class Runtime(FinishMixin):
         memories = await hydrator.fetch_memories(
             doc, job=job, agent=self.agent, open_memory=lambda: self.open_memory(booted.settings)
         )
-        await self._start_mcp(booted, services, replay)
+        self.mcp_tools = MCPTools.for_agent(self.agent)
+        if self.mcp_tools is not None:  # the optional MCP step: this job's servers, started and listed
+            await self.mcp_tools.hydrate(
+                booted, services, replay, redactor=self.redactor, telemetry=self.telemetry
+            )
         resume = Resume(doc, checkpoint_id, replay, memories, conversation)
         hydrated = Hydrated(job, budget, approvals, resume)
         if self._drain_pending():
@@ -239,28 +241,6 @@ class Runtime(FinishMixin):
         self.telemetry.start_building(booted.settings, self.board, dict(self.env))
         self.notify("ready")
         return hydrated
-
-    async def _start_mcp(
-        self, booted: Booted, services: anyio.abc.TaskGroup, replay: ReplayMap | None
-    ) -> None:
-        """The optional MCP step: start the agent's servers and make their tools this job's."""
-        servers = declared_servers(self.agent)
-        if not servers:
-            return
-        tools = self.mcp_tools = MCPTools()
-        CURRENT_MCP.set(tools)  # this job's task (and the steps it runs) see this job's servers
-        changed = await start_mcp_servers(
-            servers,
-            services=services,
-            journal=booted.journal,
-            session_dir=booted.settings.session_dir,
-            redactor=self.redactor,
-            telemetry=self.telemetry,
-            tools=tools,
-        )
-        check_changed_tools(
-            changed, replay, agent=self.agent, journal=booted.journal, job_id=booted.settings.job_id
-        )
 
     async def _execute(self, booted: Booted, hydrated: Hydrated) -> Outcome:
         if self.draining:

@@ -29,7 +29,7 @@ import orjson
 
 from agentlife._exceptions import BootFailure, ConfigError, MCPServerUnavailable, ReplayMismatch
 from agentlife._journal import list_sessions
-from agentlife._mcp import MCPServer, MCPToolSpec, build_specs, tool_digest
+from agentlife._mcp import CURRENT_MCP, MCPServer, MCPToolSpec, build_specs, tool_digest
 from agentlife._mcp_client import MCPConnection
 from agentlife._recovery import BadLine, read_events
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from agentlife._journal import Journal
     from agentlife._recovery import ReplayMap
     from agentlife._redact import Redactor
+    from agentlife._runtime._host import Booted
     from agentlife._telemetry_facade import TelemetryFacade
 
 __all__ = ["MCPTools", "check_changed_tools", "declared_servers", "start_mcp_servers"]
@@ -65,10 +66,46 @@ def _items(value: Any) -> Iterable[Any]:
 class MCPTools:
     """The live MCP servers of one job and the tools they serve."""
 
-    def __init__(self) -> None:
+    def __init__(self, servers: Sequence[MCPServer] = (), replay_mismatch: str = "fail") -> None:
+        self.servers = list(servers)
+        self.replay_mismatch = replay_mismatch
         self._connections: dict[tuple[Any, ...], MCPConnection] = {}
         self._specs: dict[tuple[Any, ...], list[MCPToolSpec]] = {}
         self._skipped: dict[tuple[Any, ...], dict[str, str]] = {}
+
+    @classmethod
+    def for_agent(cls, agent: AgentProcess) -> MCPTools | None:
+        """The (not yet started) servers ``agent`` lists; None when it lists none."""
+        servers = declared_servers(agent)
+        return cls(servers, agent.replay_mismatch) if servers else None
+
+    async def hydrate(
+        self,
+        booted: Booted,
+        services: anyio.abc.TaskGroup,
+        replay: ReplayMap | None,
+        *,
+        redactor: Redactor,
+        telemetry: TelemetryFacade,
+    ) -> None:
+        """The hydration step: start the servers for this job's task, check their lists against the last."""
+        CURRENT_MCP.set(self)  # this job's task (and the steps it runs) see this job's servers
+        changed = await start_mcp_servers(
+            self.servers,
+            services=services,
+            journal=booted.journal,
+            session_dir=booted.settings.session_dir,
+            redactor=redactor,
+            telemetry=telemetry,
+            tools=self,
+        )
+        check_changed_tools(
+            changed,
+            replay,
+            policy=self.replay_mismatch,
+            journal=booted.journal,
+            job_id=booted.settings.job_id,
+        )
 
     def knows(self, server: MCPServer) -> bool:
         """Whether ``server`` was started for this job."""
@@ -163,7 +200,7 @@ async def start_mcp_servers(
 
 
 def check_changed_tools(
-    changed: list[str], replay: ReplayMap | None, *, agent: AgentProcess, journal: Journal, job_id: str
+    changed: list[str], replay: ReplayMap | None, *, policy: str, journal: Journal, job_id: str
 ) -> None:
     """A changed tool list under a resumed step with recorded calls is a replay mismatch of its tools."""
     if not changed or replay is None or replay.empty:
@@ -173,7 +210,7 @@ def check_changed_tools(
         f"the tools of MCP server {', '.join(changed)} as listed by the previous attempt",
         ("the tools it lists now"),
     )
-    if agent.replay_mismatch != "rerun":
+    if policy != "rerun":
         raise ReplayMismatch(invocation_id, recorded, current)
     replay.discard_from(0)
     journal.append(
