@@ -151,7 +151,8 @@ async def test_a_crashing_server_is_restarted_once_then_its_calls_fail_as_transi
             (4, 0): "gave up",
         }
     )
-    run = await AgentHarness(tmp_path / "data").run(tool_agent(llm, tracker(state)), payload="x")
+    server = tracker(state).with_tool("lookup", retries=0, timeout=500)  # 5 s at the harness's 0.01 scale
+    run = await AgentHarness(tmp_path / "data").run(tool_agent(llm, server), payload="x")
     assert run.exit_code == 0 and run.job is not None and run.job.status == "COMPLETED"
     sent = results_sent(llm)
     assert sent[0]["is_error"] and "MCPServerUnavailable" in sent[0]["content"]

@@ -19,6 +19,7 @@ import contextvars
 import hashlib
 import math
 import re
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -324,6 +325,7 @@ def _spec(
         check(arguments)
         if takes_invocation_id:  # a runtime parameter, as for native tools: the server gets the id
             arguments = {**arguments, "invocation_id": invocation_id}
+        _label_span(server_name, mcp_name)
         result = await connection.call(mcp_name, arguments, invocation_id)
         return result_value(result, server_name, mcp_name, server.max_result_bytes)
 
@@ -350,6 +352,15 @@ def _spec(
     }
     spec._derived["validate"] = check
     return spec
+
+
+def _label_span(server_name: str, tool: str) -> None:
+    """Name the server and tool on the tool call's span (when telemetry is built, OpenTelemetry is loaded)."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is not None:
+        span = trace.get_current_span()
+        span.set_attribute("mcp.server.name", server_name)
+        span.set_attribute("mcp.tool.name", tool)
 
 
 def _without_runtime_parameters(schema: dict[str, Any]) -> dict[str, Any]:

@@ -102,7 +102,7 @@ class MCPConnection:
         task_status: anyio.abc.TaskStatus[ToolListing] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """The owner task: enter the transport and session, report the listing, wait for the close."""
-        started = False
+        started, mine = False, None
         try:
             from mcp.client.session import ClientSession
 
@@ -111,7 +111,7 @@ class MCPConnection:
                     init = await session.initialize()
                     tools = await _list_all_tools(session)
                 info = getattr(init, "server_info", None) or getattr(init, "serverInfo", None)
-                self._session = session
+                self._session = mine = session
                 started = True
                 task_status.started(ToolListing(str(getattr(info, "name", "") or ""), tools))
                 await closing.wait()
@@ -122,7 +122,9 @@ class MCPConnection:
             self._gone_reason = self._describe(exc)
             log.warning("MCP server %s: connection ended: %s", self.label, self._gone_reason)
         finally:
-            self._session = None
+            # Only this owner's session: a restarted server's owner may already have set a new one.
+            if self._session is mine:
+                self._session = None
             done.set()
 
     def _transport(self) -> Any:
@@ -169,10 +171,14 @@ class MCPConnection:
                 raise MCPServerUnavailable(
                     f"MCP server {self.label} is gone ({reason}) and was already restarted once"
                 )
-            self.restarts_left -= 1
             log.warning("MCP server %s is gone (%s): restarting it once", self.label, reason)
             await self.aclose(2.0)
-            await self.start()
+            try:
+                await self.start()
+            finally:
+                # A restart cut short by the call's timeout or a drain was not one: the next call tries it.
+                if self._session is not None or not _being_cancelled():
+                    self.restarts_left -= 1
             return self._session
 
     def _describe(self, exc: BaseException) -> str:
@@ -193,6 +199,13 @@ async def _list_all_tools(session: Any) -> list[dict[str, Any]]:
         if not cursor:
             return tools
     raise MCPToolError(f"tools/list did not end after {_MAX_PAGES} pages")
+
+
+def _being_cancelled() -> bool:
+    import asyncio
+
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _connection_lost(exc: BaseException) -> bool:
