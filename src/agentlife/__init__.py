@@ -26,6 +26,8 @@ from agentlife._exceptions import (
     JobStateConflict,
     LLMConfigurationError,
     LLMTimeout,
+    MCPServerUnavailable,
+    MCPToolError,
     MemoryUnavailable,
     OutputValidationError,
     PermanentError,
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from agentlife._anthropic import AnthropicLLM
     from agentlife._conversation import Conversation
     from agentlife._delivery import DeliveryGuard
+    from agentlife._mcp import MCPServer
     from agentlife._memory import Embedder, HashingEmbedder, MemoryRecord
     from agentlife._openai import OpenAICompatibleLLM
     from agentlife._policy import (
@@ -75,6 +78,7 @@ _LAZY = {
     "Embedder": "agentlife._memory",
     "HashingEmbedder": "agentlife._memory",
     "LLMStream": "agentlife._runtime._streaming",
+    "MCPServer": "agentlife._mcp",
     "MemoryRecord": "agentlife._memory",
     "OpenAICompatibleLLM": "agentlife._openai",
     "PriceTable": "agentlife._pricing",
@@ -120,6 +124,9 @@ __all__ = [
     "LLMReply",
     "LLMStream",
     "LLMTimeout",
+    "MCPServer",
+    "MCPServerUnavailable",
+    "MCPToolError",
     "MemoryRecord",
     "MemoryUnavailable",
     "OpenAICompatibleLLM",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -95,6 +95,9 @@ class AgentProcess:
     #: step's records from that call on and runs the rest of the step afresh (a side-effecting tool
     #: with ``verify`` is still asked first).
     replay_mismatch: ClassVar[Literal["fail", "rerun"]] = "fail"
+    #: MCP servers (`MCPServer`) the runtime starts during hydration, for steps that offer or call their
+    #: tools (``ToolAgent.tools`` may list servers directly; both lists are started).
+    mcp_servers: ClassVar[Sequence[Any]] = ()
 
     async def step(self, ctx: StepContext) -> Done | None:
         """One step of the job loop; return `Done` to finish, None to be called again."""

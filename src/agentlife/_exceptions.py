@@ -17,9 +17,11 @@
     │   ├── TransientError               worth retrying with backoff
     │   │   ├── LLMTimeout               (also TimeoutError) connect / chunk / total
     │   │   ├── ToolTimeout              (also TimeoutError) a tool outlived its timeout
+    │   │   ├── MCPServerUnavailable     an MCP server did not start or went away (restarted once)
     │   │   └── PolicyUnavailable        the policy check timed out or failed: fail closed
     │   ├── PermanentError               retrying cannot help (HTTP 400, a tool's own refusal)
-    │   │   └── OutputValidationError    a structured answer still did not fit its type after retries
+    │   │   ├── OutputValidationError    a structured answer still did not fit its type after retries
+    │   │   └── MCPToolError             an MCP tool's error, or a malformed or oversized result
     │   └── LLMConfigurationError        no API key, 401/403
     ├── MemoryUnavailable                the memory store is unreachable, slow or locked (never fatal)
     ├── BudgetExhausted                  token, cost or run-time budget spent
@@ -47,6 +49,8 @@ __all__ = [
     "JobStateConflict",
     "LLMConfigurationError",
     "LLMTimeout",
+    "MCPServerUnavailable",
+    "MCPToolError",
     "MemoryUnavailable",
     "OutputValidationError",
     "PermanentError",
@@ -156,6 +160,14 @@ class PolicyUnavailable(TransientError):
     """The policy check of a restricted tool timed out or failed, so the call is refused (fail closed)."""
 
 
+class MCPServerUnavailable(TransientError):
+    """An MCP server could not be started or reached, or went away during a call.
+
+    A stdio server that dies mid-job is restarted once at its next call; after that its calls fail with
+    this error, retried like any transient error within the step and run budgets.
+    """
+
+
 class PermanentError(CallError):
     """A failure that retrying cannot fix."""
 
@@ -175,6 +187,13 @@ class OutputValidationError(PermanentError):
         self.type_name = type_name
         self.problems = problems
         self.attempts = attempts
+
+
+class MCPToolError(PermanentError):
+    """An MCP tool call came back with ``isError``, a result the SDK refused, or one over the size limit.
+
+    ``ctx.run_tool_calls`` sends it back to the model as a failed tool call.
+    """
 
 
 class LLMConfigurationError(CallError):

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from agentlife._llm import LLMClient
     from agentlife._memory import MemoryRecord, QdrantMemory
     from agentlife._recovery import ReplayMap
+    from agentlife._runtime._mcp_tools import MCPTools
     from agentlife.stores import CheckpointStore
 
 
@@ -145,6 +146,7 @@ class RuntimeBase:
         self.journal: Journal | None = None
         self.store: CheckpointStore | None = None
         self.memory: QdrantMemory | None = None
+        self.mcp_tools: MCPTools | None = None
         self.approvals: Approvals | None = None
         self.budget: Budget | None = None
         self.job: Job | None = None

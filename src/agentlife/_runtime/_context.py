@@ -28,6 +28,7 @@ from agentlife._guard import stream_timeouts_from_constants
 from agentlife._journal import args_digest
 from agentlife._llm import CURRENT_CALL, CallAddress, LLMClient, LLMReply, OnEvent
 from agentlife._logging import log_fields
+from agentlife._mcp import resolve_tool_ref
 from agentlife._recovery import ReplayMap, ToolRecord
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
 from agentlife._retry import RetryEvent, classify, retry_call
@@ -131,6 +132,7 @@ class StepContext:
             BackgroundOperationRestricted: a restricted tool was refused approval.
             PolicyUnavailable: the policy check kept failing until the step budget ran out.
         """
+        fn = resolve_tool_ref(fn)  # an MCP server's tool: the job's live one
         spec: ToolSpec[..., Any] = fn if isinstance(fn, ToolSpec) else tool(fn)
         call = self._claim_call()
         invocation_id = self._invocation_id(call)

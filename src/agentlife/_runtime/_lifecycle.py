@@ -51,6 +51,7 @@ from agentlife._runtime._base import (
 from agentlife._runtime._finish import FinishMixin
 from agentlife._runtime._host import Booted, RuntimeStats
 from agentlife._runtime._hydration import Hydrator
+from agentlife._runtime._mcp_tools import MCPTools
 from agentlife._runtime._signals import EarlySignal, receive_drain_signals
 from agentlife._state import State
 from agentlife.stores import store_from_url
@@ -223,6 +224,11 @@ class Runtime(FinishMixin):
         memories = await hydrator.fetch_memories(
             doc, job=job, agent=self.agent, open_memory=lambda: self.open_memory(booted.settings)
         )
+        self.mcp_tools = MCPTools.for_agent(self.agent)
+        if self.mcp_tools is not None:  # the optional MCP step: this job's servers, started and listed
+            await self.mcp_tools.hydrate(
+                booted, services, replay, redactor=self.redactor, telemetry=self.telemetry
+            )
         resume = Resume(doc, checkpoint_id, replay, memories, conversation)
         hydrated = Hydrated(job, budget, approvals, resume)
         if self._drain_pending():

@@ -184,6 +184,9 @@ class ServicesMixin(RuntimeBase):
             await quietly("LLM client close", self._llm_client.aclose())
         if self.memory is not None:
             await quietly("memory close", self.memory.aclose())
+        if self.mcp_tools is not None:
+            grace = self.constants.drain.cleanup_budget_seconds / 2
+            await quietly("MCP servers close", self.mcp_tools.aclose(grace))
         if self.store is not None and self.owns_process:
             await quietly("store close", self.store.close())
 

@@ -25,6 +25,7 @@ from agentlife._exceptions import (
     ToolArgumentsInvalid,
     UnreplayableValue,
 )
+from agentlife._mcp import live_tool_specs
 from agentlife._replay import utf8_safe
 from agentlife._schema import validate_arguments
 from agentlife._tools import ToolSpec, tool
@@ -49,6 +50,12 @@ def offered_tools(tools: Iterable[Any], registry: dict[str, ToolSpec[..., Any]])
     for item in tools:
         if isinstance(item, Mapping):
             definitions.append(dict(item))
+            continue
+        served = live_tool_specs(item)  # an MCP server: the tools it serves this job
+        if served is not None:
+            for mcp_tool in served:
+                registry[mcp_tool.name] = mcp_tool
+                definitions.append(mcp_tool.definition)
             continue
         spec: ToolSpec[..., Any] = item if isinstance(item, ToolSpec) else tool(item)
         registry[spec.name] = spec

@@ -1,0 +1,299 @@
+"""The optional hydration step that starts a job's MCP servers, and the live tools it leaves behind.
+
+`start_mcp_servers` runs after the memory fetch when the agent lists servers (``ToolAgent.tools`` or
+``AgentProcess.mcp_servers``): each server is started within its ``start_timeout``, its tool list is
+fetched once for the attempt and journaled (``MCP_TOOLS``: the offered names and a digest each), and
+compared with the list the previous attempt recorded. A list that changed while the resumed step has
+recorded calls is a replay mismatch of the offered tools: ``replay_mismatch = "fail"`` stops the attempt
+(exit 1), ``"rerun"`` runs the step afresh (pending side-effecting calls still go through ``verify``).
+A server that cannot start stops hydration with one line naming it (exit 1; the job row is untouched,
+so the next attempt tries again).
+
+`MCPTools` is what steps reach through `CURRENT_MCP`: the tool specs of each server, and the close of
+every server in cleanup, one at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+import orjson
+
+from agentlife._exceptions import BootFailure, ConfigError, MCPServerUnavailable, ReplayMismatch
+from agentlife._journal import list_sessions
+from agentlife._mcp import CURRENT_MCP, MCPServer, MCPToolSpec, build_specs, tool_digest
+from agentlife._mcp_client import MCPConnection
+from agentlife._recovery import BadLine, read_events
+
+if TYPE_CHECKING:
+    from agentlife._agent import AgentProcess
+    from agentlife._journal import Journal
+    from agentlife._recovery import ReplayMap
+    from agentlife._redact import Redactor
+    from agentlife._runtime._host import Booted
+    from agentlife._telemetry_facade import TelemetryFacade
+
+__all__ = ["MCPTools", "check_changed_tools", "declared_servers", "start_mcp_servers"]
+
+log = logging.getLogger("agentlife.mcp")
+
+#: How far into an earlier session file the previous tool lists are looked for (they come before step 0).
+_HEAD_EVENTS = 400
+_SESSIONS_LOOKED_AT = 3
+
+
+def declared_servers(agent: AgentProcess) -> list[MCPServer]:
+    """The servers of ``agent.tools`` and ``agent.mcp_servers``, each configuration once, in order."""
+    found: dict[tuple[Any, ...], MCPServer] = {}
+    for item in [*_items(getattr(agent, "tools", ())), *_items(getattr(agent, "mcp_servers", ()))]:
+        if isinstance(item, MCPServer):
+            found.setdefault(item.key, item)
+    return list(found.values())
+
+
+def _items(value: Any) -> Iterable[Any]:
+    return value if isinstance(value, (list, tuple)) else ()
+
+
+class MCPTools:
+    """The live MCP servers of one job and the tools they serve."""
+
+    def __init__(self, servers: Sequence[MCPServer] = (), replay_mismatch: str = "fail") -> None:
+        self.servers = list(servers)
+        self.replay_mismatch = replay_mismatch
+        self._connections: dict[tuple[Any, ...], MCPConnection] = {}
+        self._specs: dict[tuple[Any, ...], list[MCPToolSpec]] = {}
+        self._skipped: dict[tuple[Any, ...], dict[str, str]] = {}
+
+    @classmethod
+    def for_agent(cls, agent: AgentProcess) -> MCPTools | None:
+        """The (not yet started) servers ``agent`` lists; None when it lists none."""
+        servers = declared_servers(agent)
+        return cls(servers, agent.replay_mismatch) if servers else None
+
+    async def hydrate(
+        self,
+        booted: Booted,
+        services: anyio.abc.TaskGroup,
+        replay: ReplayMap | None,
+        *,
+        redactor: Redactor,
+        telemetry: TelemetryFacade,
+    ) -> None:
+        """The hydration step: start the servers for this job's task, check their lists against the last."""
+        CURRENT_MCP.set(self)  # this job's task (and the steps it runs) see this job's servers
+        changed = await start_mcp_servers(
+            self.servers,
+            services=services,
+            journal=booted.journal,
+            session_dir=booted.settings.session_dir,
+            redactor=redactor,
+            telemetry=telemetry,
+            tools=self,
+        )
+        check_changed_tools(
+            changed,
+            replay,
+            policy=self.replay_mismatch,
+            journal=booted.journal,
+            job_id=booted.settings.job_id,
+        )
+
+    def knows(self, server: MCPServer) -> bool:
+        """Whether ``server`` was started for this job."""
+        return server.key in self._specs
+
+    def specs_of(self, server: MCPServer) -> list[MCPToolSpec]:
+        """The tools of ``server``, as offered to the model."""
+        return self._specs[server.key]
+
+    def spec_named(self, server: MCPServer, name: str) -> MCPToolSpec:
+        """The tool ``name`` (as the server lists it) of ``server``; `ConfigError` if it has none."""
+        for spec in self._specs[server.key]:
+            if spec.mcp_name == name:
+                return spec
+        reason = self._skipped[server.key].get(name)
+        if reason is not None:
+            raise ConfigError(f"MCP tool {name} of {server.label} is not available: {reason}")
+        known = ", ".join(s.mcp_name for s in self._specs[server.key]) or "none"
+        raise ConfigError(f"MCP server {server.label} has no tool {name!r} (its tools: {known})")
+
+    def add(
+        self, server: MCPServer, connection: MCPConnection, specs: list[MCPToolSpec], skipped: dict[str, str]
+    ) -> None:
+        """Record a started server."""
+        self._connections[server.key] = connection
+        self._specs[server.key] = specs
+        self._skipped[server.key] = skipped
+
+    async def aclose(self, grace: float) -> None:
+        """Close every server, one at a time (a failure leaves the others still closed)."""
+        for connection in reversed(list(self._connections.values())):
+            try:
+                await connection.aclose(grace)
+            except Exception as exc:
+                log.warning("MCP server %s: close failed: %s: %s", connection.label, type(exc).__name__, exc)
+
+
+async def start_mcp_servers(
+    servers: Sequence[MCPServer],
+    *,
+    services: anyio.abc.TaskGroup,
+    journal: Journal,
+    session_dir: Path,
+    redactor: Redactor,
+    telemetry: TelemetryFacade,
+    tools: MCPTools,
+) -> list[str]:
+    """Start ``servers`` into ``tools``; the names of the servers whose tool list changed since last attempt.
+
+    Raises:
+        BootFailure: a server did not start, or two servers have the same name.
+    """
+    started = time.monotonic()
+    listings: list[tuple[MCPServer, MCPConnection, str, list[dict[str, Any]]]] = []
+    for server in servers:
+        connection = MCPConnection(server, services, redactor, server.start_timeout)
+        # Recorded before it starts, so cleanup stops a server whose start a drain interrupted.
+        tools.add(server, connection, [], {})
+        try:
+            listing = await connection.start()
+        except MCPServerUnavailable as exc:
+            raise BootFailure(str(exc)) from None
+        name = _unique_name(server, listing.server_name, [n for _, _, n, _ in listings])
+        connection.label = f"{name} ({server.label.rsplit('(', 1)[-1]}"
+        listings.append((server, connection, name, listing.tools))
+    counts = Counter(str(t.get("name")) for *_, listed in listings for t in listed)
+    colliding = {name for name, n in counts.items() if n > 1}
+    previous = _previous_digests(session_dir, exclude=journal.path)
+    changed = []
+    for server, connection, name, listed in listings:
+        specs, skipped = build_specs(server, name, listed, colliding, connection)
+        for tool, reason in skipped:
+            log.error("MCP server %s: tool %s left out: %s", connection.label, tool, reason)
+        tools.add(server, connection, specs, dict(skipped))
+        digests = {spec.name: tool_digest(_listed(listed, spec.mcp_name)) for spec in specs}
+        digest = _list_digest(digests)
+        journal.append(
+            "MCP_TOOLS",
+            server=name,
+            transport=server.transport,
+            target=redactor.redact(connection.label),
+            digest=digest,
+            tools=digests,
+            skipped=[{"tool": t, "reason": r} for t, r in skipped],
+        )
+        log.info("MCP server %s: %s tools (%s)", connection.label, len(specs), digest)
+        if name in previous and previous[name]["digest"] != digest:
+            _report_change(journal, name, previous[name], digests, digest)
+            changed.append(name)
+    telemetry.hydration_phase("mcp", time.monotonic() - started)
+    return changed
+
+
+def check_changed_tools(
+    changed: list[str], replay: ReplayMap | None, *, policy: str, journal: Journal, job_id: str
+) -> None:
+    """A changed tool list under a resumed step with recorded calls is a replay mismatch of its tools."""
+    if not changed or replay is None or replay.empty:
+        return
+    invocation_id = f"{job_id}/{replay.step}/0"
+    recorded, current = (
+        f"the tools of MCP server {', '.join(changed)} as listed by the previous attempt",
+        ("the tools it lists now"),
+    )
+    if policy != "rerun":
+        raise ReplayMismatch(invocation_id, recorded, current)
+    replay.discard_from(0)
+    journal.append(
+        "REPLAY_DISCARDED",
+        step=replay.step,
+        call=0,
+        invocation_id=invocation_id,
+        recorded=recorded,
+        current=current,
+    )
+    log.warning("MCP tool lists changed (%s): running step %s afresh", ", ".join(changed), replay.step)
+
+
+def _listed(listed: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(t for t in listed if t.get("name") == name)
+
+
+def _list_digest(digests: dict[str, str]) -> str:
+    return hashlib.sha256(orjson.dumps(digests, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+
+
+def _unique_name(server: MCPServer, reported: str, taken: list[str]) -> str:
+    base = server.name or "".join(c if c.isalnum() or c in "_-" else "_" for c in reported)[:32] or "mcp"
+    if server.name is not None and server.name in taken:
+        raise BootFailure(f"two MCP servers are named {server.name!r}: give each its own name=")
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}_{n}", n + 1
+    return name
+
+
+def _report_change(
+    journal: Journal, name: str, before: dict[str, Any], now: dict[str, str], digest: str
+) -> None:
+    old: dict[str, str] = before.get("tools") or {}
+    added = sorted(now.keys() - old.keys())
+    removed = sorted(old.keys() - now.keys())
+    changed = sorted(k for k in now.keys() & old.keys() if now[k] != old[k])
+    journal.append(
+        "MCP_TOOLS_CHANGED",
+        server=name,
+        recorded=before["digest"],
+        current=digest,
+        added=added,
+        removed=removed,
+        changed=changed,
+    )
+    log.warning(
+        "MCP server %s: its tool list changed since the previous attempt (%s -> %s): added %s, removed %s, "
+        "changed %s",
+        name,
+        before["digest"],
+        digest,
+        added or "none",
+        removed or "none",
+        changed or "none",
+    )
+
+
+def _previous_digests(session_dir: Path, *, exclude: Path) -> dict[str, dict[str, Any]]:
+    """Each server's last ``MCP_TOOLS`` record in the newest earlier session files that have one.
+
+    Only the head of each file is read (the records come before the first step), so the cost does not
+    grow with the journal; a file that cannot be read is skipped.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    sessions = [p for p in list_sessions(session_dir) if p != exclude]
+    for path in reversed(sessions[-_SESSIONS_LOOKED_AT:]):
+        try:
+            for n, event in enumerate(read_events(path)):
+                if n >= _HEAD_EVENTS or (not isinstance(event, BadLine) and event["type"] == "STEP_STARTED"):
+                    break
+                if isinstance(event, BadLine) or event["type"] != "MCP_TOOLS":
+                    continue
+                server, digest = event.get("server"), event.get("digest")
+                if (
+                    isinstance(server, str)
+                    and isinstance(digest, str)
+                    and isinstance(event.get("tools"), dict)
+                ):
+                    found.setdefault(server, event)
+        except OSError:
+            continue
+        if found:
+            return found
+    return found

@@ -1,0 +1,59 @@
+"""Agents with tools from the MCP test server (``tests/mcp_test_server.py``), for real-process tests.
+
+``MCP_STATE`` is the server's state directory; ``MCP_VERIFY=1`` gives ``create_issue`` a ``verify`` that
+looks the issue up by its idempotency key (the invocation id the server got in ``_meta``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+from agentlife import NOT_DONE, AgentProcess, Done, MCPServer, StepContext
+
+SERVER = str(Path(__file__).resolve().parent.parent / "mcp_test_server.py")
+
+
+async def find_issue(invocation_id: str) -> Any:
+    effects = Path(os.environ["MCP_STATE"]) / "effects.jsonl"
+    for line in effects.read_text().splitlines() if effects.exists() else []:
+        record = json.loads(line)
+        if record["key"] == invocation_id:
+            return {"created": record["title"]}
+    return NOT_DONE
+
+
+def tracker() -> MCPServer:
+    server = MCPServer.stdio(sys.executable, [SERVER, os.environ.get("MCP_STATE", "/nonexistent")])
+    if os.environ.get("MCP_VERIFY") == "1":
+        server = server.with_tool("create_issue", verify=find_issue)
+    return server
+
+
+class IssueAgent(AgentProcess):
+    """Step 0 creates an issue through MCP, step 1 reads it back, then done."""
+
+    agent_id = "mcp-issues"
+    mcp_servers: ClassVar[Any] = (tracker(),)
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        server = self.mcp_servers[0]
+        if ctx.step == 0:
+            ctx.state["created"] = await ctx.call_tool(server.tool("create_issue"), title="disk full")
+            return None
+        found = await ctx.call_tool(server.tool("lookup"), key=f"{ctx.job.id}/0/0")
+        return Done(result={"created": ctx.state["created"], "found": found})
+
+
+class SlowAgent(AgentProcess):
+    """One step that waits on a slow read-only MCP call (for SIGTERM during it)."""
+
+    agent_id = "mcp-slow"
+    mcp_servers: ClassVar[Any] = (tracker(),)
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        await ctx.call_tool(self.mcp_servers[0].tool("slow"), seconds=60)
+        return Done(result="slept")

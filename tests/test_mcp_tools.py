@@ -1,0 +1,352 @@
+"""Tools from MCP servers: real servers on the official SDK, started as real processes (stdio and HTTP).
+
+The agent runs in this process (`AgentHarness`); the servers are ``tests/mcp_test_server.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from agentlife import (
+    AgentProcess,
+    ConfigError,
+    Done,
+    LLMClient,
+    MCPServer,
+    ScriptedLLM,
+    ScriptedTurn,
+    StepContext,
+    ToolAgent,
+)
+from agentlife._mcp import build_specs, offered_name, result_value
+from agentlife.testing import AgentHarness, DrainAt
+
+pytestmark = pytest.mark.anyio
+
+SERVER = str(Path(__file__).resolve().parent / "mcp_test_server.py")
+
+
+def tracker(state: Path, *extra: str, name: str | None = None) -> MCPServer:
+    return MCPServer.stdio(sys.executable, [SERVER, str(state), *extra], name=name)
+
+
+def tool_agent(llm: ScriptedLLM, *servers: Any) -> ToolAgent:
+    class Agent(ToolAgent):
+        agent_id = "mcp-tool-agent"
+        tools: ClassVar[Any] = servers
+        max_turns = 8
+
+        def make_llm(self) -> LLMClient:
+            return llm
+
+    return Agent()
+
+
+def effects(state: Path) -> list[dict[str, Any]]:
+    path = state / "effects.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def results_sent(llm: ScriptedLLM) -> list[dict[str, Any]]:
+    """The tool_result blocks the model got back, in order."""
+    return [
+        block
+        for message in llm.requests[-1].messages
+        if message["role"] == "user" and isinstance(message["content"], list)
+        for block in message["content"]
+    ]
+
+
+async def test_the_servers_schema_is_offered_and_invalid_arguments_never_reach_it(tmp_path: Path) -> None:
+    state = tmp_path / "server"
+    llm = ScriptedLLM(
+        {
+            (0, 0): ScriptedTurn.tool_use("create_issue", {"body": "no title"}),
+            (1, 0): ScriptedTurn.tool_use("create_issue", {"title": ""}),
+            (2, 0): ScriptedTurn.tool_use("create_issue", {"title": "disk full", "extra": 1}),
+            (3, 0): ScriptedTurn.tool_use("create_issue", {"title": "disk full"}),
+            (4, 0): ScriptedTurn.tool_use("lookup", {"key": "job-1/3/1"}),
+            (5, 0): "Filed.",
+        }
+    )
+    run = await AgentHarness(tmp_path / "data").run(tool_agent(llm, tracker(state)), payload="file it")
+    assert run.exit_code == 0 and run.job is not None and run.job.status == "COMPLETED"
+    offered = {t["name"]: t for t in llm.requests[0].params["tools"]}
+    assert offered["create_issue"]["input_schema"]["required"] == ["title"]
+    assert offered["create_issue"]["description"] == "Create an issue."
+    sent = results_sent(llm)
+    assert [bool(r.get("is_error")) for r in sent] == [True, True, True, False, False]
+    assert "title" in sent[0]["content"] and "required" in sent[0]["content"]
+    assert "extra" in sent[2]["content"]
+    # Only the valid call reached the server, with the invocation id as its idempotency key.
+    assert effects(state) == [{"key": "job-1/3/1", "title": "disk full", "pid": effects(state)[0]["pid"]}]
+    assert json.loads(sent[4]["content"])["title"] == "disk full"
+    tools_event = next(e for e in run.journal if e["type"] == "MCP_TOOLS")
+    assert tools_event["server"] == "tracker" and "create_issue" in tools_event["tools"]
+    started = [e for e in run.journal if e["type"] == "TOOL_STARTED"]
+    assert [e["tool"] for e in started] == ["create_issue", "lookup"]
+
+
+def test_side_effects_come_from_the_annotations_and_the_user_overrides_them() -> None:
+    listing = [
+        {"name": "lookup", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}},
+        {"name": "create", "inputSchema": {"type": "object"}, "annotations": {"destructiveHint": True}},
+        {"name": "put", "inputSchema": {"type": "object"}, "annotations": {"idempotentHint": True}},
+        {"name": "plain", "inputSchema": {"type": "object"}},
+        {"name": "bad", "inputSchema": {"type": "object", "properties": {"x": {"type": 12}}}},
+    ]
+
+    async def verify(invocation_id: str) -> Any:
+        return "done"
+
+    server = MCPServer.stdio("srv").with_tool("plain", side_effects=False).with_tool("create", verify=verify)
+    specs, skipped = build_specs(server, "srv", listing, set(), connection=None)  # type: ignore[arg-type]
+    by_name = {s.name: s for s in specs}
+    assert by_name["lookup"].side_effects is False  # re-run on resume
+    assert by_name["create"].side_effects is True and by_name["create"].verify is verify
+    assert by_name["create"].max_tries is None  # verify is asked before any retry
+    assert by_name["put"].side_effects is True and by_name["put"].max_tries is None  # idempotent
+    assert by_name["plain"].side_effects is False  # overridden
+    assert [name for name, _ in skipped] == ["bad"] and "not valid JSON Schema" in skipped[0][1]
+    assert MCPServer.stdio("srv").with_tool("x").tool_options["x"].verify is None
+
+
+def test_offered_names_are_prefixed_only_where_two_servers_collide_and_stay_valid() -> None:
+    assert offered_name("github", "search", False) == "search"
+    assert offered_name("github", "search", True) == "github__search"
+    assert offered_name("a.b", "x/y z", True) == "a_b__x_y_z"
+    long = offered_name("s" * 40, "t" * 40, True)
+    assert len(long) == 64 and long != offered_name("s" * 40, "t" * 41, True)
+
+
+async def test_two_servers_offering_one_name_are_prefixed_by_their_names(tmp_path: Path) -> None:
+    llm = ScriptedLLM({(0, 0): ScriptedTurn.tool_use("work__lookup", {"key": "k"}), (1, 0): "none found"})
+    agent = tool_agent(llm, tracker(tmp_path / "a", name="home"), tracker(tmp_path / "b", name="work"))
+    run = await AgentHarness(tmp_path / "data").run(agent, payload="look")
+    assert run.exit_code == 0
+    names = [t["name"] for t in llm.requests[0].params["tools"]]
+    assert "home__lookup" in names and "work__lookup" in names and "lookup" not in names
+    assert results_sent(llm)[0]["content"] == "none"
+    assert (tmp_path / "b" / "calls.jsonl").exists() and not (tmp_path / "a" / "calls.jsonl").exists()
+
+
+async def test_a_crashing_server_is_restarted_once_then_its_calls_fail_as_transient(tmp_path: Path) -> None:
+    state = tmp_path / "server"
+    llm = ScriptedLLM(
+        {
+            (0, 0): ScriptedTurn.tool_use("crash", {}),
+            (1, 0): ScriptedTurn.tool_use("lookup", {"key": "k"}),
+            (2, 0): ScriptedTurn.tool_use("crash", {}),
+            (3, 0): ScriptedTurn.tool_use("lookup", {"key": "k"}),
+            (4, 0): "gave up",
+        }
+    )
+    server = tracker(state).with_tool("lookup", retries=0, timeout=500)  # 5 s at the harness's 0.01 scale
+    run = await AgentHarness(tmp_path / "data").run(tool_agent(llm, server), payload="x")
+    assert run.exit_code == 0 and run.job is not None and run.job.status == "COMPLETED"
+    sent = results_sent(llm)
+    assert sent[0]["is_error"] and "MCPServerUnavailable" in sent[0]["content"]
+    assert not sent[1].get("is_error") and sent[1]["content"] == "none"  # restarted
+    assert sent[2]["is_error"]
+    assert sent[3]["is_error"] and "already restarted once" in sent[3]["content"]
+    assert len((state / "pid").read_text().splitlines()) == 2
+
+
+async def test_a_hanging_malformed_or_50_mb_result_goes_back_as_one_clear_error(tmp_path: Path) -> None:
+    state = tmp_path / "server"
+    server = tracker(state).with_tool("hang", timeout=1, retries=0)
+    llm = ScriptedLLM(
+        {
+            (0, 0): ScriptedTurn.tool_use("hang", {}),
+            (1, 0): ScriptedTurn.tool_use("malformed", {}),
+            (2, 0): ScriptedTurn.tool_use("big", {"mb": 50}),
+            (3, 0): ScriptedTurn.tool_use("lookup", {"key": "k"}),
+            (4, 0): "done",
+        }
+    )
+    run = await AgentHarness(tmp_path / "data", time_scale=1.0).run(tool_agent(llm, server), payload="x")
+    assert run.exit_code == 0 and run.job is not None and run.job.status == "COMPLETED"
+    hang, malformed, big, lookup = results_sent(llm)
+    assert hang["is_error"] and "ToolTimeout" in hang["content"]
+    assert malformed["is_error"] and "Invalid structured content" in malformed["content"]
+    assert big["is_error"] and "52.4 MB" in big["content"] and "max_result_bytes" in big["content"]
+    assert "\n" not in big["content"] and len(big["content"]) < 500
+    assert lookup["content"] == "none"  # the server is still usable
+    failed = [e for e in run.journal if e["type"] == "TOOL_FAILED"]
+    assert [e["error_class"] for e in failed] == ["ToolTimeout", "MCPToolError", "MCPToolError"]
+    assert max(len(json.dumps(e)) for e in run.journal) < 10_000  # nothing of the 50 MB was journaled
+
+
+async def test_a_tool_whose_schema_is_not_json_schema_is_left_out_with_one_error(tmp_path: Path) -> None:
+    server = tracker(tmp_path / "server", "--invalid-schema")
+
+    class Agent(AgentProcess):
+        agent_id = "mcp-bad-schema"
+        mcp_servers: ClassVar[Any] = (server,)
+
+        async def step(self, ctx: StepContext) -> Done | None:
+            try:
+                await ctx.call_tool(server.tool("broken"), x=1)
+            except ConfigError as exc:
+                return Done(result=str(exc))
+            return Done(result="called")
+
+    run = await AgentHarness(tmp_path / "data").run(Agent())
+    assert run.exit_code == 0 and run.job is not None
+    assert "broken" in str(run.job.result) and "not valid JSON Schema" in str(run.job.result)
+    errors = [line["msg"] for line in run.logs if line.get("level") == "ERROR"]
+    assert len(errors) == 1 and "broken" in errors[0]
+    event = next(e for e in run.journal if e["type"] == "MCP_TOOLS")
+    assert "broken" not in event["tools"] and event["skipped"][0]["tool"] == "broken"
+
+
+@pytest.mark.parametrize("kind", ["missing command", "refused url"])
+async def test_a_server_that_cannot_start_stops_hydration_with_one_line(tmp_path: Path, kind: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = (
+        MCPServer.stdio("/nonexistent/mcp-server-binary")
+        if kind == "missing command"
+        else MCPServer.http(f"http://127.0.0.1:{port}/mcp", {"Authorization": "Bearer hunter2 s3cr3t"})
+    )
+
+    class Agent(AgentProcess):
+        agent_id = "mcp-no-server"
+        mcp_servers: ClassVar[Any] = (server,)
+
+        async def step(self, ctx: StepContext) -> Done | None:
+            return Done(result="never")
+
+    run = await AgentHarness(tmp_path / "data").run(Agent())
+    assert run.exit_code == 1
+    assert run.job is not None and run.job.status == "RUNNING"  # resumable: the next attempt tries again
+    fatal = [line["msg"] for line in run.logs if line.get("level") == "ERROR"]
+    assert len(fatal) == 1 and "did not start" in fatal[0]
+    expected = "command not found" if kind == "missing command" else f"127.0.0.1:{port}"
+    assert expected in fatal[0]
+    everything = json.dumps(run.logs) + json.dumps(run.journal)
+    assert "hunter2" not in everything and "s3cr3t" not in everything
+
+
+def _changing_agent(state: Path, variant: int, rerun: bool) -> AgentProcess:
+    server = tracker(state, "--variant", str(variant))
+    llm = ScriptedLLM({(0, 0): ScriptedTurn.tool_use("lookup", {"key": "k"})})
+
+    class Agent(AgentProcess):
+        agent_id = "mcp-changing"
+        mcp_servers: ClassVar[Any] = (server,)
+        replay_mismatch = "rerun" if rerun else "fail"
+
+        def make_llm(self) -> LLMClient:
+            return llm
+
+        async def step(self, ctx: StepContext) -> Done | None:
+            await ctx.llm.complete(
+                model="m", max_tokens=100, messages=[{"role": "user", "content": "go"}], tools=[server]
+            )
+            await ctx.call_tool(server.tool("slow"), seconds=30)
+            return Done(result="done")
+
+    return Agent()
+
+
+@pytest.mark.parametrize("rerun", [False, True])
+async def test_a_tool_list_that_changed_between_attempts_is_a_replay_mismatch(
+    tmp_path: Path, rerun: bool
+) -> None:
+    harness = AgentHarness(tmp_path / "data", time_scale=0.02)
+    first = await harness.run(_changing_agent(tmp_path / "s", 1, rerun), drain=DrainAt.during_tool("slow"))
+    assert first.exit_code == 143
+    second = await harness.run(_changing_agent(tmp_path / "s", 2, rerun), drain=DrainAt.during_tool("slow"))
+    changed = next(e for e in second.journal if e["type"] == "MCP_TOOLS_CHANGED")
+    assert changed["changed"] == ["create_issue"] and changed["added"] == changed["removed"] == []
+    if not rerun:
+        assert second.exit_code == 1
+        assert any("replay mismatch" in m and "MCP server tracker" in m for m in second.log_messages())
+    else:
+        assert any(e["type"] == "REPLAY_DISCARDED" for e in second.journal)
+        assert second.exit_code == 143  # ran afresh: the LLM call re-issued, the slow call cut again
+        types = [e["type"] for e in second.journal]
+        assert "LLM_COMPLETED" in types[types.index("REPLAY_DISCARDED") :]
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    state = tmp_path / "http-server"
+    proc = subprocess.Popen([sys.executable, SERVER, str(state), "--http", str(port)])
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp", state
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_streamable_http_server_tools_work_and_auth_headers_never_show(
+    tmp_path: Path, http_server: tuple[str, Path]
+) -> None:
+    url, state = http_server
+    server = MCPServer.http(url, {"Authorization": "Bearer tok-8f2%40x s3cr3t"})
+    llm = ScriptedLLM({(0, 0): ScriptedTurn.tool_use("create_issue", {"title": "over http"}), (1, 0): "ok"})
+    env = {"AGENTLIFE_LOG_LEVEL": "DEBUG"}
+    run = await AgentHarness(tmp_path / "data").run(tool_agent(llm, server), payload="x", env=env)
+    assert run.exit_code == 0 and run.job is not None and run.job.status == "COMPLETED"
+    assert [e["key"] for e in effects(state)] == ["job-1/0/1"]
+    everything = json.dumps(run.logs) + json.dumps(run.journal) + repr(server)
+    assert "tok-8f2" not in everything and "s3cr3t" not in everything
+
+
+def test_result_values_are_structured_content_else_text() -> None:
+    import mcp.types as types
+
+    text = types.CallToolResult(
+        content=[types.TextContent(type="text", text="a"), types.TextContent(type="text", text="b")]
+    )
+    assert result_value(text, "s", "t", 100) == "a\nb"
+    structured = types.CallToolResult(content=[], structured_content={"n": 1})
+    assert result_value(structured, "s", "t", 100) == {"n": 1}
+    with pytest.raises(Exception, match="over the server's max_result_bytes"):
+        result_value(text, "s", "t", 2)
+
+
+def test_bad_configuration_is_refused_with_one_line() -> None:
+    for make in (
+        lambda: MCPServer.stdio(""),
+        lambda: MCPServer.stdio("x", "not-a-list-of-args"),
+        lambda: MCPServer.stdio("x", env={"A": 1}),  # type: ignore[dict-item]
+        lambda: MCPServer.http("ftp://host/mcp"),
+        lambda: MCPServer.http("http://h/mcp", {"X": "a\r\nInjected: 1"}),
+        lambda: MCPServer.stdio("x", timeout=float("nan")),
+        lambda: MCPServer.stdio("x", max_result_bytes=0),
+        lambda: MCPServer.stdio("x").with_tool("t", retries=-1),
+    ):
+        with pytest.raises(ConfigError):
+            make()
+
+
+def test_import_agentlife_does_not_import_mcp() -> None:
+    code = "import sys, agentlife; agentlife.MCPServer; assert 'mcp' not in sys.modules, 'mcp imported'"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
