@@ -322,7 +322,7 @@ def _spec(
     check = _checker(name, validator)
 
     async def call(invocation_id: str, **arguments: Any) -> Any:
-        check(arguments)
+        arguments = check(arguments)  # the checked JSON copy is what is sent
         if takes_invocation_id:  # a runtime parameter, as for native tools: the server gets the id
             arguments = {**arguments, "invocation_id": invocation_id}
         _label_span(server_name, mcp_name)
@@ -358,9 +358,7 @@ def _label_span(server_name: str, tool: str) -> None:
     """Name the server and tool on the tool call's span (when telemetry is built, OpenTelemetry is loaded)."""
     trace = sys.modules.get("opentelemetry.trace")
     if trace is not None:
-        span = trace.get_current_span()
-        span.set_attribute("mcp.server.name", server_name)
-        span.set_attribute("mcp.tool.name", tool)
+        trace.get_current_span().set_attributes({"mcp.server.name": server_name, "mcp.tool.name": tool})
 
 
 def _without_runtime_parameters(schema: dict[str, Any]) -> dict[str, Any]:
@@ -403,16 +401,17 @@ def _checker(name: str, validator: Any) -> Callable[[Any], dict[str, Any]]:
         if RUNTIME_PARAMETERS & data.keys():
             raise ToolArgumentsInvalid(name, ["invocation_id: filled in by the runtime, not a parameter"])
         try:
+            # A copy of plain JSON values: the tool gets what the journal digested, whatever the caller holds.
             data = orjson.loads(orjson.dumps(data))
         except (TypeError, orjson.JSONEncodeError) as exc:
             raise ToolArgumentsInvalid(name, [f"the arguments are not JSON: {exc}"]) from None
         try:
+            if validator.is_valid(data):  # the common case stops at the first error, and there is none
+                return data  # type: ignore[no-any-return]
             errors = sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
         except RecursionError:
             raise ToolArgumentsInvalid(name, ["(arguments): nested too deeply"]) from None
-        if errors:
-            raise ToolArgumentsInvalid(name, [_problem(e) for e in errors[:_MAX_PROBLEMS]])
-        return dict(data)
+        raise ToolArgumentsInvalid(name, [_problem(e) for e in errors[:_MAX_PROBLEMS]])
 
     return check
 
@@ -433,20 +432,19 @@ def result_value(result: Any, server_name: str, tool: str, max_bytes: int) -> An
     Content blocks other than text come back as their wire dicts. ``isError`` raises `MCPToolError`
     with the server's text; so does a result over ``max_bytes``.
     """
-    blocks = [b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in (result.content or [])]
-    texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
-    if getattr(result, "is_error", None) or getattr(result, "isError", None):
+    content = list(result.content or [])
+    # Read from the blocks' attributes: a text result (the common case) costs no model_dump.
+    texts = [str(getattr(b, "text", "")) for b in content if getattr(b, "type", None) == "text"]
+    if result.is_error:
         message = _short("\n".join(texts) or "the tool reported an error")
         raise MCPToolError(f"MCP tool {tool} of {server_name} failed: {message}")
-    structured = getattr(result, "structured_content", None)
-    if structured is None:
-        structured = getattr(result, "structuredContent", None)
+    structured = result.structured_content
     if structured is not None:
         value: Any = structured
-    elif len(texts) == len(blocks):
+    elif len(texts) == len(content):
         value = "\n".join(texts)
     else:
-        value = blocks
+        value = [b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in content]
     size = len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else len(orjson.dumps(value))
     if size > max_bytes:
         raise MCPToolError(

@@ -163,6 +163,9 @@ class MCPConnection:
             raise MCPToolError(f"MCP server {self.label}, tool {tool}: {self._describe(exc)}") from None
 
     async def _live_session(self) -> Any:
+        session = self._session
+        if session is not None:  # the common case, without the lock's two checkpoints
+            return session
         async with self._lock:
             if self._session is not None:
                 return self._session

@@ -71,6 +71,8 @@ class MCPTools:
         self.replay_mismatch = replay_mismatch
         self._connections: dict[tuple[Any, ...], MCPConnection] = {}
         self._specs: dict[tuple[Any, ...], list[MCPToolSpec]] = {}
+        # By the name the server lists: a call finds its tool in one lookup, however long the list.
+        self._by_name: dict[tuple[Any, ...], dict[str, MCPToolSpec]] = {}
         self._skipped: dict[tuple[Any, ...], dict[str, str]] = {}
 
     @classmethod
@@ -117,9 +119,9 @@ class MCPTools:
 
     def spec_named(self, server: MCPServer, name: str) -> MCPToolSpec:
         """The tool ``name`` (as the server lists it) of ``server``; `ConfigError` if it has none."""
-        for spec in self._specs[server.key]:
-            if spec.mcp_name == name:
-                return spec
+        spec = self._by_name[server.key].get(name)
+        if spec is not None:
+            return spec
         reason = self._skipped[server.key].get(name)
         if reason is not None:
             raise ConfigError(f"MCP tool {name} of {server.label} is not available: {reason}")
@@ -132,6 +134,7 @@ class MCPTools:
         """Record a started server."""
         self._connections[server.key] = connection
         self._specs[server.key] = specs
+        self._by_name[server.key] = {spec.mcp_name: spec for spec in specs}
         self._skipped[server.key] = skipped
 
     async def aclose(self, grace: float) -> None:
