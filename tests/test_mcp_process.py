@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from procs import agent_env, spawn, terminate
+from procs import REPO, agent_env, run_cli, spawn, terminate
 
 AGENT = "agents.mcp_agents:"
 
@@ -78,3 +80,29 @@ def test_sigterm_during_a_slow_mcp_call_drains_in_budget_and_stops_the_server(tm
     assert seconds < 1 + 8 + 2  # the step deadline plus the cleanup budget, with a margin
     (pid,) = server_pids(state)
     wait_until(lambda: not alive(pid), timeout=2)
+
+
+def test_the_notes_example_runs_as_documented_and_adds_its_note_once(tmp_path: Path) -> None:
+    data = tmp_path / "notes"
+    env = agent_env(data)
+    # As docs/mcp-tools.md says: from examples/, ``python -m agentlife run mcp_notes_agent:NotesAgent``.
+    done = subprocess.run(
+        [sys.executable, "-m", "agentlife", "run", "mcp_notes_agent:NotesAgent", "--job-id", "notes-1"],
+        cwd=REPO / "examples",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    notes = [json.loads(line) for line in (data / "notes.jsonl").read_text().splitlines()]
+    assert notes == [{"key": "notes-1/1/1", "text": "ship the MCP example"}]  # once, keyed by invocation id
+    row = run_cli("job", "show", "notes-1", env=env)
+    assert row.returncode == 0 and "COMPLETED" in row.stdout and '"Noted."' in row.stdout, row.stdout
+    (session,) = (data / "sessions" / "notes-1").glob("session_0001_*.jsonl")
+    shown = run_cli("journal", "show", str(session), env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "MCP_TOOLS server=notes transport=stdio" in shown.stdout
+    assert "tool call 1 list_notes [notes-1/0/1]: completed" in shown.stdout
+    assert "tool call 1 add_note [notes-1/1/1]: completed" in shown.stdout
