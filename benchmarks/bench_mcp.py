@@ -35,6 +35,7 @@ from agentlife import AgentProcess, Done, MCPServer, StepContext, tool
 from agentlife._mcp import CURRENT_MCP
 from agentlife.testing import AgentHarness
 
+# Served by the SDK's own server (``--sdk``): the baseline is a realistic server, not the tests' plain one.
 SERVER = str(Path(__file__).resolve().parent.parent / "tests" / "mcp_test_server.py")
 N = 200
 ROUNDS = 5
@@ -47,7 +48,7 @@ async def bare_calls(state: Path, tool_name: str, args: dict[str, Any]) -> tuple
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    params = StdioServerParameters(command=sys.executable, args=[SERVER, str(state)])
+    params = StdioServerParameters(command=sys.executable, args=[SERVER, str(state), "--sdk"])
     started = time.perf_counter()
     async with stdio_client(params) as (r, w), ClientSession(r, w) as session:
         await session.initialize()
@@ -62,7 +63,7 @@ async def bare_calls(state: Path, tool_name: str, args: dict[str, Any]) -> tuple
 
 
 def agent_for(state: Path, tool_name: str, args: dict[str, Any]) -> AgentProcess:
-    server = MCPServer.stdio(sys.executable, [SERVER, str(state)])
+    server = MCPServer.stdio(sys.executable, [SERVER, str(state), "--sdk"])
 
     class Bench(AgentProcess):
         agent_id = "bench-mcp"
@@ -98,7 +99,7 @@ async def through_agentlife(tmp: Path, tool_name: str, args: dict[str, Any]) -> 
 
 def decomposing_agent(state: Path) -> AgentProcess:
     """One step that times the bare call, a native tool around it and the MCP tool, in alternating batches."""
-    server = MCPServer.stdio(sys.executable, [SERVER, str(state)])
+    server = MCPServer.stdio(sys.executable, [SERVER, str(state), "--sdk"])
 
     class Decompose(AgentProcess):
         agent_id = "bench-mcp-parts"
