@@ -14,6 +14,9 @@ exists), ``slow`` (read-only sleep), ``crash`` (the process exits mid-call), ``h
 structured result that breaks its own output schema), ``big`` (a text result of N MB) and ``set_flag``
 (idempotent). ``--variant 2`` changes ``create_issue``'s schema (the tool list changed between attempts).
 The server writes its pid to ``STATE_DIR/pid`` (one line per start) and each call to ``calls.jsonl``.
+
+``--stubborn`` (stdio): the server ignores SIGTERM and the end of its input, and starts a child in its
+process group that does the same (its pid in ``STATE_DIR/child_pid``): only SIGKILL ends them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import argparse
 import asyncio
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -146,7 +151,7 @@ async def handle(state: Path, tool: str, args: dict[str, Any], meta: dict[str, A
 # -- plain JSON-RPC over stdio ----------------------------------------------------------------------------
 
 
-async def serve_stdio(state: Path, tools: list[dict[str, Any]], name: str) -> None:
+async def serve_stdio(state: Path, tools: list[dict[str, Any]], name: str, stubborn: bool) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=1 << 30)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -185,7 +190,19 @@ async def serve_stdio(state: Path, tools: list[dict[str, Any]], name: str) -> No
             task = running.pop((message.get("params") or {}).get("requestId"), None)
             if task is not None:
                 task.cancel()
+    if stubborn:
+        await asyncio.sleep(3600)
     os._exit(0)  # stdin closed: the client is gone (what SDK servers do too)
+
+
+def become_stubborn(state: Path) -> None:
+    """Ignore SIGTERM, with a child in the same process group that ignores it too and never reads input."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(3600)"]
+    # SIG_IGN is inherited across exec; the child's stdin is not the server's, so no end of input reaches it.
+    quiet = subprocess.DEVNULL
+    child = subprocess.Popen(sleeper, stdin=quiet, stdout=quiet, stderr=quiet)
+    (state / "child_pid").write_text(str(child.pid))
 
 
 # -- the SDK's server -----------------------------------------------------------------------------------
@@ -213,13 +230,16 @@ def main() -> None:
     parser.add_argument("--variant", type=int, default=1)
     parser.add_argument("--invalid-schema", action="store_true")
     parser.add_argument("--name", default="tracker")
+    parser.add_argument("--stubborn", action="store_true")
     options = parser.parse_args()
     options.state.mkdir(parents=True, exist_ok=True)
     with (options.state / "pid").open("a") as f:
         f.write(f"{os.getpid()} {time.time()}\n")
     tools = tool_list(options.variant, options.invalid_schema)
+    if options.stubborn:
+        become_stubborn(options.state)
     if options.http is None and not options.sdk:
-        asyncio.run(serve_stdio(options.state, tools, options.name))
+        asyncio.run(serve_stdio(options.state, tools, options.name, options.stubborn))
         return
     import anyio
 

@@ -9,18 +9,33 @@ session and stops the process (stdin closed, then SIGTERM and SIGKILL to its pro
 A server found gone (its process exited, its connection closed) is restarted once, at its next call;
 the call that found it gone fails with `MCPServerUnavailable`, a transient error, so the usual retry
 rules decide whether it runs again (never for a side-effecting tool without ``verify``).
+
+A stdio server must not outlive the agent when the agent cannot stop it (the SDK's stop never runs after
+a hard exit or a SIGKILL). On Linux the server is started through a few lines of Python (`_LAUNCHER`)
+that ask the kernel to SIGKILL it when the agent dies (``PR_SET_PDEATHSIG``) and then ``exec`` the
+server's command, so the server keeps its pid; that pid, which is also its process group's id (the SDK
+starts each server in a session of its own), is registered with `agentlife._children` while the server
+runs, and the hard exit kills those groups just before ``os._exit``, with whatever the server started in
+them. A server that is a wrapper (``npx``, ``uvx``) dies by the death signal on a
+SIGKILL of the agent, but what it started lives on until its stdin reaches end of file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
+import os
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
+from agentlife._children import forget_group, register_group
 from agentlife._exceptions import MCPServerUnavailable, MCPToolError
 
 if TYPE_CHECKING:
@@ -36,6 +51,29 @@ INVOCATION_META_KEY = "agentlife/invocation_id"
 _CONNECTION_CLOSED = -32000
 _MAX_MESSAGE = 500
 _MAX_PAGES = 100
+
+#: Run as ``python -I -S -c _LAUNCHER AGENT_PID PID_FILE COMMAND ARGS...``: the server dies with the agent.
+_LAUNCHER = """
+import os, sys
+agent, pid_file, command = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+try:
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+except Exception:
+    pass
+if os.getppid() != agent:  # the agent died before the line above took effect
+    os._exit(1)
+try:
+    with open(pid_file, "w") as f:
+        f.write(str(os.getpid()))
+except OSError:
+    pass
+try:
+    os.execvp(command[0], command)
+except OSError as exc:
+    sys.stderr.write(f"agentlife: cannot run MCP server {command[0]}: {exc}\\n")
+    os._exit(127)
+"""
 
 
 @dataclass(slots=True)
@@ -102,13 +140,16 @@ class MCPConnection:
         task_status: anyio.abc.TaskStatus[ToolListing] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """The owner task: enter the transport and session, report the listing, wait for the close."""
-        started, mine = False, None
+        started, mine, group = False, None, None
+        pid_file = _new_pid_file() if self.server.transport == "stdio" else None
         try:
             from mcp.client.session import ClientSession
 
-            async with self._transport() as streams, ClientSession(streams[0], streams[1]) as session:
+            transport = self._transport(pid_file)
+            async with transport as streams, ClientSession(streams[0], streams[1]) as session:
                 with anyio.fail_after(self.start_timeout):
                     init = await session.initialize()
+                    group = _register_group(pid_file)
                     tools = await _list_all_tools(session)
                 info = getattr(init, "server_info", None) or getattr(init, "serverInfo", None)
                 self._session = mine = session
@@ -122,19 +163,23 @@ class MCPConnection:
             self._gone_reason = self._describe(exc)
             log.warning("MCP server %s: connection ended: %s", self.label, self._gone_reason)
         finally:
+            # The transport has stopped the server (or it was never started): nothing left to kill.
+            _forget_group(group, pid_file)
             # Only this owner's session: a restarted server's owner may already have set a new one.
             if self._session is mine:
                 self._session = None
             done.set()
 
-    def _transport(self) -> Any:
+    def _transport(self, pid_file: str | None) -> Any:
         server = self.server
         if server.transport == "stdio":
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
-            params = StdioServerParameters(
-                command=server.command or "", args=list(server.args), env=dict(server.env or {}) or None
-            )
+            command, args = _found(server.command or "", server.env), list(server.args)
+            if pid_file is not None:
+                args = ["-I", "-S", "-c", _LAUNCHER, str(os.getpid()), pid_file, command, *args]
+                command = sys.executable
+            params = StdioServerParameters(command=command, args=args, env=dict(server.env or {}) or None)
             return stdio_client(params, errlog=sys.stderr)
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
@@ -221,6 +266,51 @@ def _connection_lost(exc: BaseException) -> bool:
         return True
     names = {cls.__name__ for cls in type(exc).__mro__}
     return bool(names & {"TransportError", "NetworkError", "ConnectError", "RemoteProtocolError"})
+
+
+def _new_pid_file() -> str | None:
+    """Where the launcher writes the server's pid; None where there is no death signal (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fd, path = tempfile.mkstemp(prefix="agentlife-mcp-", suffix=".pid")
+    except OSError:
+        return None
+    os.close(fd)
+    return path
+
+
+def _register_group(pid_file: str | None) -> int | None:
+    """The server's pid from the launcher's file (it has exec'd the server by the time it answers)."""
+    if pid_file is None:
+        return None
+    try:
+        with open(pid_file, encoding="ascii") as f:
+            group = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    register_group(group)
+    return group
+
+
+def _forget_group(group: int | None, pid_file: str | None) -> None:
+    if group is not None:
+        forget_group(group)
+    if pid_file is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(pid_file)
+
+
+def _found(command: str, env: Any) -> str:
+    """``command`` as given when it can be run; FileNotFoundError (one clear line) when it cannot.
+
+    Looked up here, on the ``PATH`` the server gets, because through the launcher the SDK would only see
+    the launcher start and the server's connection close.
+    """
+    path = (env or {}).get("PATH", os.environ.get("PATH", os.defpath))
+    if shutil.which(command, path=path) is None:
+        raise FileNotFoundError(errno.ENOENT, "command not found", command)
+    return command
 
 
 def describe_error(exc: BaseException) -> str:
