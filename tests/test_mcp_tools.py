@@ -153,7 +153,8 @@ def test_side_effects_come_from_the_annotations_and_the_user_overrides_them() ->
         return "done"
 
     server = MCPServer.stdio("srv").with_tool("plain", side_effects=False).with_tool("create", verify=verify)
-    specs, skipped = build_specs(server, "srv", listing, set(), connection=None)  # type: ignore[arg-type]
+    names = {str(t["name"]): str(t["name"]) for t in listing}
+    specs, skipped = build_specs(server, "srv", listing, names, connection=None)  # type: ignore[arg-type]
     by_name = {s.name: s for s in specs}
     assert by_name["lookup"].side_effects is False  # re-run on resume
     assert by_name["create"].side_effects is True and by_name["create"].verify is verify

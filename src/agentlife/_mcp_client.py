@@ -23,6 +23,7 @@ SIGKILL of the agent, but what it started lives on until its stdin reaches end o
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import logging
 import os
@@ -145,6 +146,7 @@ class MCPConnection:
         try:
             from mcp.client.session import ClientSession
 
+            _NOISE.set(_Noise(self.label))  # seen by the SDK's reader task, started from this one
             transport = self._transport(pid_file)
             async with transport as streams, ClientSession(streams[0], streams[1]) as session:
                 with anyio.fail_after(self.start_timeout):
@@ -179,7 +181,15 @@ class MCPConnection:
             if pid_file is not None:
                 args = ["-I", "-S", "-c", _LAUNCHER, str(os.getpid()), pid_file, command, *args]
                 command = sys.executable
-            params = StdioServerParameters(command=command, args=args, env=dict(server.env or {}) or None)
+            # "replace": undecodable bytes on stdout make a line that is not JSON-RPC, which the SDK skips,
+            # instead of ending the reader while `initialize` waits for its timeout.
+            params = StdioServerParameters(
+                command=command,
+                args=args,
+                env=dict(server.env or {}) or None,
+                encoding_error_handler="replace",
+            )
+            _quiet_sdk_parse_errors()
             return stdio_client(params, errlog=sys.stderr)
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
@@ -266,6 +276,53 @@ def _connection_lost(exc: BaseException) -> bool:
         return True
     names = {cls.__name__ for cls in type(exc).__mro__}
     return bool(names & {"TransportError", "NetworkError", "ConnectError", "RemoteProtocolError"})
+
+
+@dataclass(slots=True)
+class _Noise:
+    label: str
+    lines: int = 0
+
+
+#: The server whose stdout the SDK's reader task (started from the owner task) is reading.
+_NOISE: contextvars.ContextVar[_Noise | None] = contextvars.ContextVar("agentlife_mcp_noise", default=None)
+_SDK_PARSE_ERROR = "Failed to parse JSONRPC message from server"
+_NOISE_LOGGED = 5
+
+
+class _NotJsonRpc(logging.Filter):
+    """A stdout line that is not JSON-RPC (a banner, a stray print): one WARNING naming the server.
+
+    The SDK logs each at ERROR with the parser's traceback, which quotes the line. A server that prints
+    many gets its first few logged, then one line saying the rest are not.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != _SDK_PARSE_ERROR:
+            return True
+        noise = _NOISE.get()
+        label = noise.label if noise is not None else "(unknown)"
+        count = 1
+        if noise is not None:
+            noise.lines += 1
+            count = noise.lines
+        if count > _NOISE_LOGGED:
+            return False
+        more = "; further lines like it are not logged" if count == _NOISE_LOGGED else ""
+        record.msg = "MCP server %s wrote a line on stdout that is not JSON-RPC: ignored%s"
+        record.args = (label, more)
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
+_NOT_JSON_RPC = _NotJsonRpc()
+
+
+def _quiet_sdk_parse_errors() -> None:
+    sdk_log = logging.getLogger("mcp.client.stdio")
+    if _NOT_JSON_RPC not in sdk_log.filters:
+        sdk_log.addFilter(_NOT_JSON_RPC)
 
 
 def _new_pid_file() -> str | None:
