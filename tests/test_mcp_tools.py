@@ -369,6 +369,9 @@ def test_bad_configuration_is_refused_with_one_line() -> None:
         lambda: MCPServer.http("ftp://host/mcp"),
         lambda: MCPServer.http("http://h/mcp", {"X": "a\r\nInjected: 1"}),
         lambda: MCPServer.stdio("x", timeout=float("nan")),
+        lambda: MCPServer.stdio("x", timeout=True),
+        lambda: MCPServer.stdio("x", start_timeout=0),
+        lambda: MCPServer.stdio("x").with_tool("t", timeout=-0.0),
         lambda: MCPServer.stdio("x", max_result_bytes=0),
         lambda: MCPServer.stdio("x").with_tool("t", retries=-1),
     ):

@@ -159,7 +159,7 @@ class MCPServer:
         if self.name is not None and (not isinstance(self.name, str) or not _NAME_OK.sub("", self.name)):
             raise ConfigError(f"MCP server name must hold letters, digits, _ or -, got {self.name!r}")
         for what, value in (("timeout", timeout), ("start_timeout", start_timeout)):
-            if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
+            if value is not None and not _seconds(value):
                 raise ConfigError(f"MCP server {what} must be a finite number of seconds > 0, got {value!r}")
         if (
             isinstance(max_result_bytes, bool)
@@ -194,7 +194,7 @@ class MCPServer:
             retries: as for ``@tool``.
             restricted: needs an approved job and ``check_policy``.
         """
-        if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < math.inf):
+        if timeout is not None and not _seconds(timeout):
             raise ConfigError(f"MCP tool timeout must be a finite number of seconds > 0, got {timeout!r}")
         if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int) or retries < 0):
             raise ConfigError(f"MCP tool retries must be a whole number >= 0, got {retries!r}")
@@ -475,6 +475,11 @@ def result_value(result: Any, server_name: str, tool: str, max_bytes: int) -> An
             f"max_result_bytes ({max_bytes} bytes)"
         )
     return value
+
+
+def _seconds(value: Any) -> bool:
+    """A finite number of seconds > 0 (True is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
 
 
 def _check_strings(what: str, mapping: Mapping[str, str] | None) -> None:

@@ -38,6 +38,7 @@ import anyio.abc
 
 from agentlife._children import forget_group, register_group
 from agentlife._exceptions import MCPServerUnavailable, MCPToolError
+from agentlife._mcp import MAX_TOOLS
 
 if TYPE_CHECKING:
     from agentlife._mcp import MCPServer
@@ -254,7 +255,7 @@ async def _list_all_tools(session: Any) -> list[dict[str, Any]]:
         result = await session.list_tools(params=params)
         tools.extend(t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in result.tools)
         cursor = getattr(result, "next_cursor", None)
-        if not cursor:
+        if not cursor or len(tools) > MAX_TOOLS:  # past the limit, more pages would only be left out
             return tools
     raise MCPToolError(f"tools/list did not end after {_MAX_PAGES} pages")
 
