@@ -13,23 +13,21 @@ rules decide whether it runs again (never for a side-effecting tool without ``ve
 A stdio server must not outlive the agent when the agent cannot stop it (the SDK's stop never runs after
 a hard exit or a SIGKILL). On Linux the server is started through a few lines of Python (`_LAUNCHER`)
 that ask the kernel to SIGKILL it when the agent dies (``PR_SET_PDEATHSIG``) and then ``exec`` the
-server's command, so the server keeps its pid; that pid, which is also its process group's id (the SDK
-starts each server in a session of its own), is registered with `agentlife._children` while the server
-runs, and the hard exit kills those groups just before ``os._exit``, with whatever the server started in
-them. A server that is a wrapper (``npx``, ``uvx``) dies by the death signal on a
-SIGKILL of the agent, but what it started lives on until its stdin reaches end of file.
+server's command, so the server keeps its pid. That pid is also its process group's id (the SDK starts
+each server in a session of its own); it is registered with `agentlife._children` while the server runs,
+and the hard exit kills those groups just before ``os._exit``, with whatever the server started in them.
+A server that is a wrapper (``npx``, ``uvx``) dies by the death signal on a SIGKILL of the agent, but
+what it started lives on until its stdin reaches end of file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import errno
 import logging
 import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -54,10 +52,10 @@ _CONNECTION_CLOSED = -32000
 _MAX_MESSAGE = 500
 _MAX_PAGES = 100
 
-#: Run as ``python -I -S -c _LAUNCHER AGENT_PID PID_FILE COMMAND ARGS...``: the server dies with the agent.
+#: Run as ``python -I -S -c _LAUNCHER AGENT_PID COMMAND ARGS...``: the server dies with the agent.
 _LAUNCHER = """
 import os, sys
-agent, pid_file, command = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+agent, command = int(sys.argv[1]), sys.argv[2:]
 try:
     import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
@@ -65,11 +63,6 @@ except Exception:
     pass
 if os.getppid() != agent:  # the agent died before the line above took effect
     os._exit(1)
-try:
-    with open(pid_file, "w") as f:
-        f.write(str(os.getpid()))
-except OSError:
-    pass
 try:
     os.execvp(command[0], command)
 except OSError as exc:
@@ -143,16 +136,15 @@ class MCPConnection:
     ) -> None:
         """The owner task: enter the transport and session, report the listing, wait for the close."""
         started, mine, group = False, None, None
-        pid_file = _new_pid_file() if self.server.transport == "stdio" else None
         try:
             from mcp.client.session import ClientSession
 
             _NOISE.set(_Noise(self.label))  # seen by the SDK's reader task, started from this one
-            transport = self._transport(pid_file)
+            transport = self._transport()
             async with transport as streams, ClientSession(streams[0], streams[1]) as session:
+                group = _register_group(transport)
                 with anyio.fail_after(self.start_timeout):
                     init = await session.initialize()
-                    group = _register_group(pid_file)
                     tools = await _list_all_tools(session)
                 info = getattr(init, "server_info", None) or getattr(init, "serverInfo", None)
                 self._session = mine = session
@@ -167,20 +159,21 @@ class MCPConnection:
             log.warning("MCP server %s: connection ended: %s", self.label, self._gone_reason)
         finally:
             # The transport has stopped the server (or it was never started): nothing left to kill.
-            _forget_group(group, pid_file)
+            if group is not None:
+                forget_group(group)
             # Only this owner's session: a restarted server's owner may already have set a new one.
             if self._session is mine:
                 self._session = None
             done.set()
 
-    def _transport(self, pid_file: str | None) -> Any:
+    def _transport(self) -> Any:
         server = self.server
         if server.transport == "stdio":
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
             command, args = _found(server.command or "", server.env), list(server.args)
-            if pid_file is not None:
-                args = ["-I", "-S", "-c", _LAUNCHER, str(os.getpid()), pid_file, command, *args]
+            if sys.platform.startswith("linux"):  # where there is a parent-death signal
+                args = ["-I", "-S", "-c", _LAUNCHER, str(os.getpid()), command, *args]
                 command = sys.executable
             # "replace": undecodable bytes on stdout make a line that is not JSON-RPC, which the SDK skips,
             # instead of ending the reader while `initialize` waits for its timeout.
@@ -326,37 +319,20 @@ def _quiet_sdk_parse_errors() -> None:
         sdk_log.addFilter(_NOT_JSON_RPC)
 
 
-def _new_pid_file() -> str | None:
-    """Where the launcher writes the server's pid; None where there is no death signal (not Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fd, path = tempfile.mkstemp(prefix="agentlife-mcp-", suffix=".pid")
-    except OSError:
-        return None
-    os.close(fd)
-    return path
+def _register_group(transport: Any) -> int | None:
+    """Register the stdio server's process group (its pid: the SDK starts it in a session of its own).
 
-
-def _register_group(pid_file: str | None) -> int | None:
-    """The server's pid from the launcher's file (it has exec'd the server by the time it answers)."""
-    if pid_file is None:
+    The SDK does not hand out the process it started: it is read from the suspended ``stdio_client``
+    generator's frame. Should a version of the SDK name it otherwise, nothing is registered and the hard
+    exit leaves the server to the parent-death signal and the end of its stdin.
+    """
+    frame = getattr(getattr(transport, "gen", None), "ag_frame", None)
+    process = frame.f_locals.get("process") if frame is not None else None
+    pid = getattr(process, "pid", None)
+    if not isinstance(pid, int):
         return None
-    try:
-        with open(pid_file, encoding="ascii") as f:
-            group = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    register_group(group)
-    return group
-
-
-def _forget_group(group: int | None, pid_file: str | None) -> None:
-    if group is not None:
-        forget_group(group)
-    if pid_file is not None:
-        with contextlib.suppress(OSError):
-            os.unlink(pid_file)
+    register_group(pid)
+    return pid
 
 
 def _found(command: str, env: Any) -> str:
