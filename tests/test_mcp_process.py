@@ -163,3 +163,23 @@ def test_a_server_that_ignores_end_of_input_dies_with_a_sigkilled_agent(
     terminate(proc, signal.SIGKILL)
     (server,) = server_pids(stubborn)
     wait_until(lambda: not alive(server), timeout=5)
+
+
+def test_the_hard_exit_kills_a_group_only_while_its_leader_is_still_a_child_leading_it() -> None:
+    # A registered id is a process group's only while its leader is this process's child leading its own
+    # group; a pid that is not (one reused by another process) must not take its group down with it.
+    from agentlife import _children
+
+    leader = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    follower = subprocess.Popen(["sleep", "60"])  # this process's group, not a group of its own
+    try:
+        for pid in (leader.pid, follower.pid):
+            _children.register_group(pid)
+        _children.kill_groups()
+        assert leader.wait(timeout=5) == -signal.SIGKILL
+        assert follower.poll() is None
+    finally:
+        for proc in (leader, follower):
+            _children.forget_group(proc.pid)
+            proc.kill()
+            proc.wait()
