@@ -7,7 +7,7 @@
 - ``only-garbage``: writes garbage and never answers.
 - ``many N``: lists N tools (``t0`` ... ``tN-1``), in one answer.
 - ``names``: lists tools whose names are hostile (spaces, 200 characters, unicode, names that collide once
-  made safe or prefixed, an empty name, a name listed twice).
+  made safe or prefixed, an empty name, a name listed twice, a 200 kB description).
 - ``patterns``: lists ``evil`` (a catastrophic ``pattern``), ``backref`` (a back reference),
   ``propnames`` (``patternProperties``) and ``remote`` (a ``$ref`` to ``http://HOST:PORT`` from
   ``MCP_REMOTE_REF``).
@@ -50,6 +50,7 @@ def tools(mode: str, n: int) -> list[dict[str, Any]]:
             tool(""),
             tool("twice"),
             tool("twice"),
+            tool("huge", description="d" * 200_000),
         ]
     if mode == "patterns":
         remote = os.environ.get("MCP_REMOTE_REF", "http://127.0.0.1:9/schema.json")

@@ -173,7 +173,7 @@ async def test_hostile_tool_names_are_offered_unique_and_valid_and_each_reaches_
     tmp_path: Path,
 ) -> None:
     # Spaces, 200 characters, unicode, a name equal to another once made safe ("look up", "look_up") or
-    # prefixed ("srv__echo" beside tool "echo" of server "srv"), no name, a name listed twice.
+    # prefixed ("srv__echo" beside tool "echo" of server "srv"), no name, a name listed twice, a huge one.
     calls = tmp_path / "calls.txt"
     env = {"MCP_CALLS": str(calls)}
     names_server, echo_server = hostile("names", env=env), hostile("echo", env=env, name="other")
@@ -214,6 +214,7 @@ async def test_hostile_tool_names_are_offered_unique_and_valid_and_each_reaches_
     errors, _ = errors_and_warnings(run)
     assert any("tool '' left out" in e or "it has no name" in e for e in errors)
     assert any("tool twice left out: its server lists it twice" in e for e in errors)
+    assert any("tool huge left out: its listing is 200" in e and "over 100000" in e for e in errors)
     tools_events = [e for e in run.journal if e["type"] == "MCP_TOOLS"]
     assert {e["server"] for e in tools_events} == {"srv", "other"}
 
