@@ -265,14 +265,20 @@ async def test_a_tool_whose_schema_is_not_json_schema_is_left_out_with_one_error
     assert "broken" not in event["tools"] and event["skipped"][0]["tool"] == "broken"
 
 
-@pytest.mark.parametrize("kind", ["missing command", "refused url"])
+@pytest.mark.parametrize("kind", ["missing command", "not executable", "refused url"])
 async def test_a_server_that_cannot_start_stops_hydration_with_one_line(tmp_path: Path, kind: str) -> None:
     port = free_port()
-    server = (
-        MCPServer.stdio("/nonexistent/mcp-server-binary")
-        if kind == "missing command"
-        else MCPServer.http(f"http://127.0.0.1:{port}/mcp", {"Authorization": "Bearer hunter2 s3cr3t"})
-    )
+    script = tmp_path / "server.sh"
+    script.write_text("#!/bin/sh\n")  # no execute permission
+    servers = {
+        "missing command": (MCPServer.stdio("/nonexistent/mcp-server-binary"), "command not found"),
+        "not executable": (MCPServer.stdio(str(script)), "not executable"),
+        "refused url": (
+            MCPServer.http(f"http://127.0.0.1:{port}/mcp", {"Authorization": "Bearer hunter2 s3cr3t"}),
+            f"127.0.0.1:{port}",
+        ),
+    }
+    server, expected = servers[kind]
 
     class Agent(AgentProcess):
         agent_id = "mcp-no-server"
@@ -285,9 +291,7 @@ async def test_a_server_that_cannot_start_stops_hydration_with_one_line(tmp_path
     assert run.exit_code == 1
     assert run.job is not None and run.job.status == "RUNNING"  # resumable: the next attempt tries again
     fatal = [line["msg"] for line in run.logs if line.get("level") == "ERROR"]
-    assert len(fatal) == 1 and "did not start" in fatal[0]
-    expected = "command not found" if kind == "missing command" else f"127.0.0.1:{port}"
-    assert expected in fatal[0]
+    assert len(fatal) == 1 and "did not start" in fatal[0] and expected in fatal[0]
     everything = json.dumps(run.logs) + json.dumps(run.journal)
     assert "hunter2" not in everything and "s3cr3t" not in everything
 

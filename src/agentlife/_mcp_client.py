@@ -172,7 +172,7 @@ class MCPConnection:
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
             command, args = _found(server.command or "", server.env), list(server.args)
-            if sys.platform.startswith("linux"):  # where there is a parent-death signal
+            if sys.platform.startswith("linux") and sys.executable:  # where there is a parent-death signal
                 args = ["-I", "-S", "-c", _LAUNCHER, str(os.getpid()), command, *args]
                 command = sys.executable
             # "replace": undecodable bytes on stdout make a line that is not JSON-RPC, which the SDK skips,
@@ -342,9 +342,11 @@ def _found(command: str, env: Any) -> str:
     the launcher start and the server's connection close.
     """
     path = (env or {}).get("PATH", os.environ.get("PATH", os.defpath))
-    if shutil.which(command, path=path) is None:
-        raise FileNotFoundError(errno.ENOENT, "command not found", command)
-    return command
+    if shutil.which(command, path=path) is not None:
+        return command
+    if os.sep in command and os.path.isfile(command):
+        raise PermissionError(errno.EACCES, "not executable", command)
+    raise FileNotFoundError(errno.ENOENT, "command not found", command)
 
 
 def describe_error(exc: BaseException) -> str:
