@@ -27,6 +27,7 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
+from agentlife.stores._rows import JSON_COLUMNS, job_record
 from agentlife.stores._sqlite_jobs import SQLiteJobOps, sqlite_job_schema
 
 __all__ = ["SQLiteStore"]
@@ -35,6 +36,19 @@ _T = TypeVar("_T")
 # Every write after the claim is fenced by attempt *and* claim token; a row without a token (created by a
 # control plane, or claimed before tokens existed) is fenced by attempt alone.
 _FENCE = "attempt = ? AND (owner IS NULL OR owner = ?)"
+_ROW_COLUMNS = (
+    "id",
+    "agent_id",
+    "status",
+    "attempt",
+    "checkpoint_id",
+    "checkpoint_crc",
+    "heartbeat_at",
+    "updated_at",
+    "not_before",
+    *JSON_COLUMNS,
+)
+_JSON_AS_BYTES = ", ".join(f"CAST({name} AS BLOB)" for name in JSON_COLUMNS)
 
 
 def _schema(t: TableNames) -> list[str]:
@@ -216,30 +230,16 @@ class SQLiteStore(SQLiteJobOps):
     # -- jobs -----------------------------------------------------------------------------------------
 
     def _row(self, conn: sqlite3.Connection, job_id: str) -> JobRecord | None:
+        # The JSON columns as bytes: text that is not UTF-8 (written by another client) would make sqlite3
+        # raise on the fetch itself; `job_record` decodes each column and names those it cannot read.
         row = conn.execute(
-            f"SELECT id, agent_id, status, payload, attempt, checkpoint_id, checkpoint_crc, heartbeat_at,"
-            f" tokens_consumed, token_budget, error, result, updated_at, not_before FROM {self.tables.job}"
-            " WHERE id = ?",
+            f"SELECT id, agent_id, status, attempt, checkpoint_id, checkpoint_crc, heartbeat_at, updated_at,"
+            f" not_before, {_JSON_AS_BYTES} FROM {self.tables.job} WHERE id = ?",
             (job_id,),
         ).fetchone()
         if row is None:
             return None
-        return JobRecord(
-            id=row[0],
-            agent_id=row[1],
-            status=row[2],
-            payload=_loads(row[3]),
-            attempt=row[4],
-            checkpoint_id=row[5],
-            checkpoint_crc=row[6],
-            heartbeat_at=row[7],
-            tokens_consumed=_loads(row[8]) or {},
-            token_budget=_loads(row[9]),
-            error=_loads(row[10]) or [],
-            result=_loads(row[11]),
-            updated_at=row[12],
-            not_before=row[13],
-        )
+        return job_record(dict(zip(_ROW_COLUMNS, row, strict=True)))
 
     async def get_job(self, job_id: str) -> JobRecord | None:
         return await self._run(lambda conn: self._row(conn, job_id))
