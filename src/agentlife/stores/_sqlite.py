@@ -6,6 +6,7 @@ import contextlib
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -114,11 +115,20 @@ class SQLiteStore(SQLiteJobOps):
     url_scheme = "sqlite"
 
     def __init__(
-        self, path: str | Path, *, tables: TableNames | None = None, create_schema: bool = True
+        self,
+        path: str | Path,
+        *,
+        tables: TableNames | None = None,
+        create_schema: bool = True,
+        must_exist: bool = False,
     ) -> None:
         self.path = Path(path)
         self.tables = tables or TableNames()
         self._create_schema = create_schema
+        #: `open` refuses a file that does not exist or holds no job table, instead of creating one.
+        self.must_exist = must_exist
+        #: The URL the path came from, to explain a missing store (``sqlite:///tmp/x`` is relative).
+        self.url: str | None = None
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._busy = False
@@ -127,12 +137,14 @@ class SQLiteStore(SQLiteJobOps):
         self._claimed: set[str] = set()
 
     @classmethod
-    def from_url(cls, url: str, *, tables: TableNames | None = None) -> SQLiteStore:
+    def from_url(cls, url: str, *, tables: TableNames | None = None, must_exist: bool = False) -> SQLiteStore:
         """Build from ``sqlite:///relative/or/absolute/path``."""
         path = url.removeprefix("sqlite://")
         if path.startswith("/") and not url.startswith("sqlite:////"):
             path = path[1:]
-        return cls(path or ".agentlife/agentlife.db", tables=tables)
+        store = cls(path or ".agentlife/agentlife.db", tables=tables, must_exist=must_exist)
+        store.url = url
+        return store
 
     # -- plumbing -------------------------------------------------------------------------------------
 
@@ -156,19 +168,64 @@ class SQLiteStore(SQLiteJobOps):
 
     async def open(self) -> None:
         def connect() -> sqlite3.Connection:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False, isolation_level=None)
+            if self.must_exist:
+                # mode=rw: sqlite3 would otherwise create the file it was asked to read.
+                # One leading slash: "file://x" would make x the URI's authority.
+                target = f"file:{urllib.parse.quote(self._absolute())}?mode=rw"
+                conn = sqlite3.connect(
+                    target, uri=True, timeout=10.0, check_same_thread=False, isolation_level=None
+                )
+                if not self._has_job_table(conn):  # checked before WAL mode changes the file
+                    conn.close()
+                    raise _NotAStore(f"it holds no {self.tables.job} table")
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False, isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA busy_timeout=10000")
             return conn
 
+        if self.must_exist and not self.path.is_file():
+            raise StoreError(self._missing())
         try:
             self._conn = await anyio.to_thread.run_sync(connect)
+        except _NotAStore as exc:
+            raise StoreError(self._missing(str(exc))) from None
         except (sqlite3.Error, OSError) as exc:
+            if self.must_exist and not self.path.is_file():
+                raise StoreError(self._missing()) from None
             raise StoreUnavailable(f"cannot open SQLite store {self.path}: {exc}") from exc
         if self._create_schema:
             await self.init_schema()
+
+    def _has_job_table(self, conn: sqlite3.Connection) -> bool:
+        schema, _, base = self.tables.job.rpartition(".")
+        master = f"{schema}.sqlite_master" if schema else "sqlite_master"
+        try:
+            row = conn.execute(
+                f"SELECT 1 FROM {master} WHERE type = 'table' AND name = ?", (base,)
+            ).fetchone()
+        except sqlite3.DatabaseError:  # not a database at all ("file is not a database")
+            return False
+        return row is not None
+
+    def _absolute(self) -> str:
+        # sqlite:////abs gives the path "//abs", which POSIX keeps as it is.
+        return "/" + str(self.path.absolute()).lstrip("/")
+
+    def _missing(self, why: str = "") -> str:
+        """``no store at PATH``, saying why and how a relative URL was read."""
+        text = f"no store at {self._absolute()}"
+        if why:
+            text += f": {why}"
+        url = self.url or ""
+        if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+            rest = url.removeprefix("sqlite:///")
+            text += f" ({url} is relative to the current directory; for /{rest} write sqlite:////{rest})"
+        if not why:
+            text += "; `python -m agentlife db init` creates one"
+        return text
 
     async def close(self) -> None:
         def close_when_idle() -> None:
@@ -472,6 +529,10 @@ class SQLiteStore(SQLiteJobOps):
             )
 
         await self._run(record)
+
+
+class _NotAStore(StoreError):
+    """The file a job command was pointed at exists but is not an agentlife store."""
 
 
 def _dumps(value: Any) -> str | None:
