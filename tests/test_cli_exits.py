@@ -43,6 +43,23 @@ def test_an_agent_module_calling_sys_exit_at_import_is_a_usage_error(tmp_path: P
     assert done.stderr.count("\n") == 1 and f"called sys.exit({status})" in done.stderr
 
 
+@pytest.mark.parametrize("command", ["run", "worker"])
+def test_a_base_exception_at_import_is_one_masked_usage_error(tmp_path: Path, command: str) -> None:
+    token = "cp-token-Zq81xV0"
+    env = agent_env(
+        tmp_path / "data",
+        AGENTLIFE_JOB_ID="job-x",
+        RAISE_AT_IMPORT="base",
+        AGENTLIFE_CONTROL_PLANE_URL="http://127.0.0.1:9",
+        AGENTLIFE_CONTROL_PLANE_TOKEN=token,
+    )
+    done = run_cli(command, "agents.exit_at_import_agent:Anything", env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "importing module 'agents.exit_at_import_agent' failed: AgentImportAborted: token" in done.stderr
+    assert token not in done.stderr + done.stdout
+
+
 def test_a_missing_job_id_is_a_usage_error(tmp_path: Path) -> None:
     done = run_cli("run", "agents.sync_step_agent:SyncStepAgent", env=agent_env(tmp_path / "data"))
     assert done.returncode == 2

@@ -223,7 +223,11 @@ def test_bad_arguments_are_one_line_usage_errors(tmp_path: Path, sqlite_url: str
     for args, needle in (
         (["--max-jobs", "0"], "--max-jobs must be >= 1"),
         (["--idle-timeout", "-1"], "--idle-timeout must be > 0"),
-        (["--time-scale", "0"], "--time-scale must be > 0"),
+        (["--time-scale", "0"], "--time-scale must be a finite number >= 0.001, got 0"),
+        (["--time-scale", "inf"], "--time-scale must be a finite number >= 0.001, got inf"),
+        (["--time-scale", "nan"], "--time-scale must be a finite number >= 0.001, got nan"),
+        # Past MAX_ENV_SECONDS a thread timer would overflow and die with a traceback.
+        (["--time-scale", "1e300"], "--time-scale 1e+300 makes retry.crash_backoff_seconds 1.8e+303 s"),
     ):
         result = run_cli("worker", TARGET, *args, env=env)
         assert result.returncode == 2, result.stderr
@@ -366,3 +370,54 @@ def test_a_job_parked_for_approval_is_resumed_by_a_worker_once_approved(
     worker.send_signal(signal.SIGTERM)
     code, out = finish(worker)
     assert code == 143, out
+
+
+def test_each_job_ends_with_a_job_line_and_only_the_worker_logs_an_exit(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    create_jobs(sqlite_url, "j-1", "j-2")
+    code, out = finish(spawn_worker(worker_env(tmp_path, sqlite_url), "--max-jobs", "2"))
+    assert code == 0, out
+    lines = json_lines(out)
+    # One exit line, the process's own: a job's end is no "exit 0".
+    exits = [line for line in lines if str(line.get("msg", "")).startswith("exit ")]
+    assert [(line["logger"], line["exit_code"]) for line in exits] == [("agentlife.worker", 0)]
+    ended = [line for line in lines if line.get("event") == "job_ended"]
+    assert [(line["job_id"], line["attempt"], line["outcome"]) for line in ended] == [
+        ("j-1", 1, "done"),
+        ("j-2", 1, "done"),
+    ]
+    assert ended[0]["msg"] == "job j-1 attempt 1 done: job COMPLETED"
+
+
+def test_readyz_is_503_while_claims_fail_and_200_once_the_store_is_back(
+    tmp_path: Path, postgres_server: Any, postgres_url: str, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    create_jobs(postgres_url)
+    port = free_port()
+    worker = spawn_worker(worker_env(tmp_path, postgres_url, port), "--time-scale", "0.02")
+    procs.append(worker)
+    assert poll(lambda: http(port, "/readyz") == (200, "ok\n"))
+    with postgres_server.stopped():
+        # Idle, but every claim fails: it cannot take a job, so it is not ready (and says why).
+        assert poll(lambda: http(port, "/readyz") == (503, "store unavailable\n"))
+        assert '"claim_error":' in http(port, "/status")[1]
+    assert poll(lambda: http(port, "/readyz") == (200, "ok\n"), timeout=30)
+    create_jobs(postgres_url, "after")
+    poll(lambda: rows(postgres_url)["after"].status == JobStatus.COMPLETED)
+    worker.send_signal(signal.SIGTERM)
+    code, out = finish(worker)
+    assert code == 143, out
+    # Nothing but JSON lines (asyncpg's own pool warnings carry their traceback inside one).
+    assert [line for line in out.splitlines() if not line.startswith("{")] == []
+
+
+def test_a_worker_on_a_database_without_the_schema_exits_1_naming_db_init(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    # postgres_url is a fresh, empty schema: nobody ran `db init`.
+    code, out = finish(spawn_worker(worker_env(tmp_path, postgres_url)), timeout=30)
+    assert code == 1, out
+    fatal = [line for line in json_lines(out) if line.get("level") == "ERROR"]
+    assert len(fatal) == 1 and "run `python -m agentlife db init`" in str(fatal[0]["msg"])
+    assert "claim failed" not in out

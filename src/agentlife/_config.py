@@ -21,6 +21,7 @@ __all__ = [
     "MAX_PAYLOAD_DEPTH",
     "Settings",
     "llm_provider_from_env",
+    "validate_agent_id",
     "validate_database_url",
     "validate_job_id",
     "validate_payload",
@@ -67,6 +68,21 @@ def validate_job_id(job_id: str) -> str:
             f"job id {shown!r} is not allowed: it must match {JOB_ID_PATTERN.pattern} (no path separators)"
         )
     return job_id
+
+
+def validate_agent_id(agent_id: str) -> str:
+    """Return ``agent_id`` if it matches the job id pattern, else raise `ConfigError`.
+
+    The rule every process applies at boot (`Settings`): a worker's agent id is checked by it, so a job row
+    whose agent id breaks it could never be claimed. ``job create`` refuses such an id with this message.
+    """
+    if not agent_id or not JOB_ID_PATTERN.fullmatch(agent_id):
+        shown = agent_id if len(agent_id) <= 40 else agent_id[:40] + "..."
+        raise ConfigError(
+            f"agent id {shown!r} is not allowed: it must match {JOB_ID_PATTERN.pattern} "
+            "(no worker could take a job with it)"
+        )
+    return agent_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,15 +197,14 @@ def debug_from_env(env: Mapping[str, str]) -> bool:
     return (env.get("AGENTLIFE_LOG_LEVEL") or "").upper() == "DEBUG"
 
 
-def validate_database_url(url: str) -> str:
+def validate_database_url(url: str, name: str = "AGENTLIFE_DATABASE_URL") -> str:
     """Return ``url`` if it names a usable store, else raise `ConfigError` naming the variable.
 
     ``sqlite:``, ``sqlite://``, ``sqlite:///`` and ``sqlite:///:memory:`` are refused: the first three
     have no file path (they used to become a file in the current directory, outside the data dir) and an
     in-memory database loses every checkpoint with the process. Leave the variable unset for the embedded
-    default, ``{AGENTLIFE_DATA_DIR}/agentlife.db``.
+    default, ``{AGENTLIFE_DATA_DIR}/agentlife.db``. ``name`` is what the error names (a flag, say).
     """
-    name = "AGENTLIFE_DATABASE_URL"
     if url.startswith("sqlite:"):
         path = url.removeprefix("sqlite:").removeprefix("//")
         memory = path.lstrip("/").startswith(":memory:") or "mode=memory" in path

@@ -7,6 +7,8 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
+from types import MappingProxyType
 from typing import IO, Any
 
 import orjson
@@ -14,7 +16,32 @@ import orjson
 from agentlife._redact import Redactor
 from agentlife._replay import utf8_safe
 
-__all__ = ["JsonLogHandler", "get_logger", "installed_json_logging", "process_logging"]
+__all__ = [
+    "JOB_ATTRIBUTES",
+    "JsonLogHandler",
+    "get_logger",
+    "installed_json_logging",
+    "job_attributes",
+    "process_logging",
+]
+
+#: The job the current task runs, as telemetry attributes (``job.id``, ``job.attempt``); empty outside a job.
+#: Per task, not per process: in a worker every span and measurement of a job names that job, whatever else
+#: the process runs at the same time.
+JOB_ATTRIBUTES: ContextVar[Mapping[str, Any]] = ContextVar(
+    "agentlife_job_attributes", default=MappingProxyType({})
+)
+
+
+@contextmanager
+def job_attributes(job_id: str, attempt: int) -> Iterator[None]:
+    """Bind ``job.id`` and ``job.attempt`` to the current task (and the tasks it starts) for the block."""
+    token = JOB_ATTRIBUTES.set(MappingProxyType({"job.id": job_id, "job.attempt": attempt}))
+    try:
+        yield
+    finally:
+        JOB_ATTRIBUTES.reset(token)
+
 
 ContextFn = Callable[[], dict[str, Any]]
 

@@ -164,10 +164,17 @@ class StatusBoard:
         return HealthVerdict(True, "ok")
 
     def readiness(self) -> HealthVerdict:
-        """``/readyz``: ready in READY and EXECUTING only; a worker only while it is idle (can take a job)."""
+        """``/readyz``: ready in READY and EXECUTING only; a worker while it can take a job.
+
+        A worker is ready when it is idle and its last claim worked: one whose claims fail (the store is
+        down) is as unable to take a job as a busy one.
+        """
         snap = self.snapshot()
         if snap.worker is not None:
             worker_state = str(snap.worker.get("state"))
+            if worker_state == "idle" and snap.worker.get("claim_error"):
+                # Idle but unable to take a job: the last claim failed (the store is down, say).
+                return HealthVerdict(False, "store unavailable")
             return HealthVerdict(worker_state == "idle", "ok" if worker_state == "idle" else worker_state)
         state = snap.state
         if state in (State.READY, State.EXECUTING):

@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentlife._logging import JOB_ATTRIBUTES
 from agentlife._prometheus import labels, render_family
 from agentlife._state import State, Transition
+from agentlife._telemetry_export import meter_provider, resource_attributes
 from agentlife._telemetry_export import metric_readers as env_metric_readers
-from agentlife._telemetry_export import resource_attributes
 from agentlife._telemetry_export import span_processors as env_span_processors
 
 if TYPE_CHECKING:
@@ -328,7 +329,6 @@ class Telemetry:
         span_processors: Sequence[SpanProcessor] = (),
         metric_readers: Sequence[MetricReader] = (),
     ) -> None:
-        from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -337,7 +337,9 @@ class Telemetry:
         self.resource: Resource = Resource.create(resource_attributes(service_name, attributes or {}, env))
         self._reader = InMemoryMetricReader()
         readers = [self._reader, *env_metric_readers(env), *metric_readers]
-        self.meter_provider: MeterProvider = MeterProvider(resource=self.resource, metric_readers=readers)
+        self.meter_provider: MeterProvider = meter_provider(
+            self.resource, readers, {spec.name: spec.attributes for spec in INSTRUMENTS}, env
+        )
         self.tracer_provider: TracerProvider = TracerProvider(resource=self.resource)
         for processor in [*env_span_processors(env), *span_processors]:
             self.tracer_provider.add_span_processor(processor)
@@ -361,31 +363,34 @@ class Telemetry:
 
     def step_completed(self, duration: float | None = None) -> None:
         """Count a completed step and record its wall time in seconds."""
-        self._instruments["agent.steps.completed"].add(1)
+        job = _job()
+        self._instruments["agent.steps.completed"].add(1, job)
         if duration is not None:
-            self._instruments["agent.step.duration"].record(duration)
+            self._instruments["agent.step.duration"].record(duration, job)
 
     def llm_call(self, model: str, outcome: str, usage: Any = None) -> None:
         """Count an LLM call (``outcome``: ok, timeout, error ...) and the tokens of ``usage``."""
-        self._instruments["agent.llm.calls"].add(1, {"model": model, "outcome": outcome})
+        job = _job()
+        self._instruments["agent.llm.calls"].add(1, {**job, "model": model, "outcome": outcome})
         if usage is not None:
             input_tokens, output_tokens = _usage_tokens(usage)
             tokens = self._instruments["agent.llm.tokens"]
-            tokens.add(input_tokens, {"model": model, "type": "input"})
-            tokens.add(output_tokens, {"model": model, "type": "output"})
+            tokens.add(input_tokens, {**job, "model": model, "type": "input"})
+            tokens.add(output_tokens, {**job, "model": model, "type": "output"})
 
     def tool_call(self, name: str, outcome: str, duration: float | None = None) -> None:
         """Count a tool call (``outcome``: ok, error, timeout, replayed ...) and its wall time."""
-        attrs = {"tool": name, "outcome": outcome}
+        attrs = {**_job(), "tool": name, "outcome": outcome}
         self._instruments["agent.tool.calls"].add(1, attrs)
         if duration is not None:
             self._instruments["agent.tool.duration"].record(duration, attrs)
 
     def drain(self, reason: str, duration: float | None = None) -> None:
         """Count a drain (``reason``: sigterm, completed, failed, parked ...) and how long it took."""
-        self._instruments["agent.drains"].add(1, {"reason": reason})
+        attrs = {**_job(), "reason": reason}
+        self._instruments["agent.drains"].add(1, attrs)
         if duration is not None:
-            self._instruments["agent.drain.duration"].record(duration, {"reason": reason})
+            self._instruments["agent.drain.duration"].record(duration, attrs)
 
     def hydration_phase(self, phase: str, seconds: float) -> None:
         """Record one hydration phase: ``checkpoint``, ``journal_scan`` or ``memory``.
@@ -395,7 +400,7 @@ class Telemetry:
         """
         if phase not in HYDRATION_PHASES:
             raise ValueError(f"hydration phase must be one of {HYDRATION_PHASES}, got {phase!r}")
-        self._instruments["agent.hydration.duration"].record(seconds, {"phase": phase})
+        self._instruments["agent.hydration.duration"].record(seconds, {**_job(), "phase": phase})
 
     def loop_lag(self, seconds: float) -> None:
         """Publish the event loop's drift (read at the next collection; see also `follow_board`)."""
@@ -418,12 +423,12 @@ class Telemetry:
         if self._bootstrap is None:
             self._bootstrap = max(0.0, time.time() - process_start_time())
             kind = start_kind or bootstrap_kind()
-            self._instruments["agent.bootstrap_seconds"].record(self._bootstrap, {"start": kind})
+            self._instruments["agent.bootstrap_seconds"].record(self._bootstrap, {**_job(), "start": kind})
         return self._bootstrap
 
     def execution(self, seconds: float) -> None:
         """Record ``agent.execution_seconds``: time spent executing the job (EXECUTING to DRAINING)."""
-        self._instruments["agent.execution_seconds"].record(seconds)
+        self._instruments["agent.execution_seconds"].record(seconds, _job())
 
     # -- spans ----------------------------------------------------------------------------------------
 
@@ -477,7 +482,7 @@ class Telemetry:
         from opentelemetry.trace import SpanKind
 
         with self._tracer.start_as_current_span(
-            name, kind=kind or SpanKind.INTERNAL, attributes=attributes
+            name, kind=kind or SpanKind.INTERNAL, attributes={**_job(), **attributes}
         ) as span:
             try:
                 yield span
@@ -550,8 +555,9 @@ class Telemetry:
 
     def _set_state(self, target: State) -> None:
         gauge = self._instruments["agent.lifecycle.state"]
+        job = _job()
         for state in State:
-            gauge.set(1 if state is target else 0, {"state": state.value})
+            gauge.set(1 if state is target else 0, {**job, "state": state.value})
 
     def _render(self) -> str:
         data = self._reader.get_metrics_data()
@@ -576,6 +582,16 @@ class Telemetry:
         out.append("# HELP target_info Target metadata")
         out.append("# TYPE target_info gauge")
         out.append(f"target_info{labels(attrs)} 1")
+
+
+def _job() -> dict[str, Any]:
+    """``job.id`` and ``job.attempt`` of the job the current task runs (none outside a job).
+
+    Every measurement and span carries them. Spans keep them as attributes; the instruments aggregate
+    them away (`meter_provider`'s views keep each instrument's own attributes only, so a worker running
+    thousands of jobs does not grow a series per job), and they ride on the exemplars instead.
+    """
+    return dict(JOB_ATTRIBUTES.get())
 
 
 def _create(meter: Meter, spec: InstrumentSpec, observe_lag: CallbackT) -> Any:

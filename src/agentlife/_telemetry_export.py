@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import SpanProcessor
 
 
-__all__ = ["metric_readers", "resource_attributes", "span_processors"]
+__all__ = ["meter_provider", "metric_readers", "resource_attributes", "span_processors"]
 
 _log = logging.getLogger("agentlife.telemetry")
 
@@ -152,3 +154,40 @@ def resource_attributes(
     merged.update({k: v for k, v in attributes.items() if v is not None})
     merged["service.name"] = env.get("OTEL_SERVICE_NAME", "").strip() or service_name
     return merged
+
+
+def meter_provider(
+    resource: Resource,
+    readers: list[MetricReader],
+    attribute_keys: Mapping[str, Sequence[str]],
+    env: Mapping[str, str],
+) -> MeterProvider:
+    """The `MeterProvider`: each instrument of ``attribute_keys`` aggregated by those attributes only.
+
+    A measurement may carry more (a worker's ``job.id`` and ``job.attempt``); the views leave them out of
+    the series, so none grows per job, and the exemplars keep them (``filtered_attributes`` in an OTLP
+    export). Every measurement is offered as an exemplar unless ``OTEL_METRICS_EXEMPLAR_FILTER`` says
+    otherwise; an SDK without exemplars (before 1.27) just drops them.
+    """
+    from opentelemetry.sdk import metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.view import View
+
+    views = [View(instrument_name=name, attribute_keys=set(keys)) for name, keys in attribute_keys.items()]
+    kwargs: dict[str, Any] = {"resource": resource, "metric_readers": readers, "views": views}
+    filters = {
+        "always_on": getattr(metrics, "AlwaysOnExemplarFilter", None),
+        "always_off": getattr(metrics, "AlwaysOffExemplarFilter", None),
+        "trace_based": getattr(metrics, "TraceBasedExemplarFilter", None),
+    }
+    chosen = env.get("OTEL_METRICS_EXEMPLAR_FILTER", "").strip().lower() or "always_on"
+    if chosen not in filters:
+        _log.warning(
+            "OTEL_METRICS_EXEMPLAR_FILTER=%r is not always_on, always_off or trace_based", chosen[:40]
+        )
+        chosen = "always_on"
+    exemplar_filter = filters[chosen]
+    if exemplar_filter is None:
+        return MeterProvider(**kwargs)
+    # Passed explicitly: the SDK would otherwise read the variable from os.environ, not from ``env``.
+    return MeterProvider(**kwargs, exemplar_filter=exemplar_filter())

@@ -8,6 +8,7 @@ still serve the core gauges.)
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -40,7 +41,7 @@ class TelemetryFacade:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._telemetry: Telemetry | None = None
-        self._pending: list[Callable[[Telemetry], object]] = []
+        self._pending: list[tuple[contextvars.Context, Callable[[Telemetry], object]]] = []
         self._thread: threading.Thread | None = None
 
     @property
@@ -48,10 +49,14 @@ class TelemetryFacade:
         """The real telemetry, once built."""
         return self._telemetry
 
-    def start_building(self, settings: Settings, board: StatusBoard, env: dict[str, str]) -> None:
+    def start_building(
+        self, settings: Settings, board: StatusBoard, env: dict[str, str], *, one_job: bool = True
+    ) -> None:
         """Build `Telemetry` on a daemon thread and attach it when done.
 
-        Once per process: the jobs of a worker share the telemetry it built at boot.
+        Once per process: the jobs of a worker share the telemetry it built at boot. ``one_job``: the
+        process runs one job, whose id and attempt are resource attributes; a worker's resource names no
+        job (each span and measurement names its own, see `agentlife._logging.job_attributes`).
         """
         if self._thread is not None:
             return
@@ -60,12 +65,12 @@ class TelemetryFacade:
             try:
                 from agentlife._telemetry import Telemetry
 
-                attributes = {
+                attributes: dict[str, object] = {
                     "agent.id": settings.agent_id,
-                    "job.id": settings.job_id,
-                    "job.attempt": settings.attempt,
                     "k8s.pod.name": settings.pod_name,
                 }
+                if one_job:
+                    attributes.update({"job.id": settings.job_id, "job.attempt": settings.attempt})
                 telemetry = Telemetry(
                     env.get("OTEL_SERVICE_NAME") or f"agentlife-{settings.agent_id}", attributes, env=env
                 )
@@ -83,14 +88,15 @@ class TelemetryFacade:
         with self._lock:
             pending, self._pending = self._pending, []
             self._telemetry = telemetry
-        for record in pending:
-            self._safely(record, telemetry)
+        for context, record in pending:
+            # Replayed in the context it was recorded in: the job it belongs to, not the builder thread's.
+            context.run(self._safely, record, telemetry)
 
     def _record(self, fn: Callable[[Telemetry], object]) -> None:
         with self._lock:
             telemetry = self._telemetry
             if telemetry is None:
-                self._pending.append(fn)
+                self._pending.append((contextvars.copy_context(), fn))
                 return
         self._safely(fn, telemetry)
 

@@ -9,6 +9,7 @@ checkpoints, store retries, usage, parking) -> ``_finish`` (delivery, terminal s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -156,6 +157,10 @@ class RuntimeBase:
         self.drain_deadline: float | None = None
         self.observers: list[Observer] = []
         self.exit_code: int | None = None
+        #: Why the lifecycle ended (the exit line's reason).
+        self.exit_reason: str | None = None
+        #: What lives as long as `Runtime.run`: the job's telemetry attributes, bound once it is known.
+        self._job_scope = contextlib.ExitStack()
         self.checkpoint_id: str | None = None
         self._llm_client: LLMClient | None = None
         self._drain_started: float | None = None

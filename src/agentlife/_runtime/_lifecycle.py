@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,7 @@ from agentlife._exceptions import (
     ParkRequested,
     StoreUnavailable,
 )
-from agentlife._logging import log_fields
+from agentlife._logging import job_attributes, log_fields
 from agentlife._preload import Preloader
 from agentlife._retry import classify
 from agentlife._runtime._approvals import Approvals
@@ -111,7 +112,7 @@ class Runtime(FinishMixin):
         self.drain_event = anyio.Event()
         if self.draining:
             self.drain_event.set()
-        with self._logging():
+        with self._logging(), contextlib.ExitStack() as self._job_scope:
             try:
                 async with anyio.create_task_group() as services:
                     if self.options.handle_signals:
@@ -122,14 +123,18 @@ class Runtime(FinishMixin):
                 self.hard_exit.disarm()
                 raise
             self.hard_exit.settle(self.constants.drain.cleanup_budget_seconds, outcome.exit_code)
-            self.exit_code = outcome.exit_code
-            log.info(
-                "exit %s: %s",
-                outcome.exit_code,
-                outcome.reason,
-                extra=log_fields(exit_code=outcome.exit_code, reason=outcome.reason),
-            )
+            self.exit_code, self.exit_reason = outcome.exit_code, outcome.reason
+            self._log_exit(outcome)
             return outcome.exit_code
+
+    def _log_exit(self, outcome: Outcome) -> None:
+        """The process's last line: its exit code and why."""
+        log.info(
+            "exit %s: %s",
+            outcome.exit_code,
+            outcome.reason,
+            extra=log_fields(exit_code=outcome.exit_code, reason=outcome.reason),
+        )
 
     async def _lifecycle(self, services: anyio.abc.TaskGroup) -> Outcome:
         hydrated: Hydrated | None = None
@@ -176,6 +181,8 @@ class Runtime(FinishMixin):
         except ConfigError as exc:
             raise BootFailure(f"configuration error: {exc}") from None
         self.settings, self.constants = settings, settings.constants
+        # Every span and measurement of this job names it, in a worker too (whose resource names no job).
+        self._job_scope.enter_context(job_attributes(settings.job_id, settings.attempt))
         logging.getLogger().setLevel(settings.log_level)
         self.board.update(
             job_id=settings.job_id,

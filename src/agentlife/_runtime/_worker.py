@@ -32,7 +32,7 @@ from agentlife._lag import run_lag_monitor
 from agentlife._logging import log_fields, process_logging
 from agentlife._policy import should_retry_after_crash
 from agentlife._redact import Redactor
-from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, RunOptions
+from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, Outcome, RunOptions
 from agentlife._runtime._lifecycle import Runtime
 from agentlife._runtime._services import quietly
 from agentlife._runtime._signals import HardExit, receive_drain_signals
@@ -41,7 +41,7 @@ from agentlife._status import StatusBoard
 from agentlife._telemetry_facade import TelemetryFacade
 from agentlife.constants import Constants
 from agentlife.stores import JobRecord, JobStatus, store_from_url
-from agentlife.stores._jobs import since_last_retry
+from agentlife.stores._jobs import is_crash, since_last_retry
 
 if TYPE_CHECKING:
     from agentlife._agent import AgentProcess
@@ -53,6 +53,8 @@ log = logging.getLogger("agentlife.worker")
 
 #: The worker's exit code after its idle timeout or its ``max_jobs``: it did all it was asked to.
 EXIT_IDLE = 0
+#: How a job run by a worker ended, by the exit code its lifecycle would have given a process of its own.
+JOB_OUTCOMES = {EXIT_DONE: "done", EXIT_DRAINED: "drained", EXIT_CRASH: "crashed"}
 #: The reaper runs this many times per threshold, so a dead process's row is reclaimed within
 #: threshold + threshold / 5 of its last heartbeat.
 REAPS_PER_THRESHOLD = 5
@@ -119,6 +121,19 @@ class JobRun(Runtime):
         assert self._worker_store is not None
         return self._worker_store
 
+    def _log_exit(self, outcome: Outcome) -> None:
+        # The process goes on: "exit 0" here would read as the worker's own exit.
+        ended = JOB_OUTCOMES.get(outcome.exit_code, "crashed")
+        job_id, attempt = self.options.job_id, self.env.get("AGENTLIFE_ATTEMPT")
+        log.info(
+            "job %s attempt %s %s: %s",
+            job_id,
+            attempt,
+            ended,
+            outcome.reason,
+            extra=log_fields(event="job_ended", outcome=ended, reason=outcome.reason),
+        )
+
 
 class Worker:
     """A process that claims and runs jobs of one agent class until drained, idle or done.
@@ -154,6 +169,8 @@ class Worker:
         self.history: list[tuple[str, int, int]] = []
         self._wake: anyio.Event | None = None
         self._probe_server: Any = None
+        #: Why the last job's lifecycle ended (its exit line's reason), for a crash it did not record.
+        self._job_exit_reason: str | None = None
 
     # -- the process ---------------------------------------------------------------------------------
 
@@ -214,11 +231,18 @@ class Worker:
             except AgentlifeError as exc:
                 log.error("fatal: store unreachable: %s", self.redactor.redact(str(exc)))
                 return EXIT_CRASH, "store unreachable"
+            try:
+                # One query of the job table now: a database without the schema (or one older than job
+                # operations) is a fatal boot error naming `db init`, not a claim that fails for ever.
+                await store.count_runnable()
+            except AgentlifeError as exc:
+                log.error("fatal: the store cannot serve jobs: %s", self.redactor.redact(str(exc)))
+                return EXIT_CRASH, "store not usable"
             self.board.store_has_free_connection = store.has_free_connection
             services.start_soon(run_lag_monitor, self.board, self.constants.probe.lag_interval_seconds)
             services.start_soon(self._reap_periodically, store)
             services.start_soon(self._count_periodically, store)
-            self.telemetry.start_building(settings, self.board, dict(self.env))
+            self.telemetry.start_building(settings, self.board, dict(self.env), one_job=False)
             self.board.update(state=State.READY)
             log.info(
                 "worker ready: taking jobs of agent %s",
@@ -255,11 +279,16 @@ class Worker:
             idle_since, delay = time.monotonic(), opts.poll_interval
 
     async def _claim(self, store: CheckpointStore) -> JobRecord | None:
+        """The next job, or None; a failed claim makes the worker unready until a claim works again."""
         try:
-            return await store.claim_next(self.agent_id)
-        except AgentlifeError as exc:
-            log.warning("claim failed: %s", self.redactor.redact(str(exc)))
+            row = await store.claim_next(self.agent_id)
+        except Exception as exc:  # an outage, or a row no store code foresaw: the pool goes on either way
+            why = self.redactor.redact(f"{type(exc).__name__}: {exc}")
+            log.warning("claim failed: %s", why)
+            self.board.update_worker(claim_error=why)
             return None
+        self.board.update_worker(claim_error=None)
+        return row
 
     async def _run_job(self, store: CheckpointStore, row: JobRecord) -> None:
         self.board.update_worker(state="busy", current_job=row.id, attempt=row.attempt)
@@ -282,6 +311,7 @@ class Worker:
             code = await job.run()
         finally:
             self.current = None
+        self._job_exit_reason = job.exit_reason
         self.history.append((row.id, row.attempt, code))
         await self._drop_claim(store, row)
         if code == EXIT_DRAINED:
@@ -323,22 +353,19 @@ class Worker:
         """The crash is on the row (as ``run`` records it); its retry is decided now, not by the reaper.
 
         `should_retry_after_crash` on the row's crash history: RETRYING after the backoff schedule's delay
-        (5 s, 60 s, 300 s, 1800 s), or DEAD_LETTER / FAILED. ``message``: a crash the engine did not record
-        (the agent class could not be built), recorded here first.
+        (5 s, 60 s, 300 s, 1800 s), or DEAD_LETTER / FAILED. A crash the engine did not record (the agent
+        class could not be built, ``message``; or the job's boot failed: a job id no path may hold, a
+        conversation that does not verify) is recorded here first, so the policy counts it like any other.
         """
         with anyio.CancelScope(shield=True):
             try:
-                if message is not None:
-                    error: dict[str, Any] = {
-                        "at": time.time(),
-                        "attempt": row.attempt,
-                        "exit_code": EXIT_CRASH,
-                    }
-                    error.update(error_class="AgentInitFailed", message=self.redactor.redact(message))
-                    await store.set_status(row.id, row.attempt, JobStatus.RUNNING, error=error)
                 current = await store.get_job(row.id)
                 if current is None or current.status != JobStatus.RUNNING or current.attempt != row.attempt:
                     return
+                if not any(is_crash(e) and e.get("attempt") == row.attempt for e in current.error):
+                    current = await self._record_crash(store, row, message)
+                    if current is None:
+                        return
                 verdict = should_retry_after_crash(
                     since_last_retry(current.error),
                     current.token_budget,
@@ -359,6 +386,19 @@ class Worker:
             except AgentlifeError as exc:
                 log.warning("could not settle crashed job %s: %s", row.id, self.redactor.redact(str(exc)))
 
+    async def _record_crash(
+        self, store: CheckpointStore, row: JobRecord, message: str | None
+    ) -> JobRecord | None:
+        """Append the crash record the engine could not write; the row as it is then."""
+        if message is not None:
+            error_class, why = "AgentInitFailed", message
+        else:
+            error_class, why = "BootFailure", self._job_exit_reason or "the job failed before its first step"
+        error: dict[str, Any] = {"at": time.time(), "attempt": row.attempt, "exit_code": EXIT_CRASH}
+        error.update(error_class=error_class, message=self.redactor.redact(why))
+        await store.set_status(row.id, row.attempt, JobStatus.RUNNING, error=error)
+        return await store.get_job(row.id)
+
     # -- background duties ---------------------------------------------------------------------------
 
     async def _reap_periodically(self, store: CheckpointStore) -> None:
@@ -373,8 +413,8 @@ class Worker:
         while True:
             try:
                 decisions = await store.reap(threshold, constants=self.constants, dead_owners=True)
-            except AgentlifeError as exc:
-                log.warning("reaper: %s", self.redactor.redact(str(exc)))
+            except Exception as exc:  # an outage, or a row no store code foresaw: never the pool's end
+                log.warning("reaper: %s", self.redactor.redact(f"{type(exc).__name__}: {exc}"))
                 decisions = []
             for d in decisions:
                 log.warning(
@@ -405,8 +445,10 @@ class Worker:
             try:
                 counts = await store.count_runnable()
                 self.board.update_worker(runnable_jobs={self.agent_id: 0, **counts}, counted_at=time.time())
-            except AgentlifeError as exc:
-                log.warning("counting runnable jobs: %s", self.redactor.redact(str(exc)))
+            except Exception as exc:  # the gauge goes stale; the pool goes on
+                log.warning(
+                    "counting runnable jobs: %s", self.redactor.redact(f"{type(exc).__name__}: {exc}")
+                )
             await anyio.sleep(period)
 
     # -- process services ----------------------------------------------------------------------------

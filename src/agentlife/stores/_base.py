@@ -94,6 +94,9 @@ class JobRecord:
     #: Unix time from which the row is runnable: its creation for a PENDING row, the end of the crash
     #: backoff for a RETRYING one; None on rows written by other tools (runnable at once).
     not_before: float | None = None
+    #: The JSON columns that did not decode (a row written by another client), each with why; they hold
+    #: their neutral value above. A worker sets such a row aside (DEAD_LETTER) instead of running it.
+    unreadable: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ __all__ = [
     "OWNER_GONE_REASON",
     "RETRYABLE",
     "RUNNABLE",
+    "SET_ASIDE_PER_CLAIM",
     "ReapDecision",
     "check_transition",
     "crash_count",
@@ -43,6 +44,9 @@ __all__ = [
     "since_last_retry",
 ]
 
+#: How many unreadable rows one `CheckpointStore.claim_next` call sets aside at most before it returns None
+#: (the caller claims again at its next poll): a table full of them cannot hold a claim, or a lock, for long.
+SET_ASIDE_PER_CLAIM = 32
 #: Statuses a worker may claim (RETRYING only once its ``not_before`` has passed).
 RUNNABLE = (JobStatus.PENDING, JobStatus.RETRYING)
 APPROVABLE = (JobStatus.WAITING_FOR_APPROVAL,)

@@ -27,6 +27,7 @@ from agentlife.stores._jobs import (
     CANCELLABLE,
     RETRYABLE,
     RUNNABLE,
+    SET_ASIDE_PER_CLAIM,
     ReapDecision,
     check_releasable,
     conflict,
@@ -34,6 +35,14 @@ from agentlife.stores._jobs import (
     decide_reap,
     operator_record,
     retry_marker,
+)
+from agentlife.stores._rows import (
+    JSON_COLUMNS,
+    SET_ASIDE_STATUS,
+    decode_histories,
+    job_record,
+    log_set_aside,
+    set_aside_entry,
 )
 
 __all__ = ["JOB_COLUMNS", "PostgresJobOps", "dumps", "loads", "pg_job_schema", "record", "unix"]
@@ -76,6 +85,7 @@ class _JobSql:
     agent_errors: str
     reap: str
     release: str
+    set_aside: str
 
     @classmethod
     def build(cls, t: TableNames) -> _JobSql:
@@ -144,6 +154,13 @@ class _JobSql:
                 f"UPDATE {j} SET status = $3, owner = NULL, not_before = now() + make_interval(secs => $4),"
                 " updated_at = now() WHERE id = $1 AND attempt = $2 AND status = 'RUNNING' RETURNING 1"
             ),
+            # Appended in jsonb, so a history agentlife cannot read is kept as it is (a non-array becomes the
+            # first element).
+            set_aside=(
+                f"UPDATE {j} SET status = '{SET_ASIDE_STATUS}', owner = NULL, updated_at = now(),"
+                " error = COALESCE(error, '[]'::jsonb) || jsonb_build_array($4::jsonb)"
+                " WHERE id = $1 AND attempt = $2 AND owner = $3 AND status = 'RUNNING'"
+            ),
         )
 
 
@@ -182,17 +199,30 @@ class PostgresJobOps:
             ) from None
 
     async def claim_next(self, agent_id: str | None = None) -> JobRecord | None:
-        """Claim the oldest runnable job (of ``agent_id``, or of any agent); None when there is none."""
+        """Claim the oldest runnable job (of ``agent_id``, or of any agent); None when there is none.
+
+        A row that cannot be read is set aside (DEAD_LETTER, the reason in its crash history) and the next
+        one is tried, up to `SET_ASIDE_PER_CLAIM` of them per call.
+        """
         sql = self._jobs_sql
         async with self._ops() as conn:
-            if agent_id is None:
-                row = await conn.fetchrow(sql.claim_any, self.owner)
-            else:
-                row = await conn.fetchrow(sql.claim_agent, self.owner, agent_id)
-        if row is None:
-            return None
-        self._claimed.add(row["id"])
-        return record(row)
+            for _ in range(SET_ASIDE_PER_CLAIM):
+                if agent_id is None:
+                    row = await conn.fetchrow(sql.claim_any, self.owner)
+                else:
+                    row = await conn.fetchrow(sql.claim_agent, self.owner, agent_id)
+                if row is None:
+                    return None
+                claimed = record(row)
+                if not claimed.unreadable:
+                    self._claimed.add(claimed.id)
+                    return claimed
+                # A second statement, fenced by this claim: should the process die before it, the row is
+                # RUNNING under a dead owner and the reaper gives it back, to be set aside by the next claim.
+                entry = set_aside_entry(claimed, time.time())
+                await conn.execute(sql.set_aside, claimed.id, claimed.attempt, self.owner, dumps(entry))
+                log_set_aside(claimed)
+        return None
 
     async def list_jobs(
         self, status: str | None = None, agent_id: str | None = None, limit: int = 100
@@ -301,7 +331,7 @@ class PostgresJobOps:
                     row = record(locked)
                     seen = row.heartbeat_at if row.heartbeat_at is not None else row.updated_at
                     histories = await conn.fetch(sql.agent_errors, row.agent_id, at - window)
-                    crashes = crash_count((loads(h[0]) or [] for h in histories), at - window)
+                    crashes = crash_count(decode_histories(h[0] for h in histories), at - window)
                     decision, entry = decide_reap(
                         row,
                         now=at,
@@ -327,23 +357,20 @@ class PostgresJobOps:
 
 
 def record(row: Any) -> JobRecord:
-    """A `JobRecord` from an asyncpg row (``not_before`` when the query selected it)."""
-    return JobRecord(
-        id=row["id"],
-        agent_id=row["agent_id"],
-        status=row["status"],
-        payload=loads(row["payload"]),
-        attempt=row["attempt"],
+    """A `JobRecord` from an asyncpg row (``not_before`` when the query selected it).
+
+    A JSON column the row holds but agentlife cannot read (jsonb keeps ``1e400``, no float does) is named in
+    ``JobRecord.unreadable`` rather than raised: see `agentlife.stores._rows`.
+    """
+    columns = {name: row[name] for name in ("id", "agent_id", "status", "attempt", *JSON_COLUMNS)}
+    columns.update(
         checkpoint_id=row["checkpoint_id"],
         checkpoint_crc=row["checkpoint_crc"],
         heartbeat_at=unix(row["heartbeat_at"]),
-        tokens_consumed=loads(row["tokens_consumed"]) or {},
-        token_budget=loads(row["token_budget"]),
-        error=loads(row["error"]) or [],
-        result=loads(row["result"]),
         updated_at=unix(row["updated_at"]),
         not_before=unix(row.get("not_before")),
     )
+    return job_record(columns)
 
 
 def unix(value: datetime | None) -> float | None:

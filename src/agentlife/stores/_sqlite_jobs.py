@@ -21,6 +21,7 @@ from agentlife.stores._jobs import (
     CANCELLABLE,
     RETRYABLE,
     RUNNABLE,
+    SET_ASIDE_PER_CLAIM,
     ReapDecision,
     check_releasable,
     check_transition,
@@ -29,6 +30,7 @@ from agentlife.stores._jobs import (
     operator_record,
     retry_marker,
 )
+from agentlife.stores._rows import SET_ASIDE_STATUS, decode_histories, log_set_aside, set_aside_entry
 
 __all__ = ["SQLiteJobOps", "sqlite_job_schema"]
 
@@ -85,28 +87,47 @@ class SQLiteJobOps:
         return await self._run(run)
 
     async def claim_next(self, agent_id: str | None = None) -> JobRecord | None:
-        """Claim the oldest runnable job (of ``agent_id``, or of any agent); None when there is none."""
+        """Claim the oldest runnable job (of ``agent_id``, or of any agent); None when there is none.
 
-        def claim(conn: sqlite3.Connection) -> JobRecord | None:
+        A row that cannot be read is set aside (DEAD_LETTER, the reason in its crash history) and the next
+        one is tried, up to `SET_ASIDE_PER_CLAIM` of them per call.
+        """
+
+        def claim(conn: sqlite3.Connection) -> tuple[JobRecord | None, list[JobRecord]]:
             now = time.time()
             where = f"{_RUNNABLE} AND (not_before IS NULL OR not_before <= ?)"
             args: tuple[Any, ...] = (now,)
             if agent_id is not None:
                 where, args = f"agent_id = ? AND {where}", (agent_id, now)
-            row = conn.execute(
-                f"SELECT id FROM {self.tables.job} WHERE {where} ORDER BY not_before, id LIMIT 1", args
-            ).fetchone()
-            if row is None:
-                return None
-            conn.execute(
-                f"UPDATE {self.tables.job} SET status = ?, attempt = attempt + 1, owner = ?,"
-                " heartbeat_at = ?, updated_at = ? WHERE id = ?",
-                (str(JobStatus.RUNNING), self.owner, now, now, row[0]),
-            )
-            self._claimed.add(row[0])
-            return self._row(conn, row[0])
+            set_aside: list[JobRecord] = []
+            while len(set_aside) < SET_ASIDE_PER_CLAIM:
+                row = conn.execute(
+                    f"SELECT id FROM {self.tables.job} WHERE {where} ORDER BY not_before, id LIMIT 1", args
+                ).fetchone()
+                if row is None:
+                    return None, set_aside
+                conn.execute(
+                    f"UPDATE {self.tables.job} SET status = ?, attempt = attempt + 1, owner = ?,"
+                    " heartbeat_at = ?, updated_at = ? WHERE id = ?",
+                    (str(JobStatus.RUNNING), self.owner, now, now, row[0]),
+                )
+                record = self._row(conn, row[0])
+                assert record is not None
+                if not record.unreadable:
+                    self._claimed.add(row[0])
+                    return record, set_aside
+                conn.execute(
+                    f"UPDATE {self.tables.job} SET status = ?, owner = NULL, error = ?, updated_at = ?"
+                    " WHERE id = ?",
+                    (str(SET_ASIDE_STATUS), _append(record.error, set_aside_entry(record, now)), now, row[0]),
+                )
+                set_aside.append(record)
+            return None, set_aside
 
-        return await self._transaction(claim)
+        claimed, set_aside = await self._transaction(claim)
+        for record in set_aside:
+            log_set_aside(record)
+        return claimed
 
     async def list_jobs(
         self, status: str | None = None, agent_id: str | None = None, limit: int = 100
@@ -261,7 +282,7 @@ class SQLiteJobOps:
                     f"SELECT error FROM {j} WHERE agent_id = ? AND updated_at >= ?",
                     (row.agent_id, at - window),
                 ).fetchall()
-                crashes = crash_count((orjson.loads(h) for (h,) in histories), at - window)
+                crashes = crash_count(decode_histories(h for (h,) in histories), at - window)
                 decision, entry = decide_reap(
                     row,
                     now=at,
