@@ -197,7 +197,10 @@ async def test_input_token_budget_refuses_a_call_whose_estimate_would_exceed_it(
     assert run.job is not None and run.job.status == "FAILED"
     assert run.job.token_budget == {"max_input_tokens": 1500, "max_cost_usd": 5.0}
     assert run.job.tokens_consumed["input"] == 1000 and run.job.tokens_consumed["output"] == 10
-    assert run.job.result["reason"].startswith("token budget exhausted ($0.00")
+    # The reason names the limit that stopped it: input tokens, not dollars.
+    reason = run.job.result["reason"]
+    assert reason.startswith("token budget exhausted (1000 input tokens used + about ")
+    assert reason.endswith(" in the next request > 1500 input tokens max)")
     assert [r.text for r in agent.replies] == ["first"]
     assert len(_events(run.journal, "LLM_COMPLETED")) == 1
 
@@ -324,6 +327,21 @@ async def test_400_is_not_retried_and_crashes_the_step(tmp_path: Path, server: F
     assert crash["error_class"] == "PermanentError" and crash["exit_code"] == 1 and crash["step"] == 0
     assert "Anthropic API error 400" in crash["message"] and "field required" in crash["message"]
     assert KEY not in str(crash)
+
+
+async def test_a_200_html_page_fails_the_step_at_once_naming_text_html(
+    tmp_path: Path, server: FakeAnthropicServer
+) -> None:
+    """A proxy's login page is not a dropped stream: one request, no retries, a line that says what came."""
+    server.enqueue(ScriptedTurn.raw("<html><title>Sign in</title></html>"), "never sent")
+    run = await _harness(tmp_path, **WIDE_STEP).run(LLMAgent(server.base_url))
+    assert run.exit_code == 1
+    assert len(server.requests) == 1 and "RETRY" not in run.journal_types()
+    assert run.job is not None
+    [crash] = run.job.error
+    assert crash["error_class"] == "PermanentError"
+    assert "answered 200 with text/html; charset=utf-8, not a stream of SSE" in crash["message"]
+    assert any("text/html" in line.get("msg", "") for line in run.logs if line.get("level") == "ERROR")
 
 
 # --- 5. tools that ignore cancellation cannot hold a real process ----------------------------------------

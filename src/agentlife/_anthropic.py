@@ -8,7 +8,12 @@ response on a timeout or a cancellation, so the server sees the disconnect at on
 
 The stream is assembled into an `LLMReply` whose ``content`` keeps every block in API form (``text``,
 ``thinking`` with its ``signature``, ``redacted_thinking``, ``tool_use`` with ``input`` parsed from the
-JSON deltas), so a reply can be sent back as the assistant turn of the next request unchanged.
+JSON deltas), so a reply can be sent back as the assistant turn of the next request unchanged. A tool
+input that cannot be read as the model's arguments (cut off by ``max_tokens``, not JSON, not an object)
+becomes ``{}`` in the block and is named in ``LLMReply.tool_input_errors``, so nothing runs on it.
+
+A ``200`` that is not ``text/event-stream`` (a proxy's HTML page, a JSON body) is a `PermanentError`
+naming the content type at once: retrying cannot turn it into a stream.
 
 ``anthropic`` (about 1.5-2 s to import) is imported, and its client built, on a worker thread at the
 first call: never when agentlife is imported, never on the event loop.
@@ -33,12 +38,15 @@ from agentlife._exceptions import CallError, LLMConfigurationError, PermanentErr
 from agentlife._guard import guard_stream, stream_timeouts_from_env
 from agentlife._llm import (
     CURRENT_CALL,
+    CUT_OFF,
     INVOCATION_HEADER,
     LLMReply,
     OnEvent,
     StreamEvent,
     StreamTimeouts,
     Usage,
+    cut_off_tool_use,
+    json_kind,
 )
 from agentlife._pricing import PriceTable
 from agentlife._redact import Redactor
@@ -158,6 +166,8 @@ class MessageAssembler:
         self._blocks: dict[int, dict[str, Any]] = {}
         # Text, thinking and tool-input deltas are gathered as lists and joined once at block stop.
         self._parts: dict[int, list[str]] = {}
+        # Block index -> why its tool input is unusable (a delta that was not text, JSON that does not parse).
+        self._input_errors: dict[int, str] = {}
 
     def feed(self, event: Mapping[str, Any]) -> None:
         """Take one stream event into account."""
@@ -207,7 +217,21 @@ class MessageAssembler:
             stop_reason=self.stop_reason,
             model=self.model,
             cost_usd=cost,
+            tool_input_errors=self._tool_input_errors(content),
         )
+
+    def _tool_input_errors(self, content: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+        errors: dict[str, str] = {}
+        cut = cut_off_tool_use(content, self.stop_reason)
+        if cut is not None:
+            errors[cut] = CUT_OFF
+        for index, problem in self._input_errors.items():
+            block = self._blocks.get(index)
+            if block is not None and block.get("type") == "tool_use":
+                errors.setdefault(str(block.get("id", "")), problem)
+        for use_id in errors:
+            _log.debug("tool_use %s: %s", use_id, errors[use_id])
+        return errors
 
     def _start_block(self, index: int, block: Mapping[str, Any]) -> None:
         started = dict(block)
@@ -230,7 +254,14 @@ class MessageAssembler:
         elif kind == "thinking_delta":
             parts.append(str(delta.get("thinking", "")))
         elif kind == "input_json_delta":
-            parts.append(str(delta.get("partial_json", "")))
+            partial = delta.get("partial_json", "")
+            if isinstance(partial, str):
+                parts.append(partial)
+            else:
+                self._input_errors.setdefault(
+                    index,
+                    f"its input arrived as JSON {json_kind(partial)}, not as the JSON text the API sends",
+                )
         elif kind == "signature_delta":
             block["signature"] = str(block.get("signature") or "") + str(delta.get("signature", ""))
         elif kind == "citations_delta":
@@ -249,7 +280,9 @@ class MessageAssembler:
         elif kind == "thinking":
             block["thinking"] = joined
         elif "input" in block:
-            block["input"] = _parse_tool_input(joined, block)
+            block["input"], problem = _parse_tool_input(joined, block)
+            if problem is not None:
+                self._input_errors.setdefault(index, problem)
 
     def _merge_usage(self, usage: Any) -> None:
         if not isinstance(usage, Mapping):
@@ -260,16 +293,19 @@ class MessageAssembler:
                 self._usage[key] = value
 
 
-def _parse_tool_input(raw: str, block: dict[str, Any]) -> Any:
+def _parse_tool_input(raw: str, block: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """A tool block's input from its JSON text, and why it cannot be used (None when it can)."""
     if not raw.strip():
-        return block.get("input") or {}
+        start = block.get("input")
+        return (start, None) if isinstance(start, Mapping) else ({}, "its input is not a JSON object")
     try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        # A tool call cut off by max_tokens: keep what came, visibly, rather than fail the whole reply.
-        _log.warning("tool_use %s: its input is not valid JSON; kept as partial_json", block.get("id"))
-        block["partial_json"] = raw
-        return {}
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        # Cut off by max_tokens, or broken: {} keeps the block sendable, the error keeps it from running.
+        return {}, f"its input is not valid JSON ({exc}, {len(raw)} characters)"
+    if not isinstance(value, dict):
+        return {}, f"its input is JSON {json_kind(value)}, not an object"
+    return value, None
 
 
 def anthropic_stream_event(event: Mapping[str, Any]) -> StreamEvent:
@@ -385,7 +421,7 @@ class AnthropicLLM:
         address = CURRENT_CALL.get()
         if address is not None:
             params["extra_headers"] = {INVOCATION_HEADER: str(address), **(params.get("extra_headers") or {})}
-        request = {"model": model, "messages": list(messages), "max_tokens": max_tokens, **params}
+        request = {"model": model, "messages": _api_messages(messages), "max_tokens": max_tokens, **params}
         holder = _ResponseHolder()
         return await collect_reply(
             self._events(sdk, module, holder, request),
@@ -431,6 +467,7 @@ class AnthropicLLM:
         except module.AnthropicError as exc:
             raise self._map_sdk_error(exc, module) from exc
         holder.response = stream.response
+        self._check_content_type(stream.response)
         try:
             async for event in sse_events(stream.response):
                 yield event
@@ -438,6 +475,24 @@ class AnthropicLLM:
             if isinstance(exc, CallError) or not classify(exc).retryable:
                 raise
             raise TransientError(self._redact(f"the Anthropic stream broke: {_describe(exc)}")) from exc
+
+    def _check_content_type(self, response: Any) -> None:
+        """A 200 that is not a stream of events (a proxy's login page, a JSON body) fails at once.
+
+        Read as a stream it would hold no event and look like a dropped connection, retried until the
+        step budget ran out; no retry can turn it into a stream.
+        """
+        content_type = str(response.headers.get("content-type", ""))
+        if "text/event-stream" in content_type.lower():
+            return
+        where = self._base_url or "the default endpoint"
+        raise PermanentError(
+            self._redact(
+                f"the Anthropic API at {where} answered {response.status_code} with "
+                f"{content_type or 'no content type'}, not a stream of SSE (Server-Sent Events): is "
+                "ANTHROPIC_BASE_URL the API's root (a proxy's login or error page?)"
+            )
+        )
 
     def _map_sdk_error(self, exc: Exception, module: Any) -> CallError:
         if isinstance(exc, module.APIStatusError):
@@ -459,6 +514,28 @@ class AnthropicLLM:
 
     def _redact(self, text: str) -> str:
         return self._redactor.redact(text)
+
+
+def _api_messages(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The messages without the ``partial_json`` agentlife 0.2 kept in a broken ``tool_use`` block.
+
+    A conversation saved by that version would otherwise be refused by the API (not an API field).
+    """
+    out = list(messages)
+    for position, message in enumerate(out):
+        content = message.get("content")
+        if isinstance(content, (list, tuple)) and any(
+            isinstance(block, Mapping) and "partial_json" in block for block in content
+        ):
+            blocks = [_without_partial_json(block) for block in content]
+            out[position] = {**message, "content": blocks}
+    return out
+
+
+def _without_partial_json(block: Any) -> Any:
+    if isinstance(block, Mapping) and "partial_json" in block:
+        return {key: value for key, value in block.items() if key != "partial_json"}
+    return block
 
 
 class _ResponseHolder:

@@ -73,8 +73,9 @@ _MAX_SANITISE_DEPTH = 64
 class EventType(enum.StrEnum):
     """The ``type`` of a journal line, with the fields each carries.
 
-    ``RETRY`` and ``LLM_STARTED`` are additions to the design's list: the first journals a transient error
-    that will be retried, the second lets ``journal show`` time LLM calls.
+    ``RETRY``, ``LLM_STARTED`` and ``TOOL_REFUSED`` are additions to the design's list: the first journals
+    a transient error that will be retried, the second lets ``journal show`` time LLM calls, the third
+    records a tool call of the model's that never reached a function.
     """
 
     #: ``job_id, agent_id, attempt, pid`` (+ anything useful: pod, version, previous exit code).
@@ -102,6 +103,9 @@ class EventType(enum.StrEnum):
     #: ``step, call, invocation_id, recorded, current``: a resumed step's call differed from the record
     #: and the agent chose ``replay_mismatch = "rerun"``: the step's records from ``call`` on are void.
     REPLAY_DISCARDED = "REPLAY_DISCARDED"
+    #: ``step, tool, tool_use_id, reason, error``: a ``tool_use`` of the model's that was not run (an
+    #: unknown tool, invalid or unusable arguments, a refused final answer); the model got ``error`` back.
+    TOOL_REFUSED = "TOOL_REFUSED"
     #: ``reason``.
     DRAIN_STARTED = "DRAIN_STARTED"
     #: ``exit_code``.

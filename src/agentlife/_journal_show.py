@@ -21,6 +21,7 @@ from agentlife._recovery import BadLine, read_events
 __all__ = ["format_timeline"]
 
 _PREVIEW = 60
+_REFUSAL_PREVIEW = 200
 _STEP_END = (EventType.STEP_STARTED, EventType.SESSION_ENDED)
 
 
@@ -236,6 +237,14 @@ def _retry(_: _Timeline, __: int, event: Event) -> str:
     return text
 
 
+def _refused(_: _Timeline, __: int, event: Event) -> str:
+    text = f"tool call refused: {_short(event.get('tool'))}"
+    if event.get("tool_use_id"):
+        text += f" [{_short(event.get('tool_use_id'))}]"
+    # What the model was told is the point of the line: more of it than of a tool's result.
+    return text + f", {_short(event.get('reason'))}: {_preview(event.get('error'), _REFUSAL_PREVIEW)}"
+
+
 def _drain(_: _Timeline, __: int, event: Event) -> str:
     return f"drain started: {_short(event.get('reason'))}"
 
@@ -256,6 +265,7 @@ _DESCRIBERS: Mapping[str, _Describer] = {
     EventType.TOOL_FAILED: _Timeline._tool_done,
     EventType.CHECKPOINT_WRITTEN: _checkpoint,
     EventType.RETRY: _retry,
+    EventType.TOOL_REFUSED: _refused,
     EventType.DRAIN_STARTED: _drain,
     EventType.SESSION_ENDED: _ended,
 }
@@ -266,6 +276,7 @@ _IN_STEP = frozenset(
         EventType.TOOL_STARTED,
         EventType.TOOL_COMPLETED,
         EventType.TOOL_FAILED,
+        EventType.TOOL_REFUSED,
         EventType.RETRY,
     }
 )
@@ -316,14 +327,14 @@ def _utc(ts: float) -> str:
         return f"ts={ts}"
 
 
-def _short(value: Any) -> str:
+def _short(value: Any, limit: int = _PREVIEW) -> str:
     text = value if isinstance(value, str) else repr(value)
     text = text.replace("\n", " ")
-    return text if len(text) <= _PREVIEW else text[: _PREVIEW - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _preview(value: Any) -> str:
-    return repr(_short(value)) if isinstance(value, str) else _short(value)
+def _preview(value: Any, limit: int = _PREVIEW) -> str:
+    return repr(_short(value, limit)) if isinstance(value, str) else _short(value, limit)
 
 
 def _fields(fields: Mapping[str, Any]) -> str:

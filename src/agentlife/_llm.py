@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
     "CURRENT_CALL",
+    "CUT_OFF",
     "INVOCATION_HEADER",
     "CallAddress",
     "LLMClient",
@@ -22,6 +23,8 @@ __all__ = [
     "StreamEvent",
     "StreamTimeouts",
     "Usage",
+    "cut_off_tool_use",
+    "json_kind",
 ]
 
 #: The request header that carries ``{job_id}/{step}/{call}`` to the model server: proxies and the fake
@@ -103,11 +106,17 @@ class LLMReply:
 
     Attributes:
         text: the text blocks joined.
-        content: every content block as a dict, in order (``text``, ``thinking``, ``tool_use`` ...).
+        content: every content block as a dict, in order (``text``, ``thinking``, ``tool_use`` ...), each
+            holding only fields of the provider's API, so the reply can be sent back as it is.
         usage: token usage.
         stop_reason: why the model stopped (``end_turn``, ``tool_use``, ``max_tokens`` ...).
         model: the model that answered.
         cost_usd: the price of this call from the adapter's price table (0 when unknown).
+        tool_input_errors: ``tool_use`` id -> why that call's input cannot be used as the model's
+            arguments: cut off by ``max_tokens``, not valid JSON, not a JSON object, sent as an object
+            where the API wants a string. Such a block's ``input`` is what could be read of it (``{}``
+            when nothing could: the API needs an object), not arguments the model sent whole:
+            ``ctx.run_tool_calls`` and `ToolAgent` never run it and tell the model instead.
     """
 
     text: str
@@ -116,10 +125,11 @@ class LLMReply:
     stop_reason: str | None = None
     model: str = ""
     cost_usd: float = 0.0
+    tool_input_errors: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict for the journal (``LLM_COMPLETED.response``)."""
-        return {
+        data: dict[str, Any] = {
             "text": self.text,
             "content": [dict(block) for block in self.content],
             "usage": self.usage.to_json(),
@@ -127,18 +137,74 @@ class LLMReply:
             "model": self.model,
             "cost_usd": self.cost_usd,
         }
+        if self.tool_input_errors:
+            data["tool_input_errors"] = dict(self.tool_input_errors)
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LLMReply:
-        """Rebuild a reply recorded by `to_json` (replay after a crash)."""
+        """Rebuild a reply recorded by `to_json` (replay after a crash).
+
+        A record of agentlife 0.2 kept an unparsable tool input as a ``partial_json`` field of its block
+        (not an API field): it is moved to `tool_input_errors`, and the block keeps only API fields.
+        """
+        content: list[Any] = []
+        errors = {str(k): str(v) for k, v in _mapping(data.get("tool_input_errors")).items()}
+        for block in data.get("content") or ():
+            if isinstance(block, Mapping) and "partial_json" in block:
+                errors.setdefault(str(block.get("id", "")), "its input is not valid JSON (cut off?)")
+                block = {k: v for k, v in block.items() if k != "partial_json"}
+            content.append(block)
+        stop_reason = data.get("stop_reason")
+        cut = cut_off_tool_use(content, stop_reason)
+        if cut is not None:
+            errors.setdefault(cut, CUT_OFF)
         return cls(
             text=str(data.get("text", "")),
-            content=tuple(data.get("content") or ()),
+            content=tuple(content),
             usage=Usage.from_json(data.get("usage") or {}),
-            stop_reason=data.get("stop_reason"),
+            stop_reason=stop_reason,
             model=str(data.get("model", "")),
             cost_usd=float(data.get("cost_usd") or 0.0),
+            tool_input_errors=errors,
         )
+
+
+#: Why the last ``tool_use`` of a reply that stopped at ``max_tokens`` cannot be used.
+CUT_OFF = "the reply was cut off at max_tokens inside this call, so its arguments are incomplete"
+
+
+def cut_off_tool_use(content: Sequence[Any], stop_reason: Any) -> str | None:
+    """The id of the ``tool_use`` block a ``max_tokens`` stop cut off, if any.
+
+    A reply that stopped at ``max_tokens`` was cut inside its last block; when that block is a tool call,
+    its input is whatever had arrived, even when that happens to parse (``""`` reads as ``{}``).
+    """
+    if stop_reason != "max_tokens" or not content:
+        return None
+    last = content[-1]
+    if isinstance(last, Mapping) and last.get("type") == "tool_use":
+        return str(last.get("id", ""))
+    return None
+
+
+def json_kind(value: Any) -> str:
+    """``an object``, ``an array``, ``a string`` ...: the kind of JSON value, never what it holds."""
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "null" if value is None else f"a {type(value).__name__}"
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 @runtime_checkable

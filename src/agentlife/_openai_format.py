@@ -12,6 +12,9 @@ agentlife speaks Anthropic's content blocks everywhere (the journal, ``ctx.run_t
 * **reply** (`ChatAssembler`): streamed ``chat.completion.chunk`` objects become a ``thinking`` block
   (from ``reasoning_content`` or ``reasoning`` deltas, as vLLM, Ollama and DeepSeek send them), a ``text``
   block and one ``tool_use`` block per tool call, with the stop reason and usage in Anthropic's terms.
+  Arguments that cannot be read as the model's (cut off by ``finish_reason: length``, not JSON, not a JSON
+  object, sent as an object where the API specifies a string) become ``input: {}`` and are named in
+  ``LLMReply.tool_input_errors``, so nothing runs on them.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 import orjson
 
 from agentlife._exceptions import CallError, PermanentError, TransientError
-from agentlife._llm import LLMReply, StreamEvent, Usage
+from agentlife._llm import CUT_OFF, LLMReply, StreamEvent, Usage, cut_off_tool_use, json_kind
 from agentlife._pricing import PriceTable
 from agentlife._retry import error_for_http_status
 
@@ -277,6 +280,8 @@ class ChatAssembler:
         self._thinking: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
         self._arguments: dict[int, list[str]] = {}
+        # Tool call index -> why its arguments are unusable (sent as something other than a string).
+        self._argument_errors: dict[int, str] = {}
         self._usage: Mapping[str, Any] | None = None
 
     def feed(self, chunk: Mapping[str, Any]) -> None:
@@ -316,8 +321,16 @@ class ChatAssembler:
             if function.get("name") and not block["name"]:
                 # Sent whole in the first delta; some servers repeat it in every delta.
                 block["name"] = str(function["name"])
-            if function.get("arguments"):
-                self._arguments.setdefault(index, []).append(str(function["arguments"]))
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                self._arguments.setdefault(index, []).append(arguments)
+            elif arguments is not None:
+                # The API sends JSON text; an object here would be read as its Python repr, and {} as nothing.
+                self._argument_errors.setdefault(
+                    index,
+                    f"its function.arguments arrived as JSON {json_kind(arguments)}, not as the JSON "
+                    "string the API sends",
+                )
 
     def reply(self, prices: PriceTable | None = None) -> LLMReply:
         """The whole reply; its ``cost_usd`` from ``prices`` (0 without a table).
@@ -333,35 +346,46 @@ class ChatAssembler:
         text = "".join(self._text)
         if text:
             content.append({"type": "text", "text": text})
+        errors: dict[str, str] = {}
         for index in sorted(self._calls):
             block = self._calls[index]
             if not block["id"]:
                 block["id"] = f"call_{index}"
-            block["input"] = _parse_arguments("".join(self._arguments.get(index, ())), block)
+            block["input"], problem = _parse_arguments("".join(self._arguments.get(index, ())))
+            problem = self._argument_errors.get(index, problem)
+            if problem is not None:
+                errors.setdefault(block["id"], problem)
             content.append(block)
+        stop_reason = FINISH_REASONS.get(self.finish_reason, self.finish_reason)
+        cut = cut_off_tool_use(content, stop_reason)
+        if cut is not None:
+            errors[cut] = CUT_OFF
         usage = _usage(self._usage)
         cost = prices.cost_usd(self.model, usage) if prices is not None else 0.0
         return LLMReply(
             text=text,
             content=tuple(content),
             usage=usage,
-            stop_reason=FINISH_REASONS.get(self.finish_reason, self.finish_reason),
+            stop_reason=stop_reason,
             model=self.model,
             cost_usd=cost,
+            tool_input_errors=errors,
         )
 
 
-def _parse_arguments(raw: str, block: dict[str, Any]) -> Any:
+def _parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
+    """A tool call's input from its arguments text, and why it cannot be used (None when it can)."""
     if not raw.strip():
-        return {}
+        return {}, None  # a tool without parameters; "" cut off by finish_reason length is caught apart
     try:
         value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        # Cut off by max_tokens, or a small model's broken JSON: keep it visibly rather than fail the reply.
-        _log.warning("tool call %s: its arguments are not valid JSON; kept as partial_json", block.get("id"))
-        block["partial_json"] = raw
-        return {}
-    return value if isinstance(value, dict) else {"value": value}
+    except orjson.JSONDecodeError as exc:
+        # Cut off, or a small model's broken JSON: {} keeps the block sendable, the error keeps it from
+        # running.
+        return {}, f"its arguments are not valid JSON ({exc}, {len(raw)} characters)"
+    if not isinstance(value, dict):
+        return {}, f"its arguments are JSON {json_kind(value)}, not an object"
+    return value, None
 
 
 def _usage(raw: Mapping[str, Any] | None) -> Usage:

@@ -88,8 +88,9 @@ class ScriptedEvent:
 class ScriptedTurn:
     """What one ``complete`` call (or one HTTP request to the fake server) gets.
 
-    Build turns with the class methods (`text`, `tool_use`, `thinking`, `reply`, `stall`, `trickle`,
-    `never_answer`, `http_error`, `error`, `from_reply`); the fields are the low-level form.
+    Build turns with the class methods (`text`, `tool_use`, `malformed_tool_use`, `thinking`, `reply`,
+    `stall`, `trickle`, `never_answer`, `http_error`, `raw`, `error`, `from_reply`); the fields are the
+    low-level form.
 
     Attributes:
         events: the stream, in order, each with the pause before it.
@@ -105,6 +106,9 @@ class ScriptedTurn:
         estimate_usage: fill the usage from the request and the reply (4 characters per token) when
             the turn was built without one.
         model: the model to report; None reports the one requested.
+        body: a raw HTTP body to answer with instead of a stream or an error body (`raw`), with
+            ``status`` and ``content_type``.
+        content_type: the ``content-type`` of ``body``.
     """
 
     events: tuple[ScriptedEvent, ...] = ()
@@ -118,6 +122,8 @@ class ScriptedTurn:
     exception: BaseException | None = None
     estimate_usage: bool = False
     model: str | None = None
+    body: str | None = None
+    content_type: str = "text/html; charset=utf-8"
 
     def __post_init__(self) -> None:
         if self.after not in ("end", "stall", "trickle"):
@@ -209,6 +215,38 @@ class ScriptedTurn:
         tool_id = id or f"toolu_scripted_{name}"
         content.append({"type": "tool_use", "id": tool_id, "name": name, "input": input})
         return cls.reply(content, chunks=chunks, delay=delay, usage=usage, model=model)
+
+    @classmethod
+    def malformed_tool_use(
+        cls,
+        name: str,
+        arguments: Any,
+        *,
+        id: str | None = None,
+        stop_reason: str = "tool_use",
+        usage: Usage | None = None,
+    ) -> ScriptedTurn:
+        """A tool call whose input arrives exactly as ``arguments``, right or wrong.
+
+        A string is streamed as the call's JSON text as it is: ``'{"pattern": "*.tm'`` is input cut off
+        mid-way, ``""`` no input at all, ``"[1]"`` JSON that is not an object. Any other value is sent
+        where the API wants that text (``partial_json`` of the Messages API, ``function.arguments`` of
+        Chat Completions), the way a broken server sends an object. With ``stop_reason="max_tokens"`` the
+        reply stops there, as when the model ran out of tokens inside the call (``finish_reason: length``
+        on `FakeOpenAIServer`).
+        """
+        tool_id = id or f"toolu_scripted_{name}"
+        start = {"type": "tool_use", "id": tool_id, "name": name, "input": {}}
+        events = [
+            _message_start(usage, None, 0.0),
+            ScriptedEvent({"type": "content_block_start", "index": 0, "content_block": start}),
+        ]
+        if arguments != "":
+            delta = {"type": "input_json_delta", "partial_json": arguments}
+            events.append(ScriptedEvent({"type": "content_block_delta", "index": 0, "delta": delta}))
+        events.append(ScriptedEvent({"type": "content_block_stop", "index": 0}))
+        events.extend(_message_end(usage, stop_reason))
+        return cls(events=tuple(events), estimate_usage=usage is None)
 
     @classmethod
     def thinking(
@@ -310,6 +348,20 @@ class ScriptedTurn:
             error_message=message or _DEFAULT_ERROR_MESSAGES.get(status, f"scripted HTTP {status}"),
             retry_after=retry_after,
         )
+
+    @classmethod
+    def raw(
+        cls, body: str, *, content_type: str = "text/html; charset=utf-8", status: int = 200
+    ) -> ScriptedTurn:
+        """Answer with this body as it is, not a stream: a proxy's login page, a JSON body, a 502 page.
+
+        The fake servers send it with ``status`` and ``content_type``; `ScriptedLLM` raises what the
+        adapters raise for it: a `PermanentError` naming the content type for a 200 (no retry can make
+        it a stream), `error_for_status` of the status otherwise.
+        """
+        if not 200 <= status <= 599:
+            raise ValueError(f"an HTTP status is 200-599, got {status}")
+        return cls(body=body, content_type=content_type, status=status)
 
     @classmethod
     def error(cls, exc: BaseException) -> ScriptedTurn:
@@ -571,11 +623,16 @@ class ScriptedLLM:
         turn = self._next_turn()
         if turn.exception is not None:
             raise turn.exception
+        if turn.body is not None and turn.status == 200:
+            raise PermanentError(
+                f"the model server answered 200 with {turn.content_type or 'no content type'}, not a "
+                "stream of SSE (Server-Sent Events)"
+            )
         if turn.status != 200:
             raise error_for_status(
                 turn.status,
                 error_type=turn.error_type,
-                message=turn.error_message,
+                message=turn.error_message if turn.body is None else turn.body[:200],
                 retry_after=turn.retry_after,
             )
         return await collect_reply(

@@ -34,7 +34,7 @@ from agentlife._replay import check_replayable, llm_request_digest, tool_call_di
 from agentlife._retry import RetryEvent, classify, retry_call
 from agentlife._runtime._stepllm import StepLLM
 from agentlife._runtime._streaming import emit_reply, is_streaming_adapter, retry_event
-from agentlife._runtime._toolcalls import offered_tools, run_tool_calls
+from agentlife._runtime._toolcalls import Registry, run_tool_calls, tool_registry
 from agentlife._tools import NOT_DONE, ToolSpec, tool
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class StepContext:
         self.conversation = conversation if conversation is not None else ConversationLog().begin_step()
         self._env = env
         self._calls = _CallCounter()
-        self._offered: dict[str, ToolSpec[..., Any]] = {}
+        self._offered: Registry = {}
         self._tool_slots = anyio.Semaphore(max(1, footprint.max_concurrent_tools))
 
     # -- public read-only views ------------------------------------------------------------------------
@@ -148,13 +148,13 @@ class StepContext:
         """Run every ``tool_use`` block of ``reply`` through `call_tool`; the ``tool_result`` blocks to send.
 
         The tools are those offered to the model in this step's ``ctx.llm.complete(tools=[...])`` calls,
-        plus ``tools``. Arguments are checked against the tool's type hints first: invalid ones never
-        reach the tool, and the model gets ``is_error: true`` with what is wrong. A failing or unknown
-        tool also comes back as an error result; budgets, replay mismatches and store errors end the step.
+        plus ``tools``. A call runs only on the arguments the model sent: input cut off by ``max_tokens``
+        or unreadable (``reply.tool_input_errors``), and arguments that do not fit the tool's type hints,
+        never reach it; the model gets ``is_error: true`` with what is wrong, and the refusal is logged
+        at WARNING and journaled (``TOOL_REFUSED``). A failing or unknown tool also comes back as an
+        error result; budgets, replay mismatches and store errors end the step.
         """
-        registry = dict(self._offered)
-        offered_tools(tools, registry)
-        return await run_tool_calls(self, reply, registry, self._env.host.redactor)
+        return await run_tool_calls(self, reply, tool_registry(self, tools), self._env.host.redactor)
 
     # -- numbering ----------------------------------------------------------------------------------------
 
@@ -296,7 +296,7 @@ class StepContext:
         on_event: OnEvent | None = None,
     ) -> LLMReply:
         host, env = self._env.host, self._env
-        env.budget.check_before_call(estimate_input_tokens(messages, params))
+        env.budget.check_before_call(estimate_input_tokens(messages, params), messages)
         timeouts = stream_timeouts_from_constants(host.constants.calls)
         env.journal.append("LLM_STARTED", step=self.step, call=call, model=model, digest=digest)
         streams = on_event is not None and is_streaming_adapter(env.llm_client)

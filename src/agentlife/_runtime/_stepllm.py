@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from agentlife._llm import LLMReply, OnEvent
 from agentlife._runtime._streaming import LLMStream
 from agentlife._runtime._structured import StructuredReply, complete_structured
-from agentlife._runtime._toolcalls import offered_tools
+from agentlife._runtime._toolcalls import offered_tools, refuse
 
 if TYPE_CHECKING:
     from agentlife._runtime._context import StepContext
@@ -122,12 +122,16 @@ class StepLLM:
                 model=model, messages=conversation, max_tokens=max_tokens, params=dict(request)
             )
 
+        def refused(block: Mapping[str, Any], reason: str, message: str) -> dict[str, Any]:
+            return refuse(self._ctx, block, reason, message)
+
         return await complete_structured(
             call,
             messages=messages,
             params=self._offer(params),
             output_type=output_type,
             output_retries=output_retries,
+            refuse=refused,
         )
 
     def stream(

@@ -2,10 +2,13 @@
 
 The model is offered one more tool, ``final_result``, whose input schema is the JSON Schema of ``T``
 (pydantic's ``TypeAdapter``, loaded on first use, one adapter per type), and made to call it
-(``tool_choice``). Its input is validated against ``T``; when it does not fit, the model gets its own
-reply back with a ``tool_result`` (``is_error: true``) saying what is wrong, and is asked again, up to
-``output_retries`` times, then `OutputValidationError`. Each try is an ordinary ``ctx.llm`` call (journaled,
-replayed, budgeted), so a resumed step replays the same tries and gets the same value without a request.
+(``tool_choice``). Its input is validated against ``T``; when it does not fit, or was cut off by
+``max_tokens``, or came twice, the model gets its own reply back with a ``tool_result`` (``is_error: true``)
+saying what is wrong, and is asked again, up to ``output_retries`` times, then `OutputValidationError`.
+Structured output runs no tools: another tool call in the reply is refused (``not run``), and every
+refusal is logged at WARNING and journaled (``TOOL_REFUSED``). Each try is an ordinary ``ctx.llm`` call
+(journaled, replayed, budgeted), so a resumed step replays the same tries and gets the same value without a
+request.
 
 A type whose schema is not an object (``int``, ``list[str]``, a union) is wrapped, since a tool's input
 must be an object: the model fills ``{"result": ...}``.
@@ -23,8 +26,17 @@ from typing import Any, Generic, TypeVar
 
 from agentlife._exceptions import OutputValidationError
 from agentlife._llm import LLMReply
+from agentlife._runtime._toolcalls import error_result, unusable_inputs
 
-__all__ = ["OUTPUT_TOOL", "StructuredReply", "complete_structured", "output_json", "output_tool"]
+__all__ = [
+    "OUTPUT_TOOL",
+    "Refuse",
+    "StructuredReply",
+    "assistant_turn",
+    "complete_structured",
+    "output_json",
+    "output_tool",
+]
 
 T = TypeVar("T")
 log = logging.getLogger("agentlife.calls")
@@ -32,6 +44,9 @@ log = logging.getLogger("agentlife.calls")
 #: The name of the tool the model answers through.
 OUTPUT_TOOL = "final_result"
 _WRAPPED = "result"
+
+#: Refuses one ``tool_use`` block: ``(block, reason, message) -> tool_result``, logged and journaled.
+Refuse = Callable[[Mapping[str, Any], str, str], dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +168,7 @@ async def complete_structured(
     params: dict[str, Any],
     output_type: Any,
     output_retries: int = 2,
+    refuse: Refuse | None = None,
 ) -> StructuredReply[Any]:
     """Ask through the output tool until the answer validates, ``1 + output_retries`` calls at most.
 
@@ -163,6 +179,8 @@ async def complete_structured(
             added to them and forced through ``tool_choice`` unless ``params`` names one.
         output_type: the type to validate the answer against.
         output_retries: how many times a wrong answer is sent back to the model.
+        refuse: logs and journals each refused ``tool_use`` block and gives its ``tool_result``
+            (default: logged only).
 
     Raises:
         OutputValidationError: the last answer still did not fit (naming the type and the problems).
@@ -170,6 +188,7 @@ async def complete_structured(
     """
     if output_retries < 0:
         raise ValueError(f"output_retries must be >= 0, got {output_retries}")
+    refuse = refuse or _logged_refusal
     definition, parse = output_tool(output_type)
     tools = list(params.get("tools") or ())
     if any(isinstance(t, Mapping) and t.get("name") == OUTPUT_TOOL for t in tools):
@@ -181,36 +200,82 @@ async def complete_structured(
     while True:
         attempts += 1
         reply = await call(conversation, params)
-        answer = next(
-            (b for b in reply.content if b.get("type") == "tool_use" and b.get("name") == OUTPUT_TOOL), None
-        )
         try:
-            if answer is None:
-                raise OutputValidationError(
-                    _type_name(output_type), [f"no answer: call the {OUTPUT_TOOL} tool with it"]
-                )
-            return StructuredReply(parse(answer.get("input")), reply, attempts)
+            value = _answer(reply, parse, _type_name(output_type))
         except OutputValidationError as exc:
             if attempts > output_retries:
                 raise OutputValidationError(exc.type_name, exc.problems, attempts=attempts) from None
-            log.info("structured output %s: invalid answer, asking again: %s", exc.type_name, exc)
-            conversation += _sent_back(reply, str(exc))
+            # A refused tool call is logged at WARNING by ``refuse``; a reply without one is, here.
+            level = logging.INFO if _tool_uses(reply) else logging.WARNING
+            log.log(level, "structured output %s: no usable answer, asking again: %s", exc.type_name, exc)
+            conversation += _sent_back(reply, str(exc), refuse)
+            continue
+        for block in _tool_uses(reply):
+            if block.get("name") != OUTPUT_TOOL:
+                refuse(
+                    block, "not_run", f"not run: structured output runs no tools; {OUTPUT_TOOL} came with it"
+                )
+        return StructuredReply(value, reply, attempts)
 
 
-def _sent_back(reply: LLMReply, message: str) -> list[dict[str, Any]]:
+def _tool_uses(reply: LLMReply) -> list[Mapping[str, Any]]:
+    return [block for block in reply.content if block.get("type") == "tool_use"]
+
+
+def _answer(reply: LLMReply, parse: Callable[[Any], Any], type_name: str) -> Any:
+    """The validated answer the reply holds, or `OutputValidationError` saying why there is none."""
+    answers = [block for block in _tool_uses(reply) if block.get("name") == OUTPUT_TOOL]
+    if not answers:
+        raise OutputValidationError(type_name, [f"no answer: call the {OUTPUT_TOOL} tool with it"])
+    if len(answers) > 1:
+        raise OutputValidationError(
+            type_name, [f"{OUTPUT_TOOL} was called {len(answers)} times in one reply: call it once"]
+        )
+    problem = unusable_inputs(reply).get(str(answers[0].get("id", "")))
+    if problem is not None:
+        raise OutputValidationError(type_name, [problem])
+    return parse(answers[0].get("input"))
+
+
+def _logged_refusal(block: Mapping[str, Any], reason: str, message: str) -> dict[str, Any]:
+    log.warning("tool call %s refused, %s: %s", str(block.get("name", ""))[:100], reason, message)
+    return error_result(str(block.get("id", "")), message)
+
+
+def assistant_turn(reply: LLMReply) -> dict[str, Any] | None:
+    """The reply as an assistant message to send back; None when it holds nothing to send.
+
+    Text blocks of nothing but whitespace are left out, and a reply with no tool call and no text (an
+    empty reply, or only thinking) is no turn at all: the APIs refuse an assistant message without
+    content, so it would fail every later request of the conversation.
+    """
+    content = [
+        dict(block)
+        for block in reply.content
+        if not (block.get("type") == "text" and not str(block.get("text", "")).strip())
+    ]
+    if not any(block.get("type") in ("text", "tool_use") for block in content):
+        return None
+    return {"role": "assistant", "content": content}
+
+
+def _sent_back(reply: LLMReply, message: str, refuse: Refuse) -> list[dict[str, Any]]:
     """The reply as the assistant's turn and the user's turn telling it what was wrong."""
-    content: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
-    for block in reply.content:
-        if block.get("type") == "tool_use":
-            use = {k: block[k] for k in ("type", "id", "name", "input") if k in block}
-            content.append(use)
-            text = message if block.get("name") == OUTPUT_TOOL else f"not run: answer with {OUTPUT_TOOL}"
-            results.append(
-                {"type": "tool_result", "tool_use_id": block.get("id"), "content": text, "is_error": True}
-            )
+    for block in _tool_uses(reply):
+        if block.get("name") == OUTPUT_TOOL:
+            results.append(refuse(block, "invalid_final_result", message))
         else:
-            content.append(dict(block))
+            results.append(refuse(block, "not_run", f"not run: answer with {OUTPUT_TOOL}"))
     if not results:
         results.append({"type": "text", "text": message})
-    return [{"role": "assistant", "content": content}, {"role": "user", "content": results}]
+    turn = assistant_turn(reply)
+    if turn is not None:
+        turn["content"] = [_api_block(block) for block in turn["content"]]
+    return [*([turn] if turn is not None else []), {"role": "user", "content": results}]
+
+
+def _api_block(block: Mapping[str, Any]) -> dict[str, Any]:
+    if block.get("type") == "tool_use":
+        return {key: block[key] for key in ("type", "id", "name", "input") if key in block}
+    return dict(block)

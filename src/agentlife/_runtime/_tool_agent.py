@@ -8,7 +8,7 @@ replays what it had finished (no re-sent request, no repeated side effect) and g
 
 from __future__ import annotations
 
-import dataclasses
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -16,8 +16,8 @@ import orjson
 
 from agentlife._agent import AgentProcess, Done, Job
 from agentlife._exceptions import OutputValidationError
-from agentlife._runtime._structured import OUTPUT_TOOL, output_json, output_tool
-from agentlife._runtime._toolcalls import error_result
+from agentlife._runtime._structured import OUTPUT_TOOL, assistant_turn, output_json, output_tool
+from agentlife._runtime._toolcalls import refuse, run_tool_uses, tool_registry, unusable_inputs
 
 if TYPE_CHECKING:
     from agentlife._llm import LLMReply
@@ -28,6 +28,13 @@ __all__ = ["ToolAgent"]
 #: `output_tool`'s (definition, parse) for ``ToolAgent.output_type``.
 _OutputTool = tuple[dict[str, Any], Callable[[Any], Any]]
 
+_log = logging.getLogger("agentlife.calls")
+#: What the model is told after an empty reply, which leaves no assistant turn to keep; it counts as a turn.
+_EMPTY_REPLY_NOTE: Mapping[str, Any] = {
+    "role": "user",
+    "content": "Your reply was empty. Go on: call a tool, or give your final answer.",
+}
+
 
 class ToolAgent(AgentProcess):
     """An agent that runs the tool-use loop: set the class attributes, write the tools, and it is done.
@@ -37,6 +44,11 @@ class ToolAgent(AgentProcess):
     ``verify``, timeouts, approvals, policy) and appends their results. The job ends with `Done` when
     the model answers without asking for a tool: the reply's text, or, with ``output_type``, the
     validated structured result (as JSON). It ends FAILED when ``max_turns`` model turns did not get there.
+
+    Not a final answer, and the model is told so and asked again: an empty reply, a reply that stopped for
+    a tool call (``stop_reason`` ``tool_use``) without one, a text cut off at ``max_tokens``, and, with
+    ``output_type``, a ``final_result`` call that came with other tool calls (those run first, exactly
+    once) or that does not fit the type.
 
     Attributes:
         model: the model to call.
@@ -79,7 +91,7 @@ class ToolAgent(AgentProcess):
         conversation = ctx.conversation
         if not len(conversation):
             conversation.append({"role": "user", "content": self.prompt(ctx.job)})
-        turns = sum(1 for message in conversation if message.get("role") == "assistant")
+        turns = sum(1 for m in conversation if m.get("role") == "assistant" or m == _EMPTY_REPLY_NOTE)
         if turns >= self.max_turns:
             return Done(status="FAILED", reason=f"no final answer after {self.max_turns} model turns")
         output = output_tool(self.output_type) if self.output_type is not None else None
@@ -89,7 +101,13 @@ class ToolAgent(AgentProcess):
             messages=list(conversation),
             **self._call_params(output),
         )
-        conversation.append({"role": "assistant", "content": [dict(block) for block in reply.content]})
+        turn = assistant_turn(reply)
+        if turn is None:
+            # Nothing to send back (the APIs refuse an empty assistant turn): the note counts the turn.
+            _log.warning("model turn %s: an empty reply is not a final answer; asking again", turns)
+            conversation.append(_EMPTY_REPLY_NOTE)
+            return None
+        conversation.append(turn)
         return await self._after_reply(ctx, reply, output)
 
     def _call_params(self, output: _OutputTool | None) -> dict[str, Any]:
@@ -109,22 +127,85 @@ class ToolAgent(AgentProcess):
         self, ctx: StepContext, reply: LLMReply, output: _OutputTool | None
     ) -> Done | None:
         uses = [block for block in reply.content if block.get("type") == "tool_use"]
-        final = next((b for b in uses if output is not None and b.get("name") == OUTPUT_TOOL), None)
-        problem: list[dict[str, Any]] = []
-        if final is not None and output is not None:
-            try:
-                value = output[1](final.get("input"))
-            except OutputValidationError as exc:
-                # Back to the model, like invalid tool arguments: it gets another turn to fix its answer.
-                problem.append(error_result(str(final.get("id", "")), str(exc)))
-            else:
-                return Done(result=output_json(self.output_type, value))
         if not uses:
-            if output is None:
-                return Done(result=reply.text)
-            ctx.conversation.append({"role": "user", "content": f"Answer by calling the {OUTPUT_TOOL} tool."})
+            return self._without_tool_calls(ctx, reply, output)
+        unusable = unusable_inputs(reply)
+        finals = [b for b in uses if output is not None and b.get("name") == OUTPUT_TOOL]
+        calls = [b for b in uses if not any(b is final for final in finals)]
+        if output is not None and len(finals) == 1 and not calls:
+            answer = self._final_answer(ctx, finals[0], unusable, output)
+            if isinstance(answer, Done):
+                return answer
+            ctx.conversation.append({"role": "user", "content": [answer]})
             return None
-        others = dataclasses.replace(reply, content=[b for b in reply.content if b is not final])
-        results = await ctx.run_tool_calls(others, tools=self.tools)
-        ctx.conversation.append({"role": "user", "content": [*results, *problem]})
+        # The other calls run first, exactly once; an answer that came with them was given without their
+        # results, so it is refused and the model answers again having read them.
+        ran = await run_tool_uses(
+            ctx, calls, unusable, tool_registry(ctx, self.tools), ctx._env.host.redactor
+        )
+        results = {id(block): result for block, result in zip(calls, ran, strict=True)}
+        if output is not None:
+            for final in finals:
+                results[id(final)] = self._refused_answer(ctx, final, unusable, output, calls, len(finals))
+        ctx.conversation.append({"role": "user", "content": [results[id(block)] for block in uses]})
+        return None
+
+    def _final_answer(
+        self, ctx: StepContext, final: Mapping[str, Any], unusable: Mapping[str, str], output: _OutputTool
+    ) -> Done | dict[str, Any]:
+        """`Done` with the validated answer, or the refusal to send back (a turn to fix it)."""
+        problem = unusable.get(str(final.get("id", "")))
+        if problem is not None:
+            return refuse(ctx, final, "invalid_final_result", f"the answer was not accepted: {problem}")
+        try:
+            value = output[1](final.get("input"))
+        except OutputValidationError as exc:
+            return refuse(ctx, final, "invalid_final_result", str(exc))
+        return Done(result=output_json(self.output_type, value))
+
+    def _refused_answer(
+        self,
+        ctx: StepContext,
+        final: Mapping[str, Any],
+        unusable: Mapping[str, str],
+        output: _OutputTool,
+        calls: Sequence[Mapping[str, Any]],
+        answers: int,
+    ) -> dict[str, Any]:
+        """The refusal of an answer that did not come alone (with other calls, or twice)."""
+        checked = self._final_answer(ctx, final, unusable, output)
+        if not isinstance(checked, Done):
+            return checked  # its own problem is what the model needs to fix first
+        if answers > 1:
+            why = f"{OUTPUT_TOOL} was called {answers} times in one reply: call it once"
+        else:
+            names = ", ".join(sorted({str(b.get("name", ""))[:100] for b in calls}))
+            why = (
+                f"it came with other tool calls ({names}), which ran first: read their results, then "
+                f"call {OUTPUT_TOOL} again, alone"
+            )
+        return refuse(ctx, final, "final_result_refused", f"the answer was not accepted: {why}")
+
+    def _without_tool_calls(
+        self, ctx: StepContext, reply: LLMReply, output: _OutputTool | None
+    ) -> Done | None:
+        """A final answer when the reply is one; otherwise the model is told why it is not."""
+        if output is not None:
+            note = f"Answer by calling the {OUTPUT_TOOL} tool."
+        elif reply.stop_reason == "tool_use":
+            note = (
+                "Your reply stopped to call a tool (stop_reason tool_use) but holds no tool call: call "
+                "the tool, or give your final answer."
+            )
+        elif reply.stop_reason == "max_tokens":
+            note = (
+                f"Your reply was cut off at max_tokens ({self.max_tokens} tokens): give your final "
+                "answer again, shorter."
+            )
+        else:
+            return Done(result=reply.text)
+        _log.warning(
+            "the model's reply is not a final answer (stop_reason %s); asking again", reply.stop_reason
+        )
+        ctx.conversation.append({"role": "user", "content": note})
         return None

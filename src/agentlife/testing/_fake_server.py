@@ -9,6 +9,9 @@ sends it) is answered by that call's turn, so a process that resumes a job mid-w
 the job is, and a re-sent request gets the same answer again; a request without the header gets the
 mapping's turns in key order. A mapping value may be a list of turns: the n-th request of that call gets
 the n-th (the last one repeats), so "stall, then answer" can be scripted for one call.
+
+A `ScriptedTurn.raw` turn is answered with its body as it is (a proxy's HTML page with status 200, a 502
+page), whatever the format the server speaks.
 """
 
 from __future__ import annotations
@@ -270,7 +273,10 @@ class FakeModelServer:
                 turn = self._next_turn(record)
             except NoTurn as exc:
                 return self._error(400, None, str(exc), None)
-            response = await self._respond(request, turn, body)
+            if turn.body is not None:
+                response = _raw_response(turn)
+            else:
+                response = await self._respond(request, turn, body)
         except (asyncio.CancelledError, ConnectionError):
             if not self._is_stopping():
                 self._disconnected.append(number)
@@ -300,6 +306,16 @@ class FakeModelServer:
 
         await self._hang()
         return web.Response(status=503, text=f"{self.kind} is stopping")
+
+
+def _raw_response(turn: ScriptedTurn) -> web.StreamResponse:
+    """A `ScriptedTurn.raw` answer: the body as it is, whatever the wire format of the server."""
+    from aiohttp import web
+
+    assert turn.body is not None
+    return web.Response(
+        status=turn.status, body=turn.body.encode(), headers={"content-type": turn.content_type}
+    )
 
 
 def _address(invocation: str | None) -> tuple[int, int] | None:
