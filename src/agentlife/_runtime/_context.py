@@ -127,7 +127,9 @@ class StepContext:
 
         Raises:
             ToolTimeout: the tool outlived its timeout (after retries within the step budget).
-            BackgroundOperationRestricted: a restricted tool was refused approval.
+            BackgroundOperationRestricted: a restricted tool was refused by ``check_policy``.
+            ApprovalRejected: the call (or an earlier one of the job) was refused approval: the job ends
+                FAILED whatever the step does next.
             PolicyUnavailable: the policy check kept failing until the step budget ran out.
         """
         spec: ToolSpec[..., Any] = fn if isinstance(fn, ToolSpec) else tool(fn)
@@ -224,6 +226,7 @@ class StepContext:
         call: int | None = None,
     ) -> LLMReply:
         """One journaled call; ``on_event`` (``ctx.llm.stream``) sees its events, never the request."""
+        self._env.approvals.check()  # after a refusal nothing of the job runs
         call = self._claim_call() if call is None else call
         self._calls.current = self._invocation_id(call)
         digest = llm_request_digest(model, messages, max_tokens, params)
@@ -348,6 +351,7 @@ class StepContext:
     async def _run_tool_call(
         self, spec: ToolSpec[..., Any], call: int, invocation_id: str, kwargs: dict[str, Any]
     ) -> Any:
+        self._env.approvals.check()  # after a refusal nothing of the job runs
         digest = tool_call_digest(spec.name, kwargs)
         replay = self._recorded_tool_call(spec, call, kwargs, digest)
         if replay is not None and replay.status == "completed":
@@ -362,7 +366,7 @@ class StepContext:
                 )
                 return verified
         if spec.restricted:
-            await self._env.approvals.require_approval(spec.name)
+            await self._env.approvals.require_approval(spec.name, invocation_id, digest)
             await self._check_policy(spec, call, kwargs)
         tries = 0
 

@@ -5,8 +5,9 @@ dict definitions pass through) and remembers the functions; `run_tool_calls` run
 block of a reply through ``ctx.call_tool`` (journaled, replayed, ``verify``, timeouts, approvals, policy)
 and returns the ``tool_result`` blocks to send back. Arguments that do not fit a tool never reach it: the
 model gets ``is_error: true`` and what is wrong, and can correct itself. So does a tool that fails, an
-unknown tool, or a restricted tool that was refused; errors that end the step (budgets, replay mismatches,
-values the journal cannot keep, a fenced store) still end it.
+unknown tool, or a restricted tool that ``check_policy`` refused; errors that end the step (budgets, replay
+mismatches, values the journal cannot keep, a fenced store) still end it, and so does an operator's
+rejection of a restricted call: it is final, not something for the model to work around.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentlife._exceptions import (
+    ApprovalRejected,
     BudgetExhausted,
     ConfigError,
     ReplayMismatch,
@@ -38,7 +40,7 @@ __all__ = ["error_result", "offered_tools", "run_tool_calls"]
 log = logging.getLogger("agentlife.calls")
 
 #: Errors that end the step rather than go back to the model as a failed tool call.
-_FATAL = (BudgetExhausted, ReplayMismatch, UnreplayableValue, StoreError, ConfigError)
+_FATAL = (BudgetExhausted, ReplayMismatch, UnreplayableValue, StoreError, ConfigError, ApprovalRejected)
 _MAX_ERROR_TEXT = 2000
 
 
