@@ -353,11 +353,13 @@ async def test_postgres_same_attempt_claims_second_loses(postgres_url: str) -> N
             await loser.write_checkpoint("j", 1, "c2", 0, b"{}")
         with pytest.raises(AttemptFenced):
             await loser.heartbeat("j", 1)
-        # A claim whose owner has exited (same host, pid gone) is taken over by the same attempt.
+        # A claim whose owner has exited (same host and pid namespace, pid gone) is taken over by the same
+        # attempt.
         conn = await asyncpg.connect(postgres_url)
         try:
-            host = winner.owner.split(":")[0]
-            await conn.execute("UPDATE job SET owner = $1 WHERE id = 'j'", f"{host}:999999999:1:dead")
+            host, namespace = winner.owner.split(":")[0], winner.owner.split(":")[-1]
+            dead = f"{host}:999999999:1:dead:{namespace}"
+            await conn.execute("UPDATE job SET owner = $1 WHERE id = 'j'", dead)
         finally:
             await conn.close()
         await loser.claim("j", 1)

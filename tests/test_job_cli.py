@@ -207,9 +207,9 @@ def test_reap_moves_a_stale_running_job_to_retrying(cli: Cli) -> None:
     lines = reaped.stdout.splitlines()
     assert lines[-1] == "reaped 1 job (threshold 300 s)"
     assert lines[0].startswith("zombie (agent reviewer): heartbeat stale for ")
-    assert "-> RETRYING, attempt 2 not before " in lines[0]
+    assert "-> RETRYING, next attempt 2 not before " in lines[0]
     row = cli.with_store(lambda s: s.get_job("zombie"))
-    assert (row.status, row.attempt, row.error[-1]["reason"]) == ("RETRYING", 2, "heartbeat stale")
+    assert (row.status, row.attempt, row.error[-1]["reason"]) == ("RETRYING", 1, "heartbeat stale")
     assert cli.with_store(lambda s: s.get_job("alive")).status == "RUNNING"
     again = cli("reap")
     assert (again.returncode, again.stdout) == (0, "reaped 0 jobs (threshold 300 s)\n")

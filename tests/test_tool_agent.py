@@ -518,3 +518,52 @@ async def test_an_oversized_tool_result_fails_the_job_naming_the_input_token_lim
     assert "> 500000 input tokens max; that request alone is over the limit" in reason
     assert re.search(r"its largest message, #2 \(user, tool_result\), holds about \d{6} tokens\)$", reason)
     assert "$" not in reason  # not the cost limit, which was never near
+
+
+def deploying_agent(world: Labels, llm: ScriptedLLM) -> type[ToolAgent]:
+    @tool(side_effects=True, restricted=True)
+    async def deploy(target: str) -> str:
+        """Deploy to ``target``."""
+        world.applied.append(("deploy", target))
+        return f"deployed {target}"
+
+    base = triage_agent(world, llm)
+
+    class Deploying(base):  # type: ignore[misc, valid-type]
+        tools: ClassVar[Any] = (*base.tools, deploy)
+
+    return Deploying
+
+
+async def test_a_rejected_call_ends_the_job_failed_and_never_goes_back_to_the_model(tmp_path: Path) -> None:
+    from agentlife.stores import SQLiteStore
+    from test_calls_e2e import _when_row_status
+
+    world = Labels()
+    both = ScriptedTurn.reply(
+        [
+            {"type": "tool_use", "id": "tu_1", "name": "deploy", "input": {"target": "prod"}},
+            {"type": "tool_use", "id": "tu_2", "name": "label_issue", "input": {"issue": 7, "label": "bug"}},
+        ]
+    )
+    llm = ScriptedLLM({(0, 0): both, (1, 0): "Deploy refused; I labelled it instead. Done."})
+    harness = AgentHarness(tmp_path, env={"AGENTLIFE_APPROVAL_POLL_SECONDS": "5"})  # polls every 0.05 s
+
+    async def reject() -> None:
+        await _when_row_status(harness.data_dir / "agentlife.db", "job-1", "WAITING_FOR_APPROVAL")
+        store = SQLiteStore(harness.data_dir / "agentlife.db")
+        await store.open()
+        try:
+            await store.reject("job-1", "not in prod")
+        finally:
+            await store.close()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reject)
+        run = await harness.run(deploying_agent(world, llm)(), payload="Deploy #7")
+    assert run.exit_code == 0
+    assert run.job is not None and run.job.status == "FAILED"
+    assert [e["error_class"] for e in run.job.error] == ["ApprovalRejected"]
+    assert llm.calls == 1  # the refusal is not a tool error for the model to work around
+    assert world.applied == []  # neither the refused call nor the one after it in the reply ran
+    assert "APPROVAL_REJECTED" in run.journal_types()

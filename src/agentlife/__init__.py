@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from agentlife._agent import AgentProcess, BudgetView, Done, Footprint, Job
 from agentlife._exceptions import (
     AgentlifeError,
+    ApprovalRejected,
     AttemptFenced,
     BackgroundOperationRestricted,
     BudgetExhausted,
@@ -100,6 +101,7 @@ __all__ = [
     "AgentProcess",
     "AgentlifeError",
     "AnthropicLLM",
+    "ApprovalRejected",
     "AttemptFenced",
     "BackgroundOperationRestricted",
     "BudgetExhausted",

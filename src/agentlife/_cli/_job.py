@@ -30,11 +30,11 @@ from agentlife._config import (
     validate_job_id,
     validate_payload,
 )
-from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict
+from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError
 from agentlife._journal import list_sessions
 from agentlife._journal_show import format_timeline
 from agentlife.constants import MAX_ENV_INTEGER
-from agentlife.stores import CheckpointStore, JobRecord, JobStatus, store_from_url
+from agentlife.stores import ApprovalState, CheckpointStore, JobRecord, JobStatus, store_from_url
 from agentlife.stores._jobs import is_crash
 from agentlife.stores._rows import JSON_COLUMNS
 
@@ -89,8 +89,13 @@ def register(sub: Any) -> None:
     listing.add_argument("--limit", type=int, default=50, metavar="N", help="at most N rows (default 50)")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
 
-    approve = _command(commands, "approve", "approve a job parked in WAITING_FOR_APPROVAL", _approve)
+    approve = _command(commands, "approve", "approve the call a job is parked on", _approve)
     approve.add_argument("id", metavar="ID")
+    approve.add_argument(
+        "--call",
+        metavar="INVOCATION_ID",
+        help="approve only if the job waits for this call (its invocation id, as `job show` prints it)",
+    )
     reject = _command(commands, "reject", "refuse a parked job: it ends FAILED", _reject)
     reject.add_argument("id", metavar="ID")
     reject.add_argument("--reason", default="approval rejected", help="recorded in the crash history")
@@ -230,7 +235,7 @@ def _budget(max_cost_usd: float | None, max_input_tokens: int | None) -> dict[st
 async def _show(args: argparse.Namespace) -> int:
     if args.events < 0:
         raise ConfigError(f"--events {args.events} must be >= 0")
-    row = await _with_store(args, lambda store: store.get_job(args.id))
+    row, approval = await _with_store(args, lambda store: _row_and_approval(store, args.id))
     if row is None:
         raise JobNotFound(f"job {args.id} does not exist")
     out = [
@@ -252,6 +257,7 @@ async def _show(args: argparse.Namespace) -> int:
     ]
     if row.result is not None or shown["result"]:
         out.append(f"  result      {shown['result'] or _json(row.result)}")
+    out += _approval_lines(approval)
     out.append(f"crash history ({len(row.error)})")
     out += [f"  {_history_line(entry)}" for entry in row.error] or ["  (none)"]
     out += _journal_tail(args.id, args.events)
@@ -263,6 +269,36 @@ def _unreadable(row: JobRecord, column: str) -> str:
     """``(unreadable: why)`` for a column the store could not decode, else the empty string."""
     why = row.unreadable.get(column)
     return f"(unreadable: {why})" if why else ""
+
+
+async def _row_and_approval(
+    store: CheckpointStore, job_id: str
+) -> tuple[JobRecord | None, ApprovalState | None]:
+    row = await store.get_job(job_id)
+    try:
+        approval = await store.get_approval(job_id)
+    except StoreError:  # a PostgreSQL table that predates approvals (``db init`` adds the column)
+        approval = None
+    return row, approval
+
+
+def _approval_lines(state: ApprovalState | None) -> list[str]:
+    """The call waiting for approval, the calls approved and the one refused, when the row has any."""
+    if state is None:
+        return []
+    out = []
+    if state.request is not None and state.status == JobStatus.WAITING_FOR_APPROVAL:
+        out.append(f"  waits for   {_call(state.request)}")
+    out += [f"  approved    {_call(grant)} at {_utc(grant.get('approved_at'))}" for grant in state.grants]
+    if state.rejection is not None:
+        reason = state.rejection.get("reason") or ""
+        out.append(f"  rejected    {_call(state.rejection)}: {reason}")
+    return out
+
+
+def _call(entry: Any) -> str:
+    call, digest = entry.get("invocation_id") or "?", entry.get("digest") or "?"
+    return f"{entry.get('tool') or '?'} ({call}, digest {digest})"
 
 
 def _history_line(entry: Any) -> str:
@@ -339,9 +375,28 @@ def _as_json(row: JobRecord) -> dict[str, Any]:
 
 
 async def _approve(args: argparse.Namespace) -> int:
-    row = await _with_store(args, lambda store: store.approve(args.id))
+    async def approve(store: CheckpointStore) -> tuple[JobRecord, Any]:
+        # Approve exactly the call read here: if the job asks for another one meanwhile, the store refuses.
+        state = await store.get_approval(args.id)
+        request = state.request if state is not None else None
+        if request is None:
+            if args.call is not None:
+                raise JobStateConflict(
+                    f"cannot approve job {args.id}: it records no call waiting to be approved"
+                )
+            return await store.approve(args.id), None
+        if args.call is not None and args.call != request.get("invocation_id"):
+            # The given id is not echoed: it is the operator's text and may not even be printable.
+            raise JobStateConflict(
+                f"cannot approve job {args.id}: it waits for {_call(request)}, not the call given by --call"
+            )
+        row = await store.approve(args.id, invocation_id=request["invocation_id"], digest=request["digest"])
+        return row, request
+
+    row, request = await _with_store(args, approve)
     how = "the parked process takes it" if row.status == JobStatus.RUNNING else "the next run resumes it"
-    sys.stdout.write(f"job {row.id} approved: {row.status} ({how})\n")
+    what = _call(request) if request is not None else "no call recorded: the job asks again, naming it"
+    sys.stdout.write(f"job {row.id} approved: {row.status} ({how}): {what}\n")
     return 0
 
 

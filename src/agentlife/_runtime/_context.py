@@ -129,7 +129,9 @@ class StepContext:
 
         Raises:
             ToolTimeout: the tool outlived its timeout (after retries within the step budget).
-            BackgroundOperationRestricted: a restricted tool was refused approval.
+            BackgroundOperationRestricted: a restricted tool was refused by ``check_policy``.
+            ApprovalRejected: the call (or an earlier one of the job) was refused approval: the job ends
+                FAILED whatever the step does next.
             PolicyUnavailable: the policy check kept failing until the step budget ran out.
         """
         fn = resolve_tool_ref(fn)  # an MCP server's tool: the job's live one
@@ -227,6 +229,7 @@ class StepContext:
         call: int | None = None,
     ) -> LLMReply:
         """One journaled call; ``on_event`` (``ctx.llm.stream``) sees its events, never the request."""
+        self._env.approvals.check()  # after a refusal nothing of the job runs
         call = self._claim_call() if call is None else call
         self._calls.current = self._invocation_id(call)
         digest = llm_request_digest(model, messages, max_tokens, params)
@@ -351,6 +354,7 @@ class StepContext:
     async def _run_tool_call(
         self, spec: ToolSpec[..., Any], call: int, invocation_id: str, kwargs: dict[str, Any]
     ) -> Any:
+        self._env.approvals.check()  # after a refusal nothing of the job runs
         digest = tool_call_digest(spec.name, kwargs)
         replay = self._recorded_tool_call(spec, call, kwargs, digest)
         if replay is not None and replay.status == "completed":
@@ -367,7 +371,7 @@ class StepContext:
                 )
                 return verified
         if spec.restricted:
-            await self._env.approvals.require_approval(spec.name)
+            await self._env.approvals.require_approval(spec.name, invocation_id, digest)
             await self._check_policy(spec, call, kwargs)
         tries = 0
 

@@ -18,13 +18,12 @@ import anyio.to_thread
 from agentlife._agent import Job
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._delivery import DeliveryGuard, run_housekeeping
-from agentlife._exceptions import (
-    AgentlifeError,
-)
+from agentlife._exceptions import AgentlifeError, ApprovalRejected
 from agentlife._replay import utf8_safe
-from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, Outcome
+from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, TERMINAL_STATUSES, Outcome
 from agentlife._runtime._host import Booted
 from agentlife.stores import JobStatus
+from agentlife.stores._jobs import HELD
 
 if TYPE_CHECKING:
     pass
@@ -64,6 +63,7 @@ class FinishMixin(StepsMixin):
             status,
             result=_row_result(doc.result, doc.reason),
             error=_failure_record(doc.reason, s.attempt) if status == "FAILED" else None,
+            expect=HELD,
         )
         if not self.draining:
             await run_housekeeping([lambda: self.agent.housekeeping(doc.result)])  # logs its own errors
@@ -79,9 +79,20 @@ class FinishMixin(StepsMixin):
             JobStatus.FAILED,
             result={"reason": reason},
             error=_failure_record(reason, s.attempt, "BudgetExhausted"),
+            expect=HELD,
         )
         self._enter_draining("job failed")
         return Outcome(EXIT_DONE, reason, JobStatus.FAILED)
+
+    def _finish_rejected(self, rejection: ApprovalRejected) -> Outcome:
+        """A restricted call was refused: the job is over, FAILED as the row already says; nothing written.
+
+        The refusal is known only from a terminal status (``job reject``, or the job ended while the call
+        waited), so the row needs no write from here, and no delivery or housekeeping runs for it.
+        """
+        log.warning("job failed: %s", rejection)
+        self._enter_draining("job rejected")
+        return Outcome(EXIT_DONE, f"job FAILED: {rejection}", JobStatus.FAILED)
 
     async def _store_memories(self, booted: Booted, job: Job, doc: CheckpointDoc) -> None:
         """Write the agent's memories of this job back, best effort, within the memory budget."""
@@ -120,12 +131,16 @@ class FinishMixin(StepsMixin):
                     # the job meanwhile (say, refusing a parked approval) must not be overruled by the crash.
                     row = await self.store.get_job(self.settings.job_id)
                     status = row.status if row is not None else self.job.status
-                    await self.store.set_status(
-                        self.settings.job_id,
-                        self.settings.attempt,
-                        status if status != JobStatus.PENDING else JobStatus.RUNNING,
-                        error=record,
-                    )
+                    if status in TERMINAL_STATUSES:  # ended by someone else: never rewritten, not even here
+                        log.warning("crash not recorded on the job row: it is already %s", status)
+                    else:
+                        await self.store.set_status(
+                            self.settings.job_id,
+                            self.settings.attempt,
+                            status if status != JobStatus.PENDING else JobStatus.RUNNING,
+                            error=record,
+                            expect=(status,),
+                        )
                 except AgentlifeError as store_exc:
                     log.error(
                         "could not record the crash on the job row: %s", self.redactor.redact(str(store_exc))

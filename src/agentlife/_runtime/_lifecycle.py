@@ -227,7 +227,7 @@ class Runtime(FinishMixin):
         self.checkpoint_id = checkpoint_id
         conversation = await hydrator.load_conversation(doc)
         replay = await hydrator.scan_journal(checkpoint_id, doc)
-        approvals.restore(doc, job_row.status)
+        approvals.restore(doc)
         memories = await hydrator.fetch_memories(
             doc, job=job, agent=self.agent, open_memory=lambda: self.open_memory(booted.settings)
         )
@@ -262,10 +262,12 @@ class Runtime(FinishMixin):
                 result, doc = await self._run_step(booted, hydrated, llm, doc, replay)
             except ParkRequested:
                 return await self._park(booted, doc)
-            except BudgetExhausted as exc:
-                log.error(str(exc))
-                return await self._finish_failed_by_runtime(booted, doc, str(exc))
             except Exception as exc:
+                if hydrated.approvals.rejection is not None:  # whatever the step raised after a refusal
+                    return self._finish_rejected(hydrated.approvals.rejection)
+                if isinstance(exc, BudgetExhausted):
+                    log.error(str(exc))
+                    return await self._finish_failed_by_runtime(booted, doc, str(exc))
                 if not (self._drain_pending() and self._fenced is None and classify(exc).retryable):
                     raise
                 # The drain left no time to retry a transient error: the step is as resumable as one cancelled

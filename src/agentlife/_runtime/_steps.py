@@ -21,9 +21,7 @@ import orjson
 from agentlife._agent import Done, Footprint
 from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._exceptions import (
-    StoreUnavailable,
-)
+from agentlife._exceptions import AgentlifeError, StoreUnavailable
 from agentlife._llm import LLMClient
 from agentlife._recovery import build_replay, scan_for_resume
 from agentlife._replay import check_replayable
@@ -85,6 +83,9 @@ class StepsMixin(ServicesMixin):
                 scope.deadline = self.drain_deadline
             outcome = await self.agent.step(ctx)
         self._step_scope = None
+        # A refusal ends the job whatever the step did after it (caught it, told a model, returned Done):
+        # nothing of this step is checkpointed.
+        hydrated.approvals.check()
         if scope.cancelled_caught:
             log.warning("step %s cancelled at the drain deadline; nothing checkpointed for it", step)
             return None, doc
@@ -171,12 +172,29 @@ class StepsMixin(ServicesMixin):
         if step_events:
             booted.journal.carry_forward(step_events)
             await booted.journal.flush(fsync=True)
+        await self._let_go_of_park(booted)
         if self.draining:
             return Outcome(EXIT_DRAINED, "drained while waiting for approval")
         self.machine.move(State.DRAINING, "parked: approval idle timeout")
         return Outcome(
             EXIT_DONE, "parked: WAITING_FOR_APPROVAL after the idle timeout", JobStatus.WAITING_FOR_APPROVAL
         )
+
+    async def _let_go_of_park(self, booted: Booted) -> None:
+        """Leave the parked row to whoever resumes it, even if an approval lands while this process exits.
+
+        The claim goes first: from then on ``job approve`` sees no live owner and makes the row PENDING.
+        An approval that came just before saw this process alive and made the row RUNNING for it; nothing
+        here will run the call, so that row is handed back as PENDING (one conditional write), not left
+        RUNNING for the reaper to count as a crash.
+        """
+        s, store = booted.settings, booted.store
+        try:
+            await store.drop_claim(s.job_id)
+            if await store.release(s.job_id, s.attempt, JobStatus.PENDING):
+                log.info("approved while parking: the job is runnable again (PENDING)")
+        except AgentlifeError as exc:  # the row stays parked: an approval still makes it runnable
+            log.warning("parking: could not let go of the row: %s", self.redactor.redact(str(exc)))
 
     async def _step_events_since_checkpoint(self, booted: Booted, step: int) -> list[dict[str, Any]]:
         """This session's events of ``step`` after the current checkpoint's marker (best effort)."""

@@ -10,7 +10,9 @@ A call runs only on the arguments the model sent. Input the adapter could not re
 tool, and an unknown tool never reach a function: the model gets ``is_error: true`` and what is wrong, the
 refusal is logged at WARNING and journaled (``TOOL_REFUSED``), and the model can correct itself. A tool
 that fails comes back as an error result too; errors that end the step (budgets, replay mismatches, values
-the journal cannot keep, a fenced store) still end it.
+the journal cannot keep, a fenced store) still end it, and so does an operator's rejection of a
+restricted call: it is final, not something for the model to work around. A restricted tool that
+``check_policy`` refused comes back to the model as an error result.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentlife._exceptions import (
+    ApprovalRejected,
     BudgetExhausted,
     ConfigError,
     ReplayMismatch,
@@ -58,7 +61,7 @@ log = logging.getLogger("agentlife.calls")
 Registry = dict[str, ToolSpec[..., Any] | None]
 
 #: Errors that end the step rather than go back to the model as a failed tool call.
-_FATAL = (BudgetExhausted, ReplayMismatch, UnreplayableValue, StoreError, ConfigError)
+_FATAL = (BudgetExhausted, ReplayMismatch, UnreplayableValue, StoreError, ConfigError, ApprovalRejected)
 _MAX_ERROR_TEXT = 2000
 # A refusal names what the model sent; a 10 MB tool name or a list of 10 000 problems is cut short.
 _MAX_NAME = 100

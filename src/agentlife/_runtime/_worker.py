@@ -396,7 +396,9 @@ class Worker:
             error_class, why = "BootFailure", self._job_exit_reason or "the job failed before its first step"
         error: dict[str, Any] = {"at": time.time(), "attempt": row.attempt, "exit_code": EXIT_CRASH}
         error.update(error_class=error_class, message=self.redactor.redact(why))
-        await store.set_status(row.id, row.attempt, JobStatus.RUNNING, error=error)
+        await store.set_status(
+            row.id, row.attempt, JobStatus.RUNNING, error=error, expect=(JobStatus.RUNNING,)
+        )
         return await store.get_job(row.id)
 
     # -- background duties ---------------------------------------------------------------------------
@@ -404,12 +406,15 @@ class Worker:
     async def _reap_periodically(self, store: CheckpointStore) -> None:
         """The zombie reaper: RUNNING rows whose heartbeat stopped go back to RETRYING (or dead letter).
 
-        Rows whose claiming process ran on this host and has exited are reaped at once, whatever their
-        heartbeat's age: the first pass runs at boot, so a worker container restarted in place (OOM-killed,
-        crashed) takes its predecessor's job back within the first backoff step, not after the threshold.
+        Rows whose claiming process ran in this pid namespace and has exited are reaped as soon as their
+        heartbeat is one job heartbeat interval old (a fresh heartbeat always wins), not after the
+        threshold: the first pass runs at boot and the passes come at least once per heartbeat interval,
+        so a worker container restarted in place (OOM-killed, crashed) takes its predecessor's job back
+        within about one interval plus the first backoff step.
         """
-        threshold = self.constants.heartbeat.zombie_after_seconds
-        period = threshold / REAPS_PER_THRESHOLD
+        heartbeat = self.constants.heartbeat
+        threshold = heartbeat.zombie_after_seconds
+        period = min(threshold / REAPS_PER_THRESHOLD, heartbeat.job_interval_seconds)
         while True:
             try:
                 decisions = await store.reap(threshold, constants=self.constants, dead_owners=True)
@@ -418,14 +423,19 @@ class Worker:
                 decisions = []
             for d in decisions:
                 log.warning(
-                    "reaped job %s: heartbeat %.1fs old -> %s (attempt %s): %s",
+                    "reaped job %s: heartbeat %.1fs old -> %s (next attempt %s): %s",
                     d.job_id,
                     d.heartbeat_age_seconds,
                     d.status,
                     d.attempt,
                     d.reason,
+                    # The reaped job's own id and attempt, not those of the job this worker is running.
                     extra=log_fields(
                         event="reaped",
+                        job_id=d.job_id,
+                        agent_id=d.agent_id,
+                        attempt=d.attempt - 1,
+                        step=None,
                         reaped_job_id=d.job_id,
                         decision=d.status,
                         new_attempt=d.attempt,

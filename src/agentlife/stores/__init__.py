@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from agentlife._config import validate_database_url
 from agentlife._exceptions import ConfigError
+from agentlife.stores._approval import ApprovalRequest, ApprovalState
 from agentlife.stores._base import (
     HISTORY_KEEP,
     CheckpointStore,
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HISTORY_KEEP",
+    "ApprovalRequest",
+    "ApprovalState",
     "CheckpointStore",
     "JobRecord",
     "JobStatus",

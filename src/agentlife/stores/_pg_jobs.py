@@ -2,9 +2,11 @@
 
 The claim is one statement: the oldest runnable row, found through a partial index on ``not_before`` and
 locked ``FOR UPDATE SKIP LOCKED`` so concurrent claimers each get a different row, updated in the same
-statement. Approve, reject, cancel and retry are each one conditional UPDATE (``WHERE status = ANY(...)``):
-of two racing on a row, the second matches nothing and reports the status the first one left. The reaper
-locks each stale row with ``SKIP LOCKED`` and updates it only if it is still RUNNING with the same attempt.
+statement. Cancel is one conditional UPDATE (``WHERE status = ANY(...)``); approve, reject and retry, which
+also rewrite the approval record, lock the row (``FOR UPDATE``), check its status and update it in one
+transaction: of two racing on a row, the second waits for the first and reports the status it left. The
+reaper locks each stale row with ``SKIP LOCKED`` and updates it only if it is still RUNNING with the same
+attempt.
 """
 
 from __future__ import annotations
@@ -19,17 +21,37 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentlife._exceptions import StoreUnavailable
+from agentlife._exceptions import AttemptFenced, StoreUnavailable
 from agentlife.constants import Constants
-from agentlife.stores._base import JobRecord, JobStatus, TableNames, owner_is_gone
+from agentlife.stores._approval import (
+    ApprovalRequest,
+    ApprovalState,
+    check_request,
+    granted,
+    rejected,
+    rejection_record,
+    requested,
+    retried,
+)
+from agentlife.stores._base import (
+    CLAIM_STALE_AFTER_SECONDS,
+    REAPED_OWNER,
+    JobRecord,
+    JobStatus,
+    TableNames,
+    owner_is_gone,
+    owner_is_live,
+)
 from agentlife.stores._jobs import (
     APPROVABLE,
     CANCELLABLE,
     RETRYABLE,
     RUNNABLE,
     SET_ASIDE_PER_CLAIM,
+    TERMINAL,
     ReapDecision,
     check_releasable,
+    check_transition,
     conflict,
     crash_count,
     decide_reap,
@@ -57,10 +79,11 @@ _DUE = "(not_before IS NULL OR not_before <= now())"
 
 
 def pg_job_schema(t: TableNames) -> tuple[str, ...]:
-    """The ``not_before`` column (added to a 0.2 table too) and the indexes of the runnable-job lookup."""
+    """The ``not_before`` and ``approval`` columns (added to an older table too), the runnable-job indexes."""
     base = t.job.split(".")[-1]
     return (
         f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS not_before timestamptz DEFAULT now()",
+        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS approval jsonb",
         f"CREATE INDEX IF NOT EXISTS {base}_runnable_idx ON {t.job} (not_before NULLS FIRST, id)"
         f" WHERE {_RUNNABLE}",
         f"CREATE INDEX IF NOT EXISTS {base}_agent_runnable_idx ON {t.job}"
@@ -75,8 +98,14 @@ class _JobSql:
     get: str
     list: str
     count_runnable: str
+    lock_row: str
     approve: str
-    operate: str
+    reject: str
+    retry: str
+    cancel: str
+    lock_fenced: str
+    park: str
+    approval: str
     server_now: str
     stale: str
     lock_stale: str
@@ -105,6 +134,7 @@ class _JobSql:
             "error = COALESCE(error, '[]'::jsonb) || jsonb_build_array($2::jsonb"
             " || jsonb_build_object('attempt', attempt))"
         )
+        history = "error = COALESCE(error, '[]'::jsonb) || jsonb_build_array($2::jsonb)"
         return cls(
             claim_any=claim(""),
             claim_agent=claim("agent_id = $2 AND "),
@@ -116,19 +146,35 @@ class _JobSql:
             count_runnable=(
                 f"SELECT agent_id, count(*) FROM {j} WHERE {_RUNNABLE} AND {_DUE} GROUP BY agent_id"
             ),
+            lock_row=(
+                f"SELECT {_COLUMNS}, owner, approval,"
+                f" EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 AS heartbeat_age FROM {j}"
+                " WHERE id = $1 FOR UPDATE"
+            ),
             approve=(
-                f"UPDATE {j} SET status = CASE WHEN owner IS NOT NULL"
-                " AND heartbeat_at > now() - make_interval(secs => $2) THEN 'RUNNING' ELSE 'PENDING' END,"
-                " not_before = now(), updated_at = now()"
+                f"UPDATE {j} SET status = $2, approval = $3::jsonb, not_before = now(), updated_at = now()"
+                f" WHERE id = $1 RETURNING {_COLUMNS}"
+            ),
+            reject=(
+                f"UPDATE {j} SET status = 'FAILED', {history}, approval = $3::jsonb, updated_at = now()"
+                f" WHERE id = $1 RETURNING {_COLUMNS}"
+            ),
+            # The owner stays: a reaped row's tombstone must go on fencing out the process it was taken from.
+            retry=(
+                f"UPDATE {j} SET status = 'PENDING', {history}, approval = $3::jsonb, not_before = now(),"
+                f" updated_at = now() WHERE id = $1 RETURNING {_COLUMNS}"
+            ),
+            cancel=(
+                f"UPDATE {j} SET status = 'FAILED', {append}, updated_at = now(),"
+                " attempt = attempt + 1, owner = NULL"
                 f" WHERE id = $1 AND status = ANY($3::text[]) RETURNING {_COLUMNS}"
             ),
-            # $4: the SET clause's extra assignments are fixed per operation (see `_OPERATIONS`).
-            operate=(
-                f"UPDATE {j} SET status = $4, {append}, updated_at = now(),"
-                " attempt = attempt + $5, owner = CASE WHEN $6 OR $5 > 0 THEN NULL ELSE owner END,"
-                " not_before = CASE WHEN $6 THEN now() ELSE not_before END"
-                f" WHERE id = $1 AND status = ANY($3::text[]) RETURNING {_COLUMNS}"
+            lock_fenced=(
+                f"SELECT status, approval FROM {j}"
+                " WHERE id = $1 AND attempt = $2 AND (owner IS NULL OR owner = $3) FOR UPDATE"
             ),
+            park=f"UPDATE {j} SET status = $2, approval = $3::jsonb, updated_at = now() WHERE id = $1",
+            approval=f"SELECT status, approval FROM {j} WHERE id = $1",
             server_now="SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8",
             stale=(
                 f"SELECT id FROM {j} WHERE status = 'RUNNING'"
@@ -138,14 +184,17 @@ class _JobSql:
                 f"SELECT {_COLUMNS} FROM {j} WHERE id = $1 AND status = 'RUNNING'"
                 " AND COALESCE(heartbeat_at, updated_at) < to_timestamp($2) FOR UPDATE SKIP LOCKED"
             ),
-            owned_here=f"SELECT id, owner FROM {j} WHERE status = 'RUNNING' AND owner LIKE $1 ORDER BY id",
+            owned_here=(
+                f"SELECT id, owner FROM {j} WHERE status = 'RUNNING' AND owner LIKE $1"
+                " AND COALESCE(heartbeat_at, updated_at) < to_timestamp($2) ORDER BY id"
+            ),
             lock_owned=(
                 f"SELECT {_COLUMNS} FROM {j} WHERE id = $1 AND status = 'RUNNING' AND owner = $2"
-                " FOR UPDATE SKIP LOCKED"
+                " AND COALESCE(heartbeat_at, updated_at) < to_timestamp($3) FOR UPDATE SKIP LOCKED"
             ),
             agent_errors=f"SELECT error FROM {j} WHERE agent_id = $1 AND updated_at >= to_timestamp($2)",
             reap=(
-                f"UPDATE {j} SET status = $3, attempt = attempt + 1, owner = NULL,"
+                f"UPDATE {j} SET status = $3, owner = $7,"
                 " not_before = to_timestamp($4), updated_at = to_timestamp($5),"
                 " error = COALESCE(error, '[]'::jsonb) || jsonb_build_array($6::jsonb)"
                 " WHERE id = $1 AND status = 'RUNNING' AND attempt = $2 RETURNING 1"
@@ -246,55 +295,75 @@ class PostgresJobOps:
         current = await conn.fetchrow(self._jobs_sql.get, job_id)
         raise conflict(job_id, operation, None if current is None else record(current), allowed)
 
-    async def approve(self, job_id: str) -> JobRecord:
-        """WAITING_FOR_APPROVAL -> RUNNING (a live process is parked on it) or PENDING."""
-        stale_after = Constants().heartbeat.zombie_after_seconds
-        allowed = [str(s) for s in APPROVABLE]
-        async with self._ops() as conn:
-            row = await conn.fetchrow(self._jobs_sql.approve, job_id, stale_after, allowed)
-            return await self._settle(conn, row, job_id, "approve", APPROVABLE)
+    async def _locked_transition(
+        self, conn: Any, job_id: str, operation: str, allowed: Sequence[str]
+    ) -> tuple[JobRecord, Any]:
+        """Lock the row, check that its status allows ``operation``; (the row, the locked record)."""
+        locked = await conn.fetchrow(self._jobs_sql.lock_row, job_id)
+        row = check_transition(job_id, operation, None if locked is None else record(locked), allowed)
+        return row, locked
 
-    async def _operate(
-        self,
-        job_id: str,
-        operation: str,
-        allowed: Sequence[str],
-        status: str,
-        entry: dict[str, Any],
-        *,
-        bump: bool = False,
-        release: bool = False,
+    async def approve(
+        self, job_id: str, *, invocation_id: str | None = None, digest: str | None = None
     ) -> JobRecord:
-        async with self._ops() as conn:
-            row = await conn.fetchrow(
-                self._jobs_sql.operate,
-                job_id,
-                dumps(entry),
-                [str(s) for s in allowed],
-                status,
-                1 if bump else 0,
-                release,
-            )
-            return await self._settle(conn, row, job_id, operation, allowed)
+        """Grant the call the job is parked on: RUNNING for a live parked process, else PENDING."""
+        async with self._ops() as conn, conn.transaction():
+            _, locked = await self._locked_transition(conn, job_id, "approve", APPROVABLE)
+            approval = loads(locked["approval"])
+            check_request(job_id, approval, invocation_id, digest)
+            live = owner_is_live(locked["owner"], locked["heartbeat_age"], CLAIM_STALE_AFTER_SECONDS)
+            column, _ = granted(approval, time.time())
+            status = JobStatus.RUNNING if live else JobStatus.PENDING
+            return record(await conn.fetchrow(self._jobs_sql.approve, job_id, str(status), dumps(column)))
 
     async def reject(self, job_id: str, reason: str) -> JobRecord:
-        """WAITING_FOR_APPROVAL -> FAILED, the reason recorded."""
-        entry = operator_record("ApprovalRejected", reason, 0, time.time())
-        del entry["attempt"]  # the statement adds the row's own
-        return await self._operate(job_id, "reject", APPROVABLE, JobStatus.FAILED, entry)
+        """WAITING_FOR_APPROVAL -> FAILED, final, the reason recorded."""
+        async with self._ops() as conn, conn.transaction():
+            row, locked = await self._locked_transition(conn, job_id, "reject", APPROVABLE)
+            now = time.time()
+            column, request = rejected(loads(locked["approval"]), reason, now)
+            entry = rejection_record(operator_record("ApprovalRejected", reason, row.attempt, now), request)
+            return record(await conn.fetchrow(self._jobs_sql.reject, job_id, dumps(entry), dumps(column)))
 
     async def cancel(self, job_id: str, reason: str) -> JobRecord:
         """PENDING, RETRYING, RUNNING or WAITING_FOR_APPROVAL -> FAILED, ``attempt + 1``."""
         entry = operator_record("Cancelled", reason, 0, time.time())
-        del entry["attempt"]
+        del entry["attempt"]  # the statement adds the row's own
+        allowed = [str(s) for s in CANCELLABLE]
         # The bumped attempt fences out a process still running the job (and drops its claim token).
-        return await self._operate(job_id, "cancel", CANCELLABLE, JobStatus.FAILED, entry, bump=True)
+        async with self._ops() as conn:
+            row = await conn.fetchrow(self._jobs_sql.cancel, job_id, dumps(entry), allowed)
+            return await self._settle(conn, row, job_id, "cancel", CANCELLABLE)
 
     async def retry(self, job_id: str) -> JobRecord:
-        """FAILED or DEAD_LETTER -> PENDING, runnable now."""
-        entry = retry_marker(0, time.time())
-        del entry["attempt"]
-        return await self._operate(job_id, "retry", RETRYABLE, JobStatus.PENDING, entry, release=True)
+        """FAILED or DEAD_LETTER -> PENDING, runnable now; approves nothing."""
+        async with self._ops() as conn, conn.transaction():
+            row, locked = await self._locked_transition(conn, job_id, "retry", RETRYABLE)
+            entry = retry_marker(row.attempt, time.time())
+            column = retried(loads(locked["approval"]))
+            return record(await conn.fetchrow(self._jobs_sql.retry, job_id, dumps(entry), dumps(column)))
+
+    async def request_approval(self, job_id: str, attempt: int, request: ApprovalRequest) -> ApprovalState:
+        """Park on ``request`` unless a grant names it or the job has ended; see the protocol."""
+        sql = self._jobs_sql
+        async with self._ops() as conn, conn.transaction():
+            found = await conn.fetchrow(sql.lock_fenced, job_id, attempt, self.owner)
+            if found is None:
+                raise AttemptFenced(f"job {job_id}: approval request by attempt {attempt} refused")
+            approval = loads(found["approval"])
+            state = ApprovalState.from_column(found["status"], approval)
+            if state.status in TERMINAL or state.granted(request):
+                return state
+            column = requested(approval, request, time.time())
+            waiting = str(JobStatus.WAITING_FOR_APPROVAL)
+            await conn.execute(sql.park, job_id, waiting, dumps(column))
+        return ApprovalState.from_column(waiting, column)
+
+    async def get_approval(self, job_id: str) -> ApprovalState | None:
+        """The row's status and approval record, or None."""
+        async with self._ops() as conn:
+            found = await conn.fetchrow(self._jobs_sql.approval, job_id)
+        return None if found is None else ApprovalState.from_column(found["status"], loads(found["approval"]))
 
     async def reap(
         self,
@@ -308,6 +377,8 @@ class PostgresJobOps:
         constants = constants or Constants()
         sql = self._jobs_sql
         window = constants.budget.circuit_window_seconds
+        # A fresh heartbeat always wins over the dead-owner check: the owner must have missed a beat too.
+        fresh = constants.heartbeat.job_interval_seconds
         decisions: list[ReapDecision] = []
         async with self._ops() as conn:
             # Heartbeats carry the server's clock: judge them by it, not by this host's.
@@ -318,14 +389,14 @@ class PostgresJobOps:
             ]
             if dead_owners:
                 stale = {job_id for job_id, _ in candidates}
-                owned = await conn.fetch(sql.owned_here, f"{socket.gethostname()}:%")
+                owned = await conn.fetch(sql.owned_here, f"{socket.gethostname()}:%", at - fresh)
                 candidates += [(i, o) for i, o in owned if i not in stale and owner_is_gone(o)]
             for job_id, gone in candidates:
                 async with conn.transaction():
                     if gone is None:
                         locked = await conn.fetchrow(sql.lock_stale, job_id, cutoff)
                     else:
-                        locked = await conn.fetchrow(sql.lock_owned, job_id, gone)
+                        locked = await conn.fetchrow(sql.lock_owned, job_id, gone, at - fresh)
                     if locked is None:
                         continue  # another reaper holds it or got there first, or a heartbeat came in
                     row = record(locked)
@@ -342,7 +413,14 @@ class PostgresJobOps:
                         owner_gone=gone is not None,
                     )
                     done = await conn.fetchval(
-                        sql.reap, job_id, row.attempt, decision.status, decision.not_before, at, dumps(entry)
+                        sql.reap,
+                        job_id,
+                        row.attempt,
+                        decision.status,
+                        decision.not_before,
+                        at,
+                        dumps(entry),
+                        REAPED_OWNER,
                     )
                     if done:
                         decisions.append(decision)

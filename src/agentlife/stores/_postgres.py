@@ -33,6 +33,7 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
+from agentlife.stores._jobs import TERMINAL, expected_statuses
 from agentlife.stores._pg_jobs import JOB_COLUMNS, PostgresJobOps, pg_job_schema
 from agentlife.stores._pg_jobs import dumps as _dumps
 from agentlife.stores._pg_jobs import loads as _loads
@@ -45,6 +46,8 @@ _log = logging.getLogger("agentlife.store")
 _HYDRATION = HydrationConstants()
 _JOB_COLUMNS = JOB_COLUMNS
 _CLOSE_TIMEOUT_SECONDS = 5.0
+# A checkpoint never lands on a job that has ended: a terminal row is not rewritten by a late writer.
+_LIVE = f" AND status NOT IN ({', '.join(repr(str(s)) for s in TERMINAL)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,7 @@ class _Sql:
     history: str
     write_checkpoint: str
     set_status: str
+    fenced_status: str
     lock_usage: str
     write_usage: str
     heartbeat: str
@@ -111,13 +115,16 @@ class _Sql:
                 f"SELECT checkpoint_id, checkpoint, crc, step FROM {h} WHERE job_id = $1"
                 " ORDER BY created_at DESC, step DESC"
             ),
-            write_checkpoint=write_checkpoint_sql(t, fence(7)),
+            write_checkpoint=write_checkpoint_sql(t, _LIVE + fence(7)),
+            # $6: the statuses the write expects to find (never a terminal one unless asked).
             set_status=(
                 f"UPDATE {t.job} SET status = $3, result = COALESCE($4::jsonb, result),"
                 " error = CASE WHEN $5::jsonb IS NULL THEN error"
                 " ELSE COALESCE(error, '[]'::jsonb) || jsonb_build_array($5::jsonb) END,"
-                f" updated_at = now() WHERE id = $1 AND attempt = $2{fence(6)} RETURNING 1"
+                f" updated_at = now() WHERE id = $1 AND attempt = $2 AND status = ANY($6::text[]){fence(7)}"
+                " RETURNING 1"
             ),
+            fenced_status=f"SELECT status FROM {t.job} WHERE id = $1 AND attempt = $2{fence(3)}",
             lock_usage=(
                 f"SELECT tokens_consumed FROM {t.job} WHERE id = $1 AND attempt = $2{fence(3)} FOR UPDATE"
             ),
@@ -572,8 +579,9 @@ class PostgresStore(PostgresJobOps):
         *,
         result: Any = None,
         error: dict[str, Any] | None = None,
+        expect: Sequence[str] | None = None,
     ) -> None:
-        """Record a status (and result, or a crash record appended to ``error``)."""
+        """Record a status (and result, or a crash record appended to ``error``) if the row is as expected."""
         async with self._connection() as conn:
             updated = await conn.fetchval(
                 self._sql.set_status,
@@ -582,9 +590,16 @@ class PostgresStore(PostgresJobOps):
                 str(status),
                 _dumps(result),
                 _dumps(error),
+                list(expected_statuses(expect)),
                 *self._fence_args,
             )
+            if updated is None:
+                found = await conn.fetchval(self._sql.fenced_status, job_id, attempt, *self._fence_args)
         if updated is None:
+            if found is not None:
+                raise AttemptFenced(
+                    f"job {job_id}: {status} by attempt {attempt} refused: the row is {found}"
+                )
             raise AttemptFenced(f"job {job_id}: status write by attempt {attempt} refused")
 
     async def add_usage(

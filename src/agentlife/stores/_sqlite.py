@@ -28,15 +28,14 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
+from agentlife.stores._jobs import TERMINAL, expected_statuses
 from agentlife.stores._rows import JSON_COLUMNS, job_record
+from agentlife.stores._sqlite_jobs import FENCE as _FENCE
 from agentlife.stores._sqlite_jobs import SQLiteJobOps, sqlite_job_schema
 
 __all__ = ["SQLiteStore"]
 
 _T = TypeVar("_T")
-# Every write after the claim is fenced by attempt *and* claim token; a row without a token (created by a
-# control plane, or claimed before tokens existed) is fenced by attempt alone.
-_FENCE = "attempt = ? AND (owner IS NULL OR owner = ?)"
 _ROW_COLUMNS = (
     "id",
     "agent_id",
@@ -50,6 +49,8 @@ _ROW_COLUMNS = (
     *JSON_COLUMNS,
 )
 _JSON_AS_BYTES = ", ".join(f"CAST({name} AS BLOB)" for name in JSON_COLUMNS)
+# A checkpoint never lands on a job that has ended: a terminal row is not rewritten by a late writer.
+_LIVE = f"status NOT IN ({', '.join(repr(str(s)) for s in TERMINAL)})"
 
 
 def _schema(t: TableNames) -> list[str]:
@@ -275,6 +276,8 @@ class SQLiteStore(SQLiteJobOps):
                 conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN owner TEXT")
             if "not_before" not in names:  # a 0.2 database: the worker's runnable-job lookup needs it
                 conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN not_before REAL")
+            if "approval" not in names:  # the call a job is parked on and the calls approved (0.3)
+                conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN approval TEXT")
             for statement in sqlite_job_schema(self.tables):
                 conn.execute(statement)
 
@@ -399,7 +402,7 @@ class SQLiteStore(SQLiteJobOps):
             try:
                 cursor = conn.execute(
                     f"UPDATE {self.tables.job} SET checkpoint = ?, checkpoint_crc = ?, checkpoint_id = ?,"
-                    f" updated_at = ? WHERE id = ? AND {_FENCE}",
+                    f" updated_at = ? WHERE id = ? AND {_FENCE} AND {_LIVE}",
                     (data, crc, checkpoint_id, now, job_id, attempt, self.owner),
                 )
                 self._fenced(conn, cursor, job_id, attempt)
@@ -449,16 +452,23 @@ class SQLiteStore(SQLiteJobOps):
         *,
         result: Any = None,
         error: dict[str, Any] | None = None,
+        expect: Sequence[str] | None = None,
     ) -> None:
+        allowed = expected_statuses(expect)
+
         def update(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 row = conn.execute(
-                    f"SELECT error FROM {self.tables.job} WHERE id = ? AND {_FENCE}",
+                    f"SELECT error, status FROM {self.tables.job} WHERE id = ? AND {_FENCE}",
                     (job_id, attempt, self.owner),
                 ).fetchone()
                 if row is None:
                     raise AttemptFenced(f"job {job_id}: status write by attempt {attempt} refused")
+                if row[1] not in allowed:
+                    raise AttemptFenced(
+                        f"job {job_id}: {status} by attempt {attempt} refused: the row is {row[1]}"
+                    )
                 errors = _loads(row[0]) or []
                 if error is not None:
                     errors.append(error)
