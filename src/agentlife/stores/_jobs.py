@@ -74,27 +74,24 @@ OWNER_GONE_REASON = "claiming process gone"
 
 @dataclass(frozen=True, slots=True)
 class ReapDecision:
-    """What the zombie reaper did with one RUNNING row whose heartbeat stopped.
-
-    Attributes:
-        job_id: the row.
-        agent_id: its agent.
-        attempt: the row's attempt after reaping (the dead process's attempt + 1: it is fenced out).
-        status: RETRYING, DEAD_LETTER or FAILED.
-        not_before: unix time before which no worker claims the row (RETRYING only).
-        reason: one line: the backoff step, the retry limit reached, or the open circuit breaker.
-        heartbeat_age_seconds: how old the row's heartbeat was when it was reaped.
-        circuit_open: the agent's circuit breaker is open: the retry is held for its cooldown.
-    """
+    """What the zombie reaper did with one RUNNING row whose heartbeat stopped."""
 
     job_id: str
+    """The row."""
     agent_id: str
+    """Its agent."""
     attempt: int
+    """The row's attempt after reaping (the dead process's attempt + 1: it is fenced out)."""
     status: str
+    """RETRYING, DEAD_LETTER or FAILED."""
     not_before: float | None
+    """Unix time before which no worker claims the row (RETRYING only)."""
     reason: str
+    """One line: the backoff step, the retry limit reached, or the open circuit breaker."""
     heartbeat_age_seconds: float
+    """How old the row's heartbeat was when it was reaped."""
     circuit_open: bool = False
+    """The agent's circuit breaker is open: the retry is held for its cooldown."""
 
 
 def check_transition(job_id: str, operation: str, row: JobRecord | None, allowed: Sequence[str]) -> JobRecord:
