@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     )
     from agentlife._pricing import PriceTable
     from agentlife._runtime._context import StepContext
+    from agentlife._runtime._stepllm import StepLLM
     from agentlife._runtime._streaming import LLMStream
     from agentlife._runtime._structured import StructuredReply
     from agentlife._runtime._tool_agent import ToolAgent
@@ -88,6 +89,7 @@ _LAZY = {
     "ScriptedLLM": "agentlife._scripted",
     "ScriptedTurn": "agentlife._scripted",
     "StepContext": "agentlife._runtime._context",
+    "StepLLM": "agentlife._runtime._stepllm",
     "StructuredReply": "agentlife._runtime._structured",
     "ToolAgent": "agentlife._runtime._tool_agent",
     "crash_backoff_schedule": "agentlife._policy",
@@ -144,6 +146,7 @@ __all__ = [
     "ScriptedTurn",
     "State",
     "StepContext",
+    "StepLLM",
     "StoreError",
     "StoreUnavailable",
     "StreamEvent",

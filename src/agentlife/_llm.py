@@ -50,17 +50,14 @@ CURRENT_CALL: ContextVar[CallAddress | None] = ContextVar("agentlife_current_cal
 
 @dataclass(frozen=True, slots=True)
 class StreamEvent:
-    """One event of a streamed reply, as ``ctx.llm.stream`` hands it on.
-
-    Attributes:
-        kind: ``text`` (a text delta), ``thinking`` (a thinking delta) or ``other``.
-        text: the delta's text for ``text`` and ``thinking``; empty otherwise.
-        raw: the provider's event as it came off the wire.
-    """
+    """One event of a streamed reply, as ``ctx.llm.stream`` hands it on."""
 
     kind: Literal["text", "thinking", "other"]
+    """``text`` (a text delta), ``thinking`` (a thinking delta) or ``other``."""
     text: str = ""
+    """The delta's text for ``text`` and ``thinking``; empty otherwise."""
     raw: Mapping[str, Any] = field(default_factory=dict)
+    """The provider's event as it came off the wire."""
 
 
 #: What an adapter that streams events (``streams_events = True``) calls for each one.
@@ -69,11 +66,18 @@ OnEvent = Callable[[StreamEvent], None]
 
 @dataclass(frozen=True, slots=True)
 class StreamTimeouts:
-    """The three clocks of a progress-guarded stream, in seconds."""
+    """The three clocks of a progress-guarded stream, in seconds.
+
+    The defaults are the ``AGENTLIFE_LLM_*_TIMEOUT_SECONDS`` constants' (`CallConstants`); an expired clock
+    raises `LLMTimeout` naming it.
+    """
 
     connect: float = 30.0
+    """From the request until the first event of the stream arrives."""
     chunk: float = 60.0
+    """The longest silence between two events once the stream has started (keep-alive pings count)."""
     total: float = 300.0
+    """The whole call, from the request to the last event, whatever the stream does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +85,13 @@ class Usage:
     """Tokens one call consumed, as the provider reported them."""
 
     input_tokens: int = 0
+    """Input tokens billed at the full rate (not read from or written to the prompt cache)."""
     output_tokens: int = 0
+    """Tokens the model generated, thinking included."""
     cache_creation_input_tokens: int = 0
+    """Input tokens written to the provider's prompt cache by this call."""
     cache_read_input_tokens: int = 0
+    """Input tokens read from the provider's prompt cache (billed at the cache-read rate)."""
 
     def to_json(self) -> dict[str, int]:
         """A plain dict for the journal."""
@@ -102,30 +110,28 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class LLMReply:
-    """A complete model reply.
-
-    Attributes:
-        text: the text blocks joined.
-        content: every content block as a dict, in order (``text``, ``thinking``, ``tool_use`` ...), each
-            holding only fields of the provider's API, so the reply can be sent back as it is.
-        usage: token usage.
-        stop_reason: why the model stopped (``end_turn``, ``tool_use``, ``max_tokens`` ...).
-        model: the model that answered.
-        cost_usd: the price of this call from the adapter's price table (0 when unknown).
-        tool_input_errors: ``tool_use`` id -> why that call's input cannot be used as the model's
-            arguments: cut off by ``max_tokens``, not valid JSON, not a JSON object, sent as an object
-            where the API wants a string. Such a block's ``input`` is what could be read of it (``{}``
-            when nothing could: the API needs an object), not arguments the model sent whole:
-            ``ctx.run_tool_calls`` and `ToolAgent` never run it and tell the model instead.
-    """
+    """A complete model reply."""
 
     text: str
+    """The text blocks joined."""
     content: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    """Every content block as a dict, in order (``text``, ``thinking``, ``tool_use`` ...)."""
     usage: Usage = field(default_factory=Usage)
+    """The tokens this call consumed."""
     stop_reason: str | None = None
+    """Why the model stopped (``end_turn``, ``tool_use``, ``max_tokens`` ...)."""
     model: str = ""
+    """The model that answered."""
     cost_usd: float = 0.0
+    """The price of this call from the adapter's price table (0 when unknown)."""
     tool_input_errors: Mapping[str, str] = field(default_factory=dict)
+    """``tool_use`` id -> why that call's input cannot be used as the model's arguments.
+
+    Cut off by ``max_tokens``, not valid JSON, not a JSON object, sent as an object where the API wants a
+    string. Such a block's ``input`` is what could be read of it (``{}`` when nothing could: the API needs
+    an object), not arguments the model sent whole: ``ctx.run_tool_calls`` and `ToolAgent` never run it
+    and tell the model instead.
+    """
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict for the journal (``LLM_COMPLETED.response``)."""

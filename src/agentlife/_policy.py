@@ -149,21 +149,18 @@ class CrashRecord:
 
 @dataclass(frozen=True, slots=True)
 class RetryDecision:
-    """What to do with a job after a crash.
-
-    Attributes:
-        retry: whether to run another attempt.
-        delay_seconds: how long to wait before it (0 when not retrying).
-        reason: one line for people and logs.
-        footprint_reduced: run the next attempt with the reduced footprint (after an OOM kill).
-        status: the job status to record: RETRYING, FAILED or DEAD_LETTER.
-    """
+    """What to do with a job after a crash."""
 
     retry: bool
+    """Whether to run another attempt."""
     delay_seconds: float
+    """How long to wait before it (0 when not retrying)."""
     reason: str
+    """One line for people and logs."""
     footprint_reduced: bool = False
+    """Run the next attempt with the reduced footprint (after an OOM kill)."""
     status: str = JobStatus.RETRYING
+    """The job status to record: RETRYING, FAILED or DEAD_LETTER."""
 
 
 def crash_backoff_schedule(constants: Constants | None = None) -> tuple[float, ...]:

@@ -127,8 +127,8 @@ class PriceTable:
         3.0
     """
 
-    #: (prefix, price) pairs, longest prefix first, so the first match is the most specific.
     entries: tuple[tuple[str, ModelPrice], ...] = ()
+    """(prefix, price) pairs, longest prefix first, so the first match is the most specific."""
     # Which unknown models were already logged; bookkeeping only, so it takes no part in equality.
     _warned: set[str] = field(default_factory=set, init=False, repr=False, compare=False, hash=False)
 

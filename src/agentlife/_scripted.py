@@ -91,39 +91,37 @@ class ScriptedTurn:
     Build turns with the class methods (`text`, `tool_use`, `malformed_tool_use`, `thinking`, `reply`,
     `stall`, `trickle`, `never_answer`, `http_error`, `raw`, `error`, `from_reply`); the fields are the
     low-level form.
-
-    Attributes:
-        events: the stream, in order, each with the pause before it.
-        after: after the last event: ``"end"`` the stream, ``"stall"`` (send nothing more, keep the
-            connection open) or ``"trickle"`` (a ping every ``trickle_interval`` seconds, forever).
-        trickle_interval: seconds between the pings of ``after="trickle"``.
-        answer: False accepts the request and never answers (no HTTP headers, no event).
-        status: an HTTP error status to answer with instead of a stream (200: stream).
-        error_type: the API error type of that status (``"rate_limit_error"`` ...).
-        error_message: the error message of that status.
-        retry_after: seconds for the ``retry-after`` header of that status.
-        exception: an exception `ScriptedLLM` raises instead (the fake server cannot send it).
-        estimate_usage: fill the usage from the request and the reply (4 characters per token) when
-            the turn was built without one.
-        model: the model to report; None reports the one requested.
-        body: a raw HTTP body to answer with instead of a stream or an error body (`raw`), with
-            ``status`` and ``content_type``.
-        content_type: the ``content-type`` of ``body``.
     """
 
     events: tuple[ScriptedEvent, ...] = ()
+    """The stream, in order, each with the pause before it."""
     after: After = "end"
+    """After the last event: ``"end"`` the stream, ``"stall"`` (send nothing more, keep the connection open)
+    or ``"trickle"`` (a ping every ``trickle_interval`` seconds, forever)."""
     trickle_interval: float = 0.01
+    """Seconds between the pings of ``after="trickle"``."""
     answer: bool = True
+    """False accepts the request and never answers (no HTTP headers, no event)."""
     status: int = 200
+    """An HTTP error status to answer with instead of a stream (200: stream)."""
     error_type: str | None = None
+    """The API error type of that status (``"rate_limit_error"`` ...)."""
     error_message: str | None = None
+    """The error message of that status."""
     retry_after: float | None = None
+    """Seconds for the ``retry-after`` header of that status."""
     exception: BaseException | None = None
+    """An exception `ScriptedLLM` raises instead (the fake server cannot send it)."""
     estimate_usage: bool = False
+    """Fill the usage from the request and the reply (4 characters per token) when the turn was built without
+    one."""
     model: str | None = None
+    """The model to report; None reports the one requested."""
     body: str | None = None
+    """A raw HTTP body to answer with instead of a stream or an error body (`raw`), with ``status`` and
+    ``content_type``."""
     content_type: str = "text/html; charset=utf-8"
+    """The ``content-type`` of ``body``."""
 
     def __post_init__(self) -> None:
         if self.after not in ("end", "stall", "trickle"):

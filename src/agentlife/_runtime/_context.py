@@ -74,13 +74,14 @@ class StepContext:
     """What a step sees: its number, the saved state, the job, memories and guarded calls.
 
     Attributes:
-        step: the step number (from 0).
-        state: JSON-serialisable dict, saved in the checkpoint after every completed step.
-        job: the job being run.
-        memories: memory records hydrated for this job (best first).
-        footprint: resource settings, reduced after an OOM-killed attempt.
-        llm: the progress-guarded, journaled, budget-checked LLM client.
-        conversation: the job's durable message history (`Conversation`): what a step appends is saved
+        step (int): the step number (from 0).
+        state (dict[str, Any]): JSON-serialisable dict, saved in the checkpoint after every completed step.
+        job (Job): the job being run.
+        memories (list[MemoryRecord]): memory records hydrated for this job (best first).
+        footprint (Footprint): resource settings, reduced after an OOM-killed attempt.
+        llm (StepLLM): the progress-guarded, journaled, budget-checked LLM client: ``complete``,
+            ``complete_structured`` and ``stream``.
+        conversation (Conversation): the job's durable message history: what a step appends is saved
             with its checkpoint, without rewriting what earlier steps saved.
     """
 

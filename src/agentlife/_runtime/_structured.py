@@ -51,17 +51,14 @@ Refuse = Callable[[Mapping[str, Any], str, str], dict[str, Any]]
 
 @dataclass(frozen=True, slots=True)
 class StructuredReply(Generic[T]):
-    """A validated answer and the reply it came from (``ctx.llm.complete_structured``).
-
-    Attributes:
-        output: the validated value, an instance of the ``output_type`` asked for.
-        reply: the model's reply that carried it (the last try's).
-        attempts: how many calls it took (1 when the first answer fitted).
-    """
+    """A validated answer and the reply it came from (``ctx.llm.complete_structured``)."""
 
     output: T
+    """The validated value, an instance of the ``output_type`` asked for."""
     reply: LLMReply
+    """The model's reply that carried it (the last try's)."""
     attempts: int
+    """How many calls it took (1 when the first answer fitted)."""
 
 
 def output_tool(output_type: Any, *, name: str = OUTPUT_TOOL) -> tuple[dict[str, Any], Callable[[Any], Any]]:

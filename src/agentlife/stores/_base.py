@@ -51,12 +51,21 @@ class JobStatus(enum.StrEnum):
     """The job row's ``status`` column."""
 
     PENDING = "PENDING"
+    """Created and never claimed: runnable once ``not_before`` has passed."""
     RUNNING = "RUNNING"
+    """Claimed by a live process, which writes ``heartbeat_at`` every job heartbeat interval."""
     WAITING_FOR_APPROVAL = "WAITING_FOR_APPROVAL"
+    """Parked at a restricted tool until an operator approves (``job approve``) or rejects it."""
     COMPLETED = "COMPLETED"
+    """Finished: the step returned ``Done()``; ``result`` holds its result. Terminal."""
     FAILED = "FAILED"
+    """Finished without success: ``Done(status="FAILED")`` or a spent budget. Terminal."""
     DEAD_LETTER = "DEAD_LETTER"
+    """Given up after repeated crashes (the backoff schedule spent, the same error three times, OOM twice).
+    Terminal until ``job retry``."""
     RETRYING = "RETRYING"
+    """Crashed or reaped: runnable again, with the next attempt, once ``not_before`` has passed (a drained
+    job goes back to PENDING instead)."""
 
 
 def crc32(data: bytes) -> int:
@@ -69,9 +78,13 @@ class TableNames:
     """Table names, configurable to fit an existing control-plane schema."""
 
     job: str = "job"
+    """The job rows (one per job: status, attempt, checkpoint, heartbeat, budgets, result)."""
     checkpoint_history: str = "checkpoint_history"
+    """The last checkpoints of each job, the fallback when the current one fails its CRC."""
     delivery: str = "delivery"
+    """The delivery registry: one key per delivered (job, channel), so a delivery happens once."""
     conversation: str = "conversation"
+    """The messages of ``ctx.conversation``, one row each, written with their step's checkpoint."""
 
     def __post_init__(self) -> None:
         for name in (self.job, self.checkpoint_history, self.delivery, self.conversation):
@@ -86,24 +99,39 @@ class JobRecord:
     """A snapshot of one job row."""
 
     id: str
+    """The job id (the row's key)."""
     agent_id: str
+    """The agent that runs the job."""
     status: str
+    """A `JobStatus` value."""
     payload: Any
+    """The job's input (JSON), as created."""
     attempt: int
+    """The attempt that owns the row: writes of any other attempt raise `AttemptFenced`."""
     checkpoint_id: str | None = None
+    """The id of the current checkpoint, or None before the first."""
     checkpoint_crc: int | None = None
+    """The CRC-32 (unsigned) of the current checkpoint's exact bytes."""
     heartbeat_at: float | None = None
+    """Unix time of the last job heartbeat, or None; the reaper judges a RUNNING row by it."""
     tokens_consumed: dict[str, Any] = field(default_factory=dict)
+    """What the job spent over all attempts: ``input`` and ``output`` tokens, ``cost_usd``."""
     token_budget: dict[str, Any] | None = None
+    """The job's own limits (``max_input_tokens``, ``max_cost_usd``), or None for the defaults."""
     error: list[dict[str, Any]] = field(default_factory=list)
+    """The crash history, oldest first: one record per crash, reap or operator decision."""
     result: Any = None
+    """The ``Done`` result of a finished job (JSON), else None."""
     updated_at: float | None = None
-    #: Unix time from which the row is runnable: its creation for a PENDING row, the end of the crash
-    #: backoff for a RETRYING one; None on rows written by other tools (runnable at once).
+    """Unix time of the row's last write."""
     not_before: float | None = None
-    #: The JSON columns that did not decode (a row written by another client), each with why; they hold
-    #: their neutral value above. A worker sets such a row aside (DEAD_LETTER) instead of running it.
+    """Unix time from which the row is runnable: its creation for a PENDING row, the end of the crash backoff
+    for a RETRYING one; None on rows written by other tools (runnable at once)."""
     unreadable: dict[str, str] = field(default_factory=dict)
+    """The JSON columns that did not decode (a row written by another client), each with why.
+
+    They hold their neutral value above. A worker sets such a row aside (DEAD_LETTER) instead of running it.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +139,15 @@ class LoadedCheckpoint:
     """A checkpoint that passed its CRC check; ``source`` says whether history had to be used."""
 
     checkpoint_id: str
+    """The checkpoint's id."""
     data: bytes
+    """The checkpoint's exact stored bytes."""
     crc: int
-    source: str  # "job" or "history"
+    """Their CRC-32 (unsigned), checked against the stored one."""
+    source: str
+    """``"job"`` (the row's current checkpoint) or ``"history"`` (an older one: the current failed CRC)."""
     step: int | None = None
+    """The step it was saved after, when known."""
 
 
 @runtime_checkable

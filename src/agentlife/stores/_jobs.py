@@ -97,28 +97,27 @@ OWNER_GONE_REASON = "claiming process gone"
 
 @dataclass(frozen=True, slots=True)
 class ReapDecision:
-    """What the zombie reaper did with one RUNNING row whose heartbeat stopped.
-
-    Attributes:
-        job_id: the row.
-        agent_id: its agent.
-        attempt: the attempt the job's next run gets (the dead process's attempt + 1). The row keeps the
-            dead attempt until that claim; the dead process is fenced out by its claim token.
-        status: RETRYING, DEAD_LETTER or FAILED.
-        not_before: unix time before which no worker claims the row (RETRYING only).
-        reason: one line: the backoff step, the retry limit reached, or the open circuit breaker.
-        heartbeat_age_seconds: how old the row's heartbeat was when it was reaped.
-        circuit_open: the agent's circuit breaker is open: the retry is held for its cooldown.
-    """
+    """What the zombie reaper did with one RUNNING row whose heartbeat stopped."""
 
     job_id: str
+    """The row."""
     agent_id: str
+    """Its agent."""
     attempt: int
+    """The attempt the job's next run gets (the dead process's attempt + 1).
+
+    The row keeps the dead attempt until that claim; the dead process is fenced out by its claim token.
+    """
     status: str
+    """RETRYING, DEAD_LETTER or FAILED."""
     not_before: float | None
+    """Unix time before which no worker claims the row (RETRYING only)."""
     reason: str
+    """One line: the backoff step, the retry limit reached, or the open circuit breaker."""
     heartbeat_age_seconds: float
+    """How old the row's heartbeat was when it was reaped."""
     circuit_open: bool = False
+    """The agent's circuit breaker is open: the retry is held for its cooldown."""
 
 
 def check_transition(job_id: str, operation: str, row: JobRecord | None, allowed: Sequence[str]) -> JobRecord:

@@ -44,21 +44,18 @@ S = TypeVar("S", bound="FakeModelServer")
 
 @dataclass(frozen=True, slots=True)
 class FakeRequest:
-    """One request a fake server received.
-
-    Attributes:
-        number: its position, from 0.
-        path: the URL path (``/v1/messages``, ``/v1/chat/completions``).
-        headers: the request headers, lower-cased, with credentials replaced by ``***``.
-        body: the JSON body (model, messages, max_tokens, stream ...).
-        invocation: the ``x-agentlife-invocation`` header (``{job_id}/{step}/{call}``), or None.
-    """
+    """One request a fake server received."""
 
     number: int
+    """Its position, from 0."""
     path: str
+    """The URL path (``/v1/messages``, ``/v1/chat/completions``)."""
     headers: Mapping[str, str] = field(default_factory=dict)
+    """The request headers, lower-cased, with credentials replaced by ``***``."""
     body: Mapping[str, Any] = field(default_factory=dict)
+    """The JSON body (model, messages, max_tokens, stream ...)."""
     invocation: str | None = None
+    """The ``x-agentlife-invocation`` header (``{job_id}/{step}/{call}``), or None."""
 
 
 class NoTurn(Exception):
