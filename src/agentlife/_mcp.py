@@ -78,16 +78,27 @@ class MCPServer:
     """
 
     transport: Literal["stdio", "http"]
+    """How the runtime reaches the server: a child process over stdin/stdout, or Streamable HTTP."""
     command: str | None = None
+    """The program a stdio server runs (looked up on ``PATH``)."""
     args: tuple[str, ...] = ()
+    """The stdio server's arguments."""
     env: Mapping[str, str] | None = field(default=None, repr=False)
+    """Variables added to the stdio server's environment (never logged)."""
     url: str | None = None
+    """The Streamable HTTP endpoint of an HTTP server."""
     headers: Mapping[str, str] | None = field(default=None, repr=False)
+    """HTTP headers sent with every request, such as authorization (never logged)."""
     name: str | None = None
+    """The prefix of its tools' names where two servers offer the same name (default: the server's own)."""
     timeout: float | None = None
+    """Seconds per call (default: the per-tool table of `agentlife.constants`)."""
     start_timeout: float = 30.0
+    """Seconds for the server to start, answer ``initialize`` and list its tools."""
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    """A call whose result is larger fails, back to the model as an error."""
     tool_options: Mapping[str, MCPToolOptions] = field(default_factory=dict, repr=False)
+    """Per-tool overrides of the annotations, by tool name (see `with_tool`)."""
 
     @classmethod
     def stdio(

@@ -289,9 +289,8 @@ class Runtime(FinishMixin):
         return await self._deliver_and_finish(booted, hydrated.job, doc)
 
     def _receive_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> Any:
-        drain_budget = (
-            self.constants.drain.step_deadline_seconds + self.constants.drain.cleanup_budget_seconds
-        )
+        drain = self.constants.drain
+        drain_budget = drain.step_deadline_seconds + drain.cleanup_budget_seconds
         return receive_drain_signals(
             self.request_drain,
             early=self.options.early_signal,

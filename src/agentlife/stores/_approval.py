@@ -56,21 +56,18 @@ Decision = Literal["granted", "refused", "waiting", "unasked"]
 
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
-    """One restricted call that needs an operator's approval.
-
-    Attributes:
-        invocation_id: ``{job_id}/{step}/{call}`` of the call.
-        digest: the call's digest (tool name and arguments), as the journal records it.
-        tool: the tool's name.
-        step: the step making the call.
-        attempt: the attempt asking.
-    """
+    """One restricted call that needs an operator's approval."""
 
     invocation_id: str
+    """``{job_id}/{step}/{call}`` of the call."""
     digest: str
+    """The call's digest (tool name and arguments), as the journal records it."""
     tool: str
+    """The tool's name."""
     step: int | None = None
+    """The step making the call."""
     attempt: int = 0
+    """The attempt asking."""
 
     def to_json(self, at: float) -> dict[str, Any]:
         """The record stored in the ``approval`` column."""
@@ -98,19 +95,16 @@ class ApprovalRequest:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalState:
-    """The row's status and its ``approval`` column, as `CheckpointStore.get_approval` reads them.
-
-    Attributes:
-        status: the row's status.
-        request: the call the row is parked on, or None.
-        grants: the calls approved so far, oldest first.
-        rejection: the refused request (with ``reason``), or None.
-    """
+    """The row's status and its ``approval`` column, as `CheckpointStore.get_approval` reads them."""
 
     status: str
+    """The row's status."""
     request: Mapping[str, Any] | None = None
+    """The call the row is parked on, or None."""
     grants: tuple[Mapping[str, Any], ...] = ()
+    """The calls approved so far, oldest first."""
     rejection: Mapping[str, Any] | None = None
+    """The refused request (with ``reason``), or None."""
 
     @classmethod
     def from_column(cls, status: str, raw: Any) -> ApprovalState:
