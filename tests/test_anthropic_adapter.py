@@ -22,11 +22,11 @@ from agentlife import (
     TransientError,
     Usage,
 )
-from agentlife._anthropic import AnthropicLLM, MessageAssembler, parse_retry_after
-from agentlife._llm import CUT_OFF
-from agentlife._pricing import DEFAULT_PRICES, ModelPrice, PriceTable
+from agentlife._llm._anthropic import AnthropicLLM, MessageAssembler, parse_retry_after
+from agentlife._llm._pricing import DEFAULT_PRICES, ModelPrice, PriceTable
+from agentlife._llm._protocol import CUT_OFF
+from agentlife._llm._scripted import ScriptedEvent, ScriptedTurn
 from agentlife._retry import RetryEvent, retry_call
-from agentlife._scripted import ScriptedEvent, ScriptedTurn
 from agentlife.testing._anthropic_server import FakeAnthropicServer
 
 pytestmark = pytest.mark.anyio

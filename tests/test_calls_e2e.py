@@ -32,9 +32,9 @@ from agentlife import (
     Usage,
     tool,
 )
-from agentlife._anthropic import AnthropicLLM
+from agentlife._llm._anthropic import AnthropicLLM
+from agentlife._llm._scripted import ScriptedTurn
 from agentlife._runtime._lifecycle import Runtime
-from agentlife._scripted import ScriptedTurn
 from agentlife.testing import AgentHarness, DrainAt
 from agentlife.testing._anthropic_server import FakeAnthropicServer
 from procs import REPO, agent_env, json_lines, spawn, terminate, wait_for

@@ -20,14 +20,14 @@ from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._config import Settings
 from agentlife._exceptions import ApprovalRejected, ParkRequested
-from agentlife._journal import Journal
-from agentlife._llm import LLMReply
+from agentlife._journal._writer import Journal
+from agentlife._llm._protocol import LLMReply
+from agentlife._observe._telemetry_facade import TelemetryFacade
 from agentlife._redact import Redactor
-from agentlife._runtime._approvals import Approvals
-from agentlife._runtime._context import CallEnv
-from agentlife._runtime._host import Booted, RuntimeStats
 from agentlife._runtime._hydration import Hydrator
-from agentlife._telemetry_facade import TelemetryFacade
+from agentlife._step._approvals import Approvals
+from agentlife._step._context import CallEnv
+from agentlife._step._host import Booted, RuntimeStats
 from agentlife.constants import Constants
 from agentlife.stores import JobStatus, SQLiteStore
 

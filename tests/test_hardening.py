@@ -21,8 +21,8 @@ import orjson
 import pytest
 
 from agentlife import AgentProcess, AttemptFenced, Done, StepContext, tool
-from agentlife._journal import list_sessions
-from agentlife._recovery import scan_for_resume
+from agentlife._journal._recovery import scan_for_resume
+from agentlife._journal._writer import list_sessions
 from agentlife._redact import MASK, Redactor
 from agentlife.stores import PostgresStore, SQLiteStore
 from agentlife.testing import AgentHarness
@@ -114,7 +114,7 @@ _SHORT_WRITE_SCRIPT = textwrap.dedent(
     """
     import os, resource, signal, sys
     import anyio
-    from agentlife._journal import Journal
+    from agentlife._journal._writer import Journal
 
     async def main(directory):
         journal = Journal.create(directory, 1)

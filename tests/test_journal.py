@@ -13,8 +13,15 @@ import orjson
 import pytest
 
 from agentlife._exceptions import ConfigError
-from agentlife._journal import EventType, Journal, args_digest, job_session_dir, list_sessions, session_path
-from agentlife._recovery import read_events
+from agentlife._journal._recovery import read_events
+from agentlife._journal._writer import (
+    EventType,
+    Journal,
+    args_digest,
+    job_session_dir,
+    list_sessions,
+    session_path,
+)
 from agentlife._redact import Redactor
 
 
@@ -433,7 +440,7 @@ async def test_lone_surrogates_in_fields_nothing_replays_are_escaped_never_raise
 
 @pytest.mark.anyio
 async def test_a_refused_tool_call_is_shown_even_when_its_fields_are_odd(tmp_path: Path) -> None:
-    from agentlife._journal_show import format_timeline
+    from agentlife._journal._show import format_timeline
 
     journal = Journal.create(tmp_path, 1, redactor=Redactor(["sk-secret-123"]))
     journal.append("STEP_STARTED", step=0)

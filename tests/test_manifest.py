@@ -33,9 +33,9 @@ from agentlife._manifest import (
     render,
     to_yaml,
 )
-from agentlife._policy import derive_total_timeout
 from agentlife._schedule import Schedule
 from agentlife.constants import Constants
+from agentlife.stores._policy import derive_total_timeout
 
 K8S_VERSIONS = ["1.27.0", "1.30.0", kv_utils.latest_version()]
 IMAGE = "ghcr.io/acme/reviewer:1.4.2"

@@ -28,7 +28,7 @@ from agentlife import (
     StepContext,
     ToolAgent,
 )
-from agentlife._mcp import build_specs, offered_name, result_value
+from agentlife._mcp._server import build_specs, offered_name, result_value
 from agentlife.testing import AgentHarness, DrainAt
 
 pytestmark = pytest.mark.anyio

@@ -22,13 +22,13 @@ from agentlife import (
     TransientError,
     Usage,
 )
-from agentlife._anthropic import AnthropicLLM
-from agentlife._llm import CURRENT_CALL, INVOCATION_HEADER, CallAddress, StreamEvent
-from agentlife._llm_default import UnconfiguredLLM, default_llm
-from agentlife._openai import key_required
-from agentlife._pricing import PriceTable
+from agentlife._llm._anthropic import AnthropicLLM
+from agentlife._llm._default import UnconfiguredLLM, default_llm
+from agentlife._llm._openai import key_required
+from agentlife._llm._pricing import PriceTable
+from agentlife._llm._protocol import CURRENT_CALL, INVOCATION_HEADER, CallAddress, StreamEvent
+from agentlife._llm._scripted import ScriptedEvent
 from agentlife._retry import retry_call
-from agentlife._scripted import ScriptedEvent
 from agentlife.testing import FakeAnthropicServer, FakeOpenAIServer
 
 pytestmark = pytest.mark.anyio
@@ -318,7 +318,7 @@ async def test_an_error_object_mid_stream_is_mapped(
     server: FakeOpenAIServer, llm: OpenAICompatibleLLM
 ) -> None:
     # vLLM and LiteLLM report a failure after the headers as a data chunk holding an error object.
-    from agentlife._openai_format import ChatAssembler
+    from agentlife._llm._openai_format import ChatAssembler
 
     assembler = ChatAssembler()
     with pytest.raises(TransientError, match="503"):
@@ -566,7 +566,7 @@ json_values = st.recursive(
 )
 def test_arguments_are_either_exactly_what_was_sent_or_flagged(raw: object, stop_reason: str) -> None:
     """Through the fake server's own translation to chunks, any ``function.arguments`` the server sends."""
-    from agentlife._openai_format import ChatAssembler
+    from agentlife._llm._openai_format import ChatAssembler
     from agentlife.testing._openai_server import chat_chunks
 
     turn = ScriptedTurn.malformed_tool_use("t", raw, stop_reason=stop_reason)

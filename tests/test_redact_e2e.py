@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from _pg import PostgresServer
-from agentlife._journal import list_sessions
+from agentlife._journal._writer import list_sessions
 from procs import REPO, agent_env, run_cli
 
 HEX_BYTES = 1_000_000

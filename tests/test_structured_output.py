@@ -30,7 +30,7 @@ from agentlife import (
     StructuredReply,
     tool,
 )
-from agentlife._runtime._structured import OUTPUT_TOOL, _cached_adapter, output_tool
+from agentlife._step._structured import OUTPUT_TOOL, _cached_adapter, output_tool
 from agentlife.testing import AgentHarness, FakeAnthropicServer
 from stepctx import MakeCtx, journal_events, step_contexts
 

@@ -22,16 +22,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentlife._llm import LLMReply, Usage
-from agentlife._prometheus import prometheus_name
-from agentlife._state import State, Transition
-from agentlife._status import StatusBoard
-from agentlife._telemetry import (
+from agentlife._llm._protocol import LLMReply, Usage
+from agentlife._observe._prometheus import prometheus_name
+from agentlife._observe._status import StatusBoard
+from agentlife._observe._telemetry import (
     INSTRUMENTS,
     Telemetry,
     bootstrap_kind,
     process_start_time,
 )
+from agentlife._state import State, Transition
 from agentlife.stores import JobStatus
 
 # The instruments of an agent process, by the Prometheus family name and type they must show up as.
@@ -426,7 +426,7 @@ def test_unknown_exporters_are_ignored_with_a_warning(caplog: pytest.LogCaptureF
 
 CHILD = """
 import json, time
-from agentlife._telemetry import Telemetry
+from agentlife._observe._telemetry import Telemetry
 t = Telemetry("child", {}, env={})
 time.sleep(0.2)
 called = time.time()

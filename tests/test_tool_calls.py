@@ -29,7 +29,7 @@ from agentlife import (
     ToolArgumentsInvalid,
     tool,
 )
-from agentlife._journal import Journal
+from agentlife._journal._writer import Journal
 from agentlife._schema import openai_tool, validate_arguments
 from agentlife.testing import FakeAnthropicServer
 from stepctx import journal_events, step_contexts

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from agentlife._replay import check_replayable
 
 if TYPE_CHECKING:
-    from agentlife._llm import LLMClient
+    from agentlife._llm._protocol import LLMClient
     from agentlife._memory import Embedder
-    from agentlife._runtime._context import StepContext
+    from agentlife._step._context import StepContext
 
 __all__ = ["AgentProcess", "BudgetView", "Done", "Footprint", "Job"]
 
@@ -146,7 +146,7 @@ class AgentProcess:
         ``OPENAI_API_KEY``). Without a key the returned client raises a clear `LLMConfigurationError` at
         its first call.
         """
-        from agentlife._llm_default import default_llm
+        from agentlife._llm._default import default_llm
 
         return default_llm()
 

@@ -31,8 +31,8 @@ from agentlife._config import (
     validate_payload,
 )
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError
-from agentlife._journal import list_sessions
-from agentlife._journal_show import format_timeline
+from agentlife._journal._show import format_timeline
+from agentlife._journal._writer import list_sessions
 from agentlife.constants import MAX_ENV_INTEGER
 from agentlife.stores import ApprovalState, CheckpointStore, JobRecord, JobStatus, store_from_url
 from agentlife.stores._jobs import is_crash

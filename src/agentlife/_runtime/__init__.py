@@ -29,25 +29,21 @@ and the modules here each own one part of that road:
 ``_hydration``
     `Hydrator`: claim the row and load the checkpoint (mandatory, with store retries), scan the
     journal (5 s), fetch memories (10 s), in that order, each timed.
-``_context``
-    `StepContext` and what a step's calls go through: numbering, replay with digest checks, budgets,
-    retries, timeouts, write-ahead journaling, approvals and policy.
-``_approvals``
-    `Approvals`: parking a job in WAITING_FOR_APPROVAL, polling, and the idle timeout.
 ``_worker``
     `Worker`: the warm pool's process (``python -m agentlife worker``), which boots once and runs job after
     job, each in a `JobRun` (the `Runtime` above with the worker's store, status board, telemetry and logs
     lent to it, its ``owns_process`` False so its cleanup leaves them open); the zombie reaper and the
     runnable-jobs gauge run beside the jobs.
-``_host``
-    What collaborators are given instead of the `Runtime`: `Booted` (settings, store, journal),
-    `StepHost` (what a step's calls need), `DrainState`, `RuntimeStats`. Hydration's result is the
-    frozen `Hydrated` (job, budget, approvals, where to resume) of ``_base``; the step and finish paths
-    take `Booted` and `Hydrated` as arguments, so nothing there reads an optional attribute.
+
+The step API the engine runs (`StepContext`, tool calls, approvals, `ToolAgent`, and what a step needs
+from its host: `Booted`, `StepHost`, `DrainState`, `RuntimeStats`) lives one layer down, in ``_step/``.
+Hydration's result is the frozen `Hydrated` (job, budget, approvals, where to resume) of ``_base``; the
+step and finish paths take `Booted` and `Hydrated` as arguments, so nothing there reads an optional
+attribute.
 
 Collaborators take what they need (`StepHost`, the settings, the store, the journal) rather than the
-`Runtime`, so each can be built on its own in a test. The engine sits above the mechanisms (journal,
-stores, guard, probes, heartbeats, telemetry) and below the tools (``_cli``, ``testing``): see
+`Runtime`, so each can be built on its own in a test. The engine sits above the step API, observability,
+the clients, the journal and the stores and below the tools (``_cli``, ``testing``): see
 ``tests/test_layers.py``. This ``__init__`` imports nothing, so the command line can install
 `EarlySignal` without loading the engine; import from the modules themselves.
 """

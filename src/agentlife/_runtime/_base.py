@@ -26,27 +26,27 @@ from agentlife._agent import AgentProcess, Job
 from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._config import Settings
-from agentlife._conversation import ConversationLog
 from agentlife._exceptions import (
     AttemptFenced,
 )
-from agentlife._journal import Journal
+from agentlife._journal._conversation import ConversationLog
+from agentlife._journal._writer import Journal
 from agentlife._logging import log_fields
+from agentlife._observe._status import StatusBoard
+from agentlife._observe._telemetry_facade import TelemetryFacade
 from agentlife._preload import Preloader
 from agentlife._redact import Redactor
-from agentlife._runtime._approvals import Approvals
-from agentlife._runtime._host import RuntimeStats
 from agentlife._runtime._signals import EarlySignal, HardExit
 from agentlife._state import State, StateMachine, Transition
-from agentlife._status import StatusBoard
-from agentlife._telemetry_facade import TelemetryFacade
+from agentlife._step._approvals import Approvals
+from agentlife._step._host import RuntimeStats
 from agentlife.constants import Constants
 from agentlife.stores import JobStatus
 
 if TYPE_CHECKING:
-    from agentlife._llm import LLMClient
+    from agentlife._journal._recovery import ReplayMap
+    from agentlife._llm._protocol import LLMClient
     from agentlife._memory import MemoryRecord, QdrantMemory
-    from agentlife._recovery import ReplayMap
     from agentlife._runtime._mcp_tools import MCPTools
     from agentlife.stores import CheckpointStore
 

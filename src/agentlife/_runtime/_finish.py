@@ -17,12 +17,12 @@ import anyio.to_thread
 
 from agentlife._agent import Job
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._delivery import DeliveryGuard, run_housekeeping
 from agentlife._exceptions import AgentlifeError, ApprovalRejected
 from agentlife._replay import utf8_safe
 from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, TERMINAL_STATUSES, Outcome
-from agentlife._runtime._host import Booted
+from agentlife._step._host import Booted
 from agentlife.stores import JobStatus
+from agentlife.stores._delivery import DeliveryGuard, run_housekeeping
 from agentlife.stores._jobs import HELD
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ class FinishMixin(StepsMixin):
     async def _crashed(self, exc: BaseException) -> Outcome:
         message = self._crash_text(f"{type(exc).__name__}: {exc}")
         log.error("crash in step %s: %s", self._current_step, message, exc_info=exc)
-        from agentlife._policy import CrashRecord
+        from agentlife.stores._policy import CrashRecord
 
         # The shape `should_retry_after_crash` reads back, plus what a person needs to debug it.
         record = CrashRecord.from_exception(

@@ -11,19 +11,19 @@ import anyio
 import anyio.to_thread
 
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._conversation import ConversationLog
 from agentlife._exceptions import BootFailure, CheckpointCorrupt, JobNotFound, StoreUnavailable
+from agentlife._journal._conversation import ConversationLog
+from agentlife._journal._recovery import ReplayMap, build_replay, scan_for_resume
 from agentlife._logging import log_fields
-from agentlife._recovery import ReplayMap, build_replay, scan_for_resume
 from agentlife.stores import JobRecord
 from agentlife.stores._rows import unreadable_summary
 
 if TYPE_CHECKING:
     from agentlife._agent import AgentProcess, Job
     from agentlife._memory import MemoryRecord, QdrantMemory
+    from agentlife._observe._telemetry_facade import TelemetryFacade
     from agentlife._redact import Redactor
-    from agentlife._runtime._host import Booted
-    from agentlife._telemetry_facade import TelemetryFacade
+    from agentlife._step._host import Booted
 
 __all__ = ["Hydrator"]
 

@@ -36,7 +36,6 @@ from agentlife._exceptions import (
 from agentlife._logging import job_attributes, log_fields
 from agentlife._preload import Preloader
 from agentlife._retry import classify
-from agentlife._runtime._approvals import Approvals
 from agentlife._runtime._base import (
     EXIT_CRASH,
     EXIT_DONE,
@@ -50,11 +49,12 @@ from agentlife._runtime._base import (
     RunOptions,
 )
 from agentlife._runtime._finish import FinishMixin
-from agentlife._runtime._host import Booted, RuntimeStats
 from agentlife._runtime._hydration import Hydrator
 from agentlife._runtime._mcp_tools import MCPTools
 from agentlife._runtime._signals import EarlySignal, receive_drain_signals
 from agentlife._state import State
+from agentlife._step._approvals import Approvals
+from agentlife._step._host import Booted, RuntimeStats
 from agentlife.stores import store_from_url
 
 if TYPE_CHECKING:

@@ -21,13 +21,13 @@ from agentlife._exceptions import (
     BootFailure,
     ConfigError,
 )
-from agentlife._job_heartbeat import JobHeartbeat
-from agentlife._journal import Journal, contained_session_dir
-from agentlife._lag import run_lag_monitor
+from agentlife._journal._writer import Journal, contained_session_dir
 from agentlife._logging import process_logging
+from agentlife._observe._job_heartbeat import JobHeartbeat
+from agentlife._observe._lag import run_lag_monitor
 from agentlife._runtime._base import Outcome
-from agentlife._runtime._host import Booted
 from agentlife._state import State
+from agentlife._step._host import Booted
 
 if TYPE_CHECKING:
     from agentlife._memory import QdrantMemory
@@ -71,7 +71,7 @@ class ServicesMixin(RuntimeBase):
         services.start_soon(journal.run_periodic_flush, 1.0)
         services.start_soon(run_lag_monitor, self.board, settings.constants.probe.lag_interval_seconds)
         if settings.control_plane_url:
-            from agentlife._heartbeat import SseHeartbeat
+            from agentlife._observe._heartbeat import SseHeartbeat
 
             hb = settings.constants.heartbeat
             self._heartbeat = SseHeartbeat(
@@ -120,7 +120,7 @@ class ServicesMixin(RuntimeBase):
             port = int(raw_port)
         except ValueError:
             return  # Settings reports the bad value as a configuration error right after this
-        from agentlife._probes import ProbeServer
+        from agentlife._observe._probes import ProbeServer
 
         threshold = self.constants.probe.blocked_threshold_seconds
         self._probe_server = ProbeServer(

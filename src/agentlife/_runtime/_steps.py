@@ -22,18 +22,18 @@ from agentlife._agent import Done, Footprint
 from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._exceptions import AgentlifeError, StoreUnavailable
-from agentlife._llm import LLMClient
-from agentlife._recovery import build_replay, scan_for_resume
+from agentlife._journal._recovery import build_replay, scan_for_resume
+from agentlife._llm._protocol import LLMClient
 from agentlife._replay import check_replayable
 from agentlife._runtime._base import EXIT_DONE, EXIT_DRAINED, Hydrated, Outcome
-from agentlife._runtime._context import CallEnv, StepContext
-from agentlife._runtime._host import Booted
 from agentlife._state import State
+from agentlife._step._context import CallEnv, StepContext
+from agentlife._step._host import Booted
 from agentlife.stores import JobStatus
 
 if TYPE_CHECKING:
-    from agentlife._llm import LLMReply
-    from agentlife._recovery import ReplayMap
+    from agentlife._journal._recovery import ReplayMap
+    from agentlife._llm._protocol import LLMReply
 
 from agentlife._runtime._services import ServicesMixin
 

@@ -28,20 +28,20 @@ import anyio.abc
 
 from agentlife._config import Settings
 from agentlife._exceptions import AgentlifeError, ConfigError
-from agentlife._lag import run_lag_monitor
 from agentlife._logging import log_fields, process_logging
-from agentlife._policy import should_retry_after_crash
+from agentlife._observe._lag import run_lag_monitor
+from agentlife._observe._status import StatusBoard
+from agentlife._observe._telemetry_facade import TelemetryFacade
 from agentlife._redact import Redactor
 from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, Outcome, RunOptions
 from agentlife._runtime._lifecycle import Runtime
 from agentlife._runtime._services import quietly
 from agentlife._runtime._signals import HardExit, receive_drain_signals
 from agentlife._state import State
-from agentlife._status import StatusBoard
-from agentlife._telemetry_facade import TelemetryFacade
 from agentlife.constants import Constants
 from agentlife.stores import JobRecord, JobStatus, store_from_url
 from agentlife.stores._jobs import is_crash, since_last_retry
+from agentlife.stores._policy import should_retry_after_crash
 
 if TYPE_CHECKING:
     from agentlife._agent import AgentProcess
@@ -469,7 +469,7 @@ class Worker:
         raw_port = (self.env.get("AGENTLIFE_HEALTH_PORT") or "8086").strip()
         if raw_port.lower() == "off":
             return
-        from agentlife._probes import ProbeServer
+        from agentlife._observe._probes import ProbeServer
 
         self._probe_server = ProbeServer(
             self.board,

@@ -201,7 +201,7 @@ def decide_reap(
     ``owner_gone``: the row is reaped because its claiming process, on this host, has exited (whatever the
     heartbeat's age), not because its heartbeat is stale.
     """
-    from agentlife._policy import should_retry_after_crash
+    from agentlife.stores._policy import should_retry_after_crash
 
     budget = constants.budget
     if owner_gone:

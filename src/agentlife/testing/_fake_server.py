@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import orjson
 
-from agentlife._llm import INVOCATION_HEADER
-from agentlife._scripted import ScriptedTurn
+from agentlife._llm._protocol import INVOCATION_HEADER
+from agentlife._llm._scripted import ScriptedTurn
 
 if TYPE_CHECKING:
     from aiohttp import web

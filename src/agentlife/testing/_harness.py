@@ -14,7 +14,7 @@ import orjson
 from agentlife._agent import AgentProcess
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._exceptions import CheckpointCorrupt
-from agentlife._recovery import read_events
+from agentlife._journal._recovery import read_events
 from agentlife._runtime._lifecycle import RunOptions, Runtime
 from agentlife._state import State
 from agentlife.constants import Constants

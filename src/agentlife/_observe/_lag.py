@@ -12,7 +12,7 @@ Two halves that never share a loop:
 
 Example:
     >>> import anyio
-    >>> from agentlife._status import StatusBoard
+    >>> from agentlife._observe._status import StatusBoard
     >>> board = StatusBoard(job_id="j1", agent_id="a1", attempt=1)
     >>> async def main() -> None:
     ...     with anyio.move_on_after(0.05):
@@ -30,8 +30,8 @@ import time
 import anyio
 
 from agentlife._logging import get_logger, log_fields
+from agentlife._observe._status import StatusBoard
 from agentlife._state import State
-from agentlife._status import StatusBoard
 
 __all__ = ["LoopWatchdog", "run_lag_monitor"]
 

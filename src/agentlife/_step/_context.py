@@ -15,7 +15,6 @@ import anyio.to_thread
 
 from agentlife._agent import BudgetView, Footprint, Job
 from agentlife._budget import Budget, estimate_input_tokens
-from agentlife._conversation import Conversation, ConversationLog
 from agentlife._exceptions import (
     BackgroundOperationRestricted,
     PermanentError,
@@ -24,24 +23,25 @@ from agentlife._exceptions import (
     ToolTimeout,
     UnreplayableValue,
 )
-from agentlife._guard import stream_timeouts_from_constants
-from agentlife._journal import args_digest
-from agentlife._llm import CURRENT_CALL, CallAddress, LLMClient, LLMReply, OnEvent
+from agentlife._journal._conversation import Conversation, ConversationLog
+from agentlife._journal._recovery import ReplayMap, ToolRecord
+from agentlife._journal._writer import args_digest
+from agentlife._llm._guard import stream_timeouts_from_constants
+from agentlife._llm._protocol import CURRENT_CALL, CallAddress, LLMClient, LLMReply, OnEvent
 from agentlife._logging import log_fields
-from agentlife._mcp import resolve_tool_ref
-from agentlife._recovery import ReplayMap, ToolRecord
+from agentlife._mcp._server import resolve_tool_ref
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
 from agentlife._retry import RetryEvent, classify, retry_call
-from agentlife._runtime._stepllm import StepLLM
-from agentlife._runtime._streaming import emit_reply, is_streaming_adapter, retry_event
-from agentlife._runtime._toolcalls import Registry, run_tool_calls, tool_registry
+from agentlife._step._stepllm import StepLLM
+from agentlife._step._streaming import emit_reply, is_streaming_adapter, retry_event
+from agentlife._step._toolcalls import Registry, run_tool_calls, tool_registry
 from agentlife._tools import NOT_DONE, ToolSpec, tool
 
 if TYPE_CHECKING:
-    from agentlife._journal import Journal
+    from agentlife._journal._writer import Journal
     from agentlife._memory import MemoryRecord
-    from agentlife._runtime._approvals import Approvals
-    from agentlife._runtime._host import StepHost
+    from agentlife._step._approvals import Approvals
+    from agentlife._step._host import StepHost
 
 __all__ = ["StepContext", "StepLLM"]
 

@@ -17,9 +17,9 @@ if TYPE_CHECKING:
 
     from agentlife._agent import AgentProcess
     from agentlife._config import Settings
-    from agentlife._journal import Journal
+    from agentlife._journal._writer import Journal
+    from agentlife._observe._telemetry_facade import TelemetryFacade
     from agentlife._redact import Redactor
-    from agentlife._telemetry_facade import TelemetryFacade
     from agentlife.constants import Constants
     from agentlife.stores import CheckpointStore
 

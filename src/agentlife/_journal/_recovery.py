@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeAlias
 
 import orjson
 
-from agentlife._journal import Event, EventType, list_sessions
+from agentlife._journal._writer import Event, EventType, list_sessions
 
 __all__ = [
     "BadLine",

@@ -35,8 +35,9 @@ import anyio.to_thread
 import orjson
 
 from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
-from agentlife._guard import guard_stream, stream_timeouts_from_env
-from agentlife._llm import (
+from agentlife._llm._guard import guard_stream, stream_timeouts_from_env
+from agentlife._llm._pricing import PriceTable
+from agentlife._llm._protocol import (
     CURRENT_CALL,
     CUT_OFF,
     INVOCATION_HEADER,
@@ -48,7 +49,6 @@ from agentlife._llm import (
     cut_off_tool_use,
     json_kind,
 )
-from agentlife._pricing import PriceTable
 from agentlife._redact import Redactor
 from agentlife._retry import classify, error_for_http_status
 

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 import anyio
 
 from agentlife._exceptions import ConfigError, LLMTimeout
-from agentlife._llm import StreamTimeouts
+from agentlife._llm._protocol import StreamTimeouts
 
 if TYPE_CHECKING:
     from agentlife.constants import CallConstants

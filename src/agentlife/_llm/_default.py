@@ -19,7 +19,7 @@ from typing import Any
 
 from agentlife._config import llm_provider_from_env
 from agentlife._exceptions import LLMConfigurationError
-from agentlife._llm import LLMClient, LLMReply, StreamTimeouts
+from agentlife._llm._protocol import LLMClient, LLMReply, StreamTimeouts
 
 __all__ = ["UnconfiguredLLM", "default_llm"]
 
@@ -42,11 +42,11 @@ def default_llm(env: Mapping[str, str] | None = None) -> LLMClient:
     """
     env = os.environ if env is None else env
     if llm_provider_from_env(env) == "openai":
-        from agentlife._openai import OpenAICompatibleLLM
+        from agentlife._llm._openai import OpenAICompatibleLLM
 
         return OpenAICompatibleLLM(env=env)
     if env.get("ANTHROPIC_API_KEY"):
-        from agentlife._anthropic import AnthropicLLM
+        from agentlife._llm._anthropic import AnthropicLLM
 
         return AnthropicLLM(env=env)
     return UnconfiguredLLM(NO_API_KEY_MESSAGE)

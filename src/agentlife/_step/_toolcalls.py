@@ -32,17 +32,17 @@ from agentlife._exceptions import (
     ToolArgumentsInvalid,
     UnreplayableValue,
 )
-from agentlife._llm import CUT_OFF, cut_off_tool_use
+from agentlife._llm._protocol import CUT_OFF, cut_off_tool_use
 from agentlife._logging import log_fields
-from agentlife._mcp import live_tool_specs
+from agentlife._mcp._server import live_tool_specs
 from agentlife._replay import utf8_safe
 from agentlife._schema import validate_arguments
 from agentlife._tools import ToolSpec, tool
 
 if TYPE_CHECKING:
-    from agentlife._llm import LLMReply
+    from agentlife._llm._protocol import LLMReply
     from agentlife._redact import Redactor
-    from agentlife._runtime._context import StepContext
+    from agentlife._step._context import StepContext
 
 __all__ = [
     "Registry",

@@ -24,7 +24,7 @@ import anyio.abc
 from agentlife._exceptions import MCPServerUnavailable, MCPToolError
 
 if TYPE_CHECKING:
-    from agentlife._mcp import MCPServer
+    from agentlife._mcp._server import MCPServer
     from agentlife._redact import Redactor
 
 __all__ = ["INVOCATION_META_KEY", "MCPConnection", "ToolListing"]

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentlife._config import Settings
-    from agentlife._llm import LLMReply, Usage
+    from agentlife._llm._protocol import LLMReply, Usage
+    from agentlife._observe._status import StatusBoard
+    from agentlife._observe._telemetry import Telemetry
     from agentlife._state import Transition
-    from agentlife._status import StatusBoard
-    from agentlife._telemetry import Telemetry
 
 __all__ = ["TelemetryFacade"]
 
@@ -63,7 +63,7 @@ class TelemetryFacade:
 
         def build() -> None:
             try:
-                from agentlife._telemetry import Telemetry
+                from agentlife._observe._telemetry import Telemetry
 
                 attributes: dict[str, object] = {
                     "agent.id": settings.agent_id,
@@ -129,7 +129,7 @@ class TelemetryFacade:
 
     def bootstrap_done(self, data_dir: str | None = None, job_id: str | None = None) -> None:
         """Spawn -> first tool dispatch, measured from the kernel's process start time."""
-        from agentlife._telemetry import bootstrap_kind
+        from agentlife._observe._telemetry import bootstrap_kind
 
         kind = bootstrap_kind(data_dir=data_dir, job_id=job_id)
         self._record(lambda t: t.bootstrap(kind))

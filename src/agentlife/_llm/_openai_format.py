@@ -26,8 +26,8 @@ from typing import Any
 import orjson
 
 from agentlife._exceptions import CallError, PermanentError, TransientError
-from agentlife._llm import CUT_OFF, LLMReply, StreamEvent, Usage, cut_off_tool_use, json_kind
-from agentlife._pricing import PriceTable
+from agentlife._llm._pricing import PriceTable
+from agentlife._llm._protocol import CUT_OFF, LLMReply, StreamEvent, Usage, cut_off_tool_use, json_kind
 from agentlife._retry import error_for_http_status
 
 __all__ = [

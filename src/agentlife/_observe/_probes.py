@@ -4,15 +4,17 @@ Why a thread: a probe served from the agent's event loop can only answer when th
 moment liveness matters - a loop wedged by a blocking call - is the moment it goes silent, and the kubelet
 sees a timeout instead of a reason. `ProbeServer` runs its own asyncio loop on one daemon thread; it reads the
 `StatusBoard` (a lock-protected snapshot the agent's loop writes) and answers from the last values written.
-The loop's *silence* on the board is what turns ``/healthz`` to 503 during a block (see `agentlife._lag`).
+The loop's *silence* on the board is what turns ``/healthz`` to 503 during a block (see
+`agentlife._observe._lag`).
 
 Why no web framework: ``aiohttp.web`` costs ~370 ms to import on the target machine, CPU that
 would compete with boot for the interpreter lock and delay the first ``/readyz`` 200. The probes speak a
-deliberately small, strictly limited HTTP/1.1 (`agentlife._probe_http`) on stdlib asyncio streams instead.
+deliberately small, strictly limited HTTP/1.1 (`agentlife._observe._probe_http`) on stdlib asyncio streams
+instead.
 `ProbeServer.start` only spawns the thread; the bind and the first log line happen there.
 
 Example:
-    >>> from agentlife._status import StatusBoard
+    >>> from agentlife._observe._status import StatusBoard
     >>> board = StatusBoard(job_id="j1", agent_id="a1", attempt=1)
     >>> server = ProbeServer(board, "127.0.0.1", 0, blocked_threshold=5.0)
     >>> server.start()
@@ -35,12 +37,12 @@ from dataclasses import dataclass
 import anyio
 import orjson
 
-from agentlife._lag import LoopWatchdog
 from agentlife._logging import get_logger, log_fields
-from agentlife._probe_http import HttpRequest, RequestError, read_request, render_response
+from agentlife._observe._lag import LoopWatchdog
+from agentlife._observe._probe_http import HttpRequest, RequestError, read_request, render_response
+from agentlife._observe._status import StatusBoard
 from agentlife._redact import Redactor
 from agentlife._state import State
-from agentlife._status import StatusBoard
 
 __all__ = ["PROBE_PATHS", "PROBE_SWITCH_INTERVAL", "ProbeResponse", "ProbeRouter", "ProbeServer"]
 

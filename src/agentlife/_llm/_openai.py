@@ -7,7 +7,7 @@ itself and passes each chunk (SSE comments too: they are progress on the wire) t
 which closes the response on a timeout or a cancellation so the server sees the disconnect at once.
 
 Requests and replies are translated to and from agentlife's Anthropic-shaped content blocks by
-`agentlife._openai_format`, so tools, ``ctx.run_tool_calls``, the journal and replay work unchanged.
+`agentlife._llm._openai_format`, so tools, ``ctx.run_tool_calls``, the journal and replay work unchanged.
 
 httpx is imported, and its client built (a TLS context: ~50 ms), on a worker thread at the first call.
 """
@@ -26,18 +26,18 @@ import anyio
 import anyio.to_thread
 import orjson
 
-from agentlife._anthropic import parse_retry_after
 from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
-from agentlife._guard import guard_stream, stream_timeouts_from_env
-from agentlife._llm import CURRENT_CALL, INVOCATION_HEADER, LLMReply, OnEvent, StreamTimeouts
-from agentlife._openai_format import (
+from agentlife._llm._anthropic import parse_retry_after
+from agentlife._llm._guard import guard_stream, stream_timeouts_from_env
+from agentlife._llm._openai_format import (
     ChatAssembler,
     chat_request,
     chat_stream_event,
     error_details,
     error_for_status,
 )
-from agentlife._pricing import PriceTable
+from agentlife._llm._pricing import PriceTable
+from agentlife._llm._protocol import CURRENT_CALL, INVOCATION_HEADER, LLMReply, OnEvent, StreamTimeouts
 from agentlife._redact import Redactor
 from agentlife._retry import classify
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 
 from agentlife._exceptions import ConfigError
-from agentlife._journal_show import format_timeline
+from agentlife._journal._show import format_timeline
 from agentlife._runtime._entry import load_agent_class
 from agentlife._runtime._lifecycle import RunOptions, Runtime
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from agentlife._llm import Usage
+from agentlife._llm._protocol import Usage
 
 __all__ = ["DEFAULT_PRICES", "ModelPrice", "PriceTable"]
 
@@ -121,7 +121,7 @@ class PriceTable:
     """Model-name prefixes to `ModelPrice`; immutable, extended with `with_prices`.
 
     Example:
-        >>> from agentlife._llm import Usage
+        >>> from agentlife._llm._protocol import Usage
         >>> table = PriceTable.default()
         >>> round(table.cost_usd("claude-sonnet-4-5-20250929", Usage(input_tokens=1_000_000)), 2)
         3.0

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from agentlife._exceptions import ConfigError
-from agentlife._journal import Event, EventType
-from agentlife._recovery import BadLine, read_events
+from agentlife._journal._recovery import BadLine, read_events
+from agentlife._journal._writer import Event, EventType
 
 __all__ = ["format_timeline"]
 

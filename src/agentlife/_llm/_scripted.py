@@ -40,11 +40,11 @@ from typing import Any, Literal, overload
 import anyio
 import orjson
 
-from agentlife._anthropic import collect_reply, error_for_status
 from agentlife._exceptions import PermanentError
-from agentlife._guard import stream_timeouts_from_env
-from agentlife._llm import CURRENT_CALL, LLMReply, OnEvent, StreamTimeouts, Usage
-from agentlife._pricing import PriceTable
+from agentlife._llm._anthropic import collect_reply, error_for_status
+from agentlife._llm._guard import stream_timeouts_from_env
+from agentlife._llm._pricing import PriceTable
+from agentlife._llm._protocol import CURRENT_CALL, LLMReply, OnEvent, StreamTimeouts, Usage
 
 __all__ = [
     "ScriptExhausted",

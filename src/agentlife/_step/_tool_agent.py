@@ -16,12 +16,12 @@ import orjson
 
 from agentlife._agent import AgentProcess, Done, Job
 from agentlife._exceptions import OutputValidationError
-from agentlife._runtime._structured import OUTPUT_TOOL, assistant_turn, output_json, output_tool
-from agentlife._runtime._toolcalls import refuse, run_tool_uses, tool_registry, unusable_inputs
+from agentlife._step._structured import OUTPUT_TOOL, assistant_turn, output_json, output_tool
+from agentlife._step._toolcalls import refuse, run_tool_uses, tool_registry, unusable_inputs
 
 if TYPE_CHECKING:
-    from agentlife._llm import LLMReply
-    from agentlife._runtime._context import StepContext
+    from agentlife._llm._protocol import LLMReply
+    from agentlife._step._context import StepContext
 
 __all__ = ["ToolAgent"]
 

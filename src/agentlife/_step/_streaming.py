@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from agentlife._llm import LLMReply, OnEvent, StreamEvent
+from agentlife._llm._protocol import LLMReply, OnEvent, StreamEvent
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup

@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentlife._logging import JOB_ATTRIBUTES
-from agentlife._prometheus import labels, render_family
+from agentlife._observe._prometheus import labels, render_family
+from agentlife._observe._telemetry_export import meter_provider, resource_attributes
+from agentlife._observe._telemetry_export import metric_readers as env_metric_readers
+from agentlife._observe._telemetry_export import span_processors as env_span_processors
 from agentlife._state import State, Transition
-from agentlife._telemetry_export import meter_provider, resource_attributes
-from agentlife._telemetry_export import metric_readers as env_metric_readers
-from agentlife._telemetry_export import span_processors as env_span_processors
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, CallbackT, Meter, Observation
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.trace import Span
 
-    from agentlife._status import StatusBoard
+    from agentlife._observe._status import StatusBoard
 
 __all__ = [
     "HYDRATION_PHASES",

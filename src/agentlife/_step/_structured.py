@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from agentlife._exceptions import OutputValidationError
-from agentlife._llm import LLMReply
-from agentlife._runtime._toolcalls import error_result, unusable_inputs
+from agentlife._llm._protocol import LLMReply
+from agentlife._step._toolcalls import error_result, unusable_inputs
 
 __all__ = [
     "OUTPUT_TOOL",

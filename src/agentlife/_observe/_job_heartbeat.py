@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import anyio
 
 from agentlife._exceptions import AttemptFenced
+from agentlife._observe._status import StatusBoard
 from agentlife._redact import Redactor
-from agentlife._status import StatusBoard
 
 if TYPE_CHECKING:
     from agentlife.stores._base import CheckpointStore

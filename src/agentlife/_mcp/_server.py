@@ -31,7 +31,7 @@ from agentlife._schema import RUNTIME_PARAMETERS
 from agentlife._tools import ToolSpec
 
 if TYPE_CHECKING:
-    from agentlife._mcp_client import MCPConnection
+    from agentlife._mcp._client import MCPConnection
 
 __all__ = [
     "CURRENT_MCP",

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from agentlife._llm import LLMReply, OnEvent
-from agentlife._runtime._streaming import LLMStream
-from agentlife._runtime._structured import StructuredReply, complete_structured
-from agentlife._runtime._toolcalls import offered_tools, refuse
+from agentlife._llm._protocol import LLMReply, OnEvent
+from agentlife._step._streaming import LLMStream
+from agentlife._step._structured import StructuredReply, complete_structured
+from agentlife._step._toolcalls import offered_tools, refuse
 
 if TYPE_CHECKING:
-    from agentlife._runtime._context import StepContext
+    from agentlife._step._context import StepContext
 
 __all__ = ["StepLLM"]
 

@@ -31,10 +31,10 @@ from urllib.parse import quote
 import anyio
 import orjson
 
+from agentlife._observe._status import StatusBoard
+from agentlife._observe._telemetry import process_start_time
 from agentlife._redact import MASK, Redactor
 from agentlife._state import State, Transition
-from agentlife._status import StatusBoard
-from agentlife._telemetry import process_start_time
 
 if TYPE_CHECKING:
     import httpx

@@ -29,7 +29,7 @@ from agentlife.stores._jobs import HELD
 if TYPE_CHECKING:
     from agentlife._agent import Job
     from agentlife._checkpoint import CheckpointDoc
-    from agentlife._runtime._host import Booted, DrainState
+    from agentlife._step._host import Booted, DrainState
 
 __all__ = ["Approvals"]
 
