@@ -267,16 +267,39 @@ class Worker:
                 idle = time.monotonic() - idle_since
                 if idle >= opts.idle_timeout:
                     return EXIT_IDLE, f"idle for {idle:.1f}s (--idle-timeout {opts.idle_timeout:g})"
-                assert self._wake is not None
-                with anyio.move_on_after(min(delay, opts.idle_timeout - idle)):
-                    await self._wake.wait()
-                delay = min(delay * 2, opts.max_poll_interval)
+                if await self._wait_for_work(store, min(delay, opts.idle_timeout - idle)):
+                    delay = opts.poll_interval  # a sign of work: claim at once, and poll briskly after
+                else:
+                    delay = min(delay * 2, opts.max_poll_interval)
                 continue
             if self._drain_pending():  # the signal came while the claim ran: the row goes straight back
                 await self._hand_back(store, row, "claimed during the drain")
                 continue
             await self._run_job(store, row)
             idle_since, delay = time.monotonic(), opts.poll_interval
+
+    async def _wait_for_work(self, store: CheckpointStore, seconds: float) -> bool:
+        """Until the store signals work for this agent, the reaper or a drain wakes us, or ``seconds``."""
+        woken = False
+        wake = self._wake
+        assert wake is not None
+
+        async def store_signal() -> None:
+            nonlocal woken
+            woken = await store.wait_for_work(self.agent_id, seconds)
+            scope.cancel()
+
+        async def wake_event() -> None:
+            nonlocal woken
+            await wake.wait()
+            woken = True
+            scope.cancel()
+
+        with anyio.move_on_after(seconds) as scope:
+            async with anyio.create_task_group() as waits:
+                waits.start_soon(store_signal)
+                waits.start_soon(wake_event)
+        return woken
 
     async def _claim(self, store: CheckpointStore) -> JobRecord | None:
         """The next job, or None; a failed claim makes the worker unready until a claim works again."""

@@ -277,6 +277,13 @@ class CheckpointStore(Protocol):
     ) -> list[JobRecord]:
         """Job rows, most recently updated first, filtered by status and agent."""
 
+    async def wait_for_work(self, agent_id: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a sign that a job of ``agent_id`` may have become runnable.
+
+        True when such a sign came, False at the timeout. An idle worker waits here between two claims;
+        a store without notifications simply sleeps, so the worker polls.
+        """
+
     async def count_runnable(self) -> dict[str, int]:
         """How many jobs are runnable now, per agent id (agents with none are left out)."""
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import orjson
 
 from agentlife._exceptions import AttemptFenced, StoreUnavailable
@@ -280,6 +281,11 @@ class PostgresJobOps:
         async with self._ops() as conn:
             rows = await conn.fetch(self._jobs_sql.list, status, agent_id, limit)
         return [record(row) for row in rows]
+
+    async def wait_for_work(self, agent_id: str, timeout: float) -> bool:
+        """Sleep ``timeout`` seconds and return False (the worker polls)."""
+        await anyio.sleep(timeout)
+        return False
 
     async def count_runnable(self) -> dict[str, int]:
         """How many jobs are runnable now, per agent id."""

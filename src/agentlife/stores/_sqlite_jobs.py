@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio
 import orjson
 
 from agentlife._exceptions import AttemptFenced
@@ -178,6 +179,11 @@ class SQLiteJobOps:
             return [r for r in (self._row(conn, i) for (i,) in ids) if r is not None]
 
         return await self._run(select)
+
+    async def wait_for_work(self, agent_id: str, timeout: float) -> bool:
+        """SQLite has no notifications: sleep ``timeout`` seconds and return False (the worker polls)."""
+        await anyio.sleep(timeout)
+        return False
 
     async def count_runnable(self) -> dict[str, int]:
         """How many jobs are runnable now, per agent id."""
