@@ -20,7 +20,6 @@ import tempfile
 from pathlib import Path
 
 from _common import REPO, child_env, emit
-
 from bench_worker import create_jobs, job_spans
 
 

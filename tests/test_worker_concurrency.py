@@ -1,4 +1,4 @@
-"""``python -m agentlife worker --concurrency N``: real worker processes running several jobs in one event loop.
+"""``python -m agentlife worker --concurrency N``: real worker processes, several jobs in one event loop.
 
 Each job in its own task, cancel scope and log context: log lines never carry another job's id, ``/status``
 lists every running job, ``/readyz`` is 200 while a slot is free, one job's crash leaves the others
@@ -7,6 +7,7 @@ running, and SIGTERM drains every running job inside the one grace period, each 
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import subprocess
@@ -74,7 +75,7 @@ def test_the_log_lines_of_interleaved_jobs_each_name_only_their_own_job(
         assert (line["job_id"], line["attempt"], line["step"]) == (job, int(attempt), int(step)), line
     # The jobs really ran at once: their lines alternate (a job's 25 lines of a step were not one run).
     order = [str(line["job_id"]) for line in own]
-    switches = sum(1 for a, b in zip(order, order[1:], strict=False) if a != b)
+    switches = sum(1 for a, b in itertools.pairwise(order) if a != b)
     assert switches > 50, order[:60]
     # The worker's own lines name no job; the lines of a job's lifecycle name that job.
     ready = next(line for line in json_lines(out) if str(line.get("msg", "")).startswith("worker ready"))
@@ -132,7 +133,8 @@ def test_one_jobs_crash_leaves_the_jobs_beside_it_running(
     assert code == 0, out
     final = rows(sqlite_url)
     assert final["good-1"].status == final["good-2"].status == JobStatus.COMPLETED
-    assert final["bad"].status == JobStatus.RETRYING and final["bad"].error[-1]["error_class"] == "RuntimeError"
+    assert final["bad"].status == JobStatus.RETRYING
+    assert final["bad"].error[-1]["error_class"] == "RuntimeError"
     assert sorted(line[0] for line in step_lines(tmp_path)).count("bad") == 1
 
 
