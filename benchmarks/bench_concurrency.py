@@ -1,7 +1,7 @@
 """One worker at ``--concurrency 50`` vs ``--concurrency 1`` on 50 model-latency-bound jobs, same run.
 
-Each job is one step that waits 1 s on its model (a sleep: the worker is idle while it waits, as it is on a
-real model call). Measured from the worker's JSON logs (first claim to last job exit) and from the kernel
+On a real PostgreSQL. Each job is one step that waits 1 s on its model (a sleep: the worker is idle while
+it waits, as it is on a real model call). Measured from the worker's JSON logs (first claim to last job exit) and from the kernel
 (peak RSS of each worker process, ``wait4``):
 
 * throughput (jobs/s) at concurrency 50 vs 1; target >= 40x
@@ -22,10 +22,11 @@ from pathlib import Path
 from _common import REPO, child_env, emit
 from bench_worker import create_jobs, job_spans
 
+from _pg import running_postgres
 
-def run_worker(tmp: str, concurrency: int, jobs: int, model_seconds: float) -> tuple[float, float]:
+
+def run_worker(url: str, tmp: str, concurrency: int, jobs: int, model_seconds: float) -> tuple[float, float]:
     """(jobs/s, peak RSS in MiB) of one worker running ``jobs`` jobs at ``concurrency``."""
-    url = f"sqlite:///{Path(tmp) / f'c{concurrency}.db'}"
     asyncio.run(create_jobs(url, "model-bound", [f"c{concurrency}-{i:03d}" for i in range(jobs)]))
     env = child_env(
         AGENTLIFE_DATA_DIR=str(Path(tmp) / f"data-{concurrency}"),
@@ -57,9 +58,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--model-seconds", type=float, default=1.0)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        one, rss_one = run_worker(tmp, 1, args.jobs, args.model_seconds)
-        many, rss_many = run_worker(tmp, args.jobs, args.jobs, args.model_seconds)
+    with running_postgres() as server, tempfile.TemporaryDirectory() as tmp:
+        one, rss_one = run_worker(server.create_database("conc_one"), tmp, 1, args.jobs, args.model_seconds)
+        url = server.create_database("conc_many")
+        many, rss_many = run_worker(url, tmp, args.jobs, args.jobs, args.model_seconds)
     speedup = many / one
     emit(
         "concurrency",
