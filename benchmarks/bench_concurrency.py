@@ -1,7 +1,8 @@
 """One worker at ``--concurrency 50`` vs ``--concurrency 1`` on 50 model-latency-bound jobs, same run.
 
 On a real PostgreSQL. Each job is one step that waits 1 s on its model (a sleep: the worker is idle while
-it waits, as it is on a real model call). Measured from the worker's JSON logs (first claim to last job exit) and from the kernel
+it waits, as it is on a real model call). Measured from the worker's JSON logs (first claim to last job
+exit) and from the kernel
 (peak RSS of each worker process, ``wait4``):
 
 * throughput (jobs/s) at concurrency 50 vs 1; target >= 40x
