@@ -46,7 +46,7 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("agentlife.stores._jobs", "agentlife.stores._policy"): "_policy reads JobStatus from the stores package",
     ("agentlife._runtime._services", "agentlife._observe._heartbeat"): "15 ms, only with a control plane URL",
     (
-        "agentlife._runtime._services",
+        "agentlife._runtime._process",
         "agentlife._observe._probes",
     ): "7 ms, imported as the probe thread starts",
     ("agentlife._runtime._services", "agentlife._memory"): "only when a memory store exists",
@@ -57,7 +57,6 @@ DEFERRED: dict[tuple[str, str], str] = {
         "agentlife._cli._demo_run",
     ): "the demo's engine loads for demo, not for --help or job",
     ("agentlife._cli._worker", "agentlife._runtime._worker"): "the engine loads for worker, not for --help",
-    ("agentlife._runtime._worker", "agentlife._observe._probes"): "7 ms, imported as the probe thread starts",
     ("agentlife._cli._manifest", "agentlife._schedule"): "only with --schedule",
     ("agentlife._cli._manifest", "agentlife.stores._policy"): "only with --from-journals",
     ("agentlife._cli._common", "agentlife._runtime._signals"): "installed first thing; anyio loads with it",

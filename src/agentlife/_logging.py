@@ -22,6 +22,7 @@ __all__ = [
     "get_logger",
     "installed_json_logging",
     "job_attributes",
+    "job_log_context",
     "process_logging",
 ]
 
@@ -41,6 +42,25 @@ def job_attributes(job_id: str, attempt: int) -> Iterator[None]:
         yield
     finally:
         JOB_ATTRIBUTES.reset(token)
+
+
+#: The log fields of the job the current task runs (job_id, agent_id, attempt, state, step); None outside a
+#: job. A mutable dict per job, bound in the job's task: the job updates its state and step in place, and
+#: a record names the job whose task emitted it, never another job of the same loop.
+JOB_LOG_CONTEXT: ContextVar[dict[str, Any] | None] = ContextVar("agentlife_job_log_context", default=None)
+
+
+@contextmanager
+def job_log_context(fields: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Bind a job's log ``fields`` to the current task (and the tasks it starts) for the block.
+
+    The dict itself is bound: the job updates its state and step in it as they change.
+    """
+    token = JOB_LOG_CONTEXT.set(fields)
+    try:
+        yield fields
+    finally:
+        JOB_LOG_CONTEXT.reset(token)
 
 
 ContextFn = Callable[[], dict[str, Any]]
@@ -77,6 +97,9 @@ class JsonLogHandler(logging.Handler):
         }
         if self._context is not None:
             out.update(self._context())
+        job = JOB_LOG_CONTEXT.get()
+        if job is not None:
+            out.update(job)
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             out.update(fields)

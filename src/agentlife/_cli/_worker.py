@@ -19,6 +19,8 @@ from agentlife.constants import MAX_ENV_SECONDS, Constants
 
 #: How long a worker waits for a job before it exits 0 (``--idle-timeout``), seconds.
 DEFAULT_IDLE_TIMEOUT = 1800.0
+#: The most jobs one worker runs at once (``--concurrency``): past it one process is the wrong unit.
+MAX_CONCURRENCY = 1024
 #: The smallest ``--time-scale``: below it the drain and cleanup budgets round to nothing (a drain would
 #: hard-exit at once).
 MIN_TIME_SCALE = 0.001
@@ -28,11 +30,11 @@ def register(sub: Any) -> None:
     """Add ``worker`` to the subcommands."""
     worker = sub.add_parser(
         "worker",
-        help="run the agent's jobs one after another in this process (a warm pool member)",
+        help="run the agent's jobs in this process, one or N at a time (a warm pool member)",
         description=(
             "Boot once, then claim the oldest runnable job of the agent (PENDING, or RETRYING past its "
-            "not_before) and run it, again and again. SIGTERM drains the current job and exits 143; "
-            "the idle timeout and --max-jobs exit 0."
+            "not_before) and run it, again and again; --concurrency N runs up to N at once in one event "
+            "loop. SIGTERM drains every running job and exits 143; the idle timeout and --max-jobs exit 0."
         ),
     )
     worker.add_argument("target", metavar="MODULE:CLASS", help="e.g. mypkg.agents:Reviewer")
@@ -44,6 +46,13 @@ def register(sub: Any) -> None:
         help=f"exit 0 after S seconds without a job (default {DEFAULT_IDLE_TIMEOUT:g})",
     )
     worker.add_argument("--max-jobs", type=int, metavar="N", help="exit 0 after N jobs (default: no limit)")
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        metavar="N",
+        help=f"run up to N jobs at once in one event loop (default 1, at most {MAX_CONCURRENCY})",
+    )
     worker.add_argument(
         "--agent-id", help="the agent whose jobs to take (default: AGENTLIFE_AGENT_ID, else the class's)"
     )
@@ -69,6 +78,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         raise ConfigError(f"--idle-timeout must be > 0 seconds, got {args.idle_timeout:g}")
     if args.max_jobs is not None and args.max_jobs < 1:
         raise ConfigError(f"--max-jobs must be >= 1, got {args.max_jobs}")
+    if not 1 <= args.concurrency <= MAX_CONCURRENCY:
+        raise ConfigError(f"--concurrency must be between 1 and {MAX_CONCURRENCY}, got {args.concurrency}")
     constants = scaled_constants(Constants.from_env(os.environ), args.time_scale)
     early = args.early_signal
     try:
@@ -100,6 +111,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         max_poll_interval=max(0.05, min(1.0, constants.probe.readiness_period_seconds / 5)),
         constants=constants,
         early_signal=early,
+        concurrency=args.concurrency,
     )
     worker = Worker(agent_cls, env=env, options=options)
     code = anyio.run(worker.run)

@@ -39,6 +39,9 @@ class StatusSnapshot:
     #: In a worker (``python -m agentlife worker``): its own state (``idle``, ``busy``, ``draining``,
     #: ``stopping``), jobs run, the current job and the runnable jobs per agent; None in a one-job process.
     worker: dict[str, Any] | None = None
+    #: Every job this process is running, by job id: its agent, attempt, state and step (one entry in a
+    #: one-job process, up to ``--concurrency`` in a worker).
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def loop_silence(self, now: float | None = None) -> float:
         """Seconds since the agent's loop last proved it was running (0 before the sampler starts)."""
@@ -61,6 +64,7 @@ class StatusSnapshot:
             "probe_port": self.probe_port,
             "pid": os.getpid(),
             "heartbeats": self.heartbeats,
+            "jobs": [{"job_id": job_id, **fields} for job_id, fields in self.jobs.items()],
             **({} if self.worker is None else {"worker": self.worker}),
         }
 
@@ -123,6 +127,21 @@ class StatusBoard:
         """Replace fields of the worker's part of the snapshot (a worker process only)."""
         with self._lock:
             self._snap = replace(self._snap, worker={**(self._snap.worker or {}), **changes})
+
+    def update_job(self, job_id: str, /, **changes: Any) -> None:
+        """Replace fields of one running job's entry in the table ``/status`` lists (adding it if new)."""
+        with self._lock:
+            jobs = dict(self._snap.jobs)
+            jobs[job_id] = {**jobs.get(job_id, {}), **changes}
+            self._snap = replace(self._snap, jobs=jobs)
+
+    def remove_job(self, job_id: str) -> None:
+        """The job ended: it leaves the table."""
+        with self._lock:
+            if job_id in self._snap.jobs:
+                jobs = dict(self._snap.jobs)
+                del jobs[job_id]
+                self._snap = replace(self._snap, jobs=jobs)
 
     def tick(self, lag_seconds: float) -> None:
         """Called by the lag sampler on the agent's loop: the loop is alive, with this much drift."""
