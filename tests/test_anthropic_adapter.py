@@ -154,8 +154,12 @@ async def test_an_outside_cancellation_closes_the_response(
     server: FakeAnthropicServer, llm: AnthropicLLM
 ) -> None:
     server.enqueue(ScriptedTurn.stall(after_chunks=1))
-    with anyio.move_on_after(0.2) as scope:
-        await ask(llm, StreamTimeouts(connect=5, chunk=5, total=10))
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask, llm, StreamTimeouts(connect=5, chunk=5, total=10))
+            await server.wait_for_requests(1, timeout=30)  # the stream is open: cancel it from outside
+            await anyio.sleep(0.1)
+            scope.cancel()
     assert scope.cancelled_caught
     await server.wait_for_disconnects(1)
 

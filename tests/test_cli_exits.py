@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import REPO, agent_env, run_cli, spawn, terminate, wait_for
+from procs import REPO, agent_env, run_cli, spawn, terminate, wait_for, wait_for_handler
 
 
 @pytest.mark.parametrize("how", ["sleep", "spin"])
@@ -110,7 +110,8 @@ def test_db_init_against_a_server_that_never_answers_ends_on_a_signal(
         tmp_path / "data", AGENTLIFE_DATABASE_URL=f"postgresql://u:p@127.0.0.1:{silent_server}/db"
     )
     proc = _cli("db", "init", env=env)
-    time.sleep(1.0)  # connected, waiting for the server's answer
+    wait_for_handler(proc, sig)
+    time.sleep(0.5)  # then connected, waiting for the server's answer
     assert proc.poll() is None
     got, elapsed, out = terminate(proc, sig)
     assert got == code, out
@@ -121,7 +122,8 @@ def test_journal_show_on_a_fifo_ends_on_sigterm(tmp_path: Path) -> None:
     fifo = tmp_path / "session.jsonl"
     os.mkfifo(fifo)
     proc = _cli("journal", "show", str(fifo), env=agent_env(tmp_path / "data"))
-    time.sleep(0.7)  # blocked opening the FIFO: no writer will ever come
+    wait_for_handler(proc)
+    time.sleep(0.3)  # then blocked opening the FIFO: no writer will ever come
     assert proc.poll() is None
     got, elapsed, _ = terminate(proc, signal.SIGTERM)
     assert got == 143
