@@ -187,9 +187,7 @@ async def test_an_approval_that_leaves_the_row_pending_wakes_the_workers(
     # The parking process is gone: its heartbeat is long stale, so the grant makes the row PENDING.
     conn = await asyncpg.connect(postgres_url)
     try:
-        await conn.execute(
-            "UPDATE job SET heartbeat_at = $1 WHERE id = 'ap'", datetime.fromtimestamp(0, UTC)
-        )
+        await conn.execute("UPDATE job SET heartbeat_at = $1 WHERE id = 'ap'", datetime.fromtimestamp(0, UTC))
     finally:
         await conn.close()
     await _listening(store)
@@ -379,3 +377,23 @@ def _await_ready(worker: subprocess.Popen[bytes]) -> None:
         if b"worker ready" in line:
             return
     raise AssertionError("the worker exited before it was ready")
+
+
+async def test_a_control_plane_notify_with_an_empty_payload_wakes_every_agent(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    """The statement the docs give a control plane that inserts rows itself."""
+    await _listening(store, "a")
+    assert await store.wait_for_work("b", 0.05) is False  # b is an agent this store waits for too
+
+    async def notify() -> None:
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            await conn.execute("SELECT pg_notify('agentlife_job_' || 'job'::regclass::oid, '')")
+        finally:
+            await conn.close()
+
+    woken, _ = await _woken_by(store, notify, agent="a")
+    assert woken is True
+    with anyio.fail_after(LONG / 2):
+        assert await store.wait_for_work("b", LONG) is True  # kept for b, which was not waiting then

@@ -43,7 +43,6 @@ from agentlife.stores._base import (
     owner_is_gone,
     owner_is_live,
 )
-from agentlife.stores._pg_listen import PgListener, notify_call
 from agentlife.stores._jobs import (
     APPROVABLE,
     CANCELLABLE,
@@ -60,6 +59,7 @@ from agentlife.stores._jobs import (
     operator_record,
     retry_marker,
 )
+from agentlife.stores._pg_listen import PgListener, notify_call
 from agentlife.stores._rows import (
     JSON_COLUMNS,
     SET_ASIDE_STATUS,
@@ -291,8 +291,10 @@ class PostgresJobOps:
 
     @property
     def notifies(self) -> bool:
-        """True: `wait_for_work` returns as soon as a job of the agent is made runnable (``LISTEN``), so a
-        worker may poll slowly while idle; False with ``listen=False`` (it sleeps)."""
+        """Whether `wait_for_work` returns as soon as a job is made runnable (``LISTEN``).
+
+        True unless built with ``listen=False``: a worker may then poll slowly while idle.
+        """
         return self._listener is not None
 
     async def wait_for_work(self, agent_id: str, timeout: float) -> bool:

@@ -1,4 +1,4 @@
-"""Instant pickup on PostgreSQL: one ``LISTEN`` connection per store, woken by the writes that make jobs runnable.
+"""Instant pickup on PostgreSQL: a ``LISTEN`` connection per store, woken by writes that make jobs runnable.
 
 Every write that makes a job runnable now (create, a release to PENDING, retry, an approval that leaves the
 row PENDING, a reap whose backoff is already over) calls ``pg_notify(channel, agent_id)`` in the same
@@ -51,7 +51,9 @@ def notify_call(t: TableNames, agent_column: str = "agent_id") -> str:
     The table name is a validated plain identifier (`TableNames`), safe inside the string literals.
     """
     channel = f"'{channel_prefix(t)}' || '{t.job}'::regclass::oid::text"
-    payload = f"CASE WHEN octet_length({agent_column}) < {NOTIFY_PAYLOAD_LIMIT} THEN {agent_column} ELSE '' END"
+    payload = (
+        f"CASE WHEN octet_length({agent_column}) < {NOTIFY_PAYLOAD_LIMIT} THEN {agent_column} ELSE '' END"
+    )
     return f"pg_notify({channel}, {payload})"
 
 
@@ -92,8 +94,10 @@ class PgListener:
         return self._conn is not None and not self._conn.is_closed()
 
     async def wait(self, agent_id: str, timeout: float) -> bool:
-        """True when work for ``agent_id`` may be runnable (notified, or just (re)connected), else False at
-        ``timeout``. Never raises but for cancellation."""
+        """Whether work for ``agent_id`` may be runnable: True when notified or just (re)connected.
+
+        False at ``timeout``. Never raises but for cancellation.
+        """
         self._agents.add(agent_id)
         if self._take(agent_id):
             return True
