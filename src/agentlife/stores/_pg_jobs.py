@@ -59,6 +59,7 @@ from agentlife.stores._jobs import (
     operator_record,
     retry_marker,
 )
+from agentlife.stores._pg_listen import PgListener, notify_call
 from agentlife.stores._rows import (
     JSON_COLUMNS,
     SET_ASIDE_STATUS,
@@ -120,6 +121,7 @@ class _JobSql:
     @classmethod
     def build(cls, t: TableNames) -> _JobSql:
         j = t.job
+        notify = notify_call(t)  # see _pg_listen: sent on commit, and only by a write that matched a row
 
         def claim(agent: str) -> str:
             return (
@@ -154,7 +156,7 @@ class _JobSql:
             ),
             approve=(
                 f"UPDATE {j} SET status = $2, approval = $3::jsonb, not_before = now(), updated_at = now()"
-                f" WHERE id = $1 RETURNING {_COLUMNS}"
+                f" WHERE id = $1 RETURNING {_COLUMNS}, CASE WHEN $2 = 'PENDING' THEN {notify} END AS notified"
             ),
             reject=(
                 f"UPDATE {j} SET status = 'FAILED', {history}, approval = $3::jsonb, updated_at = now()"
@@ -163,7 +165,7 @@ class _JobSql:
             # The owner stays: a reaped row's tombstone must go on fencing out the process it was taken from.
             retry=(
                 f"UPDATE {j} SET status = 'PENDING', {history}, approval = $3::jsonb, not_before = now(),"
-                f" updated_at = now() WHERE id = $1 RETURNING {_COLUMNS}"
+                f" updated_at = now() WHERE id = $1 RETURNING {_COLUMNS}, {notify} AS notified"
             ),
             cancel=(
                 f"UPDATE {j} SET status = 'FAILED', {append}, updated_at = now(),"
@@ -198,11 +200,14 @@ class _JobSql:
                 f"UPDATE {j} SET status = $3, owner = $7,"
                 " not_before = to_timestamp($4), updated_at = to_timestamp($5),"
                 " error = COALESCE(error, '[]'::jsonb) || jsonb_build_array($6::jsonb)"
-                " WHERE id = $1 AND status = 'RUNNING' AND attempt = $2 RETURNING 1"
+                " WHERE id = $1 AND status = 'RUNNING' AND attempt = $2 RETURNING 1,"
+                # A row whose backoff has not ended is not runnable yet: the fallback poll finds it later.
+                f" CASE WHEN $3 IN ('PENDING', 'RETRYING') AND {_DUE} THEN {notify} END"
             ),
             release=(
                 f"UPDATE {j} SET status = $3, owner = NULL, not_before = now() + make_interval(secs => $4),"
-                " updated_at = now() WHERE id = $1 AND attempt = $2 AND status = 'RUNNING' RETURNING 1"
+                " updated_at = now() WHERE id = $1 AND attempt = $2 AND status = 'RUNNING' RETURNING 1,"
+                f" CASE WHEN $4::float8 <= 0 THEN {notify} END"
             ),
             # Appended in jsonb, so a history agentlife cannot read is kept as it is (a non-array becomes the
             # first element).
@@ -221,6 +226,8 @@ class PostgresJobOps:
     owner: str
     _claimed: set[str]
     _job_sql_cache: _JobSql
+    _listener: PgListener | None
+    _pool: Any
 
     if TYPE_CHECKING:
 
@@ -282,10 +289,26 @@ class PostgresJobOps:
             rows = await conn.fetch(self._jobs_sql.list, status, agent_id, limit)
         return [record(row) for row in rows]
 
+    @property
+    def notifies(self) -> bool:
+        """Whether `wait_for_work` returns as soon as a job is made runnable (``LISTEN``).
+
+        True unless built with ``listen=False``: a worker may then poll slowly while idle.
+        """
+        return self._listener is not None
+
     async def wait_for_work(self, agent_id: str, timeout: float) -> bool:
-        """Sleep ``timeout`` seconds and return False (the worker polls)."""
-        await anyio.sleep(timeout)
-        return False
+        """Wait on this store's ``LISTEN`` connection for a job of ``agent_id`` to become runnable.
+
+        True when notified (also right after the connection was opened, or re-opened, since notifications
+        sent before then are lost: claim once), False at ``timeout``. Never raises (but for cancellation): a
+        dropped or refused connection is logged once and the wait sleeps; a later call connects again.
+        With ``listen=False`` it only sleeps.
+        """
+        if self._listener is None or self._pool is None:  # closed: no connection to leave behind
+            await anyio.sleep(timeout)
+            return False
+        return await self._listener.wait(agent_id, timeout)
 
     async def count_runnable(self) -> dict[str, int]:
         """How many jobs are runnable now, per agent id."""

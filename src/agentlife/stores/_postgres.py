@@ -38,6 +38,7 @@ from agentlife.stores._pg_jobs import JOB_COLUMNS, PostgresJobOps, pg_job_schema
 from agentlife.stores._pg_jobs import dumps as _dumps
 from agentlife.stores._pg_jobs import loads as _loads
 from agentlife.stores._pg_jobs import record as _record
+from agentlife.stores._pg_listen import PgListener, notify_call
 from agentlife.stores._pg_statements import write_checkpoint_sql
 
 __all__ = ["PostgresStore"]
@@ -88,9 +89,12 @@ class _Sql:
         return cls(
             schema=_schema(t),
             get_job=f"SELECT {_JOB_COLUMNS} FROM {t.job} WHERE id = $1",
+            # Wakes the agent's idle workers on commit; an existing row (no insert) wakes nobody.
             create_job=(
-                f"INSERT INTO {t.job} (id, agent_id, status, payload, attempt, token_budget, updated_at)"
+                f"WITH created AS (INSERT INTO {t.job}"
+                " (id, agent_id, status, payload, attempt, token_budget, updated_at)"
                 " VALUES ($1, $2, $3, $4::jsonb, 0, $5::jsonb, now()) ON CONFLICT (id) DO NOTHING"
+                f" RETURNING agent_id) SELECT {notify_call(t)} FROM created"
             ),
             # One statement: the row lock serialises concurrent claims, and the WHERE re-checks after a wait.
             claim=(
@@ -215,6 +219,9 @@ class PostgresStore(PostgresJobOps):
             operation fails with `StoreUnavailable`; None for no limit.
         create_schema: run `init_schema` in `open`. Off by default: on PostgreSQL the schema belongs to
             ``python -m agentlife db init`` or to the control plane, and a pod need not hold DDL rights.
+        listen: `wait_for_work` waits on a dedicated ``LISTEN`` connection (one more per idle worker) and
+            returns as soon as a job is made runnable; False to only sleep (e.g. behind a transaction-mode
+            connection pooler, where ``LISTEN`` does not work).
     """
 
     url_scheme = "postgresql"
@@ -231,6 +238,7 @@ class PostgresStore(PostgresJobOps):
         connect_timeout: float = _HYDRATION.store_connect_timeout_seconds,
         command_timeout: float | None = 10.0,
         create_schema: bool = False,
+        listen: bool = True,
     ) -> None:
         if not (0 <= min_size <= max_size and max_size >= 1):
             raise ConfigError(
@@ -263,6 +271,7 @@ class PostgresStore(PostgresJobOps):
         self._misuse: tuple[type[BaseException], ...] = ()
         self._undefined_table: type[BaseException] | None = None
         self._broken_session: tuple[type[BaseException], ...] = ()
+        self._listener = PgListener(url, self.tables, connect_timeout, self._describe) if listen else None
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._display_url!r})"
@@ -363,6 +372,8 @@ class PostgresStore(PostgresJobOps):
 
     async def close(self) -> None:
         """Close the pool gracefully within a few seconds (shielded), else terminate it; idempotent."""
+        if self._listener is not None:
+            await self._listener.close()
         if self._pool is not None and self._claimed:
             await self._release()
         pool, self._pool = self._pool, None

@@ -180,6 +180,9 @@ class SQLiteJobOps:
 
         return await self._run(select)
 
+    #: False: SQLite has no notifications, `wait_for_work` sleeps and an idle worker polls.
+    notifies = False
+
     async def wait_for_work(self, agent_id: str, timeout: float) -> bool:
         """SQLite has no notifications: sleep ``timeout`` seconds and return False (the worker polls)."""
         await anyio.sleep(timeout)
