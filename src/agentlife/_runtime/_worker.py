@@ -53,6 +53,9 @@ log = logging.getLogger("agentlife.worker")
 EXIT_IDLE = 0
 #: How a job run by a worker ended, by the exit code its lifecycle would have given a process of its own.
 JOB_OUTCOMES = {EXIT_DONE: "done", EXIT_DRAINED: "drained", EXIT_CRASH: "crashed"}
+#: The slowest idle poll when the store notifies new work (PostgreSQL): a notification lost with a dropped
+#: connection, or a retry whose backoff ended (nothing notifies that), waits at most this long.
+NOTIFY_FALLBACK_POLL_SECONDS = 5.0
 #: The reaper runs this many times per threshold, so a dead process's row is reclaimed within
 #: threshold + threshold / 5 of its last heartbeat.
 REAPS_PER_THRESHOLD = 5
@@ -256,16 +259,21 @@ class Worker:
     async def _slot(self, store: CheckpointStore) -> None:
         """Claim and run jobs one after another until the drain, the idle timeout or ``max_jobs``."""
         opts, delay = self.options, self.options.poll_interval
+        # A store that notifies wakes the slot itself: the poll is only the fallback for a lost notification.
+        cap = (
+            max(opts.max_poll_interval, NOTIFY_FALLBACK_POLL_SECONDS)
+            if store.notifies
+            else opts.max_poll_interval
+        )
         while not (self.drain.draining or self._stop):
             if opts.max_jobs is not None and self._claimed >= opts.max_jobs:
                 self._stop_all(EXIT_IDLE, f"ran {opts.max_jobs} jobs (--max-jobs)")
                 return
             row = await self._claim(store)
             if row is None:
-                if await self._wait_for_work(store, delay):
-                    delay = opts.poll_interval  # a sign of work: claim at once, and poll briskly after
-                else:
-                    delay = min(delay * 2, opts.max_poll_interval)
+                # A sign of work: claim at once, and poll briskly after; else back off up to the cap.
+                woken = await self._wait_for_work(store, delay)
+                delay = opts.poll_interval if woken else min(delay * 2, cap)
                 continue
             self._claimed += 1
             self._wake_idle_slots()  # there may be more: idle slots try too

@@ -277,6 +277,14 @@ class CheckpointStore(Protocol):
     ) -> list[JobRecord]:
         """Job rows, most recently updated first, filtered by status and agent."""
 
+    @property
+    def notifies(self) -> bool:
+        """Whether `wait_for_work` ends as soon as a job is made runnable (PostgreSQL's ``LISTEN``).
+
+        False: it only sleeps, and an idle worker must poll briskly to pick jobs up soon.
+        """
+        ...
+
     async def wait_for_work(self, agent_id: str, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a sign that a job of ``agent_id`` may have become runnable.
 
