@@ -36,8 +36,6 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("agentlife._agent", "agentlife._llm._default"): "make_llm()'s default, resolved when called",
     ("agentlife._agent", "agentlife._memory"): "make_embedder()'s default, resolved when called",
     ("agentlife._agent", "agentlife._cli"): "AgentProcess.main() is the command line's run",
-    ("agentlife._llm._default", "agentlife._llm._anthropic"): "10 ms of adapter, only when a key is set",
-    ("agentlife._llm._default", "agentlife._llm._openai"): "the OpenAI adapter, only when it is the provider",
     (
         "agentlife._observe._telemetry_facade",
         "agentlife._observe._telemetry",

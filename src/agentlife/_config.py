@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentlife._exceptions import ConfigError
+from agentlife._providers import DEFAULT_PROVIDER, PROVIDERS
 from agentlife._redact import url_password
 from agentlife._replay import MAX_DEPTH
 from agentlife.constants import Constants
@@ -38,7 +39,7 @@ MAX_ATTEMPT = 2**31 - 1
 MAX_PAYLOAD_DEPTH = MAX_DEPTH
 _SQLITE_NO_PATH = ("", "/")
 #: The values of ``AGENTLIFE_LLM_PROVIDER``: which adapter the default ``make_llm()`` builds.
-LLM_PROVIDERS = ("anthropic", "openai")
+LLM_PROVIDERS = tuple(PROVIDERS)
 
 
 def llm_provider_from_env(env: Mapping[str, str]) -> str:
@@ -48,7 +49,7 @@ def llm_provider_from_env(env: Mapping[str, str]) -> str:
         ConfigError: any other value, naming the allowed ones.
     """
     raw = env.get("AGENTLIFE_LLM_PROVIDER") or ""
-    provider = raw.strip().lower() or "anthropic"
+    provider = raw.strip().lower() or DEFAULT_PROVIDER
     if provider not in LLM_PROVIDERS:
         raise ConfigError(
             f"AGENTLIFE_LLM_PROVIDER={raw[:40]!r} is not a provider: use {' or '.join(LLM_PROVIDERS)}"
@@ -103,7 +104,7 @@ class Settings:
     log_level: str = "INFO"
     pod_name: str = ""
     deployment_env: str = ""
-    llm_provider: str = "anthropic"
+    llm_provider: str = DEFAULT_PROVIDER
     constants: Constants = field(default_factory=Constants)
 
     def __post_init__(self) -> None:

@@ -367,6 +367,8 @@ class AnthropicLLM:
     """
 
     streams_events = True
+    #: ``gen_ai.provider.name`` of its calls, and its row in `agentlife._providers.PROVIDERS`.
+    provider = "anthropic"
 
     def __init__(
         self,

@@ -99,6 +99,8 @@ class OpenAICompatibleLLM:
     """
 
     streams_events = True
+    #: ``gen_ai.provider.name`` of its calls, and its row in `agentlife._providers.PROVIDERS`.
+    provider = "openai"
 
     def __init__(
         self,

@@ -25,6 +25,7 @@ __all__ = [
     "Usage",
     "cut_off_tool_use",
     "json_kind",
+    "provider_name",
 ]
 
 #: The request header that carries ``{job_id}/{step}/{call}`` to the model server: proxies and the fake
@@ -242,3 +243,9 @@ class LLMClient(Protocol):
 
     async def aclose(self) -> None:
         """Release connections."""
+
+
+def provider_name(client: object) -> str:
+    """The ``gen_ai.provider.name`` of ``client``'s calls: its ``provider`` attribute, else its class name."""
+    name = getattr(client, "provider", None)
+    return name if isinstance(name, str) and name else type(client).__name__

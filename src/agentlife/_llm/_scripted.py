@@ -542,6 +542,8 @@ class ScriptedLLM:
     """
 
     streams_events = True
+    #: ``gen_ai.provider.name`` of its calls: a script, not a provider.
+    provider = "scripted"
 
     @overload
     def __init__(

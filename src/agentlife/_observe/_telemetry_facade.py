@@ -149,12 +149,12 @@ class TelemetryFacade:
             yield
 
     @contextmanager
-    def llm_span(self, model: str, *, max_tokens: int) -> Iterator[Any]:
+    def llm_span(self, model: str, *, max_tokens: int, system: str) -> Iterator[Any]:
         telemetry = self._telemetry
         if telemetry is None:
             yield _NullSpan()
             return
-        with telemetry.llm_span(model, max_tokens=max_tokens) as span:
+        with telemetry.llm_span(model, max_tokens=max_tokens, system=system) as span:
             yield span
 
     @contextmanager

@@ -22,6 +22,7 @@ from agentlife._exceptions import AttemptFenced, BootFailure, ConfigError, Store
 from agentlife._journal._writer import Journal, contained_session_dir
 from agentlife._observe._job_heartbeat import JobHeartbeat
 from agentlife._preload import Preloader
+from agentlife._providers import PROVIDERS
 from agentlife._redact import Redactor
 from agentlife._runtime._events import JobEvents
 from agentlife._runtime._process import quietly
@@ -75,8 +76,9 @@ class JobServices:
         modules: list[str] = []
         if settings.control_plane_url:
             modules.append("httpx")
-        if self.env.get("ANTHROPIC_API_KEY"):
-            modules.append("anthropic")
+        provider = PROVIDERS[settings.llm_provider]
+        if provider.key_variable is None or self.env.get(provider.key_variable):
+            modules.extend(provider.preload)
         if settings.qdrant_url or (settings.data_dir / "qdrant").exists():
             modules.append("qdrant_client")
         self._preloader = Preloader(modules).start()

@@ -27,7 +27,7 @@ from agentlife._journal._conversation import Conversation, ConversationLog
 from agentlife._journal._recovery import ReplayMap, ToolRecord
 from agentlife._journal._writer import args_digest
 from agentlife._llm._guard import stream_timeouts_from_constants
-from agentlife._llm._protocol import CURRENT_CALL, CallAddress, LLMClient, LLMReply, OnEvent
+from agentlife._llm._protocol import CURRENT_CALL, CallAddress, LLMClient, LLMReply, OnEvent, provider_name
 from agentlife._logging import log_fields
 from agentlife._mcp._server import resolve_tool_ref
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
@@ -318,7 +318,9 @@ class StepContext:
                 on_event(retry_event(event))
 
         started = time.monotonic()
-        with host.telemetry.llm_span(model, max_tokens=max_tokens) as span:
+        with host.telemetry.llm_span(
+            model, max_tokens=max_tokens, system=provider_name(env.llm_client)
+        ) as span:
             try:
                 reply = await retry_call(
                     attempt,
