@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _pg import running_postgres
 from agentlife import AgentProcess, Done, StepContext, tool
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._conversation import ConversationLog
-from agentlife._llm import LLMReply
+from agentlife._journal._conversation import ConversationLog
+from agentlife._llm._protocol import LLMReply
 from agentlife.stores import PostgresStore, SQLiteStore
 from agentlife.testing import AgentHarness
 

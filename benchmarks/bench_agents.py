@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import anyio
 
 from agentlife import AgentProcess, Done, StepContext
@@ -34,3 +36,13 @@ class WaitingAgent(AgentProcess):
     async def step(self, ctx: StepContext) -> Done | None:
         await anyio.sleep(0.2)
         return Done(result={"ok": True})
+
+
+class ModelBoundAgent(AgentProcess):
+    """One step that waits on a model for ``BENCH_MODEL_SECONDS`` (default 1 s, a sleep): latency-bound."""
+
+    agent_id = "model-bound"
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        await anyio.sleep(float(os.environ.get("BENCH_MODEL_SECONDS", "1.0")))
+        return Done()

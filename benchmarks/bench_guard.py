@@ -18,8 +18,8 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from agentlife._guard import guard_stream
-from agentlife._llm import StreamTimeouts
+from agentlife._llm._guard import guard_stream
+from agentlife._llm._protocol import StreamTimeouts
 
 N = 200_000
 # The naive variants cost 10-300x more per item; fewer items give the same per-item figure in less time.

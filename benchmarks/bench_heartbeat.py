@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from agentlife._heartbeat import SseHeartbeat
+from agentlife._observe._heartbeat import SseHeartbeat
 from agentlife._state import State, Transition
 from agentlife.testing._control_plane import ControlPlaneStub
 
@@ -182,7 +182,7 @@ async def bench_lifecycle_latency() -> None:
 
 
 def bench_metrics_render() -> None:
-    from agentlife._telemetry import Telemetry
+    from agentlife._observe._telemetry import Telemetry
 
     telemetry = Telemetry("bench", {"agent.id": "bench"}, env={})
     for i in range(1000):
@@ -223,7 +223,9 @@ def measure_imports(pycache: str) -> None:
     # The runtime imports asyncio and anyio anyway; what matters is what these modules add on top.
     core = import_time("import agentlife, asyncio, anyio, orjson", pycache)
     with_heartbeat_module = import_time(
-        "import agentlife, asyncio, anyio, orjson, agentlife._heartbeat, agentlife._telemetry", pycache
+        "import agentlife, asyncio, anyio, orjson, agentlife._observe._heartbeat, "
+        "agentlife._observe._telemetry",
+        pycache,
     )
     emit(
         "import agentlife + heartbeat/telemetry modules",
@@ -233,7 +235,7 @@ def measure_imports(pycache: str) -> None:
         with_heartbeat_module <= 1.3 * core,
         core,
     )
-    sdk = import_time("import agentlife._telemetry as t; t.Telemetry('x', {}, env={})", pycache)
+    sdk = import_time("import agentlife._observe._telemetry as t; t.Telemetry('x', {}, env={})", pycache)
     # Informational: this is what the runtime moves onto its boot thread.
     emit(
         "Telemetry() incl. OpenTelemetry SDK import (background thread)",

@@ -34,8 +34,8 @@ from typing import Any
 import anyio
 import orjson
 
-from agentlife._journal import EventType, Journal, session_path
-from agentlife._recovery import scan_for_resume
+from agentlife._journal._recovery import scan_for_resume
+from agentlife._journal._writer import EventType, Journal, session_path
 
 BENCH = "journal"
 MARKER_ID = "ckpt-final"

@@ -32,7 +32,7 @@ import anyio
 from _common import emit
 
 from agentlife import AgentProcess, Done, MCPServer, StepContext, tool
-from agentlife._mcp import CURRENT_MCP
+from agentlife._mcp._server import CURRENT_MCP
 from agentlife.testing import AgentHarness
 
 # Served by the SDK's own server (``--sdk``): the baseline is a realistic server, not the tests' plain one.

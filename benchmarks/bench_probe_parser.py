@@ -1,8 +1,8 @@
 """Whether h11 should parse the probe server's requests: its boot cost and its per-request cost.
 
 h11 is the sans-I/O HTTP/1.1 parser of httpcore and uvicorn. The probe server parses requests by hand
-(``agentlife._probe_http``) because its imports sit on the probe thread while boot runs. Measured in the
-same run, against the hand-written parser:
+(``agentlife._observe._probe_http``) because its imports sit on the probe thread while boot runs. Measured
+in the same run, against the hand-written parser:
 
 * the import: ``import h11`` after the probe server's own modules (what switching would add at boot);
 * parsing one kubelet request (``GET /readyz`` with its usual headers), end to end from bytes.
@@ -25,7 +25,7 @@ REQUEST = (
     b"GET /readyz HTTP/1.1\r\nHost: 10.0.0.7:8086\r\nUser-Agent: kube-probe/1.31\r\n"
     b"Accept: */*\r\nConnection: close\r\n\r\n"
 )
-PROBE_MODULES = "import agentlife._probes, agentlife._runtime._lifecycle"
+PROBE_MODULES = "import agentlife._observe._probes, agentlife._runtime._lifecycle"
 
 
 def _process_seconds(code: str) -> float:
@@ -54,7 +54,7 @@ def bench_import() -> None:
 
 
 async def _parse_hand_written() -> float:
-    from agentlife._probe_http import read_request
+    from agentlife._observe._probe_http import read_request
 
     started = time.perf_counter()
     for _ in range(PARSES):

@@ -121,8 +121,8 @@ async def with_busy_loop(measure: Callable[[], Awaitable[dict[str, Any]]], busy:
     """Run ``measure`` inside an agent loop that has (or has not) 1 000 busy tasks, with the lag sampler."""
     import anyio
 
-    from agentlife._lag import run_lag_monitor
-    from agentlife._status import StatusBoard
+    from agentlife._observe._lag import run_lag_monitor
+    from agentlife._observe._status import StatusBoard
 
     board = StatusBoard(job_id="bench", agent_id="bench", attempt=1)
     async with anyio.create_task_group() as tg:
@@ -140,9 +140,9 @@ async def with_busy_loop(measure: Callable[[], Awaitable[dict[str, Any]]], busy:
 async def measure_ours(requests: int, concurrency: int) -> dict[str, Any]:
     import anyio
 
-    from agentlife._probes import ProbeServer
+    from agentlife._observe._probes import ProbeServer
+    from agentlife._observe._status import StatusBoard
     from agentlife._state import State
-    from agentlife._status import StatusBoard
 
     board = StatusBoard(job_id="bench", agent_id="bench", attempt=1)
     board.update(state=State.EXECUTING)

@@ -31,8 +31,8 @@ from _common import emit
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from agentlife import LLMReply, StepContext
-from agentlife._anthropic import collect_reply
-from agentlife._llm import OnEvent, StreamTimeouts
+from agentlife._llm._anthropic import collect_reply
+from agentlife._llm._protocol import OnEvent, StreamTimeouts
 from stepctx import step_contexts
 
 N = 50_000

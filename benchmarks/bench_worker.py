@@ -87,7 +87,7 @@ def job_spans(logs: list[str]) -> tuple[float, float]:
             record = json.loads(line)
             if str(record.get("msg", "")).startswith("claimed job"):
                 claims.append(record["ts"])
-            elif record.get("logger") == "agentlife.runtime" and record.get("exit_code") == 0:
+            elif record.get("event") == "job_ended" and record.get("outcome") == "done":
                 exits.append(record["ts"])
     return min(claims), max(exits)
 

@@ -67,7 +67,7 @@ for _path in (REPO / "tests", REPO / "benchmarks", REPO / "src"):
 from _common import child_env  # noqa: E402
 
 from _pg import PostgresServer, running_postgres  # noqa: E402
-from agentlife._recovery import read_events  # noqa: E402
+from agentlife._journal._recovery import read_events  # noqa: E402
 
 #: Scaled constants for every agent process (the invariants still hold).
 SCALED_ENV = {

@@ -71,6 +71,22 @@ def wait_for(path: Path, timeout: float = 20.0) -> None:
         time.sleep(0.005)
 
 
+def wait_for_handler(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
+    """Wait until ``proc`` catches ``sig`` (its handler is installed), read from ``/proc/PID/status``.
+
+    A signal sent before then meets the default action, which tests of the handler must not mistake for
+    the code under test: on a loaded machine the interpreter's start alone can take over a second.
+    """
+    deadline = time.monotonic() + timeout
+    status = Path(f"/proc/{proc.pid}/status")
+    while time.monotonic() < deadline and proc.poll() is None:
+        caught = next((line for line in status.read_text().splitlines() if line.startswith("SigCgt:")), "")
+        if caught and int(caught.split()[1], 16) & (1 << (sig - 1)):
+            return
+        time.sleep(0.01)
+    raise TimeoutError(f"process {proc.pid} did not install a handler for signal {sig} in {timeout}s")
+
+
 def terminate(
     proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 30
 ) -> tuple[int, float, str]:

@@ -13,12 +13,12 @@ import orjson
 from agentlife import AgentProcess, Footprint, Job, LLMClient, LLMReply, StepContext
 from agentlife._budget import Budget
 from agentlife._config import Settings
-from agentlife._journal import Journal
+from agentlife._journal._writer import Journal
+from agentlife._observe._telemetry_facade import TelemetryFacade
 from agentlife._redact import Redactor
-from agentlife._runtime._approvals import Approvals
-from agentlife._runtime._context import CallEnv
-from agentlife._runtime._host import Booted, RuntimeStats
-from agentlife._telemetry_facade import TelemetryFacade
+from agentlife._step._approvals import Approvals
+from agentlife._step._context import CallEnv
+from agentlife._step._host import Booted, RuntimeStats
 from agentlife.constants import Constants
 from agentlife.stores import SQLiteStore
 

@@ -8,7 +8,10 @@ import time
 from collections.abc import AsyncIterator
 
 import anyio
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentlife import (
     LLMConfigurationError,
@@ -19,10 +22,11 @@ from agentlife import (
     TransientError,
     Usage,
 )
-from agentlife._anthropic import AnthropicLLM, MessageAssembler, parse_retry_after
-from agentlife._pricing import DEFAULT_PRICES, ModelPrice, PriceTable
+from agentlife._llm._anthropic import AnthropicLLM, MessageAssembler, parse_retry_after
+from agentlife._llm._pricing import DEFAULT_PRICES, ModelPrice, PriceTable
+from agentlife._llm._protocol import CUT_OFF
+from agentlife._llm._scripted import ScriptedEvent, ScriptedTurn
 from agentlife._retry import RetryEvent, retry_call
-from agentlife._scripted import ScriptedEvent, ScriptedTurn
 from agentlife.testing._anthropic_server import FakeAnthropicServer
 
 pytestmark = pytest.mark.anyio
@@ -150,8 +154,12 @@ async def test_an_outside_cancellation_closes_the_response(
     server: FakeAnthropicServer, llm: AnthropicLLM
 ) -> None:
     server.enqueue(ScriptedTurn.stall(after_chunks=1))
-    with anyio.move_on_after(0.2) as scope:
-        await ask(llm, StreamTimeouts(connect=5, chunk=5, total=10))
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask, llm, StreamTimeouts(connect=5, chunk=5, total=10))
+            await server.wait_for_requests(1, timeout=30)  # the stream is open: cancel it from outside
+            await anyio.sleep(0.1)
+            scope.cancel()
     assert scope.cancelled_caught
     await server.wait_for_disconnects(1)
 
@@ -270,7 +278,7 @@ async def test_stream_is_not_a_parameter(llm: AnthropicLLM) -> None:
         await ask(llm, stream=False)
 
 
-def test_the_assembler_keeps_the_latest_usage_and_partial_tool_input() -> None:
+def test_the_assembler_keeps_the_latest_usage_and_flags_a_cut_off_tool_input() -> None:
     assembler = MessageAssembler()
     events = [
         {
@@ -300,8 +308,9 @@ def test_the_assembler_keeps_the_latest_usage_and_partial_tool_input() -> None:
     reply = assembler.reply()
     assert reply.usage == Usage(input_tokens=10, output_tokens=7)
     assert reply.stop_reason == "max_tokens"
-    assert reply.content[0]["input"] == {}
-    assert reply.content[0]["partial_json"] == '{"a": '
+    # Only API fields in the block (it is sent back as it is); why it cannot run is on the reply.
+    assert reply.content[0] == {"type": "tool_use", "id": "t", "name": "n", "input": {}}
+    assert reply.tool_input_errors == {"t": CUT_OFF}
 
 
 def test_parse_retry_after() -> None:
@@ -339,3 +348,144 @@ def test_price_table_longest_prefix_overrides_and_unknown_models(caplog: pytest.
     assert set(DEFAULT_PRICES) <= set(table.to_json())
     with pytest.raises(ValueError, match="input"):
         ModelPrice(input=-1.0, output=1.0)
+
+
+# --- what the model did not send whole -----------------------------------------------------------------
+
+MALFORMED = {
+    "cut off mid-JSON": (
+        ScriptedTurn.malformed_tool_use("cleanup", '{"pattern": "*.tm', stop_reason="max_tokens"),
+        "cut off at max_tokens",
+    ),
+    "cut off before any argument": (
+        ScriptedTurn.malformed_tool_use("cleanup", "", stop_reason="max_tokens"),
+        "cut off at max_tokens",
+    ),
+    "an object, not JSON text": (
+        ScriptedTurn.malformed_tool_use("cleanup", {"pattern": "*"}),
+        "arrived as JSON an object, not as the JSON text",
+    ),
+    "JSON, not an object": (
+        ScriptedTurn.malformed_tool_use("cleanup", "[1, 2]"),
+        "JSON an array, not an object",
+    ),
+    "not JSON": (ScriptedTurn.malformed_tool_use("cleanup", "{pattern: *}"), "not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+async def test_a_tool_input_that_is_not_what_the_model_sent_is_flagged_and_the_block_stays_api_shaped(
+    server: FakeAnthropicServer, llm: AnthropicLLM, case: str
+) -> None:
+    turn, why = MALFORMED[case]
+    server.enqueue(turn)
+    reply = await ask(llm)
+    assert reply.content == (
+        {"type": "tool_use", "id": "toolu_scripted_cleanup", "name": "cleanup", "input": {}},
+    )
+    assert why in reply.tool_input_errors["toolu_scripted_cleanup"]
+    # The flag survives the journal, and the recorded response holds no non-API field.
+    recorded = reply.to_json()
+    assert "partial_json" not in str(recorded)
+    assert LLMReply.from_json(recorded) == reply
+
+
+async def test_a_whole_tool_input_is_not_flagged(server: FakeAnthropicServer, llm: AnthropicLLM) -> None:
+    server.enqueue(ScriptedTurn.tool_use("cleanup", {"pattern": "*.tmp"}, chunks=5))
+    reply = await ask(llm)
+    assert reply.tool_input_errors == {} and reply.content[0]["input"] == {"pattern": "*.tmp"}
+    assert "tool_input_errors" not in reply.to_json()  # journal lines of ordinary replies are unchanged
+
+
+async def test_a_reply_recorded_by_0_2_with_partial_json_is_flagged_and_never_sent_back(
+    server: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    old_block = {"type": "tool_use", "id": "t1", "name": "cleanup", "input": {}, "partial_json": '{"pat'}
+    replayed = LLMReply.from_json({"text": "", "content": [old_block], "stop_reason": "tool_use"})
+    assert replayed.content == ({"type": "tool_use", "id": "t1", "name": "cleanup", "input": {}},)
+    assert "not valid JSON" in replayed.tool_input_errors["t1"]
+    # A conversation saved by 0.2 still holds the field: the adapter leaves it out of the request.
+    server.enqueue("ok")
+    conversation = [
+        *MESSAGES,
+        {"role": "assistant", "content": [old_block]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x", "is_error": True}],
+        },
+    ]
+    await llm.complete(model=MODEL, messages=conversation, max_tokens=10, timeouts=FAST)
+    sent = server.requests[0].body["messages"]
+    assert sent[1]["content"] == [{"type": "tool_use", "id": "t1", "name": "cleanup", "input": {}}]
+    assert conversation[1]["content"][0]["partial_json"] == '{"pat'  # the caller's list is not changed
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        ("<html><head><title>Sign in</title></head><body>SSO</body></html>", "text/html; charset=utf-8"),
+        ('{"id": "msg_1", "type": "message", "content": []}', "application/json"),
+    ],
+    ids=["html", "json"],
+)
+async def test_a_200_that_is_not_a_stream_fails_at_once_naming_its_content_type(
+    server: FakeAnthropicServer, llm: AnthropicLLM, body: str, content_type: str
+) -> None:
+    server.enqueue(ScriptedTurn.raw(body, content_type=content_type), "never sent")
+    with pytest.raises(PermanentError) as caught:
+        await retry_call(lambda: ask(llm), initial=0.01, deadline=anyio.current_time() + 5)
+    assert len(server.requests) == 1  # not retried as a dropped stream
+    message = str(caught.value)
+    assert f"answered 200 with {content_type}, not a stream of SSE" in message
+    assert server.base_url in message and "\n" not in message
+
+
+async def test_a_502_html_page_is_transient(server: FakeAnthropicServer, llm: AnthropicLLM) -> None:
+    server.enqueue(ScriptedTurn.raw("<html><body>502 Bad Gateway</body></html>", status=502), "back")
+    events: list[RetryEvent] = []
+    reply = await retry_call(
+        lambda: ask(llm), initial=0.01, cap=0.02, deadline=anyio.current_time() + 5, on_retry=events.append
+    )
+    assert reply.text == "back" and len(server.requests) == 2
+    assert "502" in events[0].message
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st.text(max_size=40) | json_values.map(lambda v: orjson.dumps(v).decode()))
+def test_a_tool_input_is_either_exactly_what_was_sent_or_flagged(raw: str) -> None:
+    for stop_reason in ("tool_use", "max_tokens"):
+        reply = _assembled(ScriptedTurn.malformed_tool_use("t", raw, stop_reason=stop_reason))
+        [block] = reply.content
+        problem = reply.tool_input_errors.get("toolu_scripted_t")
+        if stop_reason == "max_tokens":
+            assert problem is not None  # cut off inside the call: never run, whatever parsed
+        elif problem is None:
+            assert block["input"] == (orjson.loads(raw) if raw.strip() else {})
+            assert isinstance(block["input"], dict)
+        else:
+            assert block["input"] == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(arguments=st.dictionaries(st.text(max_size=8), json_values, min_size=1, max_size=4), data=st.data())
+def test_any_cut_of_a_tool_input_at_max_tokens_is_flagged(
+    arguments: dict[str, object], data: st.DataObject
+) -> None:
+    text = orjson.dumps(arguments).decode()
+    cut = data.draw(st.integers(min_value=0, max_value=len(text)))
+    reply = _assembled(ScriptedTurn.malformed_tool_use("t", text[:cut], stop_reason="max_tokens"))
+    assert "cut off at max_tokens" in reply.tool_input_errors["toolu_scripted_t"]  # even when it parses
+
+
+def _assembled(turn: ScriptedTurn) -> LLMReply:
+    assembler = MessageAssembler()
+    for scripted in turn.stream_events(model="m", messages=[]):
+        assembler.feed(scripted.event)
+    return assembler.reply()

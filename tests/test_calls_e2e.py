@@ -32,9 +32,9 @@ from agentlife import (
     Usage,
     tool,
 )
-from agentlife._anthropic import AnthropicLLM
+from agentlife._llm._anthropic import AnthropicLLM
+from agentlife._llm._scripted import ScriptedTurn
 from agentlife._runtime._lifecycle import Runtime
-from agentlife._scripted import ScriptedTurn
 from agentlife.testing import AgentHarness, DrainAt
 from agentlife.testing._anthropic_server import FakeAnthropicServer
 from procs import REPO, agent_env, json_lines, spawn, terminate, wait_for
@@ -86,7 +86,7 @@ def _job_row(db: Path, job_id: str) -> dict[str, Any]:
 
 
 def _set_row_status(db: Path, job_id: str, status: str) -> None:
-    """What a control plane does to approve (RUNNING) or refuse (FAILED) a parked job."""
+    """A status written by hand (a control plane's SQL): FAILED refuses a parked call, RUNNING grants none."""
     conn = sqlite3.connect(db, timeout=10)
     try:
         conn.execute("UPDATE job SET status = ? WHERE id = ?", (status, job_id))
@@ -106,6 +106,18 @@ def _row_status(db: Path, job_id: str) -> str | None:
     finally:
         conn.close()
     return None if row is None else str(row[0])
+
+
+async def _approve(db: Path, job_id: str) -> None:
+    """What ``job approve`` does: grant the call the row is parked on."""
+    from agentlife.stores import SQLiteStore
+
+    store = SQLiteStore(db)
+    await store.open()
+    try:
+        await store.approve(job_id)
+    finally:
+        await store.close()
 
 
 async def _when_row_status(db: Path, job_id: str, status: str, timeout: float = 10.0) -> None:
@@ -197,7 +209,10 @@ async def test_input_token_budget_refuses_a_call_whose_estimate_would_exceed_it(
     assert run.job is not None and run.job.status == "FAILED"
     assert run.job.token_budget == {"max_input_tokens": 1500, "max_cost_usd": 5.0}
     assert run.job.tokens_consumed["input"] == 1000 and run.job.tokens_consumed["output"] == 10
-    assert run.job.result["reason"].startswith("token budget exhausted ($0.00")
+    # The reason names the limit that stopped it: input tokens, not dollars.
+    reason = run.job.result["reason"]
+    assert reason.startswith("token budget exhausted (1000 input tokens used + about ")
+    assert reason.endswith(" in the next request > 1500 input tokens max)")
     assert [r.text for r in agent.replies] == ["first"]
     assert len(_events(run.journal, "LLM_COMPLETED")) == 1
 
@@ -324,6 +339,21 @@ async def test_400_is_not_retried_and_crashes_the_step(tmp_path: Path, server: F
     assert crash["error_class"] == "PermanentError" and crash["exit_code"] == 1 and crash["step"] == 0
     assert "Anthropic API error 400" in crash["message"] and "field required" in crash["message"]
     assert KEY not in str(crash)
+
+
+async def test_a_200_html_page_fails_the_step_at_once_naming_text_html(
+    tmp_path: Path, server: FakeAnthropicServer
+) -> None:
+    """A proxy's login page is not a dropped stream: one request, no retries, a line that says what came."""
+    server.enqueue(ScriptedTurn.raw("<html><title>Sign in</title></html>"), "never sent")
+    run = await _harness(tmp_path, **WIDE_STEP).run(LLMAgent(server.base_url))
+    assert run.exit_code == 1
+    assert len(server.requests) == 1 and "RETRY" not in run.journal_types()
+    assert run.job is not None
+    [crash] = run.job.error
+    assert crash["error_class"] == "PermanentError"
+    assert "answered 200 with text/html; charset=utf-8, not a stream of SSE" in crash["message"]
+    assert any("text/html" in line.get("msg", "") for line in run.logs if line.get("level") == "ERROR")
 
 
 # --- 5. tools that ignore cancellation cannot hold a real process ----------------------------------------
@@ -494,20 +524,20 @@ PARKING = {"AGENTLIFE_IDLE_TIMEOUT_SECONDS": "30", "AGENTLIFE_APPROVAL_POLL_SECO
 
 
 def _recording_polls(polls: list[tuple[float, str | None]]) -> Callable[[Runtime, str, dict[str, Any]], None]:
-    """Wrap the runtime's store so each approval poll (a read of the job row) is recorded."""
+    """Wrap the runtime's store so each approval poll (a read of the row's approval) is recorded."""
 
     def on_event(runtime: Runtime, event: str, info: dict[str, Any]) -> None:
         if event != "ready" or runtime.store is None:
             return
         store: Any = runtime.store
-        read = store.get_job
+        read = store.get_approval
 
-        async def get_job(job_id: str) -> Any:
-            row = await read(job_id)
-            polls.append((anyio.current_time(), row.status if row is not None else None))
-            return row
+        async def get_approval(job_id: str) -> Any:
+            state = await read(job_id)
+            polls.append((anyio.current_time(), state.status if state is not None else None))
+            return state
 
-        store.get_job = get_job
+        store.get_approval = get_approval
 
     return on_event
 
@@ -535,14 +565,48 @@ async def test_restricted_tool_parks_until_the_control_plane_approves(tmp_path: 
     assert again.exit_code == 0 and EFFECTS == [] and PLANS == ["job-1/0/0"]
     assert again.job is not None and again.job.status == "WAITING_FOR_APPROVAL"
 
-    await anyio.to_thread.run_sync(_set_row_status, db, "job-1", "RUNNING")  # the control plane approves
+    # A status set by hand approves nothing: the call is not granted, so the next attempt parks again.
+    await anyio.to_thread.run_sync(_set_row_status, db, "job-1", "RUNNING")
+    unapproved = await h.run(Deployer(plan_first=True))
+    assert unapproved.job is not None and unapproved.job.status == "WAITING_FOR_APPROVAL" and EFFECTS == []
+
+    await _approve(db, "job-1")  # the control plane approves the call the row is parked on
     resumed = await h.run(Deployer(plan_first=True))
     assert resumed.exit_code == 0
     assert resumed.job is not None and resumed.job.status == "COMPLETED"
     assert resumed.job.result == {"deployed": "deployed prod"}
     assert EFFECTS == ["job-1/0/1"] and PLANS == ["job-1/0/0"]
     assert "APPROVAL_REQUESTED" not in resumed.journal_types()
-    assert resumed.checkpoint is not None and resumed.checkpoint.approved is True
+    assert [e["invocation_id"] for e in _events(resumed.journal, "APPROVAL_GRANTED")] == ["job-1/0/1"]
+
+
+async def test_an_approval_that_lands_while_the_process_parks_is_not_left_running(tmp_path: Path) -> None:
+    # The operator approves in the last moment of the idle timeout: the process is still the row's live
+    # owner, so the approval makes the row RUNNING for it, but it is on its way out. It hands the row back
+    # as PENDING rather than leave a RUNNING row nobody runs (the reaper would count a crash).
+    h = _harness(tmp_path, **PARKING)
+    db = h.data_dir / "agentlife.db"
+
+    def approve_while_parking(runtime: Runtime, event: str, info: dict[str, Any]) -> None:
+        if event != "ready" or runtime.store is None:
+            return
+        store: Any = runtime.store
+        drop_claim = store.drop_claim
+
+        async def approve_then_drop(job_id: str) -> None:
+            approved = await store.approve(job_id)
+            assert approved.status == "RUNNING"  # it saw this process alive
+            await drop_claim(job_id)
+
+        store.drop_claim = approve_then_drop
+
+    parked = await h.run(Deployer(), on_event=approve_while_parking)
+    assert parked.exit_code == 0 and EFFECTS == []
+    assert parked.job is not None and parked.job.status == "PENDING"
+    assert _job_row(db, "job-1")["owner"] is None
+    resumed = await h.run(Deployer())
+    assert resumed.job is not None and resumed.job.status == "COMPLETED"
+    assert EFFECTS == ["job-1/0/0"] and "APPROVAL_REQUESTED" not in resumed.journal_types()
 
 
 async def test_approval_granted_while_polling_lets_the_call_proceed(tmp_path: Path) -> None:
@@ -551,7 +615,7 @@ async def test_approval_granted_while_polling_lets_the_call_proceed(tmp_path: Pa
 
     async def approve() -> None:
         await _when_row_status(db, "job-1", "WAITING_FOR_APPROVAL")
-        await anyio.to_thread.run_sync(_set_row_status, db, "job-1", "RUNNING")
+        await _approve(db, "job-1")
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(approve)
@@ -575,13 +639,12 @@ async def test_a_job_failed_while_parked_refuses_the_call(tmp_path: Path) -> Non
     async with anyio.create_task_group() as tg:
         tg.start_soon(refuse)
         run = await h.run(Deployer())
-    assert run.exit_code == 1
+    assert run.exit_code == 0  # the job reached the status the control plane set: not a crash
     assert EFFECTS == [] and "TOOL_STARTED" not in run.journal_types()
     assert run.job is not None
-    [crash] = run.job.error
-    assert crash["error_class"] == "BackgroundOperationRestricted"
-    assert "not approved (status FAILED)" in crash["message"]
-    assert run.job.status == "FAILED"  # the control plane's decision is not overwritten by the crash record
+    assert run.job.status == "FAILED" and run.job.error == []  # the terminal row is left as it was set
+    [refused] = _events(run.journal, "APPROVAL_REJECTED")
+    assert refused["invocation_id"] == "job-1/0/0"
 
 
 @pytest.mark.parametrize("policy", ["hang", "error"])

@@ -46,7 +46,9 @@ def test_each_command_module_registers_exactly_its_own_subcommands() -> None:
 def test_domain_modules_hold_no_command_line_code() -> None:
     import inspect
 
-    from agentlife import _journal_show, _manifest, _policy, _schedule
+    from agentlife import _manifest, _schedule
+    from agentlife._journal import _show as _journal_show
+    from agentlife.stores import _policy
 
     for module in (_journal_show, _manifest, _policy, _schedule):
         source = inspect.getsource(module)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import REPO, agent_env, run_cli, spawn, terminate, wait_for
+from procs import REPO, agent_env, run_cli, spawn, terminate, wait_for, wait_for_handler
 
 
 @pytest.mark.parametrize("how", ["sleep", "spin"])
@@ -41,6 +41,23 @@ def test_an_agent_module_calling_sys_exit_at_import_is_a_usage_error(tmp_path: P
     done = run_cli("run", "agents.exit_at_import_agent:Anything", env=env)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and f"called sys.exit({status})" in done.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "worker"])
+def test_a_base_exception_at_import_is_one_masked_usage_error(tmp_path: Path, command: str) -> None:
+    token = "cp-token-Zq81xV0"
+    env = agent_env(
+        tmp_path / "data",
+        AGENTLIFE_JOB_ID="job-x",
+        RAISE_AT_IMPORT="base",
+        AGENTLIFE_CONTROL_PLANE_URL="http://127.0.0.1:9",
+        AGENTLIFE_CONTROL_PLANE_TOKEN=token,
+    )
+    done = run_cli(command, "agents.exit_at_import_agent:Anything", env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "importing module 'agents.exit_at_import_agent' failed: AgentImportAborted: token" in done.stderr
+    assert token not in done.stderr + done.stdout
 
 
 def test_a_missing_job_id_is_a_usage_error(tmp_path: Path) -> None:
@@ -93,7 +110,8 @@ def test_db_init_against_a_server_that_never_answers_ends_on_a_signal(
         tmp_path / "data", AGENTLIFE_DATABASE_URL=f"postgresql://u:p@127.0.0.1:{silent_server}/db"
     )
     proc = _cli("db", "init", env=env)
-    time.sleep(1.0)  # connected, waiting for the server's answer
+    wait_for_handler(proc, sig)
+    time.sleep(0.5)  # then connected, waiting for the server's answer
     assert proc.poll() is None
     got, elapsed, out = terminate(proc, sig)
     assert got == code, out
@@ -104,7 +122,8 @@ def test_journal_show_on_a_fifo_ends_on_sigterm(tmp_path: Path) -> None:
     fifo = tmp_path / "session.jsonl"
     os.mkfifo(fifo)
     proc = _cli("journal", "show", str(fifo), env=agent_env(tmp_path / "data"))
-    time.sleep(0.7)  # blocked opening the FIFO: no writer will ever come
+    wait_for_handler(proc)
+    time.sleep(0.3)  # then blocked opening the FIFO: no writer will ever come
     assert proc.poll() is None
     got, elapsed, _ = terminate(proc, signal.SIGTERM)
     assert got == 143

@@ -19,15 +19,15 @@ from agentlife import AgentProcess, Done, Footprint, Job, ScriptedLLM, StepConte
 from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._config import Settings
-from agentlife._exceptions import BackgroundOperationRestricted, ParkRequested
-from agentlife._journal import Journal
-from agentlife._llm import LLMReply
+from agentlife._exceptions import ApprovalRejected, ParkRequested
+from agentlife._journal._writer import Journal
+from agentlife._llm._protocol import LLMReply
+from agentlife._observe._telemetry_facade import TelemetryFacade
 from agentlife._redact import Redactor
-from agentlife._runtime._approvals import Approvals
-from agentlife._runtime._context import CallEnv
-from agentlife._runtime._host import Booted, RuntimeStats
 from agentlife._runtime._hydration import Hydrator
-from agentlife._telemetry_facade import TelemetryFacade
+from agentlife._step._approvals import Approvals
+from agentlife._step._context import CallEnv
+from agentlife._step._host import Booted, RuntimeStats
 from agentlife.constants import Constants
 from agentlife.stores import JobStatus, SQLiteStore
 
@@ -102,22 +102,31 @@ async def _parked(booted: Booted) -> tuple[Approvals, _Drain]:
 
 
 async def test_approvals_park_the_job_and_return_once_the_control_plane_approves(booted: Booted) -> None:
-    approvals, _ = await _parked(booted)
+    approvals, drain = await _parked(booted)
     s = booted.settings
 
     async def approve_when_parked() -> None:
         while (row := await booted.store.get_job(s.job_id)) is None or row.status != "WAITING_FOR_APPROVAL":
             await anyio.sleep(0.005)
-        await booted.store.set_status(s.job_id, s.attempt, JobStatus.RUNNING)
+        await booted.store.approve(s.job_id, invocation_id="job-c/3/0", digest="d-1")
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(approve_when_parked)
         with anyio.fail_after(5):
-            await approvals.require_approval("deploy")
-    assert approvals.approved
+            await approvals.require_approval("deploy", "job-c/3/0", "d-1")
+    assert (await booted.store.get_job(s.job_id)).status == "RUNNING"  # type: ignore[union-attr]
+    await approvals.require_approval("deploy", "job-c/3/0", "d-1")  # granted: no second park
     await booted.journal.flush()
     requested = [e for e in _events(booted.journal) if e["type"] == "APPROVAL_REQUESTED"]
     assert requested == [requested[0]] and requested[0]["tool"] == "deploy" and requested[0]["step"] == 3
+    assert (requested[0]["invocation_id"], requested[0]["digest"]) == ("job-c/3/0", "d-1")
+    # The same call with other arguments is not covered by that approval: it parks (and stops at once, as
+    # a drain has begun), naming its own digest on the row.
+    drain.draining = True
+    with anyio.fail_after(5), pytest.raises(ParkRequested):
+        await approvals.require_approval("deploy", "job-c/3/0", "d-2")
+    state = await booted.store.get_approval(s.job_id)
+    assert state is not None and state.request is not None and state.request["digest"] == "d-2"
 
 
 async def test_approvals_refuse_when_the_control_plane_fails_the_parked_job(booted: Booted) -> None:
@@ -127,20 +136,27 @@ async def test_approvals_refuse_when_the_control_plane_fails_the_parked_job(boot
     async def refuse_when_parked() -> None:
         while (row := await booted.store.get_job(s.job_id)) is None or row.status != "WAITING_FOR_APPROVAL":
             await anyio.sleep(0.005)
-        await booted.store.set_status(s.job_id, s.attempt, JobStatus.FAILED)
+        await booted.store.reject(s.job_id, "too risky")
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(refuse_when_parked)
-        with anyio.fail_after(5), pytest.raises(BackgroundOperationRestricted, match="status FAILED"):
-            await approvals.require_approval("deploy")
-    assert not approvals.approved
+        with anyio.fail_after(5), pytest.raises(ApprovalRejected, match="refused, rejected: too risky"):
+            await approvals.require_approval("deploy", "job-c/3/0", "d-1")
+    assert approvals.rejection is not None
+    with pytest.raises(ApprovalRejected):  # final: any later call of the job is refused at once
+        await approvals.require_approval("other", "job-c/3/1", "d-9")
+    with pytest.raises(ApprovalRejected):
+        approvals.check()
 
 
 async def test_approvals_stop_waiting_when_a_drain_begins(booted: Booted) -> None:
     approvals, drain = await _parked(booted)
     drain.draining = True
     with anyio.fail_after(5), pytest.raises(ParkRequested):
-        await approvals.require_approval("deploy")
+        await approvals.require_approval("deploy", "job-c/3/0", "d-1")
+    state = await booted.store.get_approval(booted.settings.job_id)
+    assert state is not None and state.status == "WAITING_FOR_APPROVAL"
+    assert state.request is not None and state.request["invocation_id"] == "job-c/3/0"  # durable at once
 
 
 @dataclass

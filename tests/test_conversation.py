@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from agentlife import AgentProcess, AttemptFenced, CheckpointCorrupt, Done, StepContext, UnreplayableValue
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._conversation import ConversationLog, rolling_digest
+from agentlife._journal._conversation import ConversationLog, rolling_digest
 from agentlife.stores import PostgresStore, SQLiteStore
 from agentlife.testing import AgentHarness, DrainAt
 from procs import agent_env, json_lines, run_cli

@@ -10,8 +10,8 @@ import anyio
 import pytest
 
 from agentlife import ConfigError, PermanentError, StoreUnavailable
-from agentlife._delivery import DeliveryGuard, delivery_key, run_housekeeping
 from agentlife.stores import CheckpointStore, PostgresStore, SQLiteStore
+from agentlife.stores._delivery import DeliveryGuard, delivery_key, run_housekeeping
 
 pytestmark = pytest.mark.anyio
 

@@ -4,7 +4,10 @@ and the API reference lists every public name, generated from ``__all__``.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import importlib
+import inspect
 import os
 import re
 import shutil
@@ -49,6 +52,43 @@ def test_the_reference_documents_every_public_name(site: Path, namespace: str) -
     names = [n for n in importlib.import_module(namespace).__all__ if not n.startswith("_")]
     missing = [name for name in names if f'id="{namespace}.{name}"' not in html]
     assert not missing, f"not in the API reference: {missing}"
+
+
+def _field_anchors(namespace: str) -> list[str]:
+    """``namespace.Class.field`` for every public field of its dataclasses and every member of its enums."""
+    module = importlib.import_module(namespace)
+    anchors = []
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if not inspect.isclass(obj):
+            continue
+        if dataclasses.is_dataclass(obj):
+            members = [f.name for f in dataclasses.fields(obj)]
+        elif issubclass(obj, enum.Enum):
+            members = [m.name for m in obj]
+        else:
+            continue
+        anchors += [f"{namespace}.{name}.{m}" for m in members if not m.startswith("_")]
+    return anchors
+
+
+@pytest.mark.parametrize("namespace", sorted(NAMESPACES))
+def test_the_reference_describes_every_dataclass_field_and_enum_member(site: Path, namespace: str) -> None:
+    # mkdocstrings gives a member an entry (and its anchor) only when it has a docstring of its own.
+    html = (site / NAMESPACES[namespace] / "index.html").read_text()
+    anchors = _field_anchors(namespace)
+    assert len(anchors) > 10
+    missing = [anchor for anchor in anchors if f'id="{anchor}"' not in html]
+    assert not missing, f"fields or members without a description in the reference: {missing}"
+
+
+def test_the_reference_describes_not_done_and_links_the_type_of_ctx_llm(site: Path) -> None:
+    html = (site / "reference" / "agentlife" / "index.html").read_text()
+    not_done = html[html.index('id="agentlife.NOT_DONE"') :][:3000]
+    assert "verify" in re.sub(r"<[^>]+>", "", not_done)
+    step_context = html[html.index('id="agentlife.StepContext"') :][:6000]
+    assert 'href="#agentlife.StepLLM"' in step_context  # the llm attribute links to its type's entry
+    assert 'id="agentlife.StepLLM.complete"' in html and 'id="agentlife.StepLLM.stream"' in html
 
 
 def test_the_site_has_every_docs_page_the_readme_the_changelog_and_the_examples(site: Path) -> None:

@@ -27,8 +27,8 @@ import pytest
 
 from _pg import PostgresServer
 from agentlife import derive_total_timeout, should_retry_after_crash
-from agentlife._policy import p95_from_journals
 from agentlife.stores import PostgresStore
+from agentlife.stores._policy import p95_from_journals
 from procs import agent_env, json_lines, run_cli, spawn, wait_for
 
 AGENT = "agents.durable_agent:DurableAgent"

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from agentlife import ConfigError, LLMTimeout, StreamTimeouts
-from agentlife._guard import guard_stream, stream_timeouts_from_constants, stream_timeouts_from_env
+from agentlife._llm._guard import guard_stream, stream_timeouts_from_constants, stream_timeouts_from_env
 from agentlife.constants import Constants
 
 pytestmark = pytest.mark.anyio

@@ -21,8 +21,8 @@ import orjson
 import pytest
 
 from agentlife import AgentProcess, AttemptFenced, Done, StepContext, tool
-from agentlife._journal import list_sessions
-from agentlife._recovery import scan_for_resume
+from agentlife._journal._recovery import scan_for_resume
+from agentlife._journal._writer import list_sessions
 from agentlife._redact import MASK, Redactor
 from agentlife.stores import PostgresStore, SQLiteStore
 from agentlife.testing import AgentHarness
@@ -114,7 +114,7 @@ _SHORT_WRITE_SCRIPT = textwrap.dedent(
     """
     import os, resource, signal, sys
     import anyio
-    from agentlife._journal import Journal
+    from agentlife._journal._writer import Journal
 
     async def main(directory):
         journal = Journal.create(directory, 1)
@@ -353,11 +353,13 @@ async def test_postgres_same_attempt_claims_second_loses(postgres_url: str) -> N
             await loser.write_checkpoint("j", 1, "c2", 0, b"{}")
         with pytest.raises(AttemptFenced):
             await loser.heartbeat("j", 1)
-        # A claim whose owner has exited (same host, pid gone) is taken over by the same attempt.
+        # A claim whose owner has exited (same host and pid namespace, pid gone) is taken over by the same
+        # attempt.
         conn = await asyncpg.connect(postgres_url)
         try:
-            host = winner.owner.split(":")[0]
-            await conn.execute("UPDATE job SET owner = $1 WHERE id = 'j'", f"{host}:999999999:1:dead")
+            host, namespace = winner.owner.split(":")[0], winner.owner.split(":")[-1]
+            dead = f"{host}:999999999:1:dead:{namespace}"
+            await conn.execute("UPDATE job SET owner = $1 WHERE id = 'j'", dead)
         finally:
             await conn.close()
         await loser.claim("j", 1)

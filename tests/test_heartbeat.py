@@ -21,10 +21,10 @@ import anyio
 import pytest
 
 from agentlife import AttemptFenced
-from agentlife._heartbeat import SseHeartbeat, format_sse, reconnect_delay
-from agentlife._job_heartbeat import JobHeartbeat
+from agentlife._observe._heartbeat import SseHeartbeat, format_sse, reconnect_delay
+from agentlife._observe._job_heartbeat import JobHeartbeat
+from agentlife._observe._status import StatusBoard
 from agentlife._state import State, Transition
-from agentlife._status import StatusBoard
 from agentlife.stores import SQLiteStore
 from agentlife.testing._control_plane import (
     ControlPlaneStub,
@@ -468,7 +468,8 @@ def test_monitor_a_terminated_agent_is_not_unhealthy() -> None:
 
 def test_modules_import_without_heavy_clients() -> None:
     code = (
-        "import sys, agentlife._heartbeat, agentlife._telemetry, agentlife.testing._control_plane\n"
+        "import sys, agentlife._observe._heartbeat, agentlife._observe._telemetry\n"
+        "import agentlife.testing._control_plane\n"
         "heavy = [m for m in ('httpx', 'aiohttp', 'opentelemetry') if m in sys.modules]\n"
         "print(heavy)\n"
     )

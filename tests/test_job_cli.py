@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,8 +91,7 @@ def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
         url = request.getfixturevalue("postgres_url")
     env = agent_env(data_dir, AGENTLIFE_DATABASE_URL=url)
     cli = Cli(url, data_dir, env)
-    if request.param == "postgresql":
-        assert cli("db", "init").returncode == 0
+    assert cli("db", "init").returncode == 0
     return cli
 
 
@@ -207,9 +207,9 @@ def test_reap_moves_a_stale_running_job_to_retrying(cli: Cli) -> None:
     lines = reaped.stdout.splitlines()
     assert lines[-1] == "reaped 1 job (threshold 300 s)"
     assert lines[0].startswith("zombie (agent reviewer): heartbeat stale for ")
-    assert "-> RETRYING, attempt 2 not before " in lines[0]
+    assert "-> RETRYING, next attempt 2 not before " in lines[0]
     row = cli.with_store(lambda s: s.get_job("zombie"))
-    assert (row.status, row.attempt, row.error[-1]["reason"]) == ("RETRYING", 2, "heartbeat stale")
+    assert (row.status, row.attempt, row.error[-1]["reason"]) == ("RETRYING", 1, "heartbeat stale")
     assert cli.with_store(lambda s: s.get_job("alive")).status == "RUNNING"
     again = cli("reap")
     assert (again.returncode, again.stdout) == (0, "reaped 0 jobs (threshold 300 s)\n")
@@ -254,6 +254,11 @@ def test_wrong_status_exits_conflict_naming_the_status(cli: Cli) -> None:
         (("--payload-file", "/nonexistent/p.json"), None, "payload file not found"),
         (("--payload", "{}", "--payload-file", "x"), None, "not allowed with argument"),
         (("--max-cost-usd", "-1"), None, "must be a finite number > 0"),
+        (
+            ("--max-input-tokens", str(2**64)),
+            None,
+            "--max-input-tokens 18446744073709551616 must be >= 1 and <=",
+        ),
     ],
 )
 def test_malformed_payloads_are_usage_errors(
@@ -286,3 +291,93 @@ def test_manifest_payload_reaches_every_scheduled_run(tmp_path: Path) -> None:
     container = json.loads(out.stdout)["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     assert container["args"][-3:] == ["--create-job", "--payload", '{"repo":"acme/x"}']
     _one_line_error(run_cli(*base, *budget, "--payload", "{bad", env=env), EXIT_USAGE, "not valid JSON")
+
+
+# -- where the store is ------------------------------------------------------------------------------------
+
+
+def test_commands_that_read_jobs_never_create_a_store(tmp_path: Path) -> None:
+    env = agent_env(tmp_path / "data")
+    missing = tmp_path / "typo.db"
+    for args in (("job", "list"), ("job", "show", "j-1"), ("job", "cancel", "j-1"), ("reap",)):
+        done = run_cli(*args, "--database-url", f"sqlite:///{missing}", env=env)
+        _one_line_error(done, 1, f"no store at {missing}", "db init")
+        assert not missing.exists() and not (tmp_path / "data").exists()
+    # The embedded default is no exception.
+    _one_line_error(run_cli("job", "list", env=env), 1, f"no store at {tmp_path / 'data' / 'agentlife.db'}")
+    assert not (tmp_path / "data").exists()
+    # sqlite:///tmp/x.db is relative: the error says where it looked and how to write the absolute path.
+    relative = run_cli("job", "list", "--database-url", "sqlite:///tmp/typo-nowhere.db", env=env)
+    _one_line_error(relative, 1, "sqlite:///tmp/typo-nowhere.db is relative to the current directory")
+    assert "for /tmp/typo-nowhere.db write sqlite:////tmp/typo-nowhere.db" in relative.stderr
+    # A file that is not a store is refused, and left exactly as it was (no WAL switch, no tables).
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE notes (x TEXT)")
+    conn.commit()
+    conn.close()
+    before = other.read_bytes()
+    _one_line_error(
+        run_cli("job", "list", "--database-url", f"sqlite:///{other}", env=env), 1, "it holds no job table"
+    )
+    assert other.read_bytes() == before
+    # `job create` is the one that may create it; then the others find it.
+    made = run_cli(
+        "job", "create", "reviewer", "--job-id", "j-1", "--database-url", f"sqlite:///{missing}", env=env
+    )
+    assert made.returncode == 0, made.stderr
+    listed = run_cli("job", "list", "--database-url", f"sqlite:///{missing}", env=env)
+    assert listed.returncode == 0 and "j-1" in listed.stdout, listed.stderr
+
+
+def test_create_takes_job_id_and_refuses_an_agent_id_no_worker_could_claim(cli: Cli) -> None:
+    for flag in ("--job-id", "--id"):
+        made = cli("job", "create", "reviewer", flag, f"j{flag}")
+        assert (made.returncode, made.stdout) == (0, f"j{flag}\n"), made.stderr
+    for bad in ("a'; DROP TABLE job; --", "has space", ".leading-dot", "a/b", "x" * 129, "ünï", ""):
+        _one_line_error(cli("job", "create", bad), EXIT_USAGE, "is not allowed", "no worker could take")
+    assert {json.loads(r)["id"] for r in cli("job", "list", "--json").stdout.splitlines()} == {
+        "j--job-id",
+        "j--id",
+    }
+
+
+@pytest.mark.parametrize("limit", ["0", "-1", str(2**31), str(2**63), str(2**64)])
+def test_list_limit_out_of_range_is_a_usage_error(cli: Cli, limit: str) -> None:
+    _one_line_error(cli("job", "list", "--limit", limit), EXIT_USAGE, f"--limit {limit} must be >= 1")
+
+
+def test_list_takes_the_largest_limit(cli: Cli) -> None:
+    assert cli("job", "create", "reviewer", "--id", "j-1").returncode == 0
+    listed = cli("job", "list", "--limit", str(2**31 - 1))
+    assert listed.returncode == 0 and "j-1" in listed.stdout, listed.stderr
+
+
+def test_run_and_worker_take_database_url(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    env = agent_env(tmp_path / "data", WORKER_DIR=str(tmp_path))
+    for job_id in ("by-run", "by-worker"):
+        made = run_cli("job", "create", "worker-agent", "--job-id", job_id, "--database-url", url, env=env)
+        assert made.returncode == 0, made.stderr
+    ran = run_cli(
+        "run", "agents.worker_agent:WorkerAgent", "--job-id", "by-run", "--database-url", url, env=env
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    worked = run_cli(
+        "worker", "agents.worker_agent:WorkerAgent", "--max-jobs", "1", "--database-url", url, env=env
+    )
+    assert worked.returncode == 0, worked.stdout + worked.stderr
+    rows = {
+        r["id"]: r["status"]
+        for r in map(
+            json.loads, run_cli("job", "list", "--json", "--database-url", url, env=env).stdout.splitlines()
+        )
+    }
+    assert rows == {"by-run": "COMPLETED", "by-worker": "COMPLETED"}
+    assert not (tmp_path / "data" / "agentlife.db").exists()  # the default store was never touched
+    bad = run_cli("worker", "agents.worker_agent:WorkerAgent", "--database-url", "mysql://x", env=env)
+    _one_line_error(bad, EXIT_USAGE, "--database-url scheme 'mysql' is not supported")
+    bad = run_cli(
+        "run", "agents.worker_agent:WorkerAgent", "--job-id", "x", "--database-url", "sqlite:", env=env
+    )
+    _one_line_error(bad, EXIT_USAGE, "--database-url='sqlite:' names no database file")

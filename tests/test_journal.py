@@ -13,8 +13,15 @@ import orjson
 import pytest
 
 from agentlife._exceptions import ConfigError
-from agentlife._journal import EventType, Journal, args_digest, job_session_dir, list_sessions, session_path
-from agentlife._recovery import read_events
+from agentlife._journal._recovery import read_events
+from agentlife._journal._writer import (
+    EventType,
+    Journal,
+    args_digest,
+    job_session_dir,
+    list_sessions,
+    session_path,
+)
 from agentlife._redact import Redactor
 
 
@@ -429,3 +436,32 @@ async def test_lone_surrogates_in_fields_nothing_replays_are_escaped_never_raise
     assert third["tool"] == "t\\udfff"
     assert len(args_digest({"text": "\ud800"})) == 64
     assert args_digest({"text": "\ud800"}) != args_digest({"text": "\ud801"})
+
+
+@pytest.mark.anyio
+async def test_a_refused_tool_call_is_shown_even_when_its_fields_are_odd(tmp_path: Path) -> None:
+    from agentlife._journal._show import format_timeline
+
+    journal = Journal.create(tmp_path, 1, redactor=Redactor(["sk-secret-123"]))
+    journal.append("STEP_STARTED", step=0)
+    journal.append(
+        EventType.TOOL_REFUSED,
+        step=0,
+        tool="cleanup",
+        tool_use_id="toolu_1",
+        reason="unusable_arguments",
+        error="tool cleanup was not run: the reply was cut off at max_tokens (key sk-secret-123)",
+    )
+    journal.append("TOOL_REFUSED", step=0, tool=["not", "a", "name"], reason=None, error="x" * 5000)
+    journal.append("TOOL_REFUSED")  # written by hand, or by another version: no fields at all
+    await journal.aclose()
+    shown = format_timeline(journal.path).splitlines()
+    refused = [line.strip() for line in shown if "tool call refused" in line]
+    assert refused[0].endswith(
+        "tool call refused: cleanup [toolu_1], unusable_arguments: 'tool cleanup was not run: the reply "
+        "was cut off at max_tokens (key ***)'"
+    )
+    assert "['not', 'a', 'name'], None: 'xxx" in refused[1] and len(refused[1]) < 300
+    assert refused[2].endswith("tool call refused: None, None: None")
+    # Inside the step, like the other calls of a step.
+    assert all("s      tool call refused" in line for line in shown if "tool call refused" in line)

@@ -18,7 +18,7 @@ CHILD = r"""
 import resource, signal, sys
 from pathlib import Path
 import anyio
-from agentlife._journal import Journal
+from agentlife._journal._writer import Journal
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 

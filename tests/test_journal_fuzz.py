@@ -26,9 +26,9 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentlife._journal import EventType, session_path
-from agentlife._journal_show import format_timeline
-from agentlife._recovery import ScanResult, iter_lines_reverse, scan_for_resume
+from agentlife._journal._recovery import ScanResult, iter_lines_reverse, scan_for_resume
+from agentlife._journal._show import format_timeline
+from agentlife._journal._writer import EventType, session_path
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

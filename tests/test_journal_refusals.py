@@ -25,7 +25,7 @@ import orjson
 import pytest
 
 from agentlife import LLMReply, ScriptedLLM
-from agentlife._journal import list_sessions
+from agentlife._journal._writer import list_sessions
 from agents.journal_agents import garbled
 from procs import agent_env, json_lines, run_cli, spawn, wait_for
 from stepctx import step_contexts

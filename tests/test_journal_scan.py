@@ -15,9 +15,15 @@ import pytest
 
 from agentlife._cli._journal import register as register_cli
 from agentlife._exceptions import ConfigError
-from agentlife._journal import EventType, Journal, session_path
-from agentlife._journal_show import format_timeline
-from agentlife._recovery import BadLine, build_replay, iter_lines_reverse, read_events, scan_for_resume
+from agentlife._journal._recovery import (
+    BadLine,
+    build_replay,
+    iter_lines_reverse,
+    read_events,
+    scan_for_resume,
+)
+from agentlife._journal._show import format_timeline
+from agentlife._journal._writer import EventType, Journal, session_path
 
 JOB = "job-7"
 

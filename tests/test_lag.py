@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlife._lag import LoopWatchdog, run_lag_monitor
+from agentlife._observe._lag import LoopWatchdog, run_lag_monitor
+from agentlife._observe._status import StatusBoard
 from agentlife._state import State
-from agentlife._status import StatusBoard
 
 
 class RecordingBoard(StatusBoard):

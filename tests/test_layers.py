@@ -1,10 +1,13 @@
-"""The layer rule, read from the source: no module imports one above its layer, no import cycles.
+"""The layer rule, read from the folders: no module imports one above its layer, no import cycles.
 
-Layers, lowest first: vocabulary (the names everyone speaks) <- mechanisms (journal, stores, guard, probes,
-heartbeats, telemetry, providers) <- engine (``_runtime/``) <- tools (``_cli/``, ``testing/``, the demo).
-Only imports under ``if TYPE_CHECKING:`` are free. A function-level import of an agentlife module is
-allowed only where it keeps a module off the boot path (each listed in `DEFERRED`, with its reason),
-plus the documented edges from the agent API up to its defaults and to the command line (`UPWARD`).
+A module's layer is the folder it lives in, lowest first: the vocabulary (the modules at the package's
+root, the names everyone speaks) <- storage (``stores/``, ``_journal/``) <- clients of
+models and tool servers (``_llm/``, ``_mcp/``) <-
+observability (``_observe/``) <- the step API (``_step/``) <- the engine (``_runtime/``) <- tools
+(``_cli/``, ``testing/`` and ``__main__``). Only imports under ``if TYPE_CHECKING:`` are free. A
+function-level import of an agentlife module is allowed only where it keeps a module off the boot path
+(each listed in `DEFERRED`, with its reason), plus the documented edges from the agent API up to its
+defaults and to the command line (`UPWARD`).
 """
 
 from __future__ import annotations
@@ -15,51 +18,45 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 
-VOCABULARY, MECHANISMS, ENGINE, TOOLS = 0, 1, 2, 3
-LAYER_NAMES = ("vocabulary", "mechanisms", "engine", "tools")
-
-_VOCABULARY = {
-    "agentlife.constants",
-    "agentlife._state",
-    "agentlife._exceptions",
-    "agentlife._agent",
-    "agentlife._tools",
-    "agentlife._schema",
-    "agentlife._llm",
-    "agentlife._checkpoint",
-    "agentlife._config",
-    "agentlife._redact",
-    "agentlife._logging",
-    "agentlife._replay",
-    "agentlife._version",
-    "agentlife._budget",
-    "agentlife._pricing",
-    "agentlife._retry",
-    "agentlife._status",
-}
-_TOOLS_PREFIXES = ("agentlife._cli", "agentlife.testing", "agentlife._demo", "agentlife.__main__")
+#: The folders of each layer, lowest first ("" is the package's root).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("vocabulary", ("",)),
+    ("storage", ("stores", "_journal")),
+    ("clients", ("_llm", "_mcp")),
+    ("observability", ("_observe",)),
+    ("step API", ("_step",)),
+    ("engine", ("_runtime",)),
+    ("tools", ("_cli", "testing", "__main__")),
+)
+LAYER_NAMES = tuple(name for name, _ in LAYERS)
 
 #: Lazy imports that keep a module (and what it loads) off the boot path or out of ``import agentlife``.
 DEFERRED: dict[tuple[str, str], str] = {
     ("agentlife", "*"): "the façade: public names load on first access",
-    ("agentlife._agent", "agentlife._llm_default"): "make_llm()'s default, resolved when called",
+    ("agentlife._agent", "agentlife._llm._default"): "make_llm()'s default, resolved when called",
     ("agentlife._agent", "agentlife._memory"): "make_embedder()'s default, resolved when called",
     ("agentlife._agent", "agentlife._cli"): "AgentProcess.main() is the command line's run",
-    ("agentlife._llm_default", "agentlife._anthropic"): "10 ms of adapter, only when a key is set",
-    ("agentlife._llm_default", "agentlife._openai"): "the OpenAI adapter, only when it is the provider",
-    ("agentlife._telemetry_facade", "agentlife._telemetry"): "built after READY, off the boot path",
+    (
+        "agentlife._observe._telemetry_facade",
+        "agentlife._observe._telemetry",
+    ): "built after READY, off the boot path",
     ("agentlife.stores", "agentlife.stores._postgres"): "only for postgresql:// URLs",
-    ("agentlife.stores._jobs", "agentlife._policy"): "_policy reads JobStatus from the stores package",
-    ("agentlife._runtime._services", "agentlife._heartbeat"): "15 ms, only with a control plane URL",
-    ("agentlife._runtime._services", "agentlife._probes"): "7 ms, imported as the probe thread starts",
+    ("agentlife.stores._jobs", "agentlife.stores._policy"): "_policy reads JobStatus from the stores package",
+    ("agentlife._runtime._services", "agentlife._observe._heartbeat"): "15 ms, only with a control plane URL",
+    (
+        "agentlife._runtime._process",
+        "agentlife._observe._probes",
+    ): "7 ms, imported as the probe thread starts",
     ("agentlife._runtime._services", "agentlife._memory"): "only when a memory store exists",
-    ("agentlife._runtime._finish", "agentlife._policy"): "6 ms, only for a crash record",
+    ("agentlife._runtime._finish", "agentlife.stores._policy"): "6 ms, only for a crash record",
     ("agentlife._cli._run", "agentlife._runtime._lifecycle"): "the engine loads for run, not for --help",
-    ("agentlife._cli._demo", "agentlife._demo"): "the demo's engine loads for demo, not for --help or job",
+    (
+        "agentlife._cli._demo",
+        "agentlife._cli._demo_run",
+    ): "the demo's engine loads for demo, not for --help or job",
     ("agentlife._cli._worker", "agentlife._runtime._worker"): "the engine loads for worker, not for --help",
-    ("agentlife._runtime._worker", "agentlife._probes"): "7 ms, imported as the probe thread starts",
     ("agentlife._cli._manifest", "agentlife._schedule"): "only with --schedule",
-    ("agentlife._cli._manifest", "agentlife._policy"): "only with --from-journals",
+    ("agentlife._cli._manifest", "agentlife.stores._policy"): "only with --from-journals",
     ("agentlife._cli._common", "agentlife._runtime._signals"): "installed first thing; anyio loads with it",
     (
         "agentlife.testing._plugin",
@@ -70,20 +67,22 @@ DEFERRED: dict[tuple[str, str], str] = {
 #: Imports that go up a layer on purpose.
 UPWARD = {
     ("agentlife", "*"),
-    ("agentlife._agent", "agentlife._llm_default"),
+    ("agentlife._agent", "agentlife._llm._default"),
     ("agentlife._agent", "agentlife._memory"),
     ("agentlife._agent", "agentlife._cli"),
 }
 
 
 def layer(module: str) -> int:
-    if module in _VOCABULARY:
-        return VOCABULARY
-    if module.startswith("agentlife._runtime"):
-        return ENGINE
-    if module.startswith(_TOOLS_PREFIXES):
-        return TOOLS
-    return MECHANISMS
+    """The layer of ``module``, from the folder it lives in (a module at the root is vocabulary)."""
+    parts = module.split(".")
+    place = parts[1] if len(parts) > 1 else "__init__"
+    for index, (_, folders) in enumerate(LAYERS):
+        if place in folders:
+            return index
+    if (SRC / "agentlife" / f"{place}.py").exists():
+        return 0
+    raise AssertionError(f"{module} lives in a folder no layer names: add it to LAYERS")
 
 
 def _module_name(path: Path) -> str:
@@ -205,3 +204,10 @@ def test_no_module_is_over_700_lines() -> None:
 
 def test_the_lifecycle_reads_top_to_bottom_in_under_300_lines() -> None:
     assert len((SRC / "agentlife" / "_runtime" / "_lifecycle.py").read_text().splitlines()) < 300
+
+
+def test_every_folder_belongs_to_a_layer() -> None:
+    named = {folder for _, folders in LAYERS for folder in folders}
+    folders = {p.name for p in (SRC / "agentlife").iterdir() if (p / "__init__.py").exists()}
+    assert folders <= named, f"folders without a layer: {sorted(folders - named)}"
+    assert not (named - folders - {"", "__main__"}), f"layers name missing folders: {named - folders}"

@@ -33,9 +33,9 @@ from agentlife._manifest import (
     render,
     to_yaml,
 )
-from agentlife._policy import derive_total_timeout
 from agentlife._schedule import Schedule
 from agentlife.constants import Constants
+from agentlife.stores._policy import derive_total_timeout
 
 K8S_VERSIONS = ["1.27.0", "1.30.0", kv_utils.latest_version()]
 IMAGE = "ghcr.io/acme/reviewer:1.4.2"
@@ -604,3 +604,21 @@ def test_cli_refusals_are_one_line_and_exit_2(args: list[str], needle: str) -> N
 
 def test_schedule_errors_are_config_errors() -> None:
     assert issubclass(ScheduleError, ConfigError)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "postgresql://agent:hun ter2@db/x",
+        "postgresql://agent:it's\"q@db/x",
+        "redis://:s p a c e@cache:6379/0",
+    ],
+)
+def test_an_env_url_whose_password_holds_spaces_or_quotes_is_refused(value: str) -> None:
+    with pytest.raises(ConfigError, match="--secret"):
+        make_job(env={"DSN": value})
+
+
+def test_an_env_url_without_a_password_is_kept() -> None:
+    env = make_job(env={"HOOK": "https://hooks.example:443/x?notify=ops@example.com"})
+    assert "https://hooks.example:443/x?notify=ops@example.com" in json.dumps(env)

@@ -30,8 +30,7 @@ from agentlife import (
     ToolAgent,
     ToolArgumentsInvalid,
 )
-from agentlife._mcp import MAX_TOOLS, live_tool_specs
-from agentlife._mcp_schema import (
+from agentlife._mcp._schema import (
     MAX_STEPS,
     PatternRefused,
     checker,
@@ -39,6 +38,7 @@ from agentlife._mcp_schema import (
     json_key,
     validator_for,
 )
+from agentlife._mcp._server import MAX_TOOLS, live_tool_specs
 from agentlife.testing import AgentHarness
 
 pytestmark = pytest.mark.anyio

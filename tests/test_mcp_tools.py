@@ -31,8 +31,8 @@ from agentlife import (
     StepContext,
     ToolAgent,
 )
-from agentlife._mcp import build_specs, offered_name, result_value
-from agentlife._mcp_client import INVOCATION_META_KEY
+from agentlife._mcp._client import INVOCATION_META_KEY
+from agentlife._mcp._server import build_specs, offered_name, result_value
 from agentlife.testing import AgentHarness, DrainAt
 
 pytestmark = pytest.mark.anyio

@@ -94,7 +94,7 @@ def test_memory_ids_are_stable_per_collection_and_text() -> None:
 
 def test_importing_the_modules_does_not_import_qdrant_client() -> None:
     code = (
-        "import sys, agentlife._memory, agentlife._journal, agentlife._journal_show; "
+        "import sys, agentlife._memory, agentlife._journal._writer, agentlife._journal._show; "
         "print('qdrant_client' in sys.modules, 'numpy' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

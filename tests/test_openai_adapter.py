@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import anyio
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentlife import (
     ConfigError,
@@ -18,12 +22,13 @@ from agentlife import (
     TransientError,
     Usage,
 )
-from agentlife._anthropic import AnthropicLLM
-from agentlife._llm import CURRENT_CALL, INVOCATION_HEADER, CallAddress, StreamEvent
-from agentlife._llm_default import UnconfiguredLLM, default_llm
-from agentlife._openai import key_required
-from agentlife._pricing import PriceTable
-from agentlife._scripted import ScriptedEvent
+from agentlife._llm._anthropic import AnthropicLLM
+from agentlife._llm._default import UnconfiguredLLM, default_llm
+from agentlife._llm._openai import key_required
+from agentlife._llm._pricing import PriceTable
+from agentlife._llm._protocol import CURRENT_CALL, INVOCATION_HEADER, CallAddress, StreamEvent
+from agentlife._llm._scripted import ScriptedEvent
+from agentlife._retry import retry_call
 from agentlife.testing import FakeAnthropicServer, FakeOpenAIServer
 
 pytestmark = pytest.mark.anyio
@@ -313,7 +318,7 @@ async def test_an_error_object_mid_stream_is_mapped(
     server: FakeOpenAIServer, llm: OpenAICompatibleLLM
 ) -> None:
     # vLLM and LiteLLM report a failure after the headers as a data chunk holding an error object.
-    from agentlife._openai_format import ChatAssembler
+    from agentlife._llm._openai_format import ChatAssembler
 
     assembler = ChatAssembler()
     with pytest.raises(TransientError, match="503"):
@@ -480,3 +485,102 @@ async def test_a_server_that_does_not_stream_is_a_permanent_error() -> None:
     finally:
         await llm.aclose()
         await runner.cleanup()
+
+
+# --- what the model did not send whole -----------------------------------------------------------------
+
+MALFORMED = {
+    "finish_reason length mid-JSON": (
+        ScriptedTurn.malformed_tool_use("cleanup", '{"pattern": "*.tm', stop_reason="max_tokens"),
+        "cut off at max_tokens",
+    ),
+    "finish_reason length before any argument": (
+        ScriptedTurn.malformed_tool_use("cleanup", "", stop_reason="max_tokens"),
+        "cut off at max_tokens",
+    ),
+    "arguments as an object": (
+        ScriptedTurn.malformed_tool_use("cleanup", {"pattern": "*"}),
+        "function.arguments arrived as JSON an object, not as the JSON string",
+    ),
+    "an empty object, not a string": (
+        ScriptedTurn.malformed_tool_use("cleanup", {}),
+        "function.arguments arrived as JSON an object",
+    ),
+    "JSON, not an object": (ScriptedTurn.malformed_tool_use("cleanup", "7"), "JSON a number, not an object"),
+    "not JSON": (ScriptedTurn.malformed_tool_use("cleanup", "{pattern: *}"), "not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+async def test_arguments_that_are_not_what_the_model_sent_are_flagged(
+    server: FakeOpenAIServer, llm: OpenAICompatibleLLM, case: str
+) -> None:
+    turn, why = MALFORMED[case]
+    server.enqueue(turn)
+    reply = await ask(llm)
+    assert reply.content == (
+        {"type": "tool_use", "id": "toolu_scripted_cleanup", "name": "cleanup", "input": {}},
+    )
+    assert why in reply.tool_input_errors["toolu_scripted_cleanup"]
+    assert "partial_json" not in str(reply.to_json())
+
+
+async def test_a_tool_without_parameters_may_send_no_arguments(
+    server: FakeOpenAIServer, llm: OpenAICompatibleLLM
+) -> None:
+    server.enqueue(ScriptedTurn.malformed_tool_use("list_files", ""), ScriptedTurn.tool_use("list_files", {}))
+    for _ in range(2):  # "" and "{}" both mean no arguments when the call was not cut off
+        reply = await ask(llm)
+        assert reply.stop_reason == "tool_use" and reply.tool_input_errors == {}
+        assert reply.content[0]["input"] == {}
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        ("<!doctype html><html><body>Please log in</body></html>", "text/html; charset=utf-8"),
+        ("data: not really\n\n", "text/plain"),
+    ],
+    ids=["html", "text"],
+)
+async def test_a_200_that_is_not_a_stream_fails_at_once_naming_its_content_type(
+    server: FakeOpenAIServer, llm: OpenAICompatibleLLM, body: str, content_type: str
+) -> None:
+    server.enqueue(ScriptedTurn.raw(body, content_type=content_type), "never sent")
+    with pytest.raises(PermanentError, match=f"answered with {content_type}, not a stream of SSE"):
+        await retry_call(lambda: ask(llm), initial=0.01, deadline=anyio.current_time() + 5)
+    assert len(server.requests) == 1
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    raw=st.text(max_size=40) | json_values | json_values.map(lambda v: orjson.dumps(v).decode()),
+    stop_reason=st.sampled_from(["tool_use", "max_tokens"]),
+)
+def test_arguments_are_either_exactly_what_was_sent_or_flagged(raw: object, stop_reason: str) -> None:
+    """Through the fake server's own translation to chunks, any ``function.arguments`` the server sends."""
+    from agentlife._llm._openai_format import ChatAssembler
+    from agentlife.testing._openai_server import chat_chunks
+
+    turn = ScriptedTurn.malformed_tool_use("t", raw, stop_reason=stop_reason)
+    assembler = ChatAssembler()
+    for _, data in chat_chunks(turn.stream_events(model="m", messages=[]), model="m"):
+        if data.startswith(b"data: {"):
+            assembler.feed(orjson.loads(data[len(b"data: ") :]))
+    reply = assembler.reply()
+    [block] = reply.content
+    problem = reply.tool_input_errors.get("toolu_scripted_t")
+    if stop_reason == "max_tokens":
+        assert problem is not None  # cut off inside the call: never run, whatever parsed
+    elif not isinstance(raw, str | None):  # null: no arguments in that delta
+        assert problem is not None and block["input"] == {}
+    elif problem is None:
+        assert block["input"] == (orjson.loads(raw) if raw and raw.strip() else {})
+        assert isinstance(block["input"], dict)

@@ -14,8 +14,11 @@ import pytest
 
 from agentlife import ConfigError
 from agentlife._cli._budget import register as register_cli
-from agentlife._journal import Journal
-from agentlife._policy import (
+from agentlife._journal._writer import Journal
+from agentlife._redact import Redactor
+from agentlife.constants import Constants
+from agentlife.stores import SQLiteStore
+from agentlife.stores._policy import (
     DEFAULT_SAFETY_BUFFER_SECONDS,
     CircuitBreaker,
     CircuitState,
@@ -26,9 +29,6 @@ from agentlife._policy import (
     p95_from_journals,
     should_retry_after_crash,
 )
-from agentlife._redact import Redactor
-from agentlife.constants import Constants
-from agentlife.stores import SQLiteStore
 
 # -- should_retry_after_crash ---------------------------------------------------------------------------
 
@@ -514,7 +514,7 @@ def test_python_m_agentlife_budget_end_to_end() -> None:
 
 def test_policy_module_imports_no_heavy_client() -> None:
     heavy = ("asyncpg", "aiohttp", "httpx", "anthropic", "qdrant_client")
-    code = f"import sys, agentlife._policy; print([m for m in {heavy!r} if m in sys.modules])"
+    code = f"import sys, agentlife.stores._policy; print([m for m in {heavy!r} if m in sys.modules])"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
     )

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentlife._probes import PROBE_PATHS, ProbeServer
+from agentlife._observe._probes import PROBE_PATHS, ProbeServer
+from agentlife._observe._status import StatusBoard
 from agentlife._state import State
-from agentlife._status import StatusBoard
 
 CLIENT_TIMEOUT = 1.0
 # Generous: a probe answers in about a millisecond; this only catches a server that is stuck.

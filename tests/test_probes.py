@@ -17,11 +17,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentlife._lag import run_lag_monitor
-from agentlife._probes import PROBE_PATHS, ProbeServer
+from agentlife._observe._lag import run_lag_monitor
+from agentlife._observe._probes import PROBE_PATHS, ProbeServer
+from agentlife._observe._status import StatusBoard
 from agentlife._redact import Redactor
 from agentlife._state import State
-from agentlife._status import StatusBoard
 
 SECRET = "sk-ant-api03-verysecretvalue123456"
 
@@ -336,9 +336,9 @@ def test_import_is_light_and_start_does_not_wait_for_aiohttp() -> None:
     script = textwrap.dedent(
         """
         import sys, time
-        from agentlife._probes import ProbeServer
-        from agentlife._lag import run_lag_monitor
-        from agentlife._status import StatusBoard
+        from agentlife._observe._probes import ProbeServer
+        from agentlife._observe._lag import run_lag_monitor
+        from agentlife._observe._status import StatusBoard
         assert "aiohttp" not in sys.modules, "aiohttp imported at module level"
         board = StatusBoard(job_id="j", agent_id="a", attempt=1)
         server = ProbeServer(board, "127.0.0.1", 0, blocked_threshold=5.0)

@@ -1,6 +1,55 @@
+"""The redactor: exact values in every spelling, secret shapes, URL passwords of any characters, linear cost.
+
+Property tests draw passwords and tokens from every character class that broke before (spaces, tabs,
+quotes, ``/#?@%:``, unicode, percent-escapes) and embed them in URLs, in surrounding text, in ``repr``,
+JSON and percent-encoded forms and in tracebacks. The cost tests mask a megabyte of the inputs that were
+quadratic (long alphanumeric runs, runs of "://", of ``:`` and of ``@``): they are guarded by pytest-timeout,
+not timed; the per-byte cost against a linear scan is a benchmark (``benchmarks/bench_redact.py``).
+"""
+
 from __future__ import annotations
 
-from agentlife._redact import MASK, Redactor
+import json
+import secrets
+import traceback
+import urllib.parse
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from agentlife._redact import MASK, Redactor, spellings, url_password
+
+PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+MEGABYTE = 1_000_000
+HOST = "db.internal:5432/jobs"
+
+# Every character class that broke before; no "*" (the mask itself) and no NUL.
+_special = st.sampled_from(list(" \t'\"/#?@%:&;,=+\\$!~^`()[]{}<>|"))
+_unicode = st.characters(codec="utf-8", exclude_categories=("Cs", "Cc"), exclude_characters="*")
+password_chars = st.one_of(_special, _unicode, st.sampled_from(list("abcXYZ019")))
+passwords = st.text(password_chars, min_size=1, max_size=24)
+long_passwords = st.text(password_chars, min_size=6, max_size=24)
+# Surrounding text full of the shapes the patterns look for.
+_fragments = st.sampled_from(
+    ["://", ":", "@", " ", "\t", "'", '"', "bearer ", "token=", "sk-", "postgresql://u:", "a", "0", "/", "\n"]
+)
+noise = st.lists(st.one_of(_fragments, st.text(max_size=8)), max_size=12).map("".join)
+
+
+def _masked_url(scheme: str = "postgresql") -> str:
+    return f"{scheme}://agent:{MASK}@{HOST}"
+
+
+def _assert_hidden(password: str, out: str) -> None:
+    assert f":{password}@" not in out, out
+    if len(password) >= 6:  # shorter values are masked in their URL only: "1" or "true" occur by chance
+        for spelled in (password, repr(password)[1:-1], json.dumps(password)[1:-1]):
+            assert spelled not in out, (spelled, out)
+        assert urllib.parse.quote(password, safe="") not in out, out
+
+
+# -- exact values ---------------------------------------------------------------------------------------
 
 
 def test_env_secret_values_are_masked_everywhere() -> None:
@@ -37,3 +86,184 @@ def test_redact_obj_walks_json() -> None:
 def test_short_values_are_not_treated_as_secrets() -> None:
     r = Redactor.from_env({"SOME_TOKEN": "1"})
     assert r.redact("step 1 of 10") == "step 1 of 10"
+
+
+def test_a_short_url_password_is_masked_in_its_url_and_nowhere_else() -> None:
+    r = Redactor.from_env({"AGENTLIFE_DATABASE_URL": "postgresql://agent:a b@db/x"})
+    assert (
+        r.redact("connect postgresql://agent:a b@db/x failed")
+        == f"connect postgresql://agent:{MASK}@db/x failed"
+    )
+    assert r.redact("a b c") == "a b c"
+
+
+def test_secrets_holding_lone_surrogates_are_masked_without_raising() -> None:
+    # os.environ holds undecodable bytes as lone surrogates; no spelling of them may raise.
+    token = "tok-\udcff-\ud800-value"
+    r = Redactor.from_env({"AGENTLIFE_CONTROL_PLANE_TOKEN": token, "DSN": "postgresql://u:p\udcffw d@h/x"})
+    assert r.redact(f"got {token} and {token!r}") == f"got {MASK} and '{MASK}'"
+    assert r.redact("postgresql://u:p\udcffw d@h/x") == f"postgresql://u:{MASK}@h/x"
+
+
+# -- URL passwords --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "password"),
+    [
+        ("postgresql://u:hun ter@db/x", "hun ter"),
+        ('postgresql://u:it\'s "q"@db/x', 'it\'s "q"'),
+        ("postgresql://u:p@ss/w#rd?@db/x", "p@ss/w#rd?"),
+        ("postgresql://u:a:b@db/x", "a:b"),
+        ("postgresql://u:@db/x", None),  # an empty password is no password
+        ("postgresql://u@db/x", None),
+        # Without a user, an "@" further on still ends a userinfo: masking too much is the safe side.
+        ("postgresql://db:5432/x?application_name=a@b", "5432/x?application_name=a"),
+        ("postgresql://u@db:5432?application_name=a:b@c", None),
+        ("postgresql://db/x?user=a:b@c", None),  # the part before ":" is a path: no userinfo
+        ("see postgresql://u:pw@db/x", None),  # a text that holds a URL is not a URL
+        ("", None),
+    ],
+)
+def test_url_password_parses_the_userinfo_up_to_the_last_at(url: str, password: str | None) -> None:
+    assert url_password(url) == password
+
+
+@given(password=passwords, before=noise, after=noise)
+@example(password="hun ter2", before="", after="")
+@example(password="tab\there", before="", after="")
+@example(password='it\'s "q"', before="", after="")
+@example(password="p@ss/w#rd?", before="", after="")
+@example(password="p\u00e4ss w\u00f6rd \u5bc6\u7801", before="", after="")
+@example(password="100%25 sure", before="", after="")
+@PROPERTY
+def test_a_url_password_from_the_environment_is_masked_in_every_spelling(
+    password: str, before: str, after: str
+) -> None:
+    url = f"postgresql://agent:{password}@{HOST}"
+    r = Redactor.from_env({"AGENTLIFE_DATABASE_URL": url})
+    assert r.redact(url) == _masked_url()
+    texts = [
+        f"{before} {url} {after}",
+        f"{before}{url}{after}",
+        f"cannot connect to {url!r}",
+        json.dumps({"dsn": url, "note": before}),
+        f"{before} password was {password} {after}",
+        f"dsn={urllib.parse.quote(url, safe=':/@')}",
+        f"pw {urllib.parse.quote(password, safe='')} {after}",
+    ]
+    for text in texts:
+        _assert_hidden(password, r.redact(text))
+
+
+@given(password=long_passwords)
+@PROPERTY
+def test_a_percent_encoded_url_password_is_masked_encoded_and_decoded(password: str) -> None:
+    encoded = urllib.parse.quote(password, safe="")
+    r = Redactor.from_env({"AGENTLIFE_DATABASE_URL": f"postgresql://agent:{encoded}@{HOST}"})
+    for text in (f"postgresql://agent:{encoded}@{HOST}", f"the password is {password}!", f"{password!r}"):
+        out = r.redact(text)
+        assert password not in out and encoded not in out, out
+
+
+@given(password=passwords, before=noise)
+@PROPERTY
+def test_a_password_in_a_traceback_is_masked(password: str, before: str) -> None:
+    url = f"postgresql://agent:{password}@{HOST}"
+    r = Redactor.from_env({"AGENTLIFE_DATABASE_URL": url})
+    try:
+        raise ConnectionError(f"{before} cannot reach {url!r} (password {password!r})")
+    except ConnectionError as exc:
+        text = "".join(traceback.format_exception(exc))
+    _assert_hidden(password, r.redact(text))
+
+
+@given(password=st.text(password_chars.filter(lambda c: not c.isspace() and c not in "'\""), min_size=1))
+@PROPERTY
+def test_a_url_password_without_whitespace_or_quotes_is_masked_by_its_shape_alone(password: str) -> None:
+    for scheme in ("postgresql", "redis", "https", "amqp+ssl"):
+        url = f"{scheme}://agent:{password}@{HOST}"
+        assert Redactor().redact(f"dsn {url} x") == f"dsn {_masked_url(scheme)} x"
+        assert Redactor().redact(repr(url)) == repr(_masked_url(scheme))
+
+
+@given(token=long_passwords, noise_text=noise)
+@example(token="tok 'echo' \"back\"", noise_text="")
+@PROPERTY
+def test_a_token_echoed_back_by_a_server_is_masked_in_every_spelling(token: str, noise_text: str) -> None:
+    r = Redactor.from_env({"AGENTLIFE_CONTROL_PLANE_TOKEN": token})
+    replies = [
+        json.dumps({"error": "bad token", "token": token, "note": noise_text}),
+        json.dumps({"token": token}, ensure_ascii=False),
+        f"GET /events?token={urllib.parse.quote(token, safe='')}&x=1 {noise_text}",
+        f"GET /events?token={urllib.parse.quote_plus(token)}",
+        f"invalid token {token!r}",
+        f"{noise_text}{token}{noise_text}",
+        repr(token.encode()),
+    ]
+    for reply in replies:
+        out = r.redact(reply)
+        for spelled in spellings(token):
+            assert spelled not in out, (spelled, out)
+
+
+def test_every_spelling_of_a_secret_is_masked() -> None:
+    secret = "p\u00e4ss w'o\"rd\t%/"
+    r = Redactor([secret])
+    for spelled in spellings(secret):
+        assert r.redact(f"<{spelled}>") == f"<{MASK}>", spelled
+
+
+# -- random text ----------------------------------------------------------------------------------------
+
+
+@given(text=st.lists(st.one_of(_fragments, st.text(max_size=30)), max_size=60).map("".join))
+@PROPERTY
+def test_masking_any_text_never_raises_and_masking_twice_changes_nothing(text: str) -> None:
+    r = Redactor.from_env({"AGENTLIFE_DATABASE_URL": "postgresql://u:s p@ce d@h/x", "X_TOKEN": "tok-123456"})
+    once = r.redact(text)
+    assert isinstance(once, str)
+    assert r.redact(once) == once
+    assert "tok-123456" not in once and ":s p@ce d@" not in once
+
+
+# -- cost: a megabyte of what was quadratic -------------------------------------------------------------
+
+_ADVERSARIAL = {
+    "acgt run": "acgt" * (MEGABYTE // 4),
+    "hex": secrets.token_hex(MEGABYTE // 2),
+    "scheme run": "a" * MEGABYTE + "://",
+    "repeated ://": "://" * (MEGABYTE // 3),
+    "repeated ://a:": "://a:" * (MEGABYTE // 5),
+    "repeated a://b": "a://b" * (MEGABYTE // 5),
+    "colons": ":" * MEGABYTE,
+    "ats": "@" * MEGABYTE,
+    "user run": "x://" + "u" * MEGABYTE + ":",
+    "password run": "x://u:" + "p" * MEGABYTE,
+    "one word per url": "a://u:p@h " * (MEGABYTE // 10),
+    "keyword then blanks": "token" + " " * MEGABYTE,
+    "keywords": "password: " * (MEGABYTE // 10),
+    "bearers": "bearer " * (MEGABYTE // 7),
+    "key prefixes": "sk-" * (MEGABYTE // 3),
+    "tabs": "\t" * MEGABYTE,
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("shape", sorted(_ADVERSARIAL))
+def test_a_megabyte_of_adversarial_text_is_masked(shape: str) -> None:
+    # Before, "acgt" * 20_000 took 141 s (quadratic): a megabyte would take hours and hit the timeout.
+    text = _ADVERSARIAL[shape]
+    r = Redactor.from_env({"AGENTLIFE_DATABASE_URL": "postgresql://u:s p@ce d@h/x", "X_TOKEN": "tok-123456"})
+    out = r.redact(text)
+    if shape in ("acgt run", "hex", "scheme run", "repeated ://", "colons", "ats", "tabs"):
+        assert out == text  # nothing in them is a secret
+    assert r.redact_obj({"result": [text]}) == {"result": [out]}
+
+
+@pytest.mark.timeout(120)
+def test_url_password_and_from_env_read_a_megabyte_value() -> None:
+    value = "postgresql://u:" + "p q" * (MEGABYTE // 3) + "@h/x"
+    assert url_password(value) == "p q" * (MEGABYTE // 3)
+    r = Redactor.from_env({"DSN": value, "RUN": "acgt" * (MEGABYTE // 4)})
+    assert r.redact(value) == f"postgresql://u:{MASK}@h/x"

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from agentlife import NOT_DONE, Done, ReplayMismatch, ScriptedLLM, StepContext, UnreplayableValue, tool
 from agentlife._config import MAX_PAYLOAD_DEPTH
-from agentlife._journal import Journal
-from agentlife._recovery import ReplayMap, build_replay, read_events
+from agentlife._journal._recovery import ReplayMap, build_replay, read_events
+from agentlife._journal._writer import Journal
 from agentlife._redact import Redactor
 from agentlife._replay import MAX_DEPTH, check_replayable, llm_request_digest, tool_call_digest
 from procs import REPO, agent_env, run_cli, spawn, wait_for

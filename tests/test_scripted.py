@@ -18,11 +18,17 @@ from agentlife import (
     TransientError,
     Usage,
 )
-from agentlife._anthropic import AnthropicLLM
-from agentlife._llm_default import UnconfiguredLLM, default_llm
-from agentlife._pricing import ModelPrice, PriceTable
+from agentlife._llm._anthropic import AnthropicLLM
+from agentlife._llm._default import UnconfiguredLLM, default_llm
+from agentlife._llm._pricing import ModelPrice, PriceTable
+from agentlife._llm._scripted import (
+    ScriptedEvent,
+    ScriptedLLM,
+    ScriptedTurn,
+    ScriptExhausted,
+    estimate_tokens,
+)
 from agentlife._retry import classify
-from agentlife._scripted import ScriptedEvent, ScriptedLLM, ScriptedTurn, ScriptExhausted, estimate_tokens
 
 pytestmark = pytest.mark.anyio
 
@@ -238,8 +244,8 @@ def test_default_llm_with_a_key_is_the_anthropic_adapter() -> None:
 def test_nothing_heavy_is_imported_until_a_call_needs_it() -> None:
     code = (
         "import sys, agentlife, agentlife.testing\n"
-        "from agentlife._llm_default import default_llm\n"
-        "from agentlife._scripted import ScriptedLLM, ScriptedTurn\n"
+        "from agentlife._llm._default import default_llm\n"
+        "from agentlife._llm._scripted import ScriptedLLM, ScriptedTurn\n"
         "from agentlife.testing._anthropic_server import FakeAnthropicServer\n"
         "default_llm({})\n"
         "default_llm({'ANTHROPIC_API_KEY': 'sk-ant-xyz123456'})\n"

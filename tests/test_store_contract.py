@@ -426,7 +426,7 @@ async def test_crash_records_are_appended_to_error(store: CheckpointStore) -> No
 
 async def test_set_status_keeps_result_unless_given(store: CheckpointStore) -> None:
     await _running_job(store)
-    await store.set_status("job-1", 1, "COMPLETED", result={"summary": "done", "n": [1, 2]})
+    await store.set_status("job-1", 1, "RUNNING", result={"summary": "done", "n": [1, 2]})
     await store.set_status("job-1", 1, "WAITING_FOR_APPROVAL")
     job = await store.get_job("job-1")
     assert (job.status, job.result, job.error) == (
@@ -434,6 +434,43 @@ async def test_set_status_keeps_result_unless_given(store: CheckpointStore) -> N
         {"summary": "done", "n": [1, 2]},
         [],
     )
+
+
+@pytest.mark.parametrize("terminal", ["COMPLETED", "FAILED", "DEAD_LETTER"])
+async def test_a_terminal_row_is_never_rewritten_by_a_late_writer(
+    store: CheckpointStore, terminal: str
+) -> None:
+    await _running_job(store)
+    await store.write_checkpoint("job-1", 1, "cp-1", 0, b"before")
+    await store.set_status("job-1", 1, terminal, result={"final": True})
+    before = await store.get_job("job-1")
+    crash = {"exit_code": 1, "error_class": "E", "message": "late", "at": 1.0, "attempt": 1}
+    late_writes: list[Callable[[], Awaitable[Any]]] = [
+        lambda: store.set_status("job-1", 1, "COMPLETED", result={"late": True}),
+        lambda: store.set_status("job-1", 1, "RUNNING", error=crash),
+        lambda: store.set_status("job-1", 1, terminal, error=crash),
+        lambda: store.write_checkpoint("job-1", 1, "cp-late", 1, b"late"),
+    ]
+    for write in late_writes:
+        with pytest.raises(AttemptFenced, match="refused"):
+            await write()
+    after = await store.get_job("job-1")
+    assert (after.status, after.result, after.error, after.checkpoint_id) == (
+        terminal,
+        {"final": True},
+        [],
+        "cp-1",
+    )
+    assert after.updated_at == before.updated_at
+
+
+async def test_a_status_write_happens_only_from_the_statuses_it_expects(store: CheckpointStore) -> None:
+    await _running_job(store)
+    with pytest.raises(AttemptFenced, match=r"WAITING_FOR_APPROVAL .* refused: the row is RUNNING"):
+        await store.set_status("job-1", 1, "WAITING_FOR_APPROVAL", expect=["PENDING"])
+    assert (await store.get_job("job-1")).status == "RUNNING"
+    await store.set_status("job-1", 1, "WAITING_FOR_APPROVAL", expect=["RUNNING"])
+    assert (await store.get_job("job-1")).status == "WAITING_FOR_APPROVAL"
 
 
 async def test_heartbeat_sets_heartbeat_at(store: CheckpointStore) -> None:

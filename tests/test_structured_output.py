@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from typing_extensions import TypedDict
 
 from agentlife import (
     AgentProcess,
+    AnthropicLLM,
     Done,
     LLMClient,
     OutputValidationError,
@@ -28,8 +30,8 @@ from agentlife import (
     StructuredReply,
     tool,
 )
-from agentlife._runtime._structured import OUTPUT_TOOL, _cached_adapter, output_tool
-from agentlife.testing import AgentHarness
+from agentlife._step._structured import OUTPUT_TOOL, _cached_adapter, output_tool
+from agentlife.testing import AgentHarness, FakeAnthropicServer
 from stepctx import MakeCtx, journal_events, step_contexts
 
 pytestmark = pytest.mark.anyio
@@ -262,3 +264,104 @@ async def test_a_tool_of_the_caller_may_not_take_the_output_tools_name(make_ctx:
     clash = {"name": OUTPUT_TOOL, "description": "mine", "input_schema": {"type": "object"}}
     with pytest.raises(ValueError, match="already named"):
         await ctx.llm.complete(model=MODEL, messages=MESSAGES, max_tokens=10, output_type=int, tools=[clash])
+
+
+# ------------------------------------------------------------ answers the model did not give whole
+
+KEY = "sk-ant-test-structured-0123456789"
+
+
+@asynccontextmanager
+async def anthropic(script: list[ScriptedTurn]) -> AsyncIterator[tuple[FakeAnthropicServer, AnthropicLLM]]:
+    """The real SDK against a fake server playing ``script``."""
+    async with FakeAnthropicServer(script, api_key=KEY) as server:
+        llm = AnthropicLLM(api_key=KEY, base_url=server.base_url)
+        try:
+            yield server, llm
+        finally:
+            await llm.aclose()
+
+
+class Sweep(BaseModel):
+    """What to delete; every field has a default, so {} would fit."""
+
+    pattern: str = "*"
+    dry_run: bool = False
+
+
+async def test_an_answer_cut_off_at_max_tokens_is_never_taken_and_is_asked_again(make_ctx: MakeCtx) -> None:
+    script = [
+        ScriptedTurn.malformed_tool_use(OUTPUT_TOOL, "", id="toolu_cut", stop_reason="max_tokens"),
+        _answer({"pattern": "*.tmp", "dry_run": True}, id="toolu_whole"),
+    ]
+    async with anthropic(script) as (server, llm):
+        ctx, journal = await make_ctx(llm)
+        value = await ctx.llm.complete(model=MODEL, messages=MESSAGES, max_tokens=100, output_type=Sweep)
+    assert value == Sweep(pattern="*.tmp", dry_run=True)  # not Sweep() from the {} of the cut call
+    assistant, user = server.requests[1].body["messages"][1:]
+    assert assistant["content"] == [{"type": "tool_use", "id": "toolu_cut", "name": OUTPUT_TOOL, "input": {}}]
+    [result] = user["content"]
+    assert result["tool_use_id"] == "toolu_cut" and result["is_error"] is True
+    assert "cut off at max_tokens" in result["content"]
+    [refused] = [e for e in await journal_events(journal) if e["type"] == "TOOL_REFUSED"]
+    assert refused["reason"] == "invalid_final_result" and refused["tool_use_id"] == "toolu_cut"
+
+
+async def test_another_tool_call_beside_a_valid_answer_is_journaled_as_not_run(
+    make_ctx: MakeCtx, caplog: pytest.LogCaptureFixture
+) -> None:
+    ran: list[str] = []
+
+    @tool
+    async def delete(pattern: str) -> str:
+        """Delete files."""
+        ran.append(pattern)
+        return "deleted"
+
+    llm = ScriptedLLM(
+        [
+            ScriptedTurn.reply(
+                [
+                    {"type": "tool_use", "id": "toolu_d", "name": "delete", "input": {"pattern": "*"}},
+                    {"type": "tool_use", "id": "toolu_a", "name": OUTPUT_TOOL, "input": {"pattern": "*"}},
+                ]
+            )
+        ]
+    )
+    ctx, journal = await make_ctx(llm)
+    with caplog.at_level("WARNING", logger="agentlife.calls"):
+        value = await ctx.llm.complete(
+            model=MODEL, messages=MESSAGES, max_tokens=100, output_type=Sweep, tools=[delete]
+        )
+    assert value == Sweep(pattern="*") and ran == []  # structured output runs no tools ...
+    [refused] = [e for e in await journal_events(journal) if e["type"] == "TOOL_REFUSED"]
+    assert refused["tool"] == "delete" and refused["reason"] == "not_run"  # ... and says so
+    assert any("delete" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+
+
+async def test_an_empty_reply_is_asked_again_without_an_empty_assistant_turn(make_ctx: MakeCtx) -> None:
+    script = [ScriptedTurn.reply([], stop_reason="end_turn"), _answer({"pattern": "a"})]
+    async with anthropic(script) as (server, llm):
+        ctx, _ = await make_ctx(llm)
+        value = await ctx.llm.complete(model=MODEL, messages=MESSAGES, max_tokens=100, output_type=Sweep)
+    assert value == Sweep(pattern="a")
+    sent = server.requests[1].body["messages"]
+    assert [m["role"] for m in sent] == ["user", "user"]
+    assert sent[1]["content"][0]["text"].endswith(f"no answer: call the {OUTPUT_TOOL} tool with it")
+
+
+async def test_an_answer_given_twice_in_one_reply_is_asked_again(make_ctx: MakeCtx) -> None:
+    twice = ScriptedTurn.reply(
+        [
+            {"type": "tool_use", "id": "a1", "name": OUTPUT_TOOL, "input": {"pattern": "a"}},
+            {"type": "tool_use", "id": "a2", "name": OUTPUT_TOOL, "input": {"pattern": "b"}},
+        ]
+    )
+    llm = ScriptedLLM([twice, _answer({"pattern": "b"})])
+    ctx, _ = await make_ctx(llm)
+    assert await ctx.llm.complete(model=MODEL, messages=MESSAGES, max_tokens=10, output_type=Sweep) == Sweep(
+        pattern="b"
+    )
+    results = llm.requests[1].messages[-1]["content"]
+    assert [r["tool_use_id"] for r in results] == ["a1", "a2"]
+    assert all("called 2 times in one reply: call it once" in r["content"] for r in results)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -21,16 +22,17 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentlife._llm import LLMReply, Usage
-from agentlife._prometheus import prometheus_name
-from agentlife._state import State, Transition
-from agentlife._status import StatusBoard
-from agentlife._telemetry import (
+from agentlife._llm._protocol import LLMReply, Usage
+from agentlife._observe._prometheus import prometheus_name
+from agentlife._observe._status import StatusBoard
+from agentlife._observe._telemetry import (
     INSTRUMENTS,
     Telemetry,
     bootstrap_kind,
     process_start_time,
 )
+from agentlife._state import State, Transition
+from agentlife.stores import JobStatus
 
 # The instruments of an agent process, by the Prometheus family name and type they must show up as.
 EXPECTED_FAMILIES = {
@@ -424,7 +426,7 @@ def test_unknown_exporters_are_ignored_with_a_warning(caplog: pytest.LogCaptureF
 
 CHILD = """
 import json, time
-from agentlife._telemetry import Telemetry
+from agentlife._observe._telemetry import Telemetry
 t = Telemetry("child", {}, env={})
 time.sleep(0.2)
 called = time.time()
@@ -482,3 +484,129 @@ def test_bootstrap_kind_is_cold_for_the_first_process_of_a_pid_namespace() -> No
         pytest.skip("running as PID 1")
     assert bootstrap_kind(margin=0.0) == "warm"
     assert bootstrap_kind(margin=1e9) == "cold"
+
+
+# -- the job of each span and measurement ------------------------------------------------------------
+
+
+def test_spans_and_measurements_name_the_job_of_their_task_without_a_series_per_job() -> None:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from agentlife._logging import job_attributes
+
+    exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    t = Telemetry(
+        "pool",
+        {"agent.id": "a"},
+        env={},
+        span_processors=[SimpleSpanProcessor(exporter)],
+        metric_readers=[reader],
+    )
+    for job_id, attempt, seconds in (("j-1", 1, 0.1), ("j-2", 3, 2.0)):
+        with job_attributes(job_id, attempt), t.step_span(0):
+            t.tool_call("read_file", "ok", 0.01)
+            t.step_completed(seconds)
+    with t.step_span(0):  # outside a job: no job attributes, nothing stale from the last one
+        pass
+    spans = exporter.get_finished_spans()
+    assert [(s.attributes or {}).get("job.id") for s in spans] == ["j-1", "j-2", None]
+    assert [(s.attributes or {}).get("job.attempt") for s in spans] == [1, 3, None]
+    # /metrics keeps one series per instrument's own attributes: a worker's thousand jobs are not a
+    # thousand series.
+    text = t.prometheus_text()
+    assert "j-1" not in text and "job_id" not in text
+    assert "agent_steps_completed_total 2" in text
+    assert 'agent_tool_calls_total{outcome="ok",tool="read_file"} 2' in text
+    # The job rides on the exemplars of each point (what an OTLP export carries).
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = {
+        m.name: list(m.data.data_points)
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    (tool_point,) = points["agent.tool.calls"]
+    assert dict(tool_point.attributes or {}) == {"tool": "read_file", "outcome": "ok"}
+    # A histogram keeps an exemplar per bucket: the two steps landed in different ones.
+    (step_point,) = points["agent.step.duration"]
+    exemplars = {
+        (e.value, tuple(sorted((e.filtered_attributes or {}).items()))) for e in step_point.exemplars
+    }
+    assert exemplars == {
+        (0.1, (("job.attempt", 1), ("job.id", "j-1"))),
+        (2.0, (("job.attempt", 3), ("job.id", "j-2"))),
+    }
+    t.shutdown(2.0)
+
+
+@pytest.mark.anyio
+async def test_a_workers_spans_and_metrics_name_each_job_not_the_worker(
+    receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from test_worker import create_jobs, finish, free_port, http, poll, rows, spawn_worker, worker_env
+
+    url, port = f"sqlite:///{tmp_path / 'agentlife.db'}", free_port()
+    await anyio.to_thread.run_sync(create_jobs, url)
+    env = worker_env(
+        tmp_path,
+        url,
+        port,
+        OTEL_TRACES_EXPORTER="otlp",
+        OTEL_METRICS_EXPORTER="otlp",
+        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url,
+    )
+    worker = spawn_worker(env)
+    try:
+        # Telemetry is built once the worker is READY; the jobs come after it, so every span is exported.
+        await anyio.to_thread.run_sync(
+            lambda: poll(lambda: "agent_steps_completed_total" in http(port, "/metrics")[1])
+        )
+        await anyio.to_thread.run_sync(lambda: create_jobs(url, "j-1", "j-2"))
+        await anyio.to_thread.run_sync(
+            lambda: poll(lambda: {r.status for r in rows(url).values()} == {JobStatus.COMPLETED})
+        )
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code, out = await anyio.to_thread.run_sync(finish, worker)
+    assert code == 143, out
+
+    def attributes(items: Any) -> dict[str, Any]:
+        return {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in items}
+
+    traces = [ExportTraceServiceRequest.FromString(b) for p, _, b in receiver.requests if p == "/v1/traces"]
+    steps = [
+        (attributes(rs.resource.attributes), attributes(span.attributes))
+        for request in traces
+        for rs in request.resource_spans
+        for ss in rs.scope_spans
+        for span in ss.spans
+        if span.name == "agent.step"
+    ]
+    assert sorted((s["job.id"], s["job.attempt"], s["agent.step"]) for _, s in steps) == [
+        ("j-1", 1, 0),
+        ("j-1", 1, 1),
+        ("j-2", 1, 0),
+        ("j-2", 1, 1),
+    ]
+    # The resource is the worker's: it names no job (it used to say job.id="worker").
+    assert all("job.id" not in resource for resource, _ in steps)
+    metrics = [
+        ExportMetricsServiceRequest.FromString(b) for p, _, b in receiver.requests if p == "/v1/metrics"
+    ]
+    step_points = [
+        point
+        for request in metrics
+        for rm in request.resource_metrics
+        if "job.id" not in attributes(rm.resource.attributes)
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "agent.step.duration"
+        for point in m.histogram.data_points
+    ]
+    assert step_points and all("job.id" not in attributes(p.attributes) for p in step_points)
+    jobs = {attributes(e.filtered_attributes).get("job.id") for p in step_points for e in p.exemplars}
+    assert jobs and jobs <= {"j-1", "j-2"}

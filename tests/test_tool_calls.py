@@ -29,10 +29,10 @@ from agentlife import (
     ToolArgumentsInvalid,
     tool,
 )
-from agentlife._journal import Journal
+from agentlife._journal._writer import Journal
 from agentlife._schema import openai_tool, validate_arguments
 from agentlife.testing import FakeAnthropicServer
-from stepctx import step_contexts
+from stepctx import journal_events, step_contexts
 
 pytestmark = pytest.mark.anyio
 
@@ -245,3 +245,75 @@ async def test_a_tool_loop_through_the_real_sdk_sends_definitions_and_results(ag
     result = second["messages"][-1]["content"][0]
     assert result == {"type": "tool_result", "tool_use_id": "toolu_1", "content": "3 hits for drains"}
     assert CALLS[0]["query"] == "drains"
+
+
+# ------------------------------------------------------------------- calls that never reach a function
+
+
+async def test_unusable_input_is_refused_journaled_and_logged_never_run(
+    ctx: tuple[StepContext, Journal], caplog: pytest.LogCaptureFixture
+) -> None:
+    step, journal = ctx
+    CALLS.clear()
+    reply = LLMReply(
+        text="",
+        content=[
+            {"type": "tool_use", "id": "u1", "name": "search_docs", "input": {"query": "drains"}},
+            {"type": "tool_use", "id": "u2", "name": "search_docs", "input": {}},
+        ],
+        stop_reason="tool_use",
+        tool_input_errors={"u2": "its input is not valid JSON (unexpected end of data, 12 characters)"},
+    )
+    with caplog.at_level("WARNING", logger="agentlife.calls"):
+        results = await step.run_tool_calls(reply, tools=[search_docs])
+    assert results[0]["content"] == "5 hits for drains"
+    assert results[1]["is_error"] is True
+    assert results[1]["content"].startswith("tool search_docs was not run: its input is not valid JSON")
+    assert [c["query"] for c in CALLS] == ["drains"]  # u2 never ran, though {} is not even valid for it
+    events = await journal_events(journal)
+    [refused] = [e for e in events if e["type"] == "TOOL_REFUSED"]
+    assert refused["reason"] == "unusable_arguments" and refused["tool_use_id"] == "u2"
+    assert refused["step"] == 0 and refused["error"] == results[1]["content"]
+    assert [e["tool"] for e in events if e["type"] == "TOOL_STARTED"] == ["search_docs"]
+    assert any(
+        r.levelname == "WARNING" and "refused, unusable_arguments" in r.getMessage() for r in caplog.records
+    )
+
+
+async def test_a_reply_cut_at_max_tokens_from_any_client_never_runs_its_last_call(
+    ctx: tuple[StepContext, Journal],
+) -> None:
+    step, _ = ctx
+    CALLS.clear()
+    # A hand-built reply (a custom LLMClient) that flagged nothing: the cut-off rule still applies.
+    reply = LLMReply(
+        text="",
+        content=[
+            {"type": "tool_use", "id": "u1", "name": "search_docs", "input": {"query": "whole"}},
+            {"type": "tool_use", "id": "u2", "name": "search_docs", "input": {"query": "cut"}},
+        ],
+        stop_reason="max_tokens",
+    )
+    results = await step.run_tool_calls(reply, tools=[search_docs])
+    assert [c["query"] for c in CALLS] == ["whole"]  # sent whole before the cut: it runs
+    assert "cut off at max_tokens" in results[1]["content"] and results[1]["is_error"]
+
+
+async def test_unknown_tools_list_every_tool_offered_and_definitions_only_say_so(
+    ctx: tuple[StepContext, Journal],
+) -> None:
+    step, journal = ctx
+    definition = {"name": "web_search", "description": "Search.", "input_schema": {"type": "object"}}
+    openai_form = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    huge = "x" * 10_000
+    reply = _reply(("u1", "nope", {}), ("u2", "web_search", {}), ("u3", huge, {}))
+    results = await step.run_tool_calls(reply, tools=[search_docs, definition, openai_form])
+    assert results[0]["content"] == "unknown tool 'nope' (tools offered: lookup, search_docs, web_search)"
+    assert results[1]["content"] == (
+        "tool 'web_search' was offered as a definition only: no function here runs it "
+        "(tools that run: search_docs)"
+    )
+    assert len(results[2]["content"]) < 300 and results[2]["tool_use_id"] == "u3"  # a 10 KB name, shortened
+    events = await journal_events(journal)
+    assert [e["reason"] for e in events if e["type"] == "TOOL_REFUSED"] == ["unknown_tool"] * 3
+    assert max(len(orjson.dumps(e)) for e in events) < 1000

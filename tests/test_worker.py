@@ -223,7 +223,11 @@ def test_bad_arguments_are_one_line_usage_errors(tmp_path: Path, sqlite_url: str
     for args, needle in (
         (["--max-jobs", "0"], "--max-jobs must be >= 1"),
         (["--idle-timeout", "-1"], "--idle-timeout must be > 0"),
-        (["--time-scale", "0"], "--time-scale must be > 0"),
+        (["--time-scale", "0"], "--time-scale must be a finite number >= 0.001, got 0"),
+        (["--time-scale", "inf"], "--time-scale must be a finite number >= 0.001, got inf"),
+        (["--time-scale", "nan"], "--time-scale must be a finite number >= 0.001, got nan"),
+        # Past MAX_ENV_SECONDS a thread timer would overflow and die with a traceback.
+        (["--time-scale", "1e300"], "--time-scale 1e+300 makes retry.crash_backoff_seconds 1.8e+303 s"),
     ):
         result = run_cli("worker", TARGET, *args, env=env)
         assert result.returncode == 2, result.stderr
@@ -318,11 +322,11 @@ def test_the_reaper_in_a_worker_reclaims_a_row_whose_heartbeat_stopped(tmp_path:
         ("zombie", "RETRYING", 2)
     ]
     row = rows(db_url)["zombie"]
-    assert (row.status, row.attempt) == (JobStatus.COMPLETED, 3)
+    assert (row.status, row.attempt) == (JobStatus.COMPLETED, 2)  # reaped 1, claimed once: 2, not 3
     assert [e["error_class"] for e in row.error] == ["HeartbeatStale"]
 
 
-def test_a_worker_restarted_in_place_takes_back_its_killed_predecessors_job_at_once(
+def test_a_worker_restarted_in_place_takes_back_its_killed_predecessors_job_before_the_threshold(
     tmp_path: Path, db_url: str, procs: list[subprocess.Popen[bytes]]
 ) -> None:
     create_jobs(db_url, "held")
@@ -333,14 +337,156 @@ def test_a_worker_restarted_in_place_takes_back_its_killed_predecessors_job_at_o
     first.communicate()
     assert rows(db_url)["held"].status == JobStatus.RUNNING
     (tmp_path / "traces" / "gate-held").touch()
-    # Unscaled: the heartbeat threshold is 300 s, so only the dead-owner check can hand the row back now.
-    code, out = finish(spawn_worker(worker_env(tmp_path, db_url), "--max-jobs", "1"), timeout=60)
+    # Scaled x 0.1: the heartbeat threshold is 30 s, so only the dead-owner check can hand the row back
+    # within the test; it does once the heartbeat is one job heartbeat interval (3 s) old.
+    code, out = finish(
+        spawn_worker(worker_env(tmp_path, db_url), "--max-jobs", "1", "--time-scale", "0.1"), timeout=60
+    )
     assert code == 0, out
     row = rows(db_url)["held"]
-    assert (row.status, row.attempt) == (JobStatus.COMPLETED, 3)
+    assert (row.status, row.attempt) == (JobStatus.COMPLETED, 2)
     assert [e["error_class"] for e in row.error] == ["OwnerGone"]
+    assert 3.0 <= row.error[0]["at"] - row.error[0]["heartbeat_at"] < 30.0
     reaped = [line for line in json_lines(out) if line.get("event") == "reaped"]
     assert [(r["reaped_job_id"], r["new_attempt"]) for r in reaped] == [("held", 2)]
+
+
+def _set_owner(url: str, job_id: str, owner: str, heartbeat_age: float) -> None:
+    """A RUNNING row (attempt 1) claimed by ``owner``, its heartbeat ``heartbeat_age`` seconds old."""
+    at = time.time() - heartbeat_age
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        try:
+            conn.execute(
+                "UPDATE job SET status = 'RUNNING', attempt = 1, owner = ?, heartbeat_at = ? WHERE id = ?",
+                (owner, at, job_id),
+            )
+        finally:
+            conn.close()
+        return
+
+    async def go() -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(
+                "UPDATE job SET status = 'RUNNING', attempt = 1, owner = $1, heartbeat_at = $2 WHERE id = $3",
+                owner,
+                datetime.fromtimestamp(at, UTC),
+                job_id,
+            )
+        finally:
+            await conn.close()
+
+    anyio.run(go)
+
+
+def _exited_owner(namespace: str | None = None) -> str:
+    """The claim token of a process of this host that has exited, in ``namespace`` (default: this one's)."""
+    from agentlife.stores._base import _start_ticks, namespace_id
+
+    gone = subprocess.Popen(["sleep", "30"])
+    ticks = _start_ticks(gone.pid)
+    gone.kill()
+    gone.wait()
+    return f"{socket.gethostname()}:{gone.pid}:{ticks}:0a0b0c0d:{namespace or namespace_id()}"
+
+
+class _LiveOwner:
+    """Keeps a row's heartbeat fresh from a thread, as its process in another container would."""
+
+    def __init__(self, url: str, job_id: str) -> None:
+        import threading
+
+        self.url, self.job_id = url, job_id
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+
+    def __enter__(self) -> _LiveOwner:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def _beat(self) -> None:
+        while not self.stop.wait(0.05):
+            if self.url.startswith("sqlite"):
+                import sqlite3
+
+                conn = sqlite3.connect(self.url.removeprefix("sqlite:///"), timeout=10, isolation_level=None)
+                try:
+                    conn.execute("UPDATE job SET heartbeat_at = ? WHERE id = ?", (time.time(), self.job_id))
+                finally:
+                    conn.close()
+            else:
+                anyio.run(self._beat_pg)
+
+    async def _beat_pg(self) -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(self.url)
+        try:
+            await conn.execute("UPDATE job SET heartbeat_at = now() WHERE id = $1", self.job_id)
+        finally:
+            await conn.close()
+
+
+def test_a_live_job_in_another_pid_namespace_is_never_reaped(tmp_path: Path, db_url: str) -> None:
+    # Two containers share this host name (hostNetwork, compose's hostname:) but not their pid namespace:
+    # the other one's pid is not visible here, yet its process runs and beats every 0.05 s. The reaper
+    # must leave it alone; a row whose owner died in this very namespace is reaped beside it.
+    import uuid
+
+    create_jobs(db_url, "foreign", "dead-here")
+    _set_owner(db_url, "foreign", _exited_owner(f"{uuid.uuid4()}.4026531836"), heartbeat_age=0.0)
+    _set_owner(db_url, "dead-here", _exited_owner(), heartbeat_age=1.0)
+    env = worker_env(tmp_path, db_url, WORKER_STEP_SECONDS="1")
+    # Scaled x 0.01: threshold 3 s, heartbeat interval (the freshness window) 0.3 s, a reaper pass every
+    # 0.3 s; the job it runs meanwhile takes 2 s, so about seven passes see the foreign row.
+    with _LiveOwner(db_url, "foreign"):
+        code, out = finish(spawn_worker(env, "--time-scale", "0.01", "--max-jobs", "1"))
+    assert code == 0, out
+    reaped = [line for line in json_lines(out) if line.get("event") == "reaped"]
+    assert [(r["job_id"], r["reaped_job_id"], r["new_attempt"]) for r in reaped] == [
+        ("dead-here", "dead-here", 2)
+    ]
+    final = rows(db_url)
+    assert (final["foreign"].status, final["foreign"].attempt, final["foreign"].error) == ("RUNNING", 1, [])
+    assert (final["dead-here"].status, final["dead-here"].attempt) == (JobStatus.COMPLETED, 2)
+
+
+def test_the_reapers_log_line_names_the_reaped_job_not_the_one_running(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    create_jobs(sqlite_url, "busy")
+    env = worker_env(tmp_path, sqlite_url, WORKER_GATE="1")
+    worker = spawn_worker(env, "--time-scale", "0.01", "--max-jobs", "2")
+    try:
+        wait_for(tmp_path / "traces" / "waiting-busy-1")
+        create_jobs(sqlite_url, "zombie")
+        make_stale_running(sqlite_url, "zombie", heartbeat_age=3600)  # reaped while "busy" runs
+        poll(lambda: rows(sqlite_url)["zombie"].status == JobStatus.RETRYING)
+        (tmp_path / "traces" / "gate-busy").touch()
+        (tmp_path / "traces" / "gate-zombie").touch()
+        code, out = finish(worker)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert code == 0, out
+    [reaped] = [line for line in json_lines(out) if line.get("event") == "reaped"]
+    assert (reaped["job_id"], reaped["attempt"], reaped["reaped_job_id"], reaped["new_attempt"]) == (
+        "zombie",
+        1,
+        "zombie",
+        2,
+    )
+    assert rows(sqlite_url)["zombie"].attempt == 2
 
 
 def test_a_job_parked_for_approval_is_resumed_by_a_worker_once_approved(
@@ -366,3 +512,54 @@ def test_a_job_parked_for_approval_is_resumed_by_a_worker_once_approved(
     worker.send_signal(signal.SIGTERM)
     code, out = finish(worker)
     assert code == 143, out
+
+
+def test_each_job_ends_with_a_job_line_and_only_the_worker_logs_an_exit(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    create_jobs(sqlite_url, "j-1", "j-2")
+    code, out = finish(spawn_worker(worker_env(tmp_path, sqlite_url), "--max-jobs", "2"))
+    assert code == 0, out
+    lines = json_lines(out)
+    # One exit line, the process's own: a job's end is no "exit 0".
+    exits = [line for line in lines if str(line.get("msg", "")).startswith("exit ")]
+    assert [(line["logger"], line["exit_code"]) for line in exits] == [("agentlife.worker", 0)]
+    ended = [line for line in lines if line.get("event") == "job_ended"]
+    assert [(line["job_id"], line["attempt"], line["outcome"]) for line in ended] == [
+        ("j-1", 1, "done"),
+        ("j-2", 1, "done"),
+    ]
+    assert ended[0]["msg"] == "job j-1 attempt 1 done: job COMPLETED"
+
+
+def test_readyz_is_503_while_claims_fail_and_200_once_the_store_is_back(
+    tmp_path: Path, postgres_server: Any, postgres_url: str, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    create_jobs(postgres_url)
+    port = free_port()
+    worker = spawn_worker(worker_env(tmp_path, postgres_url, port), "--time-scale", "0.02")
+    procs.append(worker)
+    assert poll(lambda: http(port, "/readyz") == (200, "ok\n"))
+    with postgres_server.stopped():
+        # Idle, but every claim fails: it cannot take a job, so it is not ready (and says why).
+        assert poll(lambda: http(port, "/readyz") == (503, "store unavailable\n"))
+        assert '"claim_error":' in http(port, "/status")[1]
+    assert poll(lambda: http(port, "/readyz") == (200, "ok\n"), timeout=30)
+    create_jobs(postgres_url, "after")
+    poll(lambda: rows(postgres_url)["after"].status == JobStatus.COMPLETED)
+    worker.send_signal(signal.SIGTERM)
+    code, out = finish(worker)
+    assert code == 143, out
+    # Nothing but JSON lines (asyncpg's own pool warnings carry their traceback inside one).
+    assert [line for line in out.splitlines() if not line.startswith("{")] == []
+
+
+def test_a_worker_on_a_database_without_the_schema_exits_1_naming_db_init(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    # postgres_url is a fresh, empty schema: nobody ran `db init`.
+    code, out = finish(spawn_worker(worker_env(tmp_path, postgres_url)), timeout=30)
+    assert code == 1, out
+    fatal = [line for line in json_lines(out) if line.get("level") == "ERROR"]
+    assert len(fatal) == 1 and "run `python -m agentlife db init`" in str(fatal[0]["msg"])
+    assert "claim failed" not in out

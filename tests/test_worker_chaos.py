@@ -1,8 +1,13 @@
 """A pool of real workers on a real PostgreSQL under seeded SIGKILLs and SIGTERMs, restarted as a Deployment
 would restart them: every job ends COMPLETED, every side effect happens exactly once, no job is ever run by
 two live processes at once (the journals and the fsynced step traces say when each attempt ran, and where),
-and the jobs of killed workers are reclaimed by the reapers inside the surviving workers within the
-threshold plus one reaper period.
+and the jobs of killed workers are reclaimed by the reapers of the surviving or respawned workers, never
+before their heartbeat is older than the threshold unless their owner is known to be gone. One of the faults
+kills every live worker at once.
+
+How long a reclaim takes is a figure, not an assertion: it depends on how fast a respawned worker boots on
+a loaded machine, which no code here bounds. The test prints its p50, p99 and max (``-s``); docs/workers.md
+gives the bound and the figures of the 300-job run.
 
 Sizes come from the environment, so the nox ``chaos`` session runs the big variant: ``WORKER_CHAOS_JOBS``
 (default 60), ``WORKER_CHAOS_SIGKILLS`` (8), ``WORKER_CHAOS_SIGTERMS`` (8), ``WORKER_CHAOS_WORKERS`` (4),
@@ -12,6 +17,7 @@ Sizes come from the environment, so the nox ``chaos`` session runs the big varia
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import random
 import shutil
@@ -42,6 +48,8 @@ TIME_SCALE = 0.005
 CONSTANTS = Constants().scaled(TIME_SCALE)
 THRESHOLD = CONSTANTS.heartbeat.zombie_after_seconds
 REAP_PERIOD = THRESHOLD / 5
+#: The fault that SIGKILLs every live worker at once (the others are one signal to one worker).
+EVERY_WORKER = 0
 
 
 def _can_name_hosts() -> bool:
@@ -131,8 +139,9 @@ def test_a_worker_pool_survives_seeded_kills_with_every_job_done_once(
     ids = [f"job-{i:04d}" for i in range(JOBS)]
     create_jobs(postgres_url, *ids)
     rng = random.Random(SEED)
-    events = [signal.SIGKILL] * SIGKILLS + [signal.SIGTERM] * SIGTERMS
+    events: list[int] = [signal.SIGKILL] * SIGKILLS + [signal.SIGTERM] * SIGTERMS
     rng.shuffle(events)
+    events.insert(rng.randrange(len(events) + 1), EVERY_WORKER)
     pool = Pool(env, logs)
     sent: list[tuple[float, int, int]] = []
     deadline = time.monotonic() + 60 + JOBS * 0.5
@@ -145,7 +154,14 @@ def test_a_worker_pool_survives_seeded_kills_with_every_job_done_once(
             now = time.monotonic()
             if events and now >= next_event:
                 live = busy_first(pool.live(), traces / "steps")
-                if live:
+                if events[-1] == EVERY_WORKER:
+                    everyone = pool.live()
+                    if len(everyone) == WORKERS:  # else wait for the respawns: the whole pool, no reaper left
+                        events.pop()
+                        for victim in everyone:
+                            victim.send_signal(signal.SIGKILL)
+                        sent += [(time.time(), victim.pid, EVERY_WORKER) for victim in everyone]
+                elif live:
                     victim = rng.choice(live)
                     sig = events.pop()
                     victim.send_signal(sig)
@@ -165,6 +181,7 @@ def test_a_worker_pool_survives_seeded_kills_with_every_job_done_once(
     # The faults really happened, while jobs were running.
     assert sum(1 for _, _, s in sent if s == signal.SIGKILL) == SIGKILLS
     assert sum(1 for _, _, s in sent if s == signal.SIGTERM) == SIGTERMS
+    assert sum(1 for _, _, s in sent if s == EVERY_WORKER) == WORKERS
     final = rows(postgres_url)
     assert {job_id: final[job_id].status for job_id in ids} == dict.fromkeys(ids, JobStatus.COMPLETED)
 
@@ -186,23 +203,33 @@ def test_a_worker_pool_survives_seeded_kills_with_every_job_done_once(
         for (a1, (_, end1, _)), (a2, (start2, _, _)) in itertools.pairwise(attempts):
             assert end1 <= start2, f"{job_id}: attempt {a2} started while attempt {a1} still ran"
 
-    # The killed workers' jobs were reaped, each within threshold + one reaper period of its last heartbeat
-    # (plus a margin for a loaded 2-core machine and a pool momentarily without a live worker). The workers
-    # share this host, so most are taken back as soon as a reaper sees their claiming process gone
-    # (OwnerGone); the rest once their heartbeat is older than the threshold (HeartbeatStale).
+    # The killed workers' jobs were reaped. The workers share this host, so most are taken back as soon as a
+    # reaper sees their claiming process gone (OwnerGone); the rest once their heartbeat is older than the
+    # threshold (HeartbeatStale), and never before.
     kinds = ("HeartbeatStale", "OwnerGone")
     reaped = [e for r in final.values() for e in r.error if e.get("error_class") in kinds]
     assert reaped, "no job was reclaimed by a reaper"
     waits = [e["at"] - e["heartbeat_at"] for e in reaped]
-    assert max(waits) <= THRESHOLD + REAP_PERIOD + 2.0, sorted(waits)
     stale = [w for e, w in zip(reaped, waits, strict=True) if e["error_class"] == "HeartbeatStale"]
     assert all(w >= THRESHOLD for w in stale)
     print(
-        f"\nchaos: {JOBS} jobs, {SIGKILLS} SIGKILL + {SIGTERMS} SIGTERM, {pool.spawned} worker processes, "
-        f"{len(reaped)} reaped ({len(stale)} by heartbeat age, {len(reaped) - len(stale)} owner gone; "
-        f"heartbeat age at reap {min(waits):.2f}-{max(waits):.2f} s, "
-        f"threshold {THRESHOLD:g} s + period {REAP_PERIOD:g} s)"
+        f"\nchaos: {JOBS} jobs, {SIGKILLS} SIGKILL + {SIGTERMS} SIGTERM + the whole pool at once, "
+        f"{pool.spawned} worker processes, {len(reaped)} reaped ({len(stale)} by heartbeat age, "
+        f"{len(reaped) - len(stale)} owner gone); heartbeat age at reap: {percentiles(waits)}; "
+        f"by heartbeat age: {percentiles(stale)}; threshold {THRESHOLD:g} s + period {REAP_PERIOD:g} s"
     )
+
+
+def percentiles(values: list[float]) -> str:
+    """p50, p99 and max of ``values`` in seconds (nearest rank), or "none"."""
+    if not values:
+        return "none"
+    ordered = sorted(values)
+
+    def rank(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+    return f"p50 {rank(0.5):.2f} s, p99 {rank(0.99):.2f} s, max {ordered[-1]:.2f} s (n={len(ordered)})"
 
 
 def busy_first(live: list[subprocess.Popen[bytes]], steps: Path) -> list[subprocess.Popen[bytes]]:

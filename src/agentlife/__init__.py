@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from agentlife._agent import AgentProcess, BudgetView, Done, Footprint, Job
 from agentlife._exceptions import (
     AgentlifeError,
+    ApprovalRejected,
     AttemptFenced,
     BackgroundOperationRestricted,
     BudgetExhausted,
@@ -41,57 +42,59 @@ from agentlife._exceptions import (
     TransientError,
     UnreplayableValue,
 )
-from agentlife._llm import LLMClient, LLMReply, StreamEvent, StreamTimeouts, Usage
+from agentlife._llm._protocol import LLMClient, LLMReply, StreamEvent, StreamTimeouts, Usage
 from agentlife._state import State
 from agentlife._tools import NOT_DONE, ToolSpec, tool
 from agentlife._version import __version__
 
 if TYPE_CHECKING:
-    from agentlife._anthropic import AnthropicLLM
-    from agentlife._conversation import Conversation
-    from agentlife._delivery import DeliveryGuard
-    from agentlife._mcp import MCPServer
+    from agentlife._journal._conversation import Conversation
+    from agentlife._llm._anthropic import AnthropicLLM
+    from agentlife._llm._openai import OpenAICompatibleLLM
+    from agentlife._llm._pricing import PriceTable
+    from agentlife._llm._scripted import ScriptedLLM, ScriptedTurn
+    from agentlife._mcp._server import MCPServer
     from agentlife._memory import Embedder, HashingEmbedder, MemoryRecord
-    from agentlife._openai import OpenAICompatibleLLM
-    from agentlife._policy import (
+    from agentlife._schedule import Schedule
+    from agentlife._step._context import StepContext
+    from agentlife._step._stepllm import StepLLM
+    from agentlife._step._streaming import LLMStream
+    from agentlife._step._structured import StructuredReply
+    from agentlife._step._tool_agent import ToolAgent
+    from agentlife.stores._delivery import DeliveryGuard
+    from agentlife.stores._policy import (
         CircuitBreaker,
         RetryDecision,
         crash_backoff_schedule,
         derive_total_timeout,
         should_retry_after_crash,
     )
-    from agentlife._pricing import PriceTable
-    from agentlife._runtime._context import StepContext
-    from agentlife._runtime._streaming import LLMStream
-    from agentlife._runtime._structured import StructuredReply
-    from agentlife._runtime._tool_agent import ToolAgent
-    from agentlife._schedule import Schedule
-    from agentlife._scripted import ScriptedLLM, ScriptedTurn
 
 # Public names whose modules pull in more than the core (anyio, the journal, cron and pricing tables):
 # they load on first access, so `import agentlife` stays as cheap as `import asyncio`.
 _LAZY = {
-    "AnthropicLLM": "agentlife._anthropic",
-    "CircuitBreaker": "agentlife._policy",
-    "Conversation": "agentlife._conversation",
-    "DeliveryGuard": "agentlife._delivery",
+    "AnthropicLLM": "agentlife._llm._anthropic",
+    "CircuitBreaker": "agentlife.stores._policy",
+    "Conversation": "agentlife._journal._conversation",
+    "DeliveryGuard": "agentlife.stores._delivery",
     "Embedder": "agentlife._memory",
     "HashingEmbedder": "agentlife._memory",
-    "LLMStream": "agentlife._runtime._streaming",
-    "MCPServer": "agentlife._mcp",
+    "LLMStream": "agentlife._step._streaming",
+    "MCPServer": "agentlife._mcp._server",
     "MemoryRecord": "agentlife._memory",
-    "OpenAICompatibleLLM": "agentlife._openai",
-    "PriceTable": "agentlife._pricing",
-    "RetryDecision": "agentlife._policy",
+    "OpenAICompatibleLLM": "agentlife._llm._openai",
+    "PriceTable": "agentlife._llm._pricing",
+    "RetryDecision": "agentlife.stores._policy",
     "Schedule": "agentlife._schedule",
-    "ScriptedLLM": "agentlife._scripted",
-    "ScriptedTurn": "agentlife._scripted",
-    "StepContext": "agentlife._runtime._context",
-    "StructuredReply": "agentlife._runtime._structured",
-    "ToolAgent": "agentlife._runtime._tool_agent",
-    "crash_backoff_schedule": "agentlife._policy",
-    "derive_total_timeout": "agentlife._policy",
-    "should_retry_after_crash": "agentlife._policy",
+    "ScriptedLLM": "agentlife._llm._scripted",
+    "ScriptedTurn": "agentlife._llm._scripted",
+    "StepContext": "agentlife._step._context",
+    "StepLLM": "agentlife._step._stepllm",
+    "StructuredReply": "agentlife._step._structured",
+    "ToolAgent": "agentlife._step._tool_agent",
+    "crash_backoff_schedule": "agentlife.stores._policy",
+    "derive_total_timeout": "agentlife.stores._policy",
+    "should_retry_after_crash": "agentlife.stores._policy",
 }
 
 
@@ -100,6 +103,7 @@ __all__ = [
     "AgentProcess",
     "AgentlifeError",
     "AnthropicLLM",
+    "ApprovalRejected",
     "AttemptFenced",
     "BackgroundOperationRestricted",
     "BudgetExhausted",
@@ -142,6 +146,7 @@ __all__ = [
     "ScriptedTurn",
     "State",
     "StepContext",
+    "StepLLM",
     "StoreError",
     "StoreUnavailable",
     "StreamEvent",
@@ -164,7 +169,8 @@ __all__ = [
 
 def _publish(obj: Any) -> Any:
     """Show the public path in tracebacks and docs: ``agentlife.Done``, not ``agentlife._agent.Done``."""
-    if getattr(obj, "__module__", "").startswith("agentlife._"):
+    module = getattr(obj, "__module__", "")
+    if module.startswith("agentlife.") and any(part.startswith("_") for part in module.split(".")):
         with contextlib.suppress(AttributeError, TypeError):  # builtins and some protocols refuse it
             obj.__module__ = "agentlife"
     return obj

@@ -9,26 +9,23 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from agentlife._replay import check_replayable
 
 if TYPE_CHECKING:
-    from agentlife._llm import LLMClient
+    from agentlife._llm._protocol import LLMClient
     from agentlife._memory import Embedder
-    from agentlife._runtime._context import StepContext
+    from agentlife._step._context import StepContext
 
 __all__ = ["AgentProcess", "BudgetView", "Done", "Footprint", "Job"]
 
 
 @dataclass(frozen=True, slots=True)
 class Done:
-    """Returned by `AgentProcess.step` to end the job.
-
-    Attributes:
-        result: JSON-serialisable; stored on the job row and handed to ``deliver`` and ``housekeeping``.
-        status: ``"COMPLETED"`` or ``"FAILED"``.
-        reason: why, for a FAILED job (kept on the job row).
-    """
+    """Returned by `AgentProcess.step` to end the job."""
 
     result: Any = None
+    """JSON-serialisable; stored on the job row and handed to ``deliver`` and ``housekeeping``."""
     status: Literal["COMPLETED", "FAILED"] = "COMPLETED"
+    """``"COMPLETED"`` or ``"FAILED"``; anything else raises `ValueError`."""
     reason: str | None = None
+    """Why, for a FAILED job (kept on the job row)."""
 
     def __post_init__(self) -> None:
         if self.status not in ("COMPLETED", "FAILED"):
@@ -41,10 +38,15 @@ class Job:
     """The job this process runs, as read from its row at hydration."""
 
     id: str
+    """The job id (``AGENTLIFE_JOB_ID``, ``--job-id``): the row's key and the session directory's name."""
     agent_id: str
+    """The agent the job belongs to (`AgentProcess.agent_id`, or ``AGENTLIFE_AGENT_ID``)."""
     attempt: int
+    """This process's attempt, from 1: it fences out every earlier attempt's writes."""
     payload: Any = None
+    """The job's input, as the control plane or ``job create --payload`` stored it (JSON)."""
     status: str = "RUNNING"
+    """The row's status when this process claimed it (a `JobStatus` value)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +54,13 @@ class Footprint:
     """Resource settings; reduced after the previous attempt was OOM-killed (exit 137)."""
 
     max_context_tokens: int = 200_000
+    """The context size the agent should keep its prompts under (50 000 when reduced)."""
     browser_enabled: bool = True
+    """Whether heavy tools such as a headless browser may run (off when reduced)."""
     max_concurrent_tools: int = 8
+    """How many tool calls of one step run at once (`StepContext.run_tool_calls`); 1 when reduced."""
     reduced: bool = False
+    """True when the previous attempt was OOM-killed (exit 137) and this footprint is the smaller one."""
 
     @classmethod
     def after_exit(cls, previous_exit_code: int | None) -> Footprint:
@@ -69,10 +75,17 @@ class BudgetView:
     """What is left of the job's budgets when the step looked."""
 
     input_tokens_remaining: int
+    """Input tokens the job may still spend: its limit (the row's ``token_budget``, else
+    ``AGENTLIFE_BUDGET_MAX_INPUT_TOKENS``) minus those used."""
     cost_usd_remaining: float
+    """US dollars the job may still spend: its limit (the row's ``token_budget``, else
+    ``AGENTLIFE_BUDGET_MAX_COST_USD``) minus those spent."""
     run_seconds_remaining: float | None
+    """Seconds left of ``AGENTLIFE_RUN_MAX_SECONDS``, counted from this process's start; None: no limit."""
     input_tokens_used: int = 0
+    """Input tokens spent so far, over every attempt of the job (the row's ``tokens_consumed``)."""
     cost_usd_used: float = 0.0
+    """US dollars spent so far, over every attempt of the job."""
 
 
 class AgentProcess:
@@ -133,7 +146,7 @@ class AgentProcess:
         ``OPENAI_API_KEY``). Without a key the returned client raises a clear `LLMConfigurationError` at
         its first call.
         """
-        from agentlife._llm_default import default_llm
+        from agentlife._llm._default import default_llm
 
         return default_llm()
 

@@ -13,7 +13,7 @@ from agentlife._agent import BudgetView
 from agentlife._exceptions import BudgetExhausted
 from agentlife.constants import BudgetConstants
 
-__all__ = ["Budget", "estimate_input_tokens", "format_usd"]
+__all__ = ["Budget", "estimate_input_tokens", "format_usd", "largest_message"]
 
 
 def format_usd(value: float) -> str:
@@ -29,6 +29,24 @@ def estimate_input_tokens(messages: Sequence[Mapping[str, Any]], params: Mapping
     if "tools" in params:
         size += len(orjson.dumps(params["tools"], default=str))
     return max(1, size // 4)
+
+
+def largest_message(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """``"its largest message, #3 (user, tool_result), holds about 7864321 tokens"``, or None without any."""
+    if not messages:
+        return None
+    sizes = [len(orjson.dumps(message, default=str)) for message in messages]
+    position = max(range(len(sizes)), key=sizes.__getitem__)
+    message = messages[position]
+    role = str(message.get("role", "?"))[:20] if isinstance(message, Mapping) else "?"
+    content = message.get("content") if isinstance(message, Mapping) else None
+    kinds = sorted(
+        {str(b.get("type"))[:20] for b in content if isinstance(b, Mapping)}
+        if isinstance(content, list)
+        else ()
+    )
+    what = f"{role}, {' and '.join(kinds)}" if kinds else role
+    return f"its largest message, #{position} ({what}), holds about {max(1, sizes[position] // 4)} tokens"
 
 
 @dataclass(slots=True)
@@ -68,14 +86,36 @@ class Budget:
         """The reason recorded on the job row."""
         return f"token budget exhausted (${format_usd(self.cost_usd)} / ${format_usd(self.max_cost_usd)} max)"
 
-    def check_before_call(self, estimated_input_tokens: int) -> None:
-        """Raise `BudgetExhausted` if the next call would go over a limit; it is then never made."""
-        if (
-            self.cost_usd >= self.max_cost_usd
-            or self.input_tokens + estimated_input_tokens > self.max_input_tokens
-        ):
+    def check_before_call(
+        self, estimated_input_tokens: int, messages: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        """Raise `BudgetExhausted` if the next call would go over a limit; it is then never made.
+
+        Args:
+            estimated_input_tokens: the next request's input tokens (`estimate_input_tokens`).
+            messages: the request's messages: when the request alone is over the input-token limit, the
+                reason names the largest (a 30 MB tool result, say).
+        """
+        if self.cost_usd >= self.max_cost_usd:
             raise BudgetExhausted(self.exhausted_message())
+        if self.input_tokens + estimated_input_tokens > self.max_input_tokens:
+            raise BudgetExhausted(self.input_exhausted_message(estimated_input_tokens, messages))
         self.check_run_time()
+
+    def input_exhausted_message(
+        self, estimated_input_tokens: int, messages: Sequence[Mapping[str, Any]] = ()
+    ) -> str:
+        """The reason recorded when the next request would go over the input-token limit."""
+        text = (
+            f"token budget exhausted ({self.input_tokens} input tokens used + about {estimated_input_tokens} "
+            f"in the next request > {self.max_input_tokens} input tokens max"
+        )
+        if estimated_input_tokens > self.max_input_tokens:
+            text += "; that request alone is over the limit"
+            largest = largest_message(messages)
+            if largest:
+                text += f": {largest}"
+        return text + ")"
 
     def check_run_time(self) -> None:
         """Raise `BudgetExhausted` once the run-time budget (``AGENTLIFE_RUN_MAX_SECONDS``) is spent."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentlife._exceptions import ConfigError
+from agentlife._providers import DEFAULT_PROVIDER, PROVIDERS
 from agentlife._redact import url_password
 from agentlife._replay import MAX_DEPTH
 from agentlife.constants import Constants
@@ -21,6 +22,7 @@ __all__ = [
     "MAX_PAYLOAD_DEPTH",
     "Settings",
     "llm_provider_from_env",
+    "validate_agent_id",
     "validate_database_url",
     "validate_job_id",
     "validate_payload",
@@ -37,7 +39,7 @@ MAX_ATTEMPT = 2**31 - 1
 MAX_PAYLOAD_DEPTH = MAX_DEPTH
 _SQLITE_NO_PATH = ("", "/")
 #: The values of ``AGENTLIFE_LLM_PROVIDER``: which adapter the default ``make_llm()`` builds.
-LLM_PROVIDERS = ("anthropic", "openai")
+LLM_PROVIDERS = tuple(PROVIDERS)
 
 
 def llm_provider_from_env(env: Mapping[str, str]) -> str:
@@ -47,7 +49,7 @@ def llm_provider_from_env(env: Mapping[str, str]) -> str:
         ConfigError: any other value, naming the allowed ones.
     """
     raw = env.get("AGENTLIFE_LLM_PROVIDER") or ""
-    provider = raw.strip().lower() or "anthropic"
+    provider = raw.strip().lower() or DEFAULT_PROVIDER
     if provider not in LLM_PROVIDERS:
         raise ConfigError(
             f"AGENTLIFE_LLM_PROVIDER={raw[:40]!r} is not a provider: use {' or '.join(LLM_PROVIDERS)}"
@@ -69,6 +71,21 @@ def validate_job_id(job_id: str) -> str:
     return job_id
 
 
+def validate_agent_id(agent_id: str) -> str:
+    """Return ``agent_id`` if it matches the job id pattern, else raise `ConfigError`.
+
+    The rule every process applies at boot (`Settings`): a worker's agent id is checked by it, so a job row
+    whose agent id breaks it could never be claimed. ``job create`` refuses such an id with this message.
+    """
+    if not agent_id or not JOB_ID_PATTERN.fullmatch(agent_id):
+        shown = agent_id if len(agent_id) <= 40 else agent_id[:40] + "..."
+        raise ConfigError(
+            f"agent id {shown!r} is not allowed: it must match {JOB_ID_PATTERN.pattern} "
+            "(no worker could take a job with it)"
+        )
+    return agent_id
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Everything a process needs to know about where it runs, validated once at boot."""
@@ -87,7 +104,7 @@ class Settings:
     log_level: str = "INFO"
     pod_name: str = ""
     deployment_env: str = ""
-    llm_provider: str = "anthropic"
+    llm_provider: str = DEFAULT_PROVIDER
     constants: Constants = field(default_factory=Constants)
 
     def __post_init__(self) -> None:
@@ -181,15 +198,14 @@ def debug_from_env(env: Mapping[str, str]) -> bool:
     return (env.get("AGENTLIFE_LOG_LEVEL") or "").upper() == "DEBUG"
 
 
-def validate_database_url(url: str) -> str:
+def validate_database_url(url: str, name: str = "AGENTLIFE_DATABASE_URL") -> str:
     """Return ``url`` if it names a usable store, else raise `ConfigError` naming the variable.
 
     ``sqlite:``, ``sqlite://``, ``sqlite:///`` and ``sqlite:///:memory:`` are refused: the first three
     have no file path (they used to become a file in the current directory, outside the data dir) and an
     in-memory database loses every checkpoint with the process. Leave the variable unset for the embedded
-    default, ``{AGENTLIFE_DATA_DIR}/agentlife.db``.
+    default, ``{AGENTLIFE_DATA_DIR}/agentlife.db``. ``name`` is what the error names (a flag, say).
     """
-    name = "AGENTLIFE_DATABASE_URL"
     if url.startswith("sqlite:"):
         path = url.removeprefix("sqlite:").removeprefix("//")
         memory = path.lstrip("/").startswith(":memory:") or "mode=memory" in path

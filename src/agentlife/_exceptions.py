@@ -12,7 +12,7 @@
     │   ├── CheckpointCorrupt            no checkpoint passes its CRC-32
     │   ├── JobNotFound                  no job row and creating one was not allowed
     │   ├── JobStateConflict             the job's status does not allow the operation (approve, cancel ...)
-    │   └── AttemptFenced                a later attempt owns the job (zombie protection)
+    │   └── AttemptFenced                the row is no longer this process's to write (zombie protection)
     ├── CallError                        an LLM or tool call failed
     │   ├── TransientError               worth retrying with backoff
     │   │   ├── LLMTimeout               (also TimeoutError) connect / chunk / total
@@ -26,6 +26,7 @@
     ├── MemoryUnavailable                the memory store is unreachable, slow or locked (never fatal)
     ├── BudgetExhausted                  token, cost or run-time budget spent
     ├── BackgroundOperationRestricted    a restricted tool without approval
+    │   └── ApprovalRejected             the operator refused the call: the job ends FAILED, whatever follows
     ├── ReplayMismatch                   a resumed step's call differs from the one recorded: crash, exit 1
     ├── ToolArgumentsInvalid             a model's tool arguments do not fit the tool: sent back to the model
     └── UnreplayableValue                (also TypeError) a value the journal could not give back exactly
@@ -37,6 +38,7 @@ from typing import Literal
 
 __all__ = [
     "AgentlifeError",
+    "ApprovalRejected",
     "AttemptFenced",
     "BackgroundOperationRestricted",
     "BudgetExhausted",
@@ -116,7 +118,11 @@ class JobStateConflict(StoreError):
 
 
 class AttemptFenced(StoreError):
-    """A later attempt owns the job; this process must stop without touching the row."""
+    """The row is no longer this process's to write; it must stop without touching the row.
+
+    A later attempt (or a same-attempt successor) owns the job, the reaper took it, or its status is one
+    the write did not expect: a terminal row (COMPLETED, FAILED, DEAD_LETTER) is never rewritten.
+    """
 
 
 class CallError(AgentlifeError):
@@ -213,6 +219,15 @@ class BudgetExhausted(AgentlifeError):
 
 class BackgroundOperationRestricted(AgentlifeError):
     """A ``restricted=True`` tool was called for a job that has not been approved."""
+
+
+class ApprovalRejected(BackgroundOperationRestricted):
+    """The call a job was parked on was refused (``job reject``), or the job ended while it waited.
+
+    Final: the job ends FAILED whatever the step does after it. Every later call of the step raises it
+    again, ``ctx.run_tool_calls`` does not hand it to the model, and the process exits 0 with the row left
+    as the operator set it.
+    """
 
 
 class ReplayMismatch(AgentlifeError):

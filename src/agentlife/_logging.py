@@ -7,6 +7,8 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
+from types import MappingProxyType
 from typing import IO, Any
 
 import orjson
@@ -14,7 +16,52 @@ import orjson
 from agentlife._redact import Redactor
 from agentlife._replay import utf8_safe
 
-__all__ = ["JsonLogHandler", "get_logger", "installed_json_logging", "process_logging"]
+__all__ = [
+    "JOB_ATTRIBUTES",
+    "JsonLogHandler",
+    "get_logger",
+    "installed_json_logging",
+    "job_attributes",
+    "job_log_context",
+    "process_logging",
+]
+
+#: The job the current task runs, as telemetry attributes (``job.id``, ``job.attempt``); empty outside a job.
+#: Per task, not per process: in a worker every span and measurement of a job names that job, whatever else
+#: the process runs at the same time.
+JOB_ATTRIBUTES: ContextVar[Mapping[str, Any]] = ContextVar(
+    "agentlife_job_attributes", default=MappingProxyType({})
+)
+
+
+@contextmanager
+def job_attributes(job_id: str, attempt: int) -> Iterator[None]:
+    """Bind ``job.id`` and ``job.attempt`` to the current task (and the tasks it starts) for the block."""
+    token = JOB_ATTRIBUTES.set(MappingProxyType({"job.id": job_id, "job.attempt": attempt}))
+    try:
+        yield
+    finally:
+        JOB_ATTRIBUTES.reset(token)
+
+
+#: The log fields of the job the current task runs (job_id, agent_id, attempt, state, step); None outside a
+#: job. A mutable dict per job, bound in the job's task: the job updates its state and step in place, and
+#: a record names the job whose task emitted it, never another job of the same loop.
+JOB_LOG_CONTEXT: ContextVar[dict[str, Any] | None] = ContextVar("agentlife_job_log_context", default=None)
+
+
+@contextmanager
+def job_log_context(fields: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Bind a job's log ``fields`` to the current task (and the tasks it starts) for the block.
+
+    The dict itself is bound: the job updates its state and step in it as they change.
+    """
+    token = JOB_LOG_CONTEXT.set(fields)
+    try:
+        yield fields
+    finally:
+        JOB_LOG_CONTEXT.reset(token)
+
 
 ContextFn = Callable[[], dict[str, Any]]
 
@@ -50,6 +97,9 @@ class JsonLogHandler(logging.Handler):
         }
         if self._context is not None:
             out.update(self._context())
+        job = JOB_LOG_CONTEXT.get()
+        if job is not None:
+            out.update(job)
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict):
             out.update(fields)

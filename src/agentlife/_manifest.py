@@ -18,6 +18,7 @@ import copy
 import json
 import math
 import re
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
@@ -271,13 +272,21 @@ def _check_env_entry(key: str, value: str) -> None:
         raise ConfigError(f"env name {key!r} is refused: use letters, digits, '_', '-' and '.'")
     if key in _RESERVED_ENV:
         raise ConfigError(f"env {key} is set by the manifest itself (the /data volume and the probe port)")
-    if _SECRET_NAME.search(key) or _URL_PASSWORD.search(value):
+    if _SECRET_NAME.search(key) or _URL_PASSWORD.search(value) or _has_url_password(value):
         raise ConfigError(
             f"env {key} looks like a secret and would be written into the manifest in clear; "
             "store it in a Secret and pass --secret NAME instead"
         )
     if key == "AGENTLIFE_HEALTH_HOST" and value.strip() in ("127.0.0.1", "localhost", "::1"):
         raise ConfigError(f"env AGENTLIFE_HEALTH_HOST={value} would hide the probes from the kubelet")
+
+
+def _has_url_password(value: str) -> bool:
+    """Whether ``value`` is a URL with a password, even one holding spaces or quotes the pattern stops at."""
+    try:
+        return urllib.parse.urlsplit(value.strip()).password is not None
+    except ValueError:  # an unclosed "[" of an IPv6 host
+        return False
 
 
 def constants_env(constants: Constants) -> dict[str, str]:

@@ -83,7 +83,9 @@ class HashingEmbedder:
     """
 
     dimension: int = 256
+    """The length of every vector (the Qdrant collection's size); at least 1."""
     bigram_weight: float = 0.5
+    """How much a pair of adjacent words counts against a single word (1.0)."""
 
     def __post_init__(self) -> None:
         if self.dimension < 1:
@@ -112,23 +114,20 @@ class HashingEmbedder:
 
 @dataclass(frozen=True, slots=True)
 class MemoryRecord:
-    """One memory as returned by `QdrantMemory.search`.
-
-    Attributes:
-        id: the point id (a UUID derived from the text).
-        text: the memory.
-        score: the ranking score, similarity decayed by age.
-        created_at: when it was written (unix seconds).
-        metadata: what was stored with it (job id, agent id, ...).
-        similarity: the raw cosine similarity to the query.
-    """
+    """One memory as returned by `QdrantMemory.search`."""
 
     id: str
+    """The point id (a UUID derived from the text)."""
     text: str
+    """The memory."""
     score: float
+    """The ranking score, similarity decayed by age."""
     created_at: float
+    """When it was written (unix seconds)."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    """What was stored with it (job id, agent id, ...)."""
     similarity: float = 0.0
+    """The raw cosine similarity to the query."""
 
 
 def decay_score(similarity: float, age_seconds: float, half_life_days: float) -> float:

@@ -3,29 +3,45 @@
 Two nets: the exact values of secret-looking environment variables (API keys, tokens, passwords) are
 replaced wherever they appear, and well-known secret shapes (bearer tokens, ``sk-ant-`` keys, passwords in
 connection strings) are masked even when their value was never in the environment.
+
+The first net knows a value in every spelling it is likely to be printed in: as it is, percent-encoded,
+escaped by ``repr`` or by JSON, so an exception message that quotes a URL with ``!r`` hides it as well.
+A URL's password is found by parsing the URL's userinfo (``scheme://user:password@host``), never by a
+character class, so a password holding spaces, tabs, quotes or ``/#?@`` is known whole.
+
+Cost: masking a text is linear in its length (times the number of known values). Every pattern here is
+linear even under ``search``: none can backtrack over a run of its input, and none restarts a long scan
+from every position. ``tests/test_regex_cost.py`` holds every pattern of the package to that, and
+``benchmarks/bench_redact.py`` measures masking a megabyte of adversarial text.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["MASK", "MAX_DEPTH", "Redactor", "url_password"]
+__all__ = ["MASK", "MAX_DEPTH", "Redactor", "spellings", "url_password"]
 
 MASK = "***"
 # TOKEN but not TOKENS: AGENTLIFE_BUDGET_MAX_INPUT_TOKENS is a budget, not a credential.
 _SECRET_NAME = re.compile(r"(KEY|TOKEN(?!S)|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
-# scheme://user:password@host. A password may hold unencoded "/", "#", "?" and even "@" (people paste them
-# as they are): it runs to the *last* "@" of the URL's word, so whatever it holds is masked whole.
-_URL_PASSWORD = re.compile(r"(?i)([a-z][a-z0-9+.-]*://[^:/@\s'\"]*:)([^\s'\"]+)(@)")
+# Each starts with a literal, and no two quantifiers can share a character they both accept, so a match
+# attempt costs at most the run it masks: the whole text is scanned in linear time.
 _PATTERNS = (
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{6,}"),
     re.compile(r"sk-ant-[A-Za-z0-9_-]{6,}"),
     re.compile(r"(?i)\b(sk|pk|rk)-[A-Za-z0-9_-]{16,}"),
     re.compile(r"(?i)((?:password|passwd|pwd|token|api[_-]?key|secret)\s*[=:]\s*)[^\s&;,'\"]+"),
 )
+# In free text a URL ends at whitespace or a quote (``repr`` and JSON put quotes around it).
+_WORD_END = re.compile(r"[\s'\"]")
+# The user of ``scheme://user:password@`` ends at the first of these, which must be the ":": it holds no
+# ":", so it stops before the next "://".
+_USER_END = re.compile(r"[:/@\s'\"]")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 # Values this short are too likely to occur by chance ("1", "true"); the patterns still catch their shapes.
 _MIN_SECRET_LEN = 6
 #: How deep `Redactor.redact_obj` walks. orjson (journal, stores) refuses 255 levels, so every value the
@@ -34,29 +50,41 @@ MAX_DEPTH = 254
 
 
 class Redactor:
-    """Replaces known secret values and secret-shaped substrings with ``***``."""
+    """Replaces known secret values and secret-shaped substrings with ``***``.
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
-        values = {s for s in secrets if s and len(s) >= _MIN_SECRET_LEN}
+    Args:
+        secrets: values masked wherever they appear (in every spelling of `spellings`), when at least six
+            characters long: a shorter value is too likely to occur by chance.
+        url_passwords: passwords of connection URLs: masked between ``:`` and ``@`` whatever their length,
+            and wherever they appear when at least six characters long.
+    """
+
+    def __init__(self, secrets: Iterable[str] = (), *, url_passwords: Iterable[str] = ()) -> None:
+        needles: dict[str, str] = {}
+        for secret in secrets:
+            if len(secret) >= _MIN_SECRET_LEN:
+                needles.update((s, MASK) for s in spellings(secret) if len(s) >= _MIN_SECRET_LEN)
+        for password in url_passwords:
+            for spelled in spellings(password):
+                needles[f":{spelled}@"] = f":{MASK}@"
+                if len(password) >= _MIN_SECRET_LEN and len(spelled) >= _MIN_SECRET_LEN:
+                    needles[spelled] = MASK
         # Longest first, so a secret that contains another is replaced whole.
-        self._values = sorted(values, key=len, reverse=True)
+        self._needles = sorted(needles.items(), key=lambda item: len(item[0]), reverse=True)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], extra: Iterable[str] = ()) -> Redactor:
         """Collect the values of secret-looking variables and the passwords inside URLs in ``env``."""
         secrets = [value for name, value in env.items() if _SECRET_NAME.search(name)]
-        for value in env.values():
-            password = url_password(value)
-            if password:
-                secrets += [password, urllib.parse.unquote(password)]
-        return cls([*secrets, *extra])
+        passwords = [password for value in env.values() for password in _passwords_in(value)]
+        return cls([*secrets, *extra], url_passwords=passwords)
 
     def redact(self, text: str) -> str:
         """``text`` with every secret masked."""
-        for value in self._values:
-            if value in text:
-                text = text.replace(value, MASK)
-        text = _URL_PASSWORD.sub(_mask_match, text)
+        for needle, replacement in self._needles:
+            if needle in text:
+                text = text.replace(needle, replacement)
+        text = _mask_url_passwords(text)
         for pattern in _PATTERNS:
             text = pattern.sub(_mask_match, text)
         return text
@@ -92,18 +120,87 @@ class Redactor:
             open_ids.discard(id(value))
 
 
-def url_password(text: str) -> str | None:
-    """The password of a ``scheme://user:password@host`` URL, however many ``/#?@`` it holds unencoded."""
-    match = _URL_PASSWORD.search(text)
-    return match.group(2) if match else None
+def spellings(secret: str) -> set[str]:
+    """``secret`` as it is and as it reads once percent-encoded, decoded, or escaped by ``repr`` or JSON."""
+    # surrogatepass: an environment value may hold lone surrogates (undecodable bytes); never raise on them.
+    quoted = urllib.parse.quote(secret, safe="", errors="surrogatepass")
+    out = {
+        secret,
+        urllib.parse.unquote(secret),
+        quoted,
+        quoted.replace("%20", "+"),  # a query string's form encoding
+        urllib.parse.quote(secret, safe="/", errors="surrogatepass"),
+        repr(secret)[1:-1],
+        ascii(secret)[1:-1],
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        repr(secret.encode("utf-8", "surrogatepass"))[2:-1],
+    }
+    # repr() of a longer string that holds both quote kinds escapes the single quote even where repr() of
+    # the secret alone (double-quoted) leaves it bare.
+    out |= {spelled.replace("'", "\\'") for spelled in out if "\\'" not in spelled}
+    return {spelled for spelled in out if spelled}
+
+
+def url_password(url: str) -> str | None:
+    """The password of the URL ``url`` (``scheme://user:password@host…``), or None when it has none.
+
+    The userinfo runs to the URL's last ``@``, so a password holding spaces, quotes or unencoded ``/#?@``
+    is returned whole; ``url`` is one URL, not a text that contains one.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or _SCHEME.fullmatch(scheme) is None:
+        return None
+    user, colon, password = rest[: max(rest.rfind("@"), 0)].partition(":")
+    if not colon or not password or "/" in user or "@" in user:
+        return None
+    return password
+
+
+def _passwords_in(value: str) -> list[str]:
+    """Every URL password an environment value may hold, read in each way a reader could read it."""
+    found = [value[start:end] for start, end in _url_password_spans(value)]
+    password = url_password(value)
+    if password is not None:
+        # With an "@" in the query as well, the password may end at the first "@" instead.
+        found += [password, password.partition("@")[0]]
+    return found
+
+
+def _mask_url_passwords(text: str) -> str:
+    pieces: list[str] = []
+    done = 0
+    for start, end in _url_password_spans(text):
+        pieces += [text[done:start], MASK]
+        done = end
+    return "".join(pieces) + text[done:] if pieces else text
+
+
+def _url_password_spans(text: str) -> Iterator[tuple[int, int]]:
+    """The ``(start, end)`` of the password of each ``scheme://user:password@`` in ``text``.
+
+    In free text the password runs to the last ``@`` of the URL's word (up to whitespace or a quote), so
+    whatever ``/#?@`` it holds is masked whole. One pass: each "://" is found once, the user part stops
+    before the next "://", and a word's end and last ``@`` are looked up once per word, so a megabyte of
+    "://" or of letters costs a linear scan.
+    """
+    word_end = last_at = -1
+    pos = 0
+    while (found := text.find("://", pos)) >= 0:
+        start = found + 3
+        if start > word_end:  # the first "://" of a new word
+            end_match = _WORD_END.search(text, start)
+            word_end = end_match.start() if end_match else len(text)
+            last_at = text.rfind("@", start, word_end)
+        user_end = _USER_END.search(text, start)
+        if user_end is None or user_end.group() != ":" or last_at <= user_end.end():
+            pos = start
+            continue
+        yield user_end.end(), last_at
+        pos = last_at + 1
 
 
 def _mask_match(match: re.Match[str]) -> str:
-    groups = [g for g in match.groups() if g is not None]
-    if len(groups) == 3:  # prefix, secret, suffix
-        return f"{groups[0]}{MASK}{groups[2]}"
-    if len(groups) == 2:
-        return f"{groups[0]}{MASK}{groups[1]}"
-    if len(groups) == 1:
-        return f"{groups[0]}{MASK}"
-    return MASK
+    # The one group of a pattern, when it has one, is the prefix to keep ("bearer ", "password=").
+    prefix = match.group(1) if match.re.groups else ""
+    return f"{prefix}{MASK}"

@@ -100,16 +100,6 @@ def _check_cap(cap_usd: object) -> None:
 class Schedule:
     """A recurring schedule, validated when it is built.
 
-    Args:
-        cron: five fields, ``minute hour day-of-month month day-of-week`` (names ``jan``-``dec`` and
-            ``sun``-``sat`` allowed; day of week 0-6, 0 is Sunday). Extra whitespace is normalised.
-        timezone: an IANA zone name such as ``"Asia/Tokyo"`` or ``"UTC"`` (the ``tzdata`` package serves it
-            where the system has no zone database).
-        min_interval_minutes: the shortest allowed gap between two consecutive runs.
-        budget_usd: the per-run cost budget, passed to each run as ``AGENTLIFE_BUDGET_MAX_COST_USD``;
-            ``None`` leaves the run's own default.
-        budget_cap_usd: the system cap the budget must stay under.
-
     Raises:
         ScheduleError: one line naming the limit and the offending value.
 
@@ -120,10 +110,18 @@ class Schedule:
     """
 
     cron: str
+    """Five fields, ``minute hour day-of-month month day-of-week``, normalised (names ``jan``-``dec`` and
+    ``sun``-``sat`` allowed; day of week 0-6, 0 is Sunday)."""
     timezone: str
+    """The IANA zone the cron fields are read in, such as ``"Asia/Tokyo"`` or ``"UTC"`` (the ``tzdata``
+    package serves it where the system has no zone database)."""
     min_interval_minutes: float = DEFAULT_MIN_INTERVAL_MINUTES
+    """The shortest gap allowed between two consecutive runs."""
     budget_usd: float | None = None
+    """The per-run cost budget, passed to each run as ``AGENTLIFE_BUDGET_MAX_COST_USD``; None leaves the run's
+    own default."""
     budget_cap_usd: float = DEFAULT_BUDGET_CAP_USD
+    """The system cap ``budget_usd`` must stay under."""
     _zone: tzinfo = field(init=False, repr=False, compare=False)
     _gap: timedelta = field(init=False, repr=False, compare=False)
 

@@ -32,7 +32,9 @@ RUNTIME_PARAMETERS = frozenset({"invocation_id"})
 
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
 _SECTION = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
-_ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+# The blanks after the optional "(type)" belong to it: two adjacent "\s*" around an optional group would
+# try every split of a long run of blanks (quadratic on one long line).
+_ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\)\s*)?:\s*(.*)$")
 
 
 def tool_definition(spec: ToolSpec[..., Any]) -> dict[str, Any]:

@@ -17,11 +17,18 @@ class State(enum.Enum):
     """A lifecycle state of the agent process."""
 
     BOOTING = "BOOTING"
+    """The process started: configuration, the store, the probe server (alive, not ready)."""
     HYDRATING = "HYDRATING"
+    """Claiming the job and loading its checkpoint, the journal's pending calls and its memories."""
     READY = "READY"
+    """Hydrated; the first step is about to run (``/readyz`` answers 200)."""
     EXECUTING = "EXECUTING"
+    """Running steps, one checkpoint after each."""
     DRAINING = "DRAINING"
+    """SIGTERM arrived: the current step finishes or is cancelled at the step deadline, then the checkpoint is
+    saved."""
     TERMINATED = "TERMINATED"
+    """Done, drained or failed; the exit code says which."""
 
     def __str__(self) -> str:
         return self.value

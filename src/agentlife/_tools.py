@@ -33,6 +33,13 @@ class NotDone:
 
 
 NOT_DONE: Final = NotDone()
+"""What a tool's ``verify`` returns when the side effect of a call found pending did not happen.
+
+After a crash or a drain, a side-effecting call the journal holds as started but not completed is settled
+by asking ``verify(invocation_id)``: it returns the call's result when the effect already happened (the
+result is journaled and the tool is not run), or ``NOT_DONE`` to run the tool again. A singleton that
+survives pickling, compared with ``is``.
+"""
 
 Verify = Callable[[str], Awaitable[Any]]
 
@@ -46,14 +53,29 @@ class ToolSpec(Generic[P, R]):
     """
 
     fn: Callable[P, Awaitable[R]] | Callable[P, R]
+    """The function itself (async, or sync: a sync tool runs on a worker thread, off the event loop)."""
     name: str
+    """The tool's name: the function's unless given; it picks the default timeout from
+    `DEFAULT_TOOL_TIMEOUTS`."""
     timeout: float | None
+    """Seconds a call may take, overriding the per-tool table; None takes the table's or
+    ``tool_default_timeout_seconds``."""
     side_effects: bool
+    """True makes every call write-ahead journaled: durable before and after it runs, never repeated once
+    recorded."""
     restricted: bool
+    """The call needs an approved job and passes ``AgentProcess.check_policy`` first."""
     verify: Verify | None
+    """``async verify(invocation_id)`` for a call found pending after a crash: the call's result when the
+    effect already happened, or `NOT_DONE` to run the tool again."""
     is_async: bool
+    """Whether ``fn`` is a coroutine function (derived by ``@tool``)."""
     wants_invocation_id: bool
+    """Whether ``fn`` takes an ``invocation_id`` parameter, which the runtime then fills in (derived by
+    ``@tool``)."""
     retries: int | None = None
+    """How many times a call that failed with a transient error or a timeout runs again in this process; None:
+    none for a side-effecting tool without ``verify``, unlimited within the step and run budgets otherwise."""
     #: What is derived from the function once and kept: its schema model and definition.
     _derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 

@@ -66,10 +66,19 @@ class DrainConstants:
     """The SIGTERM budget: Kubernetes' grace period split into its phases."""
 
     pre_stop_seconds: float = _seconds(5.0, "AGENTLIFE_DRAIN_PRE_STOP_SECONDS")
+    """The preStop hook's sleep, while endpoints stop routing to the pod
+    (``AGENTLIFE_DRAIN_PRE_STOP_SECONDS``)."""
     termination_grace_seconds: float = _seconds(65.0, "AGENTLIFE_DRAIN_TERMINATION_GRACE_SECONDS")
+    """Kubernetes' ``terminationGracePeriodSeconds``: SIGTERM to SIGKILL
+    (``AGENTLIFE_DRAIN_TERMINATION_GRACE_SECONDS``)."""
     step_deadline_seconds: float = _seconds(45.0, "AGENTLIFE_DRAIN_STEP_DEADLINE_SECONDS")
+    """How long the current step may go on after SIGTERM before it is cancelled
+    (``AGENTLIFE_DRAIN_STEP_DEADLINE_SECONDS``)."""
     cleanup_budget_seconds: float = _seconds(10.0, "AGENTLIFE_DRAIN_CLEANUP_BUDGET_SECONDS")
+    """The time for the final checkpoint, the journal and the job row after the step
+    (``AGENTLIFE_DRAIN_CLEANUP_BUDGET_SECONDS``)."""
     sigkill_buffer_seconds: float = _seconds(5.0, "AGENTLIFE_DRAIN_SIGKILL_BUFFER_SECONDS")
+    """The margin left before the kubelet's SIGKILL (``AGENTLIFE_DRAIN_SIGKILL_BUFFER_SECONDS``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +86,21 @@ class HeartbeatConstants:
     """SSE heartbeats to the control plane and the job row's ``heartbeat_at``."""
 
     sse_interval_seconds: float = _seconds(15.0, "AGENTLIFE_HEARTBEAT_SSE_INTERVAL_SECONDS")
+    """Seconds between two SSE heartbeats to the control plane
+    (``AGENTLIFE_HEARTBEAT_SSE_INTERVAL_SECONDS``)."""
     unhealthy_after_seconds: float = _seconds(45.0, "AGENTLIFE_HEARTBEAT_UNHEALTHY_AFTER_SECONDS")
+    """Silence after which the control plane judges the agent unhealthy, 3 intervals
+    (``AGENTLIFE_HEARTBEAT_UNHEALTHY_AFTER_SECONDS``)."""
     job_interval_seconds: float = _seconds(30.0, "AGENTLIFE_HEARTBEAT_JOB_INTERVAL_SECONDS")
+    """Seconds between two writes of the job row's ``heartbeat_at``
+    (``AGENTLIFE_HEARTBEAT_JOB_INTERVAL_SECONDS``)."""
     zombie_after_seconds: float = _seconds(300.0, "AGENTLIFE_HEARTBEAT_ZOMBIE_AFTER_SECONDS")
+    """Age of ``heartbeat_at`` after which the reaper takes a RUNNING row back, at least 2 job intervals
+    (``AGENTLIFE_HEARTBEAT_ZOMBIE_AFTER_SECONDS``)."""
     reconnect_initial_seconds: float = _seconds(1.0)
+    """The first wait before reconnecting a broken SSE stream; doubled on each failure."""
     reconnect_max_seconds: float = _seconds(30.0)
+    """The longest wait between two SSE reconnection attempts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,15 +108,26 @@ class ProbeConstants:
     """Kubernetes probe blocks and the event-loop watchdog."""
 
     startup_period_seconds: float = _seconds(5.0)
+    """The startup probe's ``periodSeconds``."""
     startup_failure_threshold: int = _number(12)
+    """The startup probe's ``failureThreshold``: boot and hydration must answer within period x threshold."""
     liveness_period_seconds: float = _seconds(10.0)
+    """The liveness probe's ``periodSeconds``."""
     liveness_failure_threshold: int = _number(3)
+    """The liveness probe's ``failureThreshold``."""
     liveness_timeout_seconds: float = _seconds(5.0)
+    """The liveness probe's ``timeoutSeconds``."""
     readiness_period_seconds: float = _seconds(5.0)
+    """The readiness probe's ``periodSeconds`` (also how often a worker counts runnable jobs)."""
     readiness_failure_threshold: int = _number(2)
+    """The readiness probe's ``failureThreshold``."""
     readiness_timeout_seconds: float = _seconds(3.0)
+    """The readiness probe's ``timeoutSeconds``."""
     blocked_threshold_seconds: float = _seconds(5.0, "AGENTLIFE_PROBE_BLOCKED_THRESHOLD_SECONDS")
+    """How long the event loop may go without running before ``/healthz`` answers 503
+    (``AGENTLIFE_PROBE_BLOCKED_THRESHOLD_SECONDS``)."""
     lag_interval_seconds: float = _seconds(1.0, "AGENTLIFE_PROBE_LAG_INTERVAL_SECONDS")
+    """How often the event-loop lag is sampled (``AGENTLIFE_PROBE_LAG_INTERVAL_SECONDS``)."""
 
     @property
     def startup_window_seconds(self) -> float:
@@ -115,13 +145,23 @@ class CallConstants:
     """Timeouts of LLM, HTTP and tool calls."""
 
     llm_connect_timeout_seconds: float = _seconds(30.0, "AGENTLIFE_LLM_CONNECT_TIMEOUT_SECONDS")
+    """From an LLM request to the first event of its stream (``AGENTLIFE_LLM_CONNECT_TIMEOUT_SECONDS``)."""
     llm_inter_chunk_timeout_seconds: float = _seconds(60.0, "AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS")
+    """The longest silence between two events of an LLM stream
+    (``AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS``)."""
     llm_total_timeout_seconds: float = _seconds(300.0, "AGENTLIFE_LLM_TOTAL_TIMEOUT_SECONDS")
+    """The longest an LLM call may take in all (``AGENTLIFE_LLM_TOTAL_TIMEOUT_SECONDS``)."""
     http_connect_timeout_seconds: float = _seconds(30.0)
+    """A connect timeout for the agent's own HTTP clients to share; agentlife itself does not read it."""
     http_response_timeout_seconds: float = _seconds(120.0)
+    """A response timeout for the agent's own HTTP clients to share; agentlife itself does not read it."""
     tool_default_timeout_seconds: float = _seconds(60.0, "AGENTLIFE_TOOL_DEFAULT_TIMEOUT_SECONDS")
+    """The timeout of a tool that sets none and is not in `DEFAULT_TOOL_TIMEOUTS`
+    (``AGENTLIFE_TOOL_DEFAULT_TIMEOUT_SECONDS``)."""
     policy_timeout_seconds: float = _seconds(2.0)
+    """How long one ``check_policy`` call of a restricted tool may take."""
     policy_retry_seconds: float = _seconds(5.0)
+    """The wait before asking ``check_policy`` again after it failed or timed out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,11 +169,19 @@ class HydrationConstants:
     """Budgets of the three hydration steps and of store connection."""
 
     checkpoint_tries: int = _number(3)
+    """How many times loading the checkpoint (and connecting to PostgreSQL) is tried before boot fails."""
     checkpoint_backoff_seconds: float = _seconds(2.0)
+    """The wait between two of those tries."""
     buffer_scan_timeout_seconds: float = _seconds(5.0, "AGENTLIFE_HYDRATION_BUFFER_SCAN_TIMEOUT_SECONDS")
+    """The budget of the journal scan that finds calls left pending by the last attempt
+    (``AGENTLIFE_HYDRATION_BUFFER_SCAN_TIMEOUT_SECONDS``)."""
     memory_timeout_seconds: float = _seconds(10.0, "AGENTLIFE_HYDRATION_MEMORY_TIMEOUT_SECONDS")
+    """The budget of the memory fetch; past it the job starts without memories
+    (``AGENTLIFE_HYDRATION_MEMORY_TIMEOUT_SECONDS``)."""
     memory_top_k: int = _number(10)
+    """How many memories hydration fetches."""
     store_connect_timeout_seconds: float = _seconds(10.0)
+    """The timeout of one connection attempt to the store."""
 
     @property
     def worst_case_seconds(self) -> float:
@@ -151,13 +199,20 @@ class RetryConstants:
     """Backoff schedules: transient errors, crash retries, delivery."""
 
     transient_initial_seconds: float = _seconds(1.0)
+    """The first wait before retrying a transient error (429, 5xx, a dropped stream); doubled each time."""
     transient_max_seconds: float = _seconds(30.0)
+    """The longest wait between two retries of a transient error."""
     crash_backoff_seconds: tuple[float, ...] = field(
         default=(5.0, 60.0, 300.0, 1800.0), metadata={"env": None, "seconds": True}
     )
+    """The waits before the 1st, 2nd, ... retry after a crash; one crash more than it has steps is
+    DEAD_LETTER."""
     delivery_attempts: int = _number(3)
+    """How many times ``deliver`` is tried."""
     delivery_initial_seconds: float = _seconds(5.0)
+    """The first wait between two delivery tries."""
     delivery_multiplier: float = _number(2.0)
+    """What each wait between delivery tries is multiplied by."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,13 +220,25 @@ class BudgetConstants:
     """Per-job token, money and time budgets, approvals and the circuit breaker."""
 
     max_input_tokens: int = _number(500_000, "AGENTLIFE_BUDGET_MAX_INPUT_TOKENS")
+    """Input tokens a job may spend over all its attempts, unless its row sets its own
+    (``AGENTLIFE_BUDGET_MAX_INPUT_TOKENS``)."""
     max_cost_usd: float = _number(5.00, "AGENTLIFE_BUDGET_MAX_COST_USD")
+    """US dollars a job may spend over all its attempts, unless its row sets its own
+    (``AGENTLIFE_BUDGET_MAX_COST_USD``)."""
     run_max_seconds: float | None = _seconds(None, "AGENTLIFE_RUN_MAX_SECONDS")
+    """How long one attempt may run; None (``none``, ``0`` or empty) for no limit
+    (``AGENTLIFE_RUN_MAX_SECONDS``)."""
     idle_timeout_seconds: float = _seconds(1800.0, "AGENTLIFE_IDLE_TIMEOUT_SECONDS")
+    """How long a job waits for an approval before it checkpoints and exits 0, parked in WAITING_FOR_APPROVAL
+    (``AGENTLIFE_IDLE_TIMEOUT_SECONDS``)."""
     approval_poll_seconds: float = _seconds(5.0, "AGENTLIFE_APPROVAL_POLL_SECONDS")
+    """How often a job waiting for approval reads its row (``AGENTLIFE_APPROVAL_POLL_SECONDS``)."""
     circuit_failure_threshold: int = _number(3)
+    """Crashes of one agent within ``circuit_window_seconds`` that open its circuit breaker."""
     circuit_window_seconds: float = _seconds(900.0)
+    """The window in which the circuit breaker counts an agent's crashes."""
     circuit_cooldown_seconds: float = _seconds(1800.0)
+    """How long an open circuit breaker holds the agent's retries."""
 
 
 _Group = TypeVar("_Group")
@@ -198,14 +265,21 @@ class Constants:
     """All groups together; build with `from_env` to apply overrides and check invariants."""
 
     drain: DrainConstants = field(default_factory=DrainConstants)
+    """The SIGTERM budget (`DrainConstants`)."""
     heartbeat: HeartbeatConstants = field(default_factory=HeartbeatConstants)
+    """SSE heartbeats, the job heartbeat and the zombie threshold (`HeartbeatConstants`)."""
     probe: ProbeConstants = field(default_factory=ProbeConstants)
+    """Kubernetes probe blocks and the event-loop watchdog (`ProbeConstants`)."""
     calls: CallConstants = field(default_factory=CallConstants)
+    """Timeouts of LLM, HTTP, tool and policy calls (`CallConstants`)."""
     hydration: HydrationConstants = field(default_factory=HydrationConstants)
+    """Budgets of hydration and of the store connection (`HydrationConstants`)."""
     retry: RetryConstants = field(default_factory=RetryConstants)
+    """Backoff schedules (`RetryConstants`)."""
     budget: BudgetConstants = field(default_factory=BudgetConstants)
-    #: 1.0 in production; `scaled` records its factor so per-tool table timeouts scale too.
+    """Per-job budgets, approvals and the circuit breaker (`BudgetConstants`)."""
     time_scale: float = 1.0
+    """1.0 in production; `scaled` records its factor so per-tool table timeouts scale too."""
 
     def __post_init__(self) -> None:
         self.check()

@@ -1,8 +1,16 @@
-"""An agent module that calls ``sys.exit(EXIT_AT_IMPORT)`` while it is imported."""
+"""An agent module that ends its own import: ``sys.exit(EXIT_AT_IMPORT)``, or with ``RAISE_AT_IMPORT=base`` a
+BaseException of its own whose message quotes the control-plane token."""
 
 from __future__ import annotations
 
 import os
 import sys
 
+
+class AgentImportAborted(BaseException):
+    """Not an Exception: ``except Exception`` lets it through."""
+
+
+if os.environ.get("RAISE_AT_IMPORT") == "base":
+    raise AgentImportAborted(f"token {os.environ.get('AGENTLIFE_CONTROL_PLANE_TOKEN')} refused")
 sys.exit(int(os.environ.get("EXIT_AT_IMPORT", "0")))

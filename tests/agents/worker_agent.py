@@ -11,11 +11,13 @@ Every trace goes to append-only files in ``WORKER_DIR``, written with ``fsync`` 
 ``WORKER_TOOL=1`` one tool call per step, ``WORKER_RESTRICTED=1`` a restricted call (approval needed) in the
 first step, ``WORKER_GATE=1`` each job's first step touches
 ``waiting-{job}-{attempt}`` and waits for the file ``gate-{job}``, ``WORKER_CRASH_JOB`` a job id whose
-every step raises ``RuntimeError``.
+every step raises ``RuntimeError``, ``WORKER_LOG_LINES`` log lines per step naming the job in the message,
+each followed by a yield to the loop (so the lines of concurrent jobs interleave).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -67,6 +69,9 @@ class WorkerAgent(AgentProcess):
         pid = os.getpid()
         seen = len(self.jobs_seen)
         _append("steps", f"{job} {attempt} {ctx.step} {pid} {self.instance} {seen} {time.time()}")
+        for i in range(int(os.environ.get("WORKER_LOG_LINES", "0"))):
+            logging.getLogger("worker_agent").info("own line of %s %s %s %s", job, attempt, ctx.step, i)
+            await anyio.sleep(0)
         if job == os.environ.get("WORKER_CRASH_JOB"):
             raise RuntimeError(f"poison job {job}")
         if ctx.step == 0 and os.environ.get("WORKER_GATE") == "1":

@@ -11,6 +11,7 @@ from agentlife import (
     Done,
     LLMReply,
     StepContext,
+    StepLLM,
     StructuredReply,
     ToolAgent,
     tool,
@@ -61,6 +62,14 @@ class Reviewer(AgentProcess):
         sent: str = await ctx.call_tool(send, text=reply.text)
         budget_left: float = ctx.budget.cost_usd_remaining
         return Done(result={"sent": sent, "left": budget_left}) if ctx.step > 0 else None
+
+
+async def ask(llm: StepLLM, question: str) -> str:
+    """A helper that takes ``ctx.llm`` by its public type."""
+    reply: LLMReply = await llm.complete(
+        model="m", max_tokens=10, messages=[{"role": "user", "content": question}]
+    )
+    return reply.text
 
 
 async def use_harness(harness: AgentHarness) -> int:

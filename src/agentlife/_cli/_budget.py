@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from agentlife._exceptions import ConfigError
-from agentlife._policy import DEFAULT_SAFETY_BUFFER_SECONDS, derive_total_timeout, p95, phase_durations
+from agentlife.stores._policy import DEFAULT_SAFETY_BUFFER_SECONDS, derive_total_timeout, p95, phase_durations
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -48,8 +48,11 @@ def guarded(handler: Callable[[], int]) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:
-        # A bug, not bad input: still one line, since a traceback would print secrets unmasked.
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:
+        # A bug, not bad input (or an agent's own BaseException subclass): still one line, since a
+        # traceback would print secrets unmasked.
         say(f"agentlife: internal error: {type(exc).__name__}: {exc}")
         if debug_from_env(os.environ):
             import traceback

@@ -10,7 +10,7 @@ from typing import Any
 from agentlife._cli._common import Parser
 from agentlife._config import database_url_from_env
 from agentlife._redact import Redactor
-from agentlife.stores import store_from_url
+from agentlife.stores import SQLiteStore, store_from_url
 
 
 def register(sub: Any) -> None:
@@ -41,5 +41,8 @@ def _cmd_db_init(args: argparse.Namespace) -> int:
             await store.close()
 
     anyio.run(init)
-    sys.stdout.write(f"schema ready at {Redactor.from_env(os.environ).redact(url)}\n")
+    where = Redactor.from_env(os.environ).redact(url)
+    if isinstance(store, SQLiteStore):  # a relative sqlite:/// path surprises: say where the file is
+        where += f" ({store.path.absolute()})"
+    sys.stdout.write(f"schema ready at {where}\n")
     return 0

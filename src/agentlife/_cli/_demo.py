@@ -20,6 +20,6 @@ def register(sub: Any) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from agentlife._demo import run_demo
+    from agentlife._cli._demo_run import run_demo
 
     return run_demo(Path(args.data_dir) if args.data_dir else Path(".agentlife-demo"))

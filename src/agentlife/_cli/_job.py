@@ -1,9 +1,11 @@
 """``python -m agentlife job create|show|list|approve|reject|cancel|retry``: operate job rows.
 
 The store is the one every command uses (``--database-url``, else ``AGENTLIFE_DATABASE_URL``, else the
-embedded SQLite file under ``AGENTLIFE_DATA_DIR``). Exit codes: 0 done, 1 store error, 2 usage (a bad id,
-a payload that is not JSON), `EXIT_NOT_FOUND` no such job, `EXIT_CONFLICT` the job's status does not allow
-the operation (approve of a job that is not parked, ...), the message naming the status.
+embedded SQLite file under ``AGENTLIFE_DATA_DIR``). Only ``create`` may create a SQLite store; every other
+command on a file that is not there says ``no store at PATH`` (exit 1) rather than create an empty one and
+report no jobs. Exit codes: 0 done, 1 store error, 2 usage (a bad id, a payload that is not JSON),
+`EXIT_NOT_FOUND` no such job, `EXIT_CONFLICT` the job's status does not allow the operation (approve of a
+job that is not parked, ...), the message naming the status.
 """
 
 from __future__ import annotations
@@ -20,12 +22,21 @@ from typing import Any, TypeVar
 
 from agentlife._cli._common import Parser, say
 from agentlife._cli._run import _parse_payload
-from agentlife._config import database_url_from_env, validate_job_id, validate_payload
-from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict
-from agentlife._journal import list_sessions
-from agentlife._journal_show import format_timeline
-from agentlife.stores import CheckpointStore, JobRecord, JobStatus, store_from_url
+from agentlife._config import (
+    MAX_ATTEMPT,
+    database_url_from_env,
+    validate_agent_id,
+    validate_database_url,
+    validate_job_id,
+    validate_payload,
+)
+from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError
+from agentlife._journal._show import format_timeline
+from agentlife._journal._writer import list_sessions
+from agentlife.constants import MAX_ENV_INTEGER
+from agentlife.stores import ApprovalState, CheckpointStore, JobRecord, JobStatus, store_from_url
 from agentlife.stores._jobs import is_crash
+from agentlife.stores._rows import JSON_COLUMNS
 
 __all__ = ["EXIT_CONFLICT", "EXIT_NOT_FOUND", "open_store", "register"]
 
@@ -35,7 +46,8 @@ EXIT_NOT_FOUND = 3
 EXIT_CONFLICT = 4
 #: How many journal lines ``job show`` prints by default.
 DEFAULT_EVENTS = 15
-_AGENT_ID_MAX = 200
+#: The most rows ``job list --limit`` asks for (what every store's LIMIT takes).
+MAX_LIMIT = MAX_ATTEMPT
 _T = TypeVar("_T")
 
 
@@ -50,9 +62,11 @@ def register(sub: Any) -> None:
     commands = job.add_subparsers(dest="job_command", metavar="COMMAND", parser_class=Parser)
     commands.required = True
 
-    create = _command(commands, "create", "insert a PENDING job row", _create)
+    create = _command(commands, "create", "insert a PENDING job row", _create, must_exist=False)
     create.add_argument("agent_id", metavar="AGENT_ID", help="the agent the job is for")
-    create.add_argument("--id", dest="job_id", help="job id (default: job-<time>-<random>)")
+    create.add_argument(
+        "--job-id", "--id", dest="job_id", metavar="ID", help="job id (default: job-<time>-<random>)"
+    )
     source = create.add_mutually_exclusive_group()
     source.add_argument("--payload", metavar="JSON", help="the payload as JSON ('-': read stdin)")
     source.add_argument("--payload-file", metavar="FILE", help="read the JSON payload from FILE ('-': stdin)")
@@ -75,8 +89,13 @@ def register(sub: Any) -> None:
     listing.add_argument("--limit", type=int, default=50, metavar="N", help="at most N rows (default 50)")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
 
-    approve = _command(commands, "approve", "approve a job parked in WAITING_FOR_APPROVAL", _approve)
+    approve = _command(commands, "approve", "approve the call a job is parked on", _approve)
     approve.add_argument("id", metavar="ID")
+    approve.add_argument(
+        "--call",
+        metavar="INVOCATION_ID",
+        help="approve only if the job waits for this call (its invocation id, as `job show` prints it)",
+    )
     reject = _command(commands, "reject", "refuse a parked job: it ends FAILED", _reject)
     reject.add_argument("id", metavar="ID")
     reject.add_argument("--reason", default="approval rejected", help="recorded in the crash history")
@@ -88,13 +107,18 @@ def register(sub: Any) -> None:
 
 
 def _command(
-    commands: Any, name: str, text: str, handler: Callable[[argparse.Namespace], Awaitable[int]]
+    commands: Any,
+    name: str,
+    text: str,
+    handler: Callable[[argparse.Namespace], Awaitable[int]],
+    *,
+    must_exist: bool = True,
 ) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(
         name, help=text, description=text[:1].upper() + text[1:] + "."
     )
     parser.add_argument("--database-url", help="default: AGENTLIFE_DATABASE_URL or the embedded SQLite file")
-    parser.set_defaults(handler=lambda args: _main(args, handler))
+    parser.set_defaults(handler=lambda args: _main(args, handler), must_exist=must_exist)
     return parser
 
 
@@ -114,8 +138,15 @@ def _main(args: argparse.Namespace, handler: Callable[[argparse.Namespace], Awai
 
 
 async def open_store(args: argparse.Namespace) -> CheckpointStore:
-    """The store of ``--database-url`` or the environment, opened."""
-    store = store_from_url(args.database_url or database_url_from_env(os.environ))
+    """The store of ``--database-url`` or the environment, opened.
+
+    ``args.must_exist`` (every command but ``job create``): a SQLite file that is not there is an error
+    (``no store at PATH``), never created empty.
+    """
+    if args.database_url:
+        validate_database_url(args.database_url, "--database-url")
+    url = args.database_url or database_url_from_env(os.environ)
+    store = store_from_url(url, must_exist=getattr(args, "must_exist", True))
     await store.open()
     return store
 
@@ -132,7 +163,7 @@ async def _with_store(args: argparse.Namespace, fn: Callable[[CheckpointStore], 
 
 
 async def _create(args: argparse.Namespace) -> int:
-    agent_id = _agent_id(args.agent_id)
+    agent_id = validate_agent_id(args.agent_id)
     job_id = _new_job_id() if args.job_id is None else validate_job_id(args.job_id)
     payload = _payload(args)
     budget = _budget(args.max_cost_usd, args.max_input_tokens)
@@ -148,12 +179,6 @@ async def _create(args: argparse.Namespace) -> int:
     row = await _with_store(args, create)
     sys.stdout.write(f"{row.id}\n")
     return 0
-
-
-def _agent_id(text: str) -> str:
-    if not text or len(text) > _AGENT_ID_MAX or not text.isprintable() or text != text.strip():
-        raise ConfigError(f"agent id {text[:40]!r} is not allowed: 1-{_AGENT_ID_MAX} printable characters")
-    return text
 
 
 def _new_job_id() -> str:
@@ -197,8 +222,9 @@ def _budget(max_cost_usd: float | None, max_input_tokens: int | None) -> dict[st
             raise ConfigError(f"--max-cost-usd {max_cost_usd:g} must be a finite number > 0")
         budget["max_cost_usd"] = max_cost_usd
     if max_input_tokens is not None:
-        if max_input_tokens < 1:
-            raise ConfigError(f"--max-input-tokens {max_input_tokens} must be >= 1")
+        if not 1 <= max_input_tokens <= MAX_ENV_INTEGER:
+            # Past 2**53 a JSON reader may round it; past 2**64 the stores cannot write it at all.
+            raise ConfigError(f"--max-input-tokens {max_input_tokens} must be >= 1 and <= {MAX_ENV_INTEGER}")
         budget["max_input_tokens"] = max_input_tokens
     return budget or None
 
@@ -209,7 +235,7 @@ def _budget(max_cost_usd: float | None, max_input_tokens: int | None) -> dict[st
 async def _show(args: argparse.Namespace) -> int:
     if args.events < 0:
         raise ConfigError(f"--events {args.events} must be >= 0")
-    row = await _with_store(args, lambda store: store.get_job(args.id))
+    row, approval = await _with_store(args, lambda store: _row_and_approval(store, args.id))
     if row is None:
         raise JobNotFound(f"job {args.id} does not exist")
     out = [
@@ -222,19 +248,57 @@ async def _show(args: argparse.Namespace) -> int:
     ]
     if row.not_before is not None and row.status == JobStatus.RETRYING:
         out.append(f"  not before  {_utc(row.not_before)}")
+    shown = {name: _unreadable(row, name) for name in JSON_COLUMNS}
     out += [
         f"  checkpoint  {row.checkpoint_id or '-'}",
-        f"  tokens      {_json(row.tokens_consumed)}",
-        f"  budget      {_json(row.token_budget) if row.token_budget else '-'}",
-        f"  payload     {_json(row.payload)}",
+        f"  tokens      {shown['tokens_consumed'] or _json(row.tokens_consumed)}",
+        f"  budget      {shown['token_budget'] or (_json(row.token_budget) if row.token_budget else '-')}",
+        f"  payload     {shown['payload'] or _json(row.payload)}",
     ]
-    if row.result is not None:
-        out.append(f"  result      {_json(row.result)}")
+    if row.result is not None or shown["result"]:
+        out.append(f"  result      {shown['result'] or _json(row.result)}")
+    out += _approval_lines(approval)
     out.append(f"crash history ({len(row.error)})")
     out += [f"  {_history_line(entry)}" for entry in row.error] or ["  (none)"]
     out += _journal_tail(args.id, args.events)
     sys.stdout.write("\n".join(out) + "\n")
     return 0
+
+
+def _unreadable(row: JobRecord, column: str) -> str:
+    """``(unreadable: why)`` for a column the store could not decode, else the empty string."""
+    why = row.unreadable.get(column)
+    return f"(unreadable: {why})" if why else ""
+
+
+async def _row_and_approval(
+    store: CheckpointStore, job_id: str
+) -> tuple[JobRecord | None, ApprovalState | None]:
+    row = await store.get_job(job_id)
+    try:
+        approval = await store.get_approval(job_id)
+    except StoreError:  # a PostgreSQL table that predates approvals (``db init`` adds the column)
+        approval = None
+    return row, approval
+
+
+def _approval_lines(state: ApprovalState | None) -> list[str]:
+    """The call waiting for approval, the calls approved and the one refused, when the row has any."""
+    if state is None:
+        return []
+    out = []
+    if state.request is not None and state.status == JobStatus.WAITING_FOR_APPROVAL:
+        out.append(f"  waits for   {_call(state.request)}")
+    out += [f"  approved    {_call(grant)} at {_utc(grant.get('approved_at'))}" for grant in state.grants]
+    if state.rejection is not None:
+        reason = state.rejection.get("reason") or ""
+        out.append(f"  rejected    {_call(state.rejection)}: {reason}")
+    return out
+
+
+def _call(entry: Any) -> str:
+    call, digest = entry.get("invocation_id") or "?", entry.get("digest") or "?"
+    return f"{entry.get('tool') or '?'} ({call}, digest {digest})"
 
 
 def _history_line(entry: Any) -> str:
@@ -271,8 +335,8 @@ def _journal_tail(job_id: str, count: int) -> list[str]:
 
 
 async def _list(args: argparse.Namespace) -> int:
-    if args.limit < 1:
-        raise ConfigError(f"--limit {args.limit} must be >= 1")
+    if not 1 <= args.limit <= MAX_LIMIT:
+        raise ConfigError(f"--limit {args.limit} must be >= 1 and <= {MAX_LIMIT}")
     rows = await _with_store(args, lambda store: store.list_jobs(args.status, args.agent, args.limit))
     if args.json:
         for row in rows:
@@ -303,6 +367,7 @@ def _as_json(row: JobRecord) -> dict[str, Any]:
         "token_budget": row.token_budget,
         "error": row.error,
         "result": row.result,
+        "unreadable": row.unreadable,
     }
 
 
@@ -310,9 +375,28 @@ def _as_json(row: JobRecord) -> dict[str, Any]:
 
 
 async def _approve(args: argparse.Namespace) -> int:
-    row = await _with_store(args, lambda store: store.approve(args.id))
+    async def approve(store: CheckpointStore) -> tuple[JobRecord, Any]:
+        # Approve exactly the call read here: if the job asks for another one meanwhile, the store refuses.
+        state = await store.get_approval(args.id)
+        request = state.request if state is not None else None
+        if request is None:
+            if args.call is not None:
+                raise JobStateConflict(
+                    f"cannot approve job {args.id}: it records no call waiting to be approved"
+                )
+            return await store.approve(args.id), None
+        if args.call is not None and args.call != request.get("invocation_id"):
+            # The given id is not echoed: it is the operator's text and may not even be printable.
+            raise JobStateConflict(
+                f"cannot approve job {args.id}: it waits for {_call(request)}, not the call given by --call"
+            )
+        row = await store.approve(args.id, invocation_id=request["invocation_id"], digest=request["digest"])
+        return row, request
+
+    row, request = await _with_store(args, approve)
     how = "the parked process takes it" if row.status == JobStatus.RUNNING else "the next run resumes it"
-    sys.stdout.write(f"job {row.id} approved: {row.status} ({how})\n")
+    what = _call(request) if request is not None else "no call recorded: the job asks again, naming it"
+    sys.stdout.write(f"job {row.id} approved: {row.status} ({how}): {what}\n")
     return 0
 
 

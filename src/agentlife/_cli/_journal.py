@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentlife._journal_show import format_timeline
+from agentlife._journal._show import format_timeline
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:

@@ -206,7 +206,11 @@ def _refuse_schedule_options(args: argparse.Namespace) -> None:
 
 def _active_deadline(args: argparse.Namespace) -> int:
     """``activeDeadlineSeconds`` from the phase budget: p95s (given or from journals) plus the buffer."""
-    from agentlife._policy import DEFAULT_SAFETY_BUFFER_SECONDS, derive_total_timeout, p95_from_journals
+    from agentlife.stores._policy import (
+        DEFAULT_SAFETY_BUFFER_SECONDS,
+        derive_total_timeout,
+        p95_from_journals,
+    )
 
     buffer = args.safety_buffer if args.safety_buffer is not None else DEFAULT_SAFETY_BUFFER_SECONDS
     if args.from_journals is not None:

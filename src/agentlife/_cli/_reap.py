@@ -1,9 +1,9 @@
 """``python -m agentlife reap``: one pass of the zombie reaper, for a CronJob beside the agents.
 
 RUNNING rows whose ``heartbeat_at`` is older than the threshold (default
-``AGENTLIFE_HEARTBEAT_ZOMBIE_AFTER_SECONDS``, 300 s) become RETRYING with ``attempt + 1`` and ``not_before``
-from the crash backoff schedule, or DEAD_LETTER / FAILED, each decision printed and recorded in the row's
-crash history. Safe to run from several places at once: no row is acted on twice.
+``AGENTLIFE_HEARTBEAT_ZOMBIE_AFTER_SECONDS``, 300 s) become RETRYING with ``not_before`` from the crash
+backoff schedule (their next claim is attempt + 1), or DEAD_LETTER / FAILED, each decision printed and
+recorded in the row's crash history. Safe to run from several places at once: no row is acted on twice.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ def register(sub: Any) -> None:
         "reap",
         help="one pass of the zombie reaper over the job rows",
         description="Move RUNNING job rows whose heartbeat is older than the threshold to RETRYING "
-        "(attempt + 1, not_before from the crash backoff schedule, held longer while the agent's circuit "
-        "breaker is open) or DEAD_LETTER, and print each decision. Exit 0 whether or not rows were reaped.",
+        "(not_before from the crash backoff schedule, held longer while the agent's circuit breaker is "
+        "open; the next claim is attempt + 1) or DEAD_LETTER, and print each decision. Exit 0 whether or "
+        "not rows were reaped.",
     )
     parser.add_argument(
         "--threshold",
@@ -70,7 +71,7 @@ def _cmd_reap(args: argparse.Namespace) -> int:
             when = " not before " + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(d.not_before))
         sys.stdout.write(
             f"{d.job_id} (agent {d.agent_id}): heartbeat stale for {d.heartbeat_age_seconds:.0f} s -> "
-            f"{d.status}, attempt {d.attempt}{when}: {d.reason}\n"
+            f"{d.status}, next attempt {d.attempt}{when}: {d.reason}\n"
         )
     sys.stdout.write(
         f"reaped {len(decisions)} job{'s' if len(decisions) != 1 else ''} (threshold {threshold:g} s)\n"

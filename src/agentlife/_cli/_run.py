@@ -21,7 +21,14 @@ from agentlife._cli._common import (
     guarded,
     install_early_signal,
 )
-from agentlife._config import JOB_ID_PATTERN, MAX_PAYLOAD_DEPTH, Settings, job_id_from_env, validate_payload
+from agentlife._config import (
+    JOB_ID_PATTERN,
+    MAX_PAYLOAD_DEPTH,
+    Settings,
+    job_id_from_env,
+    validate_database_url,
+    validate_payload,
+)
 from agentlife._exceptions import ConfigError, SignalDuringImport, UnreplayableValue
 from agentlife._replay import check_replayable
 from agentlife._runtime._entry import check_agent_class, load_agent_class
@@ -45,6 +52,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--payload", help="job payload as JSON, for a job row this process creates")
     parser.add_argument(
         "--create-job", action="store_true", help="create the job row if missing (always done on SQLite)"
+    )
+    parser.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="the job store (default: AGENTLIFE_DATABASE_URL, else the embedded SQLite file)",
     )
 
 
@@ -113,9 +125,10 @@ def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
     job_id = args.job_id or job_id_from_env(os.environ)
     if job_id and not JOB_ID_PATTERN.fullmatch(job_id):
         job_id = "check"  # the runtime refuses it at BOOTING (exit 1) without touching a path
-    settings = validated_settings(
-        os.environ, job_id=job_id, agent_id=getattr(agent_cls, "agent_id", None) or None
-    )
+    env = dict(os.environ)
+    if getattr(args, "database_url", None):
+        env["AGENTLIFE_DATABASE_URL"] = validate_database_url(args.database_url, "--database-url")
+    settings = validated_settings(env, job_id=job_id, agent_id=getattr(agent_cls, "agent_id", None) or None)
     try:
         agent = agent_cls()
     except Exception as exc:
@@ -127,7 +140,7 @@ def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
         constants=settings.constants,
         early_signal=args.early_signal,
     )
-    runtime = Runtime(agent, options=options)
+    runtime = Runtime(agent, env=env, options=options)
     code = anyio.run(runtime.run)
     sys.stdout.flush()
     sys.stderr.flush()

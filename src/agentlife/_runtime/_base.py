@@ -1,53 +1,27 @@
-"""The fields every part of the engine shares, and the few things all of them call.
+"""The engine's records: `RunOptions`, what hydration found, how a job ended, and the exit codes.
 
-`RuntimeBase` holds the process's state (settings, store, journal, the drain, counters) as the boot and
-hydration fill it in; the parts below build on it, one concern per module:
-``_services`` (journal, probes, heartbeats, telemetry, memory, cleanup) -> ``_steps`` (running a step,
-checkpoints, store retries, usage, parking) -> ``_finish`` (delivery, terminal status, crash records) ->
-``_lifecycle`` (`Runtime`: the road from boot to exit).
+`Hydrated` and `Resume` carry what hydration found, `Outcome` how the lifecycle ended; no behaviour.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import random
-import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
-import anyio.abc
-import anyio.to_thread
-
-from agentlife._agent import AgentProcess, Job
+from agentlife._agent import Job
 from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._config import Settings
-from agentlife._conversation import ConversationLog
-from agentlife._exceptions import (
-    AttemptFenced,
-)
-from agentlife._journal import Journal
-from agentlife._logging import log_fields
-from agentlife._preload import Preloader
-from agentlife._redact import Redactor
-from agentlife._runtime._approvals import Approvals
-from agentlife._runtime._host import RuntimeStats
-from agentlife._runtime._signals import EarlySignal, HardExit
-from agentlife._state import State, StateMachine, Transition
-from agentlife._status import StatusBoard
-from agentlife._telemetry_facade import TelemetryFacade
+from agentlife._journal._conversation import ConversationLog
+from agentlife._runtime._signals import EarlySignal
+from agentlife._state import State
+from agentlife._step._approvals import Approvals
 from agentlife.constants import Constants
 from agentlife.stores import JobStatus
 
 if TYPE_CHECKING:
-    from agentlife._llm import LLMClient
-    from agentlife._memory import MemoryRecord, QdrantMemory
-    from agentlife._recovery import ReplayMap
-    from agentlife._runtime._mcp_tools import MCPTools
-    from agentlife.stores import CheckpointStore
+    from agentlife._journal._recovery import ReplayMap
+    from agentlife._memory import MemoryRecord
 
 
 EXIT_DONE = 0
@@ -80,6 +54,8 @@ class RunOptions:
         constants: use these instead of reading them from the environment.
         log_stream: where JSON logs go (default stdout).
         early_signal: a signal caught before the runtime started (see `EarlySignal`).
+        attempt: the attempt a worker claimed (overrides ``AGENTLIFE_ATTEMPT``); the environment's
+            ``AGENTLIFE_PREVIOUS_EXIT_CODE`` is then the worker container's, not the job's, and is ignored.
     """
 
     job_id: str | None = None
@@ -92,6 +68,7 @@ class RunOptions:
     constants: Constants | None = None
     log_stream: Any = None
     early_signal: EarlySignal | None = None
+    attempt: int | None = None
 
 
 @dataclass(slots=True)
@@ -118,118 +95,3 @@ class Hydrated:
     budget: Budget
     approvals: Approvals
     resume: Resume
-
-
-Observer = Callable[[str, dict[str, Any]], None]
-
-
-class RuntimeBase:
-    """The state of one agent process, shared by every part of the engine."""
-
-    def __init__(
-        self,
-        agent: AgentProcess,
-        *,
-        env: Mapping[str, str] | None = None,
-        options: RunOptions | None = None,
-    ) -> None:
-        self.agent = agent
-        self.env: Mapping[str, str] = dict(os.environ if env is None else env)
-        self.options = options or RunOptions()
-        self.redactor = Redactor.from_env(self.env)
-        self.machine = StateMachine(on_listener_error=self._listener_failed)
-        self.stats = RuntimeStats()
-        self.telemetry = TelemetryFacade()
-        self.constants: Constants = self.options.constants or Constants()
-        self.settings: Settings | None = None
-        self.board = StatusBoard(job_id="", agent_id=agent.agent_id, attempt=0)
-        self.journal: Journal | None = None
-        self.store: CheckpointStore | None = None
-        self.memory: QdrantMemory | None = None
-        self.mcp_tools: MCPTools | None = None
-        self.approvals: Approvals | None = None
-        self.budget: Budget | None = None
-        self.job: Job | None = None
-        self._draining = False
-        self.drain_event: anyio.Event | None = None
-        self.drain_reason: str | None = None
-        self.drain_deadline: float | None = None
-        self.observers: list[Observer] = []
-        self.exit_code: int | None = None
-        self.checkpoint_id: str | None = None
-        self._llm_client: LLMClient | None = None
-        self._drain_started: float | None = None
-        self._phase_scope: anyio.CancelScope | None = None
-        self._step_scope: anyio.CancelScope | None = None
-        self._preloader: Preloader | None = None
-        self._probe_server: Any = None
-        self._heartbeat: Any = None
-        self.hard_exit = HardExit(enabled=self.options.hard_exit)
-        self._current_step: int | None = None
-        self._executing_since: float | None = None
-        self._fenced: AttemptFenced | None = None
-        self._drained_in = State.BOOTING  # the state a drain interrupted, for the exit line
-        self._drained_in_step: int | None = None  # the step a drain interrupted, if it came during one
-        self._first_tool_seen = False
-        self._rng = random.Random()
-        #: False for a job a worker runs: the store, telemetry and probe server are the worker's to close.
-        self.owns_process = True
-        self.machine.add_listener(self._on_transition)
-
-    @property
-    def state(self) -> State:
-        """The current lifecycle state."""
-        return self.machine.state
-
-    @property
-    def draining(self) -> bool:
-        """True once a drain was requested (by a signal or `request_drain`)."""
-        return self._draining
-
-    def _drain_pending(self) -> bool:
-        return self._draining
-
-    def notify(self, event: str, **info: Any) -> None:
-        """Tell observers (the test harness) that ``event`` happened; never lets one break the run."""
-        if event == "tool_started" and not self._first_tool_seen:
-            self._first_tool_seen = True
-            if self.settings is not None:
-                self.telemetry.bootstrap_done(str(self.settings.data_dir), self.settings.job_id)
-        for observer in list(self.observers):
-            try:
-                observer(event, info)
-            except Exception:
-                log.exception("runtime observer failed on %s", event)
-
-    def _arm_hard_exit(self, seconds: float, code: int) -> None:
-        """Exit with ``code`` if the process is still here after ``seconds`` plus half the SIGKILL buffer."""
-        margin = min(self.constants.drain.sigkill_buffer_seconds / 2, 2.0)
-        self.hard_exit.arm(seconds + margin, code)
-
-    def _on_transition(self, transition: Transition) -> None:
-        self.board.update(state=transition.target)
-        if transition.target is State.EXECUTING:
-            self._executing_since = time.monotonic()
-        elif transition.source is State.EXECUTING and self._executing_since is not None:
-            # The execution half of the phase budget: EXECUTING until DRAINING (or a crash).
-            self.telemetry.execution(time.monotonic() - self._executing_since)
-        if self.journal is not None:
-            self.journal.append(
-                "LIFECYCLE",
-                **{"from": transition.source.value, "to": transition.target.value},
-                reason=self.redactor.redact(transition.reason),
-            )
-        log.info(
-            "%s -> %s%s",
-            transition.source,
-            transition.target,
-            f" ({transition.reason})" if transition.reason else "",
-            extra=log_fields(transition_from=transition.source.value, transition_to=transition.target.value),
-        )
-        self.telemetry.record_transition(transition)
-        if self._heartbeat is not None:
-            self._heartbeat.push_lifecycle(transition)
-        self.notify("transition", source=transition.source, target=transition.target)
-
-    def _listener_failed(self, listener: Callable[[Transition], None], exc: BaseException) -> None:
-        log.error("lifecycle listener %s failed: %s", getattr(listener, "__qualname__", listener), exc)

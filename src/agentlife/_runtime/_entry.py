@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from agentlife._agent import AgentProcess
-from agentlife._exceptions import ConfigError
+from agentlife._exceptions import ConfigError, SignalDuringImport
 
 __all__ = ["check_agent_class", "load_agent_class"]
 
@@ -31,7 +31,9 @@ def load_agent_class(target: str) -> type:
         raise ConfigError(f"cannot import module {module_name!r}: {exc}") from None
     except SystemExit as exc:  # sys.exit(0) at import must not look like a finished job
         raise ConfigError(f"importing module {module_name!r} called sys.exit({exc.code!r})") from None
-    except Exception as exc:
+    except (KeyboardInterrupt, SignalDuringImport):
+        raise  # a real Ctrl-C, or a drain signal: the caller ends the process for it
+    except BaseException as exc:  # any other BaseException too: one line, never a traceback
         raise ConfigError(f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from None
     obj: Any = module
     for part in class_name.split("."):

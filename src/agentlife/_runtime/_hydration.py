@@ -11,18 +11,19 @@ import anyio
 import anyio.to_thread
 
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._conversation import ConversationLog
 from agentlife._exceptions import BootFailure, CheckpointCorrupt, JobNotFound, StoreUnavailable
+from agentlife._journal._conversation import ConversationLog
+from agentlife._journal._recovery import ReplayMap, build_replay, scan_for_resume
 from agentlife._logging import log_fields
-from agentlife._recovery import ReplayMap, build_replay, scan_for_resume
 from agentlife.stores import JobRecord
+from agentlife.stores._rows import unreadable_summary
 
 if TYPE_CHECKING:
     from agentlife._agent import AgentProcess, Job
     from agentlife._memory import MemoryRecord, QdrantMemory
+    from agentlife._observe._telemetry_facade import TelemetryFacade
     from agentlife._redact import Redactor
-    from agentlife._runtime._host import Booted
-    from agentlife._telemetry_facade import TelemetryFacade
+    from agentlife._step._host import Booted
 
 __all__ = ["Hydrator"]
 
@@ -90,6 +91,10 @@ class Hydrator:
             row: JobRecord = await self._with_store_retries("claim", find_or_create)
         except JobNotFound as exc:
             raise BootFailure(str(exc)) from None
+        if row.unreadable:
+            # Its payload, budget or history would be guessed: a row written by another client that
+            # agentlife cannot read is never run (a worker sets it aside at its claim).
+            raise BootFailure(f"job {row.id}: the job row cannot be read: {unreadable_summary(row)}")
         self.telemetry.hydration_phase("claim", time.monotonic() - started)
         return row
 

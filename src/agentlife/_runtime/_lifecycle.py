@@ -1,291 +1,299 @@
-"""The lifecycle of one agent process: boot, hydrate, execute, drain, exit.
+"""The lifecycle of one job: boot, hydrate, execute, drain, exit; `Runtime.run()` reads top to bottom.
 
-`Runtime.run()` is the whole process in one structured-concurrency scope:
+Built of collaborators passed to each other: the process (`ProcessShell`, the job's own for ``run``, lent
+by a worker), the job's `Drain`, `JobEvents`, `JobServices`, the `Hydrator`, `StepRunner` and `Finisher`.
 
-* BOOTING: probe server thread first, background imports, settings, session journal, store.
+* BOOTING: settings, session journal, store (the probe server already answers).
 * HYDRATING: claim + checkpoint (mandatory), journal scan (5 s), memory fetch (10 s), in that order.
 * READY → EXECUTING: the step loop, checkpointing after every completed step.
-* DRAINING: on SIGTERM/SIGINT the current step gets ``STEP_DEADLINE`` to finish, then cleanup runs
-  shielded inside ``CLEANUP_BUDGET``; after job completion the same path closes everything.
-* TERMINATED, with the process's exit code (0, 1 or 143).
+* DRAINING: on SIGTERM the step gets ``STEP_DEADLINE``, then cleanup runs shielded in ``CLEANUP_BUDGET``.
+* TERMINATED, with the exit code (0, 1 or 143).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
-import time
-from typing import TYPE_CHECKING, Any
+import os
+from collections.abc import Mapping
 
 import anyio
 import anyio.abc
-import anyio.to_thread
 
-from agentlife._agent import Job
+from agentlife._agent import AgentProcess, Job
 from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._config import Settings
-from agentlife._exceptions import (
-    AttemptFenced,
-    BootFailure,
-    BudgetExhausted,
-    ConfigError,
-    ParkRequested,
-    StoreUnavailable,
-)
-from agentlife._logging import log_fields
-from agentlife._preload import Preloader
+from agentlife._config import Settings, job_id_from_env
+from agentlife._exceptions import AttemptFenced, BootFailure, BudgetExhausted, ConfigError, ParkRequested
+from agentlife._journal._writer import Journal
+from agentlife._logging import job_attributes, job_log_context
 from agentlife._retry import classify
-from agentlife._runtime._approvals import Approvals
+from agentlife._runtime import _base
 from agentlife._runtime._base import (
     EXIT_CRASH,
     EXIT_DONE,
     EXIT_DRAINED,
-    EXIT_USAGE,
-    PHASE_NAMES,
-    TERMINAL_STATUSES,
     Hydrated,
     Outcome,
     Resume,
     RunOptions,
 )
-from agentlife._runtime._finish import FinishMixin
-from agentlife._runtime._host import Booted, RuntimeStats
+from agentlife._runtime._drain import Drain
+from agentlife._runtime._events import JobBoard, JobEvents, Observer, board_log_context
+from agentlife._runtime._finish import Finisher, cleanup, record_crash
 from agentlife._runtime._hydration import Hydrator
 from agentlife._runtime._mcp_tools import MCPTools
-from agentlife._runtime._signals import EarlySignal, receive_drain_signals
+from agentlife._runtime._process import ProcessShell, ShellOptions, constants_or_default
+from agentlife._runtime._services import JobServices
+from agentlife._runtime._steps import JobHost, StepRunner
 from agentlife._state import State
-from agentlife.stores import store_from_url
+from agentlife._step._approvals import Approvals
+from agentlife._step._host import Booted
+from agentlife.stores import CheckpointStore
 
-if TYPE_CHECKING:
-    from agentlife.stores import CheckpointStore
-
-__all__ = [
-    "EXIT_CRASH",
-    "EXIT_DONE",
-    "EXIT_DRAINED",
-    "EXIT_USAGE",
-    "EarlySignal",
-    "RunOptions",
-    "Runtime",
-    "RuntimeStats",
-]
+__all__ = ["RunOptions", "Runtime"]
 
 log = logging.getLogger("agentlife.runtime")
 
 
-class Runtime(FinishMixin):
-    """Runs one `AgentProcess` through its lifecycle and returns the process exit code."""
+class Runtime:
+    """Runs one `AgentProcess` through its lifecycle and returns the process exit code.
+
+    Args:
+        agent: the agent instance.
+        env: the environment (``AGENTLIFE_*``); default ``os.environ``.
+        options: see `RunOptions`.
+        shell: the process a worker lends (its board, telemetry, redactor); None: this job is the process.
+        store: the worker's open store, lent for the job; None: the job opens and closes its own.
+        mirror_board: the job's state and step also fill the board's one-job fields (one job at a time).
+    """
+
+    def __init__(
+        self,
+        agent: AgentProcess,
+        *,
+        env: Mapping[str, str] | None = None,
+        options: RunOptions | None = None,
+        shell: ProcessShell | None = None,
+        store: CheckpointStore | None = None,
+        mirror_board: bool = True,
+    ) -> None:
+        self.agent, self.options = agent, options or RunOptions()
+        self.env: Mapping[str, str] = dict(os.environ if env is None else env)
+        self.constants = self.options.constants or constants_or_default(self.env)
+        self.one_job = shell is None
+        job_id = self.options.job_id or job_id_from_env(self.env) or ""
+        self.shell = shell or ProcessShell(
+            self.env, agent_id=agent.agent_id, constants=self.constants,
+            options=ShellOptions.of(self.options),
+            on_signal=self.request_drain, log_context=lambda: board_log_context(self.shell.board, job_id),
+        )  # fmt: skip
+        self.board = self.shell.board  # the process's status board (its probe port, for tests)
+        entry = JobBoard.for_job(self.board, job_id, agent.agent_id, mirror=self.one_job or mirror_board)
+        self.events = JobEvents(entry, self.shell.telemetry)
+        self.drain = Drain(self.constants.drain.step_deadline_seconds)
+        self.services = JobServices(agent, self.env, self.shell.redactor, self.events, lent_store=store)
+        self.drain.add_listener(self._on_drain)
+        self.exit_reason: str | None = None  # why the lifecycle ended (the exit line's reason)
+        self._drained_in = State.BOOTING  # the state a drain interrupted, for the exit line
+        self._runner: StepRunner | None = None
+
+    @property
+    def observers(self) -> list[Observer]:  # Called with each runtime event (the test harness's hook).
+        return self.events.observers
+
+    @property
+    def state(self) -> State:  # The current lifecycle state.
+        return self.events.state
+
+    @property
+    def journal(self) -> Journal | None:  # This attempt's session journal, once boot opened it.
+        return self.services.journal
+
+    @property
+    def store(self) -> CheckpointStore | None:  # The job store, once boot opened it.
+        return self.services.store
+
+    @property
+    def draining(self) -> bool:  # True once a drain was requested (by a signal or `request_drain`).
+        return self.drain.draining
 
     def request_drain(self, reason: str) -> None:
         """Begin the drain (what SIGTERM does). A second request is logged and ignored."""
-        if self.draining:
-            log.warning("%s received during drain: ignored until cleanup is over", reason)
-            return
-        if self.state is State.TERMINATED:
-            return
-        self._draining = True
-        self.drain_reason = reason
-        if self.drain_event is not None:
-            self.drain_event.set()
-        self._drain_started = time.monotonic()
-        self.drain_deadline = anyio.current_time() + self.constants.drain.step_deadline_seconds
-        log.info("drain requested by %s", reason, extra=log_fields(reason=reason))
-        self._arm_hard_exit(
-            self.constants.drain.step_deadline_seconds + self.constants.drain.cleanup_budget_seconds,
-            EXIT_DRAINED,
-        )
-        if self.journal is not None:
-            self.journal.append("DRAIN_STARTED", reason=reason)
+        if self.state is not State.TERMINATED or self.drain.draining:
+            self.drain.request(reason)
+
+    def _on_drain(self, reason: str) -> None:
+        if self.one_job:
+            self.shell.arm_drain_exit()
+        if self.services.journal is not None:
+            self.services.journal.append("DRAIN_STARTED", reason=reason)
         state = self._drained_in = self.state
-        if self._step_scope is not None:
-            self._drained_in_step = self._current_step
         if state in (State.BOOTING, State.HYDRATING, State.READY, State.EXECUTING):
-            self.machine.move(State.DRAINING, reason)
-        if state in (State.BOOTING, State.HYDRATING) and self._phase_scope is not None:
-            self._phase_scope.cancel()
-        if self._step_scope is not None:
-            self._step_scope.deadline = min(self._step_scope.deadline, self.drain_deadline)
+            self.events.machine.move(State.DRAINING, reason)
 
     async def run(self) -> int:
         """Run the lifecycle to TERMINATED and return the exit code."""
-        self.drain_event = anyio.Event()
-        if self.draining:
-            self.drain_event.set()
-        with self._logging():
-            try:
-                async with anyio.create_task_group() as services:
-                    if self.options.handle_signals:
-                        await services.start(self._receive_signals)
-                    outcome = await self._lifecycle(services)
-                    services.cancel_scope.cancel()
-            except BaseException:
-                self.hard_exit.disarm()
-                raise
-            self.hard_exit.settle(self.constants.drain.cleanup_budget_seconds, outcome.exit_code)
-            self.exit_code = outcome.exit_code
-            log.info(
-                "exit %s: %s",
-                outcome.exit_code,
-                outcome.reason,
-                extra=log_fields(exit_code=outcome.exit_code, reason=outcome.reason),
-            )
-            return outcome.exit_code
+        if not self.one_job:
+            return (await self._run_job()).exit_code
+        async with self.shell:
+            outcome = await self._run_job()
+            return self.shell.exit(outcome.exit_code, outcome.reason)
 
-    async def _lifecycle(self, services: anyio.abc.TaskGroup) -> Outcome:
+    async def _run_job(self) -> Outcome:
+        self.drain.open()
+        with job_log_context(self.events.board.log_fields), contextlib.ExitStack() as scope:
+            try:
+                async with anyio.create_task_group() as tasks:
+                    outcome = await self._lifecycle(tasks, scope)
+                    tasks.cancel_scope.cancel()
+            finally:
+                self.events.board.close()
+        self.exit_reason = outcome.reason
+        return outcome
+
+    async def _lifecycle(self, tasks: anyio.abc.TaskGroup, scope: contextlib.ExitStack) -> Outcome:
+        booted: Booted | None = None
         hydrated: Hydrated | None = None
-        outcome: Outcome
         try:
-            with anyio.CancelScope() as self._phase_scope:
-                if self.draining:  # a signal caught during imports (EarlySignal) arrived before this scope
-                    self._phase_scope.cancel()
-                booted = await self._boot(services)
-                self.machine.move(State.HYDRATING, "stores open")
-                hydrated = await self._hydrate(booted, services)
-            self._phase_scope = None
-            if hydrated is None or self.draining:
-                outcome = Outcome(
-                    EXIT_DRAINED,
-                    f"drained during {PHASE_NAMES.get(self._drained_in, self._drained_in.value.lower())}",
-                )
+            with anyio.CancelScope() as phase, self.drain.cancelled(phase):
+                booted = await self._boot(tasks, scope)
+                self.events.machine.move(State.HYDRATING, "stores open")
+                hydrated = await self._hydrate(booted, tasks)
+            if hydrated is None or self.drain.draining:
+                name = _base.PHASE_NAMES.get(self._drained_in, self._drained_in.value.lower())
+                outcome = Outcome(EXIT_DRAINED, f"drained during {name}")
             elif isinstance(hydrated.resume.doc.status, str) and hydrated.resume.doc.phase == "done":
                 outcome = Outcome(EXIT_DONE, f"job already {hydrated.resume.doc.status}")
             else:
-                outcome = await self._execute(booted, hydrated)
-        except BootFailure as exc:
-            # The one ERROR line saying why the pod died (the transition and exit lines are INFO).
-            log.error("fatal: %s", exc)
-            outcome = Outcome(EXIT_CRASH, str(exc))
-        except AttemptFenced as exc:
-            log.error("stopping: %s", exc)
+                outcome = await self._execute(hydrated)
+        except (BootFailure, AttemptFenced) as exc:
+            # The one ERROR line saying why the job stopped (the transition and exit lines are INFO).
+            log.error("%s: %s", "fatal" if isinstance(exc, BootFailure) else "stopping", exc)
             outcome = Outcome(EXIT_CRASH, str(exc))
         except Exception as exc:
-            outcome = await self._crashed(exc)
-        await self._cleanup(outcome)
+            outcome = await record_crash(
+                exc, state=self.state, step=self._runner.current_step if self._runner else None,
+                settings=booted.settings if booted else None, store=self.services.store,
+                job=hydrated.job if hydrated else None, constants=self.constants,
+                redactor=self.shell.redactor,
+            )  # fmt: skip
+        shell = self.shell if self.one_job else None
+        await cleanup(outcome, self.services, self.events, self.drain, self.constants, shell)
         return outcome
 
-    async def _boot(self, services: anyio.abc.TaskGroup) -> Booted:
-        self._start_probe_server()
-        self.notify("booting")
+    async def _boot(self, tasks: anyio.abc.TaskGroup, scope: contextlib.ExitStack) -> Booted:
+        self.events.notify("booting")
         try:
             settings = Settings.from_env(
-                self.env,
-                job_id=self.options.job_id,
-                agent_id=self.agent.agent_id or None,
+                self.env, job_id=self.options.job_id, agent_id=self.agent.agent_id or None,
                 constants=self.options.constants,
-            )
+            )  # fmt: skip
         except ConfigError as exc:
             raise BootFailure(f"configuration error: {exc}") from None
-        self.settings, self.constants = settings, settings.constants
-        logging.getLogger().setLevel(settings.log_level)
-        self.board.update(
-            job_id=settings.job_id,
-            agent_id=settings.agent_id,
-            attempt=settings.attempt,
-            pod_name=settings.pod_name,
-            blocked_threshold_seconds=settings.constants.probe.blocked_threshold_seconds,
-        )
-        self._preloader = Preloader(self._modules_to_preload(settings)).start()
-        journal = self.journal = self._open_journal(settings)
-        self._start_services(services, settings, journal)
-        store = self.store = await self._open_store(settings)
+        if self.options.attempt is not None:  # claimed by a worker: the attempt is the row's
+            settings = dataclasses.replace(settings, attempt=self.options.attempt, previous_exit_code=None)
+        self.constants = settings.constants
+        self.drain.step_deadline = self.constants.drain.step_deadline_seconds
+        # Every span and measurement of this job names it, in a worker too (whose resource names no job).
+        scope.enter_context(job_attributes(settings.job_id, settings.attempt))
+        self.events.board.update(job_id=settings.job_id, agent_id=settings.agent_id, attempt=settings.attempt)
+        if self.one_job:
+            blocked = self.constants.probe.blocked_threshold_seconds
+            self.board.update(pod_name=settings.pod_name, blocked_threshold_seconds=blocked)
+            self.shell.start_lag_monitor(self.constants.probe.lag_interval_seconds)
+        self.services.preload(settings)
+        journal = self.services.open_journal(settings)
+        self.services.start(tasks, settings, journal)
+        store = await self.services.open_store(settings)
+        if self.one_job:
+            self.board.store_has_free_connection = store.has_free_connection
+        self.events.end_bootstrap_at_first_tool(settings)
         return Booted(settings, store, journal)
 
-    async def _open_store(self, settings: Settings) -> CheckpointStore:
-        """This process's store connection (a worker lends its own to each job instead)."""
-        store = store_from_url(settings.resolved_database_url)
-        try:
-            await store.open()  # bounded by the store's own connect timeout and tries
-        except StoreUnavailable as exc:
-            raise BootFailure(f"store unreachable: {self.redactor.redact(str(exc))}") from None
-        self.board.store_has_free_connection = store.has_free_connection
-        return store
-
-    async def _hydrate(self, booted: Booted, services: anyio.abc.TaskGroup) -> Hydrated:
-        hydrator = Hydrator(booted, redactor=self.redactor, telemetry=self.telemetry)
-        self.notify("hydration_started")
+    async def _hydrate(self, booted: Booted, tasks: anyio.abc.TaskGroup) -> Hydrated | None:
+        redactor, telemetry = self.shell.redactor, self.shell.telemetry
+        hydrator = Hydrator(booted, redactor=redactor, telemetry=telemetry)
+        self.events.notify("hydration_started")
         job_row = await hydrator.claim_job(create=self.options.create_job, payload=self.options.payload)
-        self._start_job_heartbeat(services, booted)
-        job = self.job = Job(
-            job_row.id, job_row.agent_id, booted.settings.attempt, job_row.payload, job_row.status
-        )
-        approvals = self.approvals = Approvals(booted, job, self, lambda: self._current_step)
-        budget = self.budget = Budget.build(
-            self.constants.budget, job_row.token_budget, job_row.tokens_consumed
-        )
-        if job_row.status in TERMINAL_STATUSES:
+        host = JobHost(self.agent, self.constants, self.drain, redactor, telemetry, self.events)
+        runner = self._runner = StepRunner(host, booted)
+        self.services.start_job_heartbeat(tasks, booted, runner.fenced_out)
+        job = Job(job_row.id, job_row.agent_id, booted.settings.attempt, job_row.payload, job_row.status)
+        approvals = Approvals(booted, job, self.drain, lambda: runner.current_step)
+        budget = Budget.build(self.constants.budget, job_row.token_budget, job_row.tokens_consumed)
+        if job_row.status in _base.TERMINAL_STATUSES:
             log.info("job %s is already %s: nothing to do", job_row.id, job_row.status)
             done = Resume(CheckpointDoc(status=job_row.status, phase="done"), job_row.checkpoint_id)
             return Hydrated(job, budget, approvals, done)
         doc, checkpoint_id = await hydrator.load_checkpoint()
-        self.checkpoint_id = checkpoint_id
+        runner.checkpoint_id = checkpoint_id
         conversation = await hydrator.load_conversation(doc)
         replay = await hydrator.scan_journal(checkpoint_id, doc)
-        approvals.restore(doc, job_row.status)
+        approvals.restore(doc)
         memories = await hydrator.fetch_memories(
-            doc, job=job, agent=self.agent, open_memory=lambda: self.open_memory(booted.settings)
+            doc, job=job, agent=self.agent, open_memory=lambda: self.services.open_memory(booted.settings)
         )
-        self.mcp_tools = MCPTools.for_agent(self.agent)
-        if self.mcp_tools is not None:  # the optional MCP step: this job's servers, started and listed
-            await self.mcp_tools.hydrate(
-                booted, services, replay, redactor=self.redactor, telemetry=self.telemetry
-            )
+        mcp = self.services.mcp_tools = MCPTools.for_agent(self.agent)
+        if mcp is not None:  # the optional MCP step: this job's servers, started and listed
+            await mcp.hydrate(booted, tasks, replay, redactor=redactor, telemetry=telemetry)
         resume = Resume(doc, checkpoint_id, replay, memories, conversation)
         hydrated = Hydrated(job, budget, approvals, resume)
-        if self._drain_pending():
+        if self.drain.draining:
             # The signal came while a memory call ran on a worker thread (no cancel reaches it) and its error
             # was handled, so the phase scope's cancel had no await to land on: drained, never READY.
             return hydrated
-        self.machine.move(State.READY, "hydrated")
-        # Built after READY: its ~120 ms of SDK imports would otherwise compete with boot for the GIL.
-        # Everything recorded before then is buffered by the facade and replayed.
-        self.telemetry.start_building(booted.settings, self.board, dict(self.env))
-        self.notify("ready")
+        self.events.machine.move(State.READY, "hydrated")
+        # Built after READY (once per process): its ~120 ms of SDK imports would otherwise compete with boot
+        # for the GIL. Everything recorded before then is buffered by the facade and replayed.
+        self.shell.start_telemetry(booted.settings, one_job=self.one_job)
+        self.events.notify("ready")
         return hydrated
 
-    async def _execute(self, booted: Booted, hydrated: Hydrated) -> Outcome:
-        if self.draining:
+    async def _execute(self, hydrated: Hydrated) -> Outcome:
+        if self.drain.draining:
             return Outcome(EXIT_DRAINED, "drained before execution")
-        self.machine.move(State.EXECUTING, "step loop")
-        llm = self._llm_client = self.agent.make_llm()
+        self.events.machine.move(State.EXECUTING, "step loop")
+        runner = self._runner
+        assert runner is not None  # built by hydration
+        return await self._step_loop(hydrated, runner, Finisher(runner, self.services))
+
+    async def _step_loop(self, hydrated: Hydrated, runner: StepRunner, finisher: Finisher) -> Outcome:
+        llm = self.services.llm = self.agent.make_llm()
         doc, replay = hydrated.resume.doc, hydrated.resume.replay
         while doc.phase != "delivering":
-            if self._drain_pending():  # a call, not the property: a signal may have come during the step
-                return Outcome(EXIT_DRAINED, self._drained_between_steps())
+            if self.drain.draining:  # read before each step: a signal may have come during the last
+                return Outcome(EXIT_DRAINED, runner.drained_between_steps())
             try:
-                result, doc = await self._run_step(booted, hydrated, llm, doc, replay)
+                result, doc = await runner.run_step(hydrated, llm, doc, replay)
             except ParkRequested:
-                return await self._park(booted, doc)
-            except BudgetExhausted as exc:
-                log.error(str(exc))
-                return await self._finish_failed_by_runtime(booted, doc, str(exc))
+                return await runner.park(doc)
             except Exception as exc:
-                if not (self._drain_pending() and self._fenced is None and classify(exc).retryable):
-                    raise
-                # The drain left no time to retry a transient error: the step is as resumable as one cancelled
-                # at the deadline (its completed calls are journaled). A crash record here would count a
-                # drain against the job's crash policy (same error 3x -> dead letter).
-                log.warning(
-                    "step %s failed during the drain with %s: %s; not retried now, the "
-                    "next attempt resumes the step",
-                    doc.next_step,
-                    type(exc).__name__,
-                    self.redactor.redact(str(exc)),
-                )
-                return Outcome(EXIT_DRAINED, f"step {doc.next_step} failed transiently during the drain")
+                return await self._step_failed(exc, hydrated, runner, finisher, doc)
             replay = None
-            if self._fenced is not None:
-                raise self._fenced
+            if runner.fenced is not None:
+                raise runner.fenced
             if result is None:
                 return Outcome(EXIT_DRAINED, f"step {doc.next_step} cancelled at the drain deadline")
-        return await self._deliver_and_finish(booted, hydrated.job, doc)
+        return await finisher.deliver_and_finish(hydrated.job, doc)
 
-    def _receive_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> Any:
-        drain_budget = (
-            self.constants.drain.step_deadline_seconds + self.constants.drain.cleanup_budget_seconds
-        )
-        return receive_drain_signals(
-            self.request_drain,
-            early=self.options.early_signal,
-            on_signal_off_loop=lambda: self._arm_hard_exit(drain_budget, EXIT_DRAINED),
-            task_status=task_status,
-        )
+    async def _step_failed(
+        self, exc: Exception, hydrated: Hydrated, runner: StepRunner, finisher: Finisher, doc: CheckpointDoc
+    ) -> Outcome:
+        """How a step that raised ends the job: refused, out of budget, drained, or (re-raised) a crash."""
+        if hydrated.approvals.rejection is not None:  # whatever the step raised after a refusal
+            return finisher.rejected(hydrated.approvals.rejection)
+        if isinstance(exc, BudgetExhausted):
+            log.error(str(exc))
+            return await finisher.failed_by_runtime(str(exc))
+        if not (self.drain.draining and runner.fenced is None and classify(exc).retryable):
+            raise exc
+        # The drain left no time to retry a transient error: the step is as resumable as one cancelled at
+        # the deadline (its completed calls are journaled). A crash record here would count a drain against
+        # the job's crash policy (same error 3x -> dead letter).
+        log.warning(
+            "step %s failed during the drain with %s: %s; not retried now, the next attempt resumes the step",
+            doc.next_step, type(exc).__name__, self.shell.redactor.redact(str(exc)),
+        )  # fmt: skip
+        return Outcome(EXIT_DRAINED, f"step {doc.next_step} failed transiently during the drain")

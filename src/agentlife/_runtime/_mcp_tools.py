@@ -27,18 +27,18 @@ import anyio.abc
 import orjson
 
 from agentlife._exceptions import BootFailure, ConfigError, MCPServerUnavailable, ReplayMismatch
-from agentlife._journal import list_sessions
-from agentlife._mcp import CURRENT_MCP, MCPServer, MCPToolSpec, build_specs, plan_names, tool_digest
-from agentlife._mcp_client import MCPConnection
-from agentlife._recovery import BadLine, read_events
+from agentlife._journal._recovery import BadLine, read_events
+from agentlife._journal._writer import list_sessions
+from agentlife._mcp._client import MCPConnection
+from agentlife._mcp._server import CURRENT_MCP, MCPServer, MCPToolSpec, build_specs, plan_names, tool_digest
 
 if TYPE_CHECKING:
     from agentlife._agent import AgentProcess
-    from agentlife._journal import Journal
-    from agentlife._recovery import ReplayMap
+    from agentlife._journal._recovery import ReplayMap
+    from agentlife._journal._writer import Journal
+    from agentlife._observe._telemetry_facade import TelemetryFacade
     from agentlife._redact import Redactor
-    from agentlife._runtime._host import Booted
-    from agentlife._telemetry_facade import TelemetryFacade
+    from agentlife._step._host import Booted
 
 __all__ = ["MCPTools", "check_changed_tools", "declared_servers", "start_mcp_servers"]
 

@@ -1,61 +1,95 @@
-"""The process-level services around a job: journal, probe server, heartbeats, telemetry, logs, memory.
+"""What one job opens around its steps: session journal, heartbeats, memory, MCP servers, LLM client, store.
 
-Started during boot, closed during cleanup one at a time (a failure leaves the rest still closed), each
-inside the cleanup budget.
+`JobServices` opens each during boot and hydration and closes them in cleanup one at a time (a failure
+leaves the rest still closed), each inside the cleanup budget. What outlives the job (the probe server,
+the telemetry, a worker's store) belongs to the process (`ProcessShell`) and is not closed here.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 
+from agentlife._agent import AgentProcess
 from agentlife._config import Settings
-from agentlife._exceptions import (
-    AttemptFenced,
-    BootFailure,
-    ConfigError,
-)
-from agentlife._job_heartbeat import JobHeartbeat
-from agentlife._journal import Journal, contained_session_dir
-from agentlife._lag import run_lag_monitor
-from agentlife._logging import process_logging
-from agentlife._runtime._base import Outcome
-from agentlife._runtime._host import Booted
-from agentlife._state import State
+from agentlife._exceptions import AttemptFenced, BootFailure, ConfigError, StoreUnavailable
+from agentlife._journal._writer import Journal, contained_session_dir
+from agentlife._observe._job_heartbeat import JobHeartbeat
+from agentlife._preload import Preloader
+from agentlife._providers import PROVIDERS
+from agentlife._redact import Redactor
+from agentlife._runtime._events import JobEvents
+from agentlife._runtime._process import quietly
+from agentlife._state import Transition
+from agentlife._step._host import Booted
+from agentlife.constants import Constants
+from agentlife.stores import store_from_url
 
 if TYPE_CHECKING:
+    from agentlife._llm._protocol import LLMClient
     from agentlife._memory import QdrantMemory
+    from agentlife._runtime._mcp_tools import MCPTools
+    from agentlife.stores import CheckpointStore
 
-from agentlife._runtime._base import RuntimeBase
+__all__ = ["JobServices"]
 
 log = logging.getLogger("agentlife.runtime")
 
 
-class ServicesMixin(RuntimeBase):
-    """Boot-time services and their orderly close."""
+class JobServices:
+    """The job's own services, opened as boot and hydration need them and closed in cleanup.
 
-    def _modules_to_preload(self, settings: Settings) -> list[str]:
+    Args:
+        agent: the agent (its embedder, for the memory client).
+        env: the environment (which optional modules to preload).
+        redactor: masks secrets in what the services record.
+        events: the job's events (its transitions go to the journal and the heartbeat stream).
+        lent_store: a worker's open store, lent for the job (never closed here); None: the job opens its own.
+    """
+
+    def __init__(
+        self,
+        agent: AgentProcess,
+        env: Mapping[str, str],
+        redactor: Redactor,
+        events: JobEvents,
+        lent_store: CheckpointStore | None = None,
+    ) -> None:
+        self.agent, self.env, self.redactor, self.events = agent, env, redactor, events
+        self.lent_store = lent_store
+        self.journal: Journal | None = None
+        self.store: CheckpointStore | None = None
+        self.memory: QdrantMemory | None = None
+        self.mcp_tools: MCPTools | None = None
+        self.llm: LLMClient | None = None
+        self._preloader: Preloader | None = None
+        self._heartbeat: Any = None
+
+    def preload(self, settings: Settings) -> None:
+        """Import the optional clients this job will use on a thread, overlapping boot."""
         modules: list[str] = []
         if settings.control_plane_url:
             modules.append("httpx")
-        if self.env.get("ANTHROPIC_API_KEY"):
-            modules.append("anthropic")
+        provider = PROVIDERS[settings.llm_provider]
+        if provider.key_variable is None or self.env.get(provider.key_variable):
+            modules.extend(provider.preload)
         if settings.qdrant_url or (settings.data_dir / "qdrant").exists():
             modules.append("qdrant_client")
-        return modules
+        self._preloader = Preloader(modules).start()
 
-    def _open_journal(self, settings: Settings) -> Journal:
+    def open_journal(self, settings: Settings) -> Journal:
+        """This attempt's session journal, with its first event; every transition is journaled from now."""
         try:
             session_dir = contained_session_dir(settings.data_dir, settings.job_id)
         except ConfigError as exc:
             raise BootFailure(f"configuration error: {exc}") from None
-        journal = Journal.create(session_dir, settings.attempt, redactor=self.redactor)
+        journal = self.journal = Journal.create(session_dir, settings.attempt, redactor=self.redactor)
         journal.append(
             "SESSION_STARTED",
             job_id=settings.job_id,
@@ -65,16 +99,38 @@ class ServicesMixin(RuntimeBase):
             pod_name=self.redactor.redact(settings.pod_name),
             previous_exit_code=settings.previous_exit_code,
         )
+        self.events.add_sink(self._journal_transition)
         return journal
 
-    def _start_services(self, services: anyio.abc.TaskGroup, settings: Settings, journal: Journal) -> None:
-        services.start_soon(journal.run_periodic_flush, 1.0)
-        services.start_soon(run_lag_monitor, self.board, settings.constants.probe.lag_interval_seconds)
+    def _journal_transition(self, transition: Transition) -> None:
+        if self.journal is not None:
+            self.journal.append(
+                "LIFECYCLE",
+                **{"from": transition.source.value, "to": transition.target.value},
+                reason=self.redactor.redact(transition.reason),
+            )
+
+    async def open_store(self, settings: Settings) -> CheckpointStore:
+        """The lent store, or this process's own connection (closed in cleanup)."""
+        if self.lent_store is not None:
+            self.store = self.lent_store
+            return self.store
+        store = store_from_url(settings.resolved_database_url)
+        try:
+            await store.open()  # bounded by the store's own connect timeout and tries
+        except StoreUnavailable as exc:
+            raise BootFailure(f"store unreachable: {self.redactor.redact(str(exc))}") from None
+        self.store = store
+        return store
+
+    def start(self, tasks: anyio.abc.TaskGroup, settings: Settings, journal: Journal) -> None:
+        """The journal's periodic flush and, with a control plane, the SSE heartbeat."""
+        tasks.start_soon(journal.run_periodic_flush, 1.0)
         if settings.control_plane_url:
-            from agentlife._heartbeat import SseHeartbeat
+            from agentlife._observe._heartbeat import SseHeartbeat
 
             hb = settings.constants.heartbeat
-            self._heartbeat = SseHeartbeat(
+            self._heartbeat = heartbeat = SseHeartbeat(
                 settings.control_plane_url,
                 settings.control_plane_token,
                 agent_id=settings.agent_id,
@@ -82,58 +138,36 @@ class ServicesMixin(RuntimeBase):
                 pod_name=settings.pod_name,
                 interval=hb.sse_interval_seconds,
                 snapshot_metrics=self._heartbeat_metrics,
-                board=self.board,
+                board=self.events.board.board,
                 reconnect_initial=hb.reconnect_initial_seconds,
                 reconnect_max=hb.reconnect_max_seconds,
                 redactor=self.redactor,
             )
-            services.start_soon(self._heartbeat.run)
+            self.events.add_sink(heartbeat.push_lifecycle)
+            tasks.start_soon(heartbeat.run)
 
-    def _start_job_heartbeat(self, services: anyio.abc.TaskGroup, booted: Booted) -> None:
+    def start_job_heartbeat(
+        self, tasks: anyio.abc.TaskGroup, booted: Booted, on_fenced: Callable[[AttemptFenced], None]
+    ) -> None:
+        """The job row's heartbeat; ``on_fenced`` when a later attempt owns the row."""
         s = booted.settings
         beat = JobHeartbeat(
             booted.store,
             s.job_id,
             s.attempt,
             s.constants.heartbeat.job_interval_seconds,
-            self.board,
-            on_fenced=self._fenced_out,
+            self.events.board.board,
+            on_fenced=on_fenced,
             redactor=self.redactor,
         )
-        services.start_soon(beat.run)
-
-    def _fenced_out(self, exc: AttemptFenced) -> None:
-        """A later attempt owns the job: stop the step loop now, exit 1, never write the row again."""
-        log.error("fenced: %s; stopping the step loop", exc)
-        self._fenced = exc
-        if self._step_scope is not None:
-            self._step_scope.cancel()
-
-    def _start_probe_server(self) -> None:
-        if not self.options.probes:
-            return
-        host = self.env.get("AGENTLIFE_HEALTH_HOST") or "0.0.0.0"
-        raw_port = (self.env.get("AGENTLIFE_HEALTH_PORT") or "8086").strip()
-        if raw_port.lower() == "off":
-            return
-        try:
-            port = int(raw_port)
-        except ValueError:
-            return  # Settings reports the bad value as a configuration error right after this
-        from agentlife._probes import ProbeServer
-
-        threshold = self.constants.probe.blocked_threshold_seconds
-        self._probe_server = ProbeServer(
-            self.board, host, port, blocked_threshold=threshold, redactor=self.redactor
-        )
-        self._probe_server.start()
+        tasks.start_soon(beat.run)
 
     async def open_memory(self, settings: Settings) -> QdrantMemory:
         """The memory client, opened on first use (its import overlapped boot on the preload thread)."""
         from agentlife._memory import QdrantMemory, collection_name
 
         if self.memory is None:
-            budget = self.constants.hydration.memory_timeout_seconds
+            budget = settings.constants.hydration.memory_timeout_seconds
             if self._preloader is not None:
                 await anyio.to_thread.run_sync(
                     self._preloader.wait, "qdrant_client", 10.0, abandon_on_cancel=True
@@ -149,87 +183,38 @@ class ServicesMixin(RuntimeBase):
             )
         return self.memory
 
-    async def _cleanup(self, outcome: Outcome) -> None:
-        """Flush and close everything inside the cleanup budget, shielded from cancellation."""
-        budget = self.constants.drain.cleanup_budget_seconds
-        if not self.draining:
-            self._arm_hard_exit(budget, outcome.exit_code)  # the work is settled: keep its exit code
-        with anyio.move_on_after(budget, shield=True) as scope:
-            await self._close_resources()
-        if scope.cancelled_caught:
-            log.error("cleanup exceeded its %gs budget; exiting anyway", budget)
-        if self._drain_started is not None:
-            self.telemetry.drain(self.drain_reason or outcome.reason, time.monotonic() - self._drain_started)
-        if self.state is not State.TERMINATED:
-            self.machine.move(State.TERMINATED, outcome.reason)
-        if self.journal is not None:
-            self.journal.append(
-                "SESSION_ENDED", exit_code=outcome.exit_code, reason=self.redactor.redact(outcome.reason)
-            )
-            with anyio.move_on_after(budget, shield=True):
-                await quietly("journal close", self.journal.aclose())
-        await self._close_heartbeat()
-        if not self.owns_process:
-            return
-        with anyio.move_on_after(min(2.0, budget), shield=True):
-            await quietly("telemetry shutdown", self.telemetry.ashutdown(min(2.0, budget)))
-        if self._probe_server is not None:
-            await quietly("probe server stop", anyio.to_thread.run_sync(self._probe_server.stop))
-
-    async def _close_resources(self) -> None:
+    async def close_resources(self, constants: Constants) -> None:
         """One at a time, so a failure leaves the rest still closed (no gather of half-closed state)."""
         if self.journal is not None:
             await quietly("journal flush", self.journal.flush(fsync=True))
-        if self._llm_client is not None:
-            await quietly("LLM client close", self._llm_client.aclose())
+        if self.llm is not None:
+            await quietly("LLM client close", self.llm.aclose())
         if self.memory is not None:
             await quietly("memory close", self.memory.aclose())
         if self.mcp_tools is not None:
-            grace = self.constants.drain.cleanup_budget_seconds / 2
+            grace = constants.drain.cleanup_budget_seconds / 2
             await quietly("MCP servers close", self.mcp_tools.aclose(grace))
-        if self.store is not None and self.owns_process:
+        if self.store is not None and self.store is not self.lent_store:
             await quietly("store close", self.store.close())
 
-    async def _close_heartbeat(self) -> None:
-        if self._heartbeat is None:
-            return
-        with anyio.move_on_after(min(1.0, self.constants.drain.cleanup_budget_seconds / 4), shield=True):
-            await quietly("heartbeat flush", self._heartbeat.flush(1.0))
-        with anyio.move_on_after(1.0, shield=True):
-            await quietly("heartbeat close", self._heartbeat.aclose())
+    async def end_session(self, exit_code: int, reason: str, constants: Constants) -> None:
+        """``SESSION_ENDED`` journaled and the journal closed, then the heartbeat stream's last word."""
+        budget = constants.drain.cleanup_budget_seconds
+        if self.journal is not None:
+            self.journal.append("SESSION_ENDED", exit_code=exit_code, reason=self.redactor.redact(reason))
+            with anyio.move_on_after(budget, shield=True):
+                await quietly("journal close", self.journal.aclose())
+        if self._heartbeat is not None:
+            with anyio.move_on_after(min(1.0, budget / 4), shield=True):
+                await quietly("heartbeat flush", self._heartbeat.flush(1.0))
+            with anyio.move_on_after(1.0, shield=True):
+                await quietly("heartbeat close", self._heartbeat.aclose())
 
     def _heartbeat_metrics(self) -> dict[str, Any]:
         # rssMb and uptimeSeconds (from the kernel's process start) are the heartbeat stream's own.
+        stats = self.events.stats
         return {
-            "stepsCompleted": self.stats.steps_completed,
-            "llmCallsTotal": self.stats.llm_calls,
-            "toolCallsTotal": self.stats.tool_calls,
+            "stepsCompleted": stats.steps_completed,
+            "llmCallsTotal": stats.llm_calls,
+            "toolCallsTotal": stats.tool_calls,
         }
-
-    def _log_context(self) -> dict[str, Any]:
-        snap = self.board.snapshot()
-        return {
-            # Lines logged before the settings are read (the probe server's first) still name the job.
-            "job_id": snap.job_id or self.options.job_id or self.env.get("AGENTLIFE_JOB_ID") or None,
-            "agent_id": snap.agent_id or None,
-            "attempt": snap.attempt or None,
-            "state": snap.state.value,
-            "step": snap.step,
-        }
-
-    def _logging(self) -> Any:
-        return process_logging(
-            self.env,
-            enabled=self.options.json_logs,
-            context=self._log_context,
-            redactor=self.redactor,
-            stream=self.options.log_stream,
-        )
-
-
-async def quietly(what: str, awaitable: Any) -> None:
-    """Await a cleanup step; its failure is one log line, and the settled exit code stands."""
-    try:
-        await awaitable
-    except Exception as exc:
-        log.warning("%s failed: %s: %s", what, type(exc).__name__, exc)

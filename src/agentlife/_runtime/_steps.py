@@ -1,16 +1,22 @@
 """Running one step: its context, its checkpoint, usage accounting, and parking for approval.
 
+`StepRunner` runs the steps of one job over `Booted`: it owns the step's cancel scope (a drain brings its
+deadline forward, a fence cancels it), the current step number and the id of the last checkpoint written.
 A checkpoint write is fenced by the attempt and retried while the store is unreachable, within the step
-budget.
+budget. `JobHost` is the `StepHost` a step's calls get: the agent, the constants, the job's drain and its
+counters, nothing of the lifecycle.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -18,46 +24,133 @@ import anyio.abc
 import anyio.to_thread
 import orjson
 
-from agentlife._agent import Done, Footprint
+from agentlife._agent import AgentProcess, Done, Footprint
 from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._exceptions import (
-    StoreUnavailable,
-)
-from agentlife._llm import LLMClient
-from agentlife._recovery import build_replay, scan_for_resume
+from agentlife._exceptions import AgentlifeError, AttemptFenced, StoreUnavailable
+from agentlife._journal._recovery import build_replay, scan_for_resume
+from agentlife._llm._protocol import LLMClient
+from agentlife._observe._telemetry_facade import TelemetryFacade
+from agentlife._redact import Redactor
 from agentlife._replay import check_replayable
 from agentlife._runtime._base import EXIT_DONE, EXIT_DRAINED, Hydrated, Outcome
-from agentlife._runtime._context import CallEnv, StepContext
-from agentlife._runtime._host import Booted
+from agentlife._runtime._drain import Drain
+from agentlife._runtime._events import JobEvents
 from agentlife._state import State
+from agentlife._step._context import CallEnv, StepContext
+from agentlife._step._host import Booted, RuntimeStats
+from agentlife.constants import Constants
 from agentlife.stores import JobStatus
 
 if TYPE_CHECKING:
-    from agentlife._llm import LLMReply
-    from agentlife._recovery import ReplayMap
+    from agentlife._journal._recovery import ReplayMap
+    from agentlife._llm._protocol import LLMReply
 
-from agentlife._runtime._services import ServicesMixin
+__all__ = ["JobHost", "StepRunner"]
 
 log = logging.getLogger("agentlife.runtime")
 _T = TypeVar("_T")
 
 
-class StepsMixin(ServicesMixin):
-    """Steps, checkpoints and usage."""
+@dataclass(frozen=True, slots=True)
+class JobHost:
+    """The `StepHost` of one job: what its steps' calls need, and nothing of the lifecycle."""
 
-    async def _run_step(
-        self, booted: Booted, hydrated: Hydrated, llm: LLMClient, doc: CheckpointDoc, replay: ReplayMap | None
+    agent: AgentProcess
+    constants: Constants
+    drain: Drain
+    redactor: Redactor
+    telemetry: TelemetryFacade
+    events: JobEvents
+
+    @property
+    def draining(self) -> bool:
+        """True once the job's drain began."""
+        return self.drain.draining
+
+    @property
+    def drain_event(self) -> anyio.Event | None:
+        """Set when the job's drain begins."""
+        return self.drain.drain_event
+
+    @property
+    def drain_deadline(self) -> float | None:
+        """When the drain cancels the step (anyio clock); None while not draining."""
+        return self.drain.deadline
+
+    @property
+    def stats(self) -> RuntimeStats:
+        """The job's counters."""
+        return self.events.stats
+
+    def notify(self, event: str, **info: Any) -> None:
+        """Tell the job's observers."""
+        self.events.notify(event, **info)
+
+
+class StepRunner:
+    """Runs one job's steps, writes its checkpoints and parks it; see the module docstring."""
+
+    def __init__(self, host: JobHost, booted: Booted, checkpoint_id: str | None = None) -> None:
+        self.host = host
+        self.booted = booted
+        self.agent = host.agent
+        self.constants = host.constants
+        #: The last checkpoint written (or loaded): where a parked step's calls are read back from.
+        self.checkpoint_id = checkpoint_id
+        #: The step running now, or the last one run.
+        self.current_step: int | None = None
+        #: Set when a later attempt fenced this one out: the loop stops and the process exits 1.
+        self.fenced: AttemptFenced | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._rng = random.Random()
+        self._drained_in_step: int | None = None  # the step a drain interrupted, if it came during one
+        host.drain.add_listener(self._on_drain)
+
+    def _on_drain(self, reason: str) -> None:
+        self._drained_in_step = self.step_in_progress
+
+    def drained_between_steps(self) -> str:
+        """The exit line's reason for a drain that stopped the loop before a step."""
+        reason = self.host.drain.reason
+        if self._drained_in_step is None:
+            return f"drained by {reason} between steps"
+        return f"drained by {reason} during step {self._drained_in_step}, which finished and was checkpointed"
+
+    @property
+    def step_in_progress(self) -> int | None:
+        """The step whose scope is open now (a drain that comes now lets it finish), else None."""
+        return self.current_step if self._scope is not None else None
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[anyio.CancelScope]:
+        """A step's (or delivery's) cancel scope: the drain bounds it, a fence cancels it."""
+        with anyio.CancelScope() as scope, self.host.drain.bounded(scope):
+            self._scope = scope
+            try:
+                yield scope
+            finally:
+                self._scope = None
+
+    def fenced_out(self, exc: AttemptFenced) -> None:
+        """A later attempt owns the job: stop the step loop now, exit 1, never write the row again."""
+        log.error("fenced: %s; stopping the step loop", exc)
+        self.fenced = exc
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def run_step(
+        self, hydrated: Hydrated, llm: LLMClient, doc: CheckpointDoc, replay: ReplayMap | None
     ) -> tuple[Done | bool | None, CheckpointDoc]:
         """Run one step; returns (outcome, new doc). Outcome None means cancelled at the drain deadline."""
-        step, budget = doc.next_step, hydrated.budget
+        booted, host, step, budget = self.booted, self.host, doc.next_step, hydrated.budget
         budget.check_run_time()
         # A private copy: a crashed or cancelled step must not leak half-made changes into a checkpoint.
         state = orjson.loads(orjson.dumps(doc.state, option=orjson.OPT_NON_STR_KEYS))
         env = CallEnv(
-            self,
+            host,
             hydrated.approvals,
-            functools.partial(self._add_usage, booted, budget),
+            functools.partial(self._add_usage, budget),
             booted.journal,
             replay if replay and replay.step == step else None,
             budget,
@@ -73,18 +166,17 @@ class StepsMixin(ServicesMixin):
             env=env,
             conversation=hydrated.resume.conversation.begin_step(),
         )
-        self._current_step = step
-        self.board.update(step=step)
+        self.current_step = step
+        host.events.board.update(step=step)
         booted.journal.append("STEP_STARTED", step=step)
-        self.notify("step_started", step=step)
+        host.notify("step_started", step=step)
         started = time.monotonic()
         outcome: Done | None = None
-        with anyio.CancelScope() as scope, self.telemetry.step_span(step):
-            self._step_scope = scope
-            if self.drain_deadline is not None:
-                scope.deadline = self.drain_deadline
+        with self.scope() as scope, host.telemetry.step_span(step):
             outcome = await self.agent.step(ctx)
-        self._step_scope = None
+        # A refusal ends the job whatever the step did after it (caught it, told a model, returned Done):
+        # nothing of this step is checkpointed.
+        hydrated.approvals.check()
         if scope.cancelled_caught:
             log.warning("step %s cancelled at the drain deadline; nothing checkpointed for it", step)
             return None, doc
@@ -95,8 +187,8 @@ class StepsMixin(ServicesMixin):
         check_replayable(ctx.state, "ctx.state")
         if isinstance(outcome, Done):
             check_replayable(outcome.result, "Done.result")
-        self.telemetry.step_completed(time.monotonic() - started)
-        self.stats.steps_completed += 1
+        host.telemetry.step_completed(time.monotonic() - started)
+        host.stats.steps_completed += 1
         new = doc.evolve(
             next_step=step + 1,
             state=ctx.state,
@@ -108,31 +200,32 @@ class StepsMixin(ServicesMixin):
             new = new.evolve(
                 phase="delivering", result=outcome.result, status=outcome.status, reason=outcome.reason
             )
-        await self.write_checkpoint(booted, new, step, ctx.conversation.new_rows())
+        await self.write_checkpoint(new, step, ctx.conversation.new_rows())
         ctx.conversation.commit()
-        self.notify("step_completed", step=step)
+        host.notify("step_completed", step=step)
         return outcome or True, new
 
     async def write_checkpoint(
-        self, booted: Booted, doc: CheckpointDoc, step: int, messages: Sequence[tuple[int, bytes]] = ()
+        self, doc: CheckpointDoc, step: int, messages: Sequence[tuple[int, bytes]] = ()
     ) -> None:
         """Store ``doc`` and the conversation's new ``messages`` (fenced by attempt) in one transaction.
 
         An unreachable store is retried within the step budget.
         """
+        booted = self.booted
         s, store = booted.settings, booted.store
         data = doc.evolve(attempt=s.attempt, written_at=time.time()).encode()
         checkpoint_id = f"{s.attempt:04d}-{step:06d}-{uuid.uuid4().hex[:8]}"
-        crc = await self._retrying_store(
+        crc = await self.retrying_store(
             "checkpoint write",
             lambda: store.write_checkpoint(s.job_id, s.attempt, checkpoint_id, step, data, messages),
         )
         self.checkpoint_id = checkpoint_id
-        self.stats.checkpoints_written += 1
+        self.host.stats.checkpoints_written += 1
         booted.journal.append("CHECKPOINT_WRITTEN", step=step, checkpoint_id=checkpoint_id, crc=crc)
         await booted.journal.flush(fsync=False)
 
-    async def _retrying_store(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
+    async def retrying_store(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
         """``call()``, retried with backoff while the store is unreachable, within the step budget."""
         deadline = anyio.current_time() + self.constants.drain.step_deadline_seconds
         delay = self.constants.retry.transient_initial_seconds
@@ -142,19 +235,20 @@ class StepsMixin(ServicesMixin):
             except StoreUnavailable as exc:
                 if anyio.current_time() + delay > deadline:
                     raise
-                log.warning("%s failed (%s); retrying in %.1fs", what, self.redactor.redact(str(exc)), delay)
+                why = self.host.redactor.redact(str(exc))
+                log.warning("%s failed (%s); retrying in %.1fs", what, why, delay)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, self.constants.retry.transient_max_seconds)
 
-    async def _add_usage(self, booted: Booted, budget: Budget, reply: LLMReply) -> None:
+    async def _add_usage(self, budget: Budget, reply: LLMReply) -> None:
         """Add a call's usage to the job row and the in-memory budget.
 
         Retried like a checkpoint write while the store is unreachable: a short PostgreSQL outage must not
         crash the step after its LLM call succeeded. A retry after a commit whose answer was lost counts the
         call twice, which errs on the side of the budget.
         """
-        store, s, usage = booted.store, booted.settings, reply.usage
-        totals = await self._retrying_store(
+        store, s, usage = self.booted.store, self.booted.settings, reply.usage
+        totals = await self.retrying_store(
             "usage update",
             lambda: store.add_usage(
                 s.job_id, s.attempt, usage.input_tokens, usage.output_tokens, reply.cost_usd
@@ -162,24 +256,44 @@ class StepsMixin(ServicesMixin):
         )
         budget.add(totals)
 
-    async def _park(self, booted: Booted, doc: CheckpointDoc) -> Outcome:
+    async def park(self, doc: CheckpointDoc) -> Outcome:
+        """Checkpoint a step waiting for approval and let go of the row (the approval idle timeout)."""
+        booted = self.booted
         # The park checkpoint's marker lands after the parked step's completed calls, and the next attempt
         # replays only what follows the marker: carry those calls past it, or they would run again.
-        step_events = await self._step_events_since_checkpoint(booted, doc.next_step)
+        step_events = await self._step_events_since_checkpoint(doc.next_step)
         parked = doc.evolve(phase="awaiting_approval")
-        await self.write_checkpoint(booted, parked, max(doc.next_step - 1, 0))
+        await self.write_checkpoint(parked, max(doc.next_step - 1, 0))
         if step_events:
             booted.journal.carry_forward(step_events)
             await booted.journal.flush(fsync=True)
-        if self.draining:
+        await self._let_go_of_park()
+        if self.host.draining:
             return Outcome(EXIT_DRAINED, "drained while waiting for approval")
-        self.machine.move(State.DRAINING, "parked: approval idle timeout")
+        self.host.events.machine.move(State.DRAINING, "parked: approval idle timeout")
         return Outcome(
             EXIT_DONE, "parked: WAITING_FOR_APPROVAL after the idle timeout", JobStatus.WAITING_FOR_APPROVAL
         )
 
-    async def _step_events_since_checkpoint(self, booted: Booted, step: int) -> list[dict[str, Any]]:
+    async def _let_go_of_park(self) -> None:
+        """Leave the parked row to whoever resumes it, even if an approval lands while this process exits.
+
+        The claim goes first: from then on ``job approve`` sees no live owner and makes the row PENDING.
+        An approval that came just before saw this process alive and made the row RUNNING for it; nothing
+        here will run the call, so that row is handed back as PENDING (one conditional write), not left
+        RUNNING for the reaper to count as a crash.
+        """
+        s, store = self.booted.settings, self.booted.store
+        try:
+            await store.drop_claim(s.job_id)
+            if await store.release(s.job_id, s.attempt, JobStatus.PENDING):
+                log.info("approved while parking: the job is runnable again (PENDING)")
+        except AgentlifeError as exc:  # the row stays parked: an approval still makes it runnable
+            log.warning("parking: could not let go of the row: %s", self.host.redactor.redact(str(exc)))
+
+    async def _step_events_since_checkpoint(self, step: int) -> list[dict[str, Any]]:
         """This session's events of ``step`` after the current checkpoint's marker (best effort)."""
+        booted = self.booted
         session_dir, checkpoint_id = booted.settings.session_dir, self.checkpoint_id
         budget = self.constants.hydration.buffer_scan_timeout_seconds
         try:
@@ -196,16 +310,3 @@ class StepsMixin(ServicesMixin):
             log.warning("parking: the step's calls were not found in the journal: %s", result.reason)
             return []
         return build_replay(result.events, step).events_for_carry_forward()
-
-    def _drained_between_steps(self) -> str:
-        if self._drained_in_step is None:
-            return f"drained by {self.drain_reason} between steps"
-        return (
-            f"drained by {self.drain_reason} during step {self._drained_in_step}, "
-            "which finished and was checkpointed"
-        )
-
-    def _enter_draining(self, reason: str) -> None:
-        """Move to DRAINING after the job ended, unless a signal already did (SIGTERM during delivery)."""
-        if self.state is not State.DRAINING:
-            self.machine.move(State.DRAINING, reason)

@@ -1,17 +1,19 @@
-"""The warm pool: a process that boots once and runs jobs one after another (``python -m agentlife worker``).
+"""The warm pool: a process that boots once and runs jobs of one agent, up to ``concurrency`` at a time.
 
-`Worker` owns what lives as long as the process: the JSON logs, the signal receiver and the hard exit, the
-probe server and its status board, telemetry, the store connection, the lag monitor, the zombie reaper and
-the runnable-jobs gauge. Each job it claims (``CheckpointStore.claim_next``: the oldest runnable row of its
-agent, attempt bumped) runs in a `JobRun`: the `Runtime` of ``_lifecycle`` with those services lent to it,
-so the journal, hydration, steps, delivery and the drain are the very code ``run`` uses, on a fresh agent
-instance that nothing of the previous job reaches.
+`Worker` holds the process (`ProcessShell`: logs, signals and hard exit, probes and status board,
+telemetry, lag monitor), the store connection, the zombie reaper and the runnable-jobs gauge. It runs
+``concurrency`` slots in one task group; each slot claims a job (``CheckpointStore.claim_next``: the oldest
+runnable row of its agent, attempt bumped) and runs it in its own `Runtime` (the lifecycle ``run`` uses,
+with the worker's shell and store lent to it) on a fresh agent instance, in its own task, cancel scope and
+log context. A job's crash, budget failure or replay mismatch ends that job only.
 
-Between jobs the worker polls (short interval, doubling while idle up to a cap). A drained job is handed
-back (RUNNING -> PENDING, runnable at once by another worker); a crashed job gets the verdict of
-`agentlife.should_retry_after_crash` (RETRYING, or DEAD_LETTER / FAILED) and the worker goes on, so a
-poison job cannot take the pool down. Exit codes: 143 after a drain (SIGTERM, busy or idle), 0 after the
-idle timeout or ``max_jobs`` jobs, 1 when the store cannot be reached at boot.
+Idle slots wait together: one of them asks the store (``wait_for_work``, racing the worker's own wake
+event) and wakes the others when there is a sign of work; a claim that finds a job wakes them too. A
+drained job is handed back (RUNNING -> PENDING, runnable at once by another worker); a crashed job gets
+the verdict of `agentlife.should_retry_after_crash` (RETRYING, or DEAD_LETTER / FAILED) and the slot goes
+on, so a poison job cannot take the pool down. Exit codes: 143 after a drain (SIGTERM, busy or idle), 0
+after the idle timeout (no job running or claimed for that long) or ``max_jobs`` jobs, 1 when the store
+cannot be reached at boot.
 """
 
 from __future__ import annotations
@@ -28,31 +30,32 @@ import anyio.abc
 
 from agentlife._config import Settings
 from agentlife._exceptions import AgentlifeError, ConfigError
-from agentlife._lag import run_lag_monitor
-from agentlife._logging import log_fields, process_logging
-from agentlife._policy import should_retry_after_crash
-from agentlife._redact import Redactor
+from agentlife._logging import log_fields
 from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, RunOptions
+from agentlife._runtime._drain import Drain
 from agentlife._runtime._lifecycle import Runtime
-from agentlife._runtime._services import quietly
-from agentlife._runtime._signals import HardExit, receive_drain_signals
+from agentlife._runtime._process import ProcessShell, ShellOptions, quietly
 from agentlife._state import State
-from agentlife._status import StatusBoard
-from agentlife._telemetry_facade import TelemetryFacade
 from agentlife.constants import Constants
 from agentlife.stores import JobRecord, JobStatus, store_from_url
-from agentlife.stores._jobs import since_last_retry
+from agentlife.stores._jobs import is_crash, since_last_retry
+from agentlife.stores._policy import should_retry_after_crash
 
 if TYPE_CHECKING:
     from agentlife._agent import AgentProcess
     from agentlife.stores import CheckpointStore
 
-__all__ = ["EXIT_IDLE", "JobRun", "Worker", "WorkerOptions"]
+__all__ = ["EXIT_IDLE", "Worker", "WorkerOptions", "job_run"]
 
 log = logging.getLogger("agentlife.worker")
 
 #: The worker's exit code after its idle timeout or its ``max_jobs``: it did all it was asked to.
 EXIT_IDLE = 0
+#: How a job run by a worker ended, by the exit code its lifecycle would have given a process of its own.
+JOB_OUTCOMES = {EXIT_DONE: "done", EXIT_DRAINED: "drained", EXIT_CRASH: "crashed"}
+#: The slowest idle poll when the store notifies new work (PostgreSQL): a notification lost with a dropped
+#: connection, or a retry whose backoff ended (nothing notifies that), waits at most this long.
+NOTIFY_FALLBACK_POLL_SECONDS = 5.0
 #: The reaper runs this many times per threshold, so a dead process's row is reclaimed within
 #: threshold + threshold / 5 of its last heartbeat.
 REAPS_PER_THRESHOLD = 5
@@ -64,7 +67,7 @@ class WorkerOptions:
 
     Attributes:
         agent_id: the agent whose jobs it claims (default: ``AGENTLIFE_AGENT_ID``, else the class's).
-        idle_timeout: seconds without a job after which it exits 0.
+        idle_timeout: seconds without a job (none running, none claimed) after which it exits 0.
         max_jobs: exit 0 after this many jobs (None: no limit).
         poll_interval: the first wait after finding no job; doubled while idle up to ``max_poll_interval``.
         max_poll_interval: the longest wait between two claims while idle.
@@ -75,6 +78,7 @@ class WorkerOptions:
         probes: start the probe server.
         log_stream: where JSON logs go (default stdout).
         early_signal: a signal caught while the agent class was imported.
+        concurrency: how many jobs run at once in the one event loop (``--concurrency``).
     """
 
     agent_id: str | None = None
@@ -89,35 +93,28 @@ class WorkerOptions:
     probes: bool = True
     log_stream: Any = None
     early_signal: Any = None
+    concurrency: int = 1
 
 
-class JobRun(Runtime):
-    """One claimed job, run by the `Runtime` with the worker's store, board, telemetry and logs.
+def job_run(agent: AgentProcess, worker: Worker, store: CheckpointStore, row: JobRecord) -> Runtime:
+    """The lifecycle of one claimed job, with the worker's shell and store lent to it.
 
-    Signals, the probe server and the hard exit stay with the worker; the job's journal, job heartbeat,
-    LLM client and memory client are its own and are closed when it ends.
+    Signals, the probe server, the telemetry and the hard exit stay with the worker; the job's journal,
+    job heartbeat, LLM client and memory client are its own and are closed when it ends.
     """
-
-    def __init__(self, agent: AgentProcess, worker: Worker, row: JobRecord) -> None:
-        env = {k: v for k, v in worker.env.items() if k != "AGENTLIFE_PREVIOUS_EXIT_CODE"}
-        env.update(AGENTLIFE_JOB_ID=row.id, AGENTLIFE_ATTEMPT=str(row.attempt))
-        options = RunOptions(
-            job_id=row.id,
-            handle_signals=False,
-            json_logs=False,
-            hard_exit=False,
-            probes=False,
-            constants=worker.constants,
-        )
-        super().__init__(agent, env=env, options=options)
-        self.owns_process = False
-        self.board = worker.board
-        self.telemetry = worker.telemetry
-        self._worker_store = worker.store
-
-    async def _open_store(self, settings: Settings) -> CheckpointStore:
-        assert self._worker_store is not None
-        return self._worker_store
+    options = RunOptions(
+        job_id=row.id,
+        attempt=row.attempt,
+        handle_signals=False,
+        json_logs=False,
+        hard_exit=False,
+        probes=False,
+        constants=worker.constants,
+    )
+    mirror = worker.options.concurrency == 1  # one job at a time: the board's one-job fields name it
+    return Runtime(
+        agent, env=worker.env, options=options, shell=worker.shell, store=store, mirror_board=mirror
+    )
 
 
 class Worker:
@@ -140,129 +137,220 @@ class Worker:
         if not self.agent_id:
             raise ConfigError("no agent id: pass --agent-id, set AGENTLIFE_AGENT_ID or the class's agent_id")
         self.env["AGENTLIFE_AGENT_ID"] = self.agent_id
-        self.redactor = Redactor.from_env(self.env)
-        self.board = StatusBoard(job_id="", agent_id=self.agent_id, attempt=0)
-        self.telemetry = TelemetryFacade()
-        self.hard_exit = HardExit(enabled=options.hard_exit)
-        self.store: CheckpointStore | None = None
-        self.current: JobRun | None = None
-        self.draining = False
-        self.drain_reason: str | None = None
+        self.shell = ProcessShell(
+            self.env,
+            agent_id=self.agent_id,
+            constants=self.constants,
+            options=ShellOptions(
+                json_logs=options.json_logs,
+                handle_signals=options.handle_signals,
+                hard_exit=options.hard_exit,
+                probes=options.probes,
+                log_stream=options.log_stream,
+                early_signal=options.early_signal,
+            ),
+            on_signal=self.request_drain,
+            log_context=self._log_context,
+        )
+        self.board, self.redactor = self.shell.board, self.shell.redactor
+        self.drain = Drain(self.constants.drain.step_deadline_seconds)
+        self.drain.add_listener(self._on_drain)
+        #: The jobs running now, by job id.
+        self.running: dict[str, Runtime] = {}
         self.jobs_done = 0
         self.jobs_crashed = 0
         #: Every job this process ran: (job id, attempt, exit code).
         self.history: list[tuple[str, int, int]] = []
+        self._claimed = 0
         self._wake: anyio.Event | None = None
-        self._probe_server: Any = None
+        self._store_waiter = False  # an idle slot is asking the store for work: the others wait on _wake
+        self._idle_since = time.monotonic()
+        self._stop: tuple[int, str] | None = None
+
+    @property
+    def draining(self) -> bool:
+        """True once SIGTERM (or `request_drain`) began the drain."""
+        return self.drain.draining
 
     # -- the process ---------------------------------------------------------------------------------
 
     async def run(self) -> int:
         """Boot, take jobs until drained, idle or done, close everything; return the exit code."""
         self._wake = anyio.Event()
-        with self._logging():
-            try:
-                async with anyio.create_task_group() as services:
-                    if self.options.handle_signals:
-                        await services.start(self._receive_signals)
-                    code, reason = await self._serve(services)
-                    services.cancel_scope.cancel()
-            except BaseException:
-                self.hard_exit.disarm()
-                raise
-            self.hard_exit.settle(self.constants.drain.cleanup_budget_seconds, code)
-            log.info("exit %s: %s", code, reason, extra=log_fields(exit_code=code, reason=reason))
-            return code
+        self.drain.open()
+        async with self.shell:
+            code, reason = await self._serve()
+            return self.shell.exit(code, reason, log)
 
     def request_drain(self, reason: str) -> None:
-        """What SIGTERM does: drain the current job as ``run`` would, take no other, exit 143."""
-        if self.draining:
-            log.warning("%s received during drain: ignored until cleanup is over", reason)
-            return
-        self.draining, self.drain_reason = True, reason
-        drain = self.constants.drain
-        margin = min(drain.sigkill_buffer_seconds / 2, 2.0)
-        self.hard_exit.arm(drain.step_deadline_seconds + drain.cleanup_budget_seconds + margin, EXIT_DRAINED)
+        """What SIGTERM does: drain every running job as ``run`` would, take no other, exit 143."""
+        self.drain.request(reason)
+
+    def _on_drain(self, reason: str) -> None:
+        self.shell.arm_drain_exit()  # one grace period for every job: each gets the step deadline
         self.board.update_worker(state="draining")
-        log.info("drain requested by %s", reason, extra=log_fields(reason=reason))
-        if self.current is not None:
-            self.current.request_drain(reason)
+        for job in list(self.running.values()):
+            job.request_drain(reason)
         if self._wake is not None:
             self._wake.set()
 
-    def _drain_pending(self) -> bool:
-        return self.draining
-
-    async def _serve(self, services: anyio.abc.TaskGroup) -> tuple[int, str]:
+    async def _serve(self) -> tuple[int, str]:
         self.board.update_worker(
-            state="booting", jobs_done=0, jobs_crashed=0, current_job=None, runnable_jobs={}
+            state="booting",
+            jobs_done=0,
+            jobs_crashed=0,
+            current_job=None,
+            runnable_jobs={},
+            slots=self.options.concurrency,
+            busy=0,
         )
-        self._start_probe_server()
         settings = Settings.from_env(
             self.env, job_id="worker", agent_id=self.agent_id, constants=self.constants
         )
-        logging.getLogger().setLevel(settings.log_level)
         self.board.update(
             agent_id=self.agent_id,
             pod_name=settings.pod_name,
             blocked_threshold_seconds=self.constants.probe.blocked_threshold_seconds,
         )
-        store = self.store = store_from_url(settings.resolved_database_url)
+        store = store_from_url(settings.resolved_database_url)
         try:
             try:
                 await store.open()
             except AgentlifeError as exc:
                 log.error("fatal: store unreachable: %s", self.redactor.redact(str(exc)))
                 return EXIT_CRASH, "store unreachable"
+            try:
+                # One query of the job table now: a database without the schema (or one older than job
+                # operations) is a fatal boot error naming `db init`, not a claim that fails for ever.
+                await store.count_runnable()
+            except AgentlifeError as exc:
+                log.error("fatal: the store cannot serve jobs: %s", self.redactor.redact(str(exc)))
+                return EXIT_CRASH, "store not usable"
             self.board.store_has_free_connection = store.has_free_connection
-            services.start_soon(run_lag_monitor, self.board, self.constants.probe.lag_interval_seconds)
-            services.start_soon(self._reap_periodically, store)
-            services.start_soon(self._count_periodically, store)
-            self.telemetry.start_building(settings, self.board, dict(self.env))
+            self.shell.start_lag_monitor(self.constants.probe.lag_interval_seconds)
+            self.shell.start_telemetry(settings, one_job=False)
             self.board.update(state=State.READY)
             log.info(
                 "worker ready: taking jobs of agent %s",
                 self.agent_id,
-                extra=log_fields(agent_id=self.agent_id, pid=os.getpid()),
+                extra=log_fields(
+                    agent_id=self.agent_id, pid=os.getpid(), concurrency=self.options.concurrency
+                ),
             )
-            return await self._take_jobs(store)
+            async with anyio.create_task_group() as duties:
+                duties.start_soon(self._reap_periodically, store)
+                duties.start_soon(self._count_periodically, store)
+                result = await self._run_slots(store)
+                duties.cancel_scope.cancel()
+            return result
         finally:
             await self._close(store)
 
-    async def _take_jobs(self, store: CheckpointStore) -> tuple[int, str]:
-        opts = self.options
-        idle_since, delay = time.monotonic(), opts.poll_interval
-        while True:
-            if self.draining:
-                return EXIT_DRAINED, f"drained by {self.drain_reason} after {len(self.history)} jobs"
-            if opts.max_jobs is not None and len(self.history) >= opts.max_jobs:
-                return EXIT_IDLE, f"ran {len(self.history)} jobs (--max-jobs)"
-            self.board.update_worker(state="idle", current_job=None)
+    async def _run_slots(self, store: CheckpointStore) -> tuple[int, str]:
+        self._show_slots()
+        async with anyio.create_task_group() as slots:
+            for _ in range(self.options.concurrency):
+                slots.start_soon(self._slot, store)
+        if self.drain.draining:
+            return EXIT_DRAINED, f"drained by {self.drain.reason} after {len(self.history)} jobs"
+        assert self._stop is not None  # a slot returns only when draining or stopped
+        return self._stop
+
+    async def _slot(self, store: CheckpointStore) -> None:
+        """Claim and run jobs one after another until the drain, the idle timeout or ``max_jobs``."""
+        opts, delay = self.options, self.options.poll_interval
+        # A store that notifies wakes the slot itself: the poll is only the fallback for a lost notification.
+        cap = (
+            max(opts.max_poll_interval, NOTIFY_FALLBACK_POLL_SECONDS)
+            if store.notifies
+            else opts.max_poll_interval
+        )
+        while not (self.drain.draining or self._stop):
+            if opts.max_jobs is not None and self._claimed >= opts.max_jobs:
+                self._stop_all(EXIT_IDLE, f"ran {opts.max_jobs} jobs (--max-jobs)")
+                return
             row = await self._claim(store)
             if row is None:
-                idle = time.monotonic() - idle_since
-                if idle >= opts.idle_timeout:
-                    return EXIT_IDLE, f"idle for {idle:.1f}s (--idle-timeout {opts.idle_timeout:g})"
-                assert self._wake is not None
-                with anyio.move_on_after(min(delay, opts.idle_timeout - idle)):
-                    await self._wake.wait()
-                delay = min(delay * 2, opts.max_poll_interval)
+                # A sign of work: claim at once, and poll briskly after; else back off up to the cap.
+                woken = await self._wait_for_work(store, delay)
+                delay = opts.poll_interval if woken else min(delay * 2, cap)
                 continue
-            if self._drain_pending():  # the signal came while the claim ran: the row goes straight back
-                await self._hand_back(store, row, "claimed during the drain")
-                continue
+            self._claimed += 1
+            self._wake_idle_slots()  # there may be more: idle slots try too
             await self._run_job(store, row)
-            idle_since, delay = time.monotonic(), opts.poll_interval
+            delay = opts.poll_interval
+
+    def _stop_all(self, code: int, reason: str) -> None:
+        if self._stop is None:
+            self._stop = (code, reason)
+        self._wake_idle_slots()
+
+    async def _wait_for_work(self, store: CheckpointStore, seconds: float) -> bool:
+        """Until the store signals work for this agent, a wake-up (reaper, drain, claim), or ``seconds``.
+
+        One idle slot asks the store and the others wait for it: the store sees one waiter per worker.
+        The slot that asks also keeps the idle timeout (no job running for that long ends the worker).
+        """
+        wake = self._wake
+        assert wake is not None
+        if self._store_waiter:
+            with anyio.move_on_after(max(seconds, self.options.max_poll_interval) * 4):
+                await wake.wait()
+                return True
+            return False
+        idle = time.monotonic() - self._idle_since if not self.running else 0.0
+        if idle >= self.options.idle_timeout:
+            self._stop_all(EXIT_IDLE, f"idle for {idle:.1f}s (--idle-timeout {self.options.idle_timeout:g})")
+            return False
+        seconds = min(seconds, self.options.idle_timeout - idle)
+        woken = False
+
+        async def store_signal() -> None:
+            nonlocal woken
+            woken = await store.wait_for_work(self.agent_id, seconds)
+            scope.cancel()
+
+        async def wake_event() -> None:
+            nonlocal woken
+            await wake.wait()
+            woken = True
+            scope.cancel()
+
+        self._store_waiter = True
+        try:
+            with anyio.move_on_after(seconds) as scope:
+                async with anyio.create_task_group() as waits:
+                    waits.start_soon(store_signal)
+                    waits.start_soon(wake_event)
+        finally:
+            self._store_waiter = False
+        if woken:
+            self._wake_idle_slots()
+        return woken
+
+    def _wake_idle_slots(self) -> None:
+        """Wake every slot waiting for work (the drain's event stays set: no slot waits after it)."""
+        if self._wake is not None and not self._wake.is_set():
+            self._wake.set()
+            if not self.drain.draining:
+                self._wake = anyio.Event()
 
     async def _claim(self, store: CheckpointStore) -> JobRecord | None:
+        """The next job, or None; a failed claim makes the worker unready until a claim works again."""
         try:
-            return await store.claim_next(self.agent_id)
-        except AgentlifeError as exc:
-            log.warning("claim failed: %s", self.redactor.redact(str(exc)))
+            row = await store.claim_next(self.agent_id)
+        except Exception as exc:  # an outage, or a row no store code foresaw: the pool goes on either way
+            why = self.redactor.redact(f"{type(exc).__name__}: {exc}")
+            log.warning("claim failed: %s", why)
+            self.board.update_worker(claim_error=why)
             return None
+        self.board.update_worker(claim_error=None)
+        return row
 
     async def _run_job(self, store: CheckpointStore, row: JobRecord) -> None:
-        self.board.update_worker(state="busy", current_job=row.id, attempt=row.attempt)
+        if self.drain.draining:  # the signal came while the claim ran: the row goes straight back
+            await self._hand_back(store, row, "claimed during the drain")
+            return
         log.info(
             "claimed job %s (attempt %s)",
             row.id,
@@ -273,15 +361,17 @@ class Worker:
             agent = self.agent_cls()
         except Exception as exc:
             log.error("creating %s() failed: %s", self.agent_cls.__name__, exc)
-            await self._after_crash(store, row, f"{type(exc).__name__}: {exc}")
+            await self._after_crash(store, row, f"{type(exc).__name__}: {exc}", None)
             return
-        job = self.current = JobRun(agent, self, row)
-        if self.draining:
-            job.request_drain(self.drain_reason or "SIGTERM")
+        job = self.running[row.id] = job_run(agent, self, store, row)
+        self._show_slots()  # no await since the drain check: a drain from now on reaches it in `running`
         try:
             code = await job.run()
         finally:
-            self.current = None
+            del self.running[row.id]
+            self._idle_since = time.monotonic()
+            self._show_slots()
+        self._log_job_end(row, code, job.exit_reason or "")
         self.history.append((row.id, row.attempt, code))
         await self._drop_claim(store, row)
         if code == EXIT_DRAINED:
@@ -290,9 +380,33 @@ class Worker:
             self.jobs_done += 1
         else:
             self.jobs_crashed += 1
-            await self._after_crash(store, row, None)
-        self.board.update(state=State.READY, job_id="", attempt=0, step=None)
+            await self._after_crash(store, row, None, job.exit_reason)
+        if self.options.concurrency == 1:
+            self.board.update(state=State.READY, job_id="", attempt=0, step=None)
         self.board.update_worker(jobs_done=self.jobs_done, jobs_crashed=self.jobs_crashed)
+
+    def _show_slots(self) -> None:
+        """``/status`` and ``/readyz``: idle (ready) while a slot is free, busy when all are taken."""
+        busy, slots = len(self.running), self.options.concurrency
+        state = "draining" if self.drain.draining else ("busy" if busy >= slots else "idle")
+        current = next(iter(self.running), None) if slots == 1 else None
+        self.board.update_worker(state=state, busy=busy, current_job=current, jobs=sorted(self.running))
+        if slots == 1 and current is not None:
+            self.board.update_worker(attempt=self.running[current].options.attempt)
+
+    def _log_job_end(self, row: JobRecord, code: int, reason: str) -> None:
+        # The process goes on: "exit 0" here would read as the worker's own exit.
+        ended = JOB_OUTCOMES.get(code, "crashed")
+        log.info(
+            "job %s attempt %s %s: %s",
+            row.id,
+            row.attempt,
+            ended,
+            reason,
+            extra=log_fields(
+                event="job_ended", job_id=row.id, attempt=row.attempt, outcome=ended, reason=reason
+            ),
+        )
 
     async def _drop_claim(self, store: CheckpointStore, row: JobRecord) -> None:
         """This worker goes on without the job: a job it parked for approval must not look attended."""
@@ -319,26 +433,25 @@ class Worker:
                     "could not hand job %s back (the reaper will): %s", row.id, self.redactor.redact(str(exc))
                 )
 
-    async def _after_crash(self, store: CheckpointStore, row: JobRecord, message: str | None) -> None:
+    async def _after_crash(
+        self, store: CheckpointStore, row: JobRecord, message: str | None, exit_reason: str | None
+    ) -> None:
         """The crash is on the row (as ``run`` records it); its retry is decided now, not by the reaper.
 
         `should_retry_after_crash` on the row's crash history: RETRYING after the backoff schedule's delay
-        (5 s, 60 s, 300 s, 1800 s), or DEAD_LETTER / FAILED. ``message``: a crash the engine did not record
-        (the agent class could not be built), recorded here first.
+        (5 s, 60 s, 300 s, 1800 s), or DEAD_LETTER / FAILED. A crash the engine did not record (the agent
+        class could not be built, ``message``; or the job's boot failed: a job id no path may hold, a
+        conversation that does not verify) is recorded here first, so the policy counts it like any other.
         """
         with anyio.CancelScope(shield=True):
             try:
-                if message is not None:
-                    error: dict[str, Any] = {
-                        "at": time.time(),
-                        "attempt": row.attempt,
-                        "exit_code": EXIT_CRASH,
-                    }
-                    error.update(error_class="AgentInitFailed", message=self.redactor.redact(message))
-                    await store.set_status(row.id, row.attempt, JobStatus.RUNNING, error=error)
                 current = await store.get_job(row.id)
                 if current is None or current.status != JobStatus.RUNNING or current.attempt != row.attempt:
                     return
+                if not any(is_crash(e) and e.get("attempt") == row.attempt for e in current.error):
+                    current = await self._record_crash(store, row, message, exit_reason)
+                    if current is None:
+                        return
                 verdict = should_retry_after_crash(
                     since_last_retry(current.error),
                     current.token_budget,
@@ -359,33 +472,56 @@ class Worker:
             except AgentlifeError as exc:
                 log.warning("could not settle crashed job %s: %s", row.id, self.redactor.redact(str(exc)))
 
+    async def _record_crash(
+        self, store: CheckpointStore, row: JobRecord, message: str | None, exit_reason: str | None
+    ) -> JobRecord | None:
+        """Append the crash record the engine could not write; the row as it is then."""
+        if message is not None:
+            error_class, why = "AgentInitFailed", message
+        else:
+            error_class, why = "BootFailure", exit_reason or "the job failed before its first step"
+        error: dict[str, Any] = {"at": time.time(), "attempt": row.attempt, "exit_code": EXIT_CRASH}
+        error.update(error_class=error_class, message=self.redactor.redact(why))
+        await store.set_status(
+            row.id, row.attempt, JobStatus.RUNNING, error=error, expect=(JobStatus.RUNNING,)
+        )
+        return await store.get_job(row.id)
+
     # -- background duties ---------------------------------------------------------------------------
 
     async def _reap_periodically(self, store: CheckpointStore) -> None:
         """The zombie reaper: RUNNING rows whose heartbeat stopped go back to RETRYING (or dead letter).
 
-        Rows whose claiming process ran on this host and has exited are reaped at once, whatever their
-        heartbeat's age: the first pass runs at boot, so a worker container restarted in place (OOM-killed,
-        crashed) takes its predecessor's job back within the first backoff step, not after the threshold.
+        Rows whose claiming process ran in this pid namespace and has exited are reaped as soon as their
+        heartbeat is one job heartbeat interval old (a fresh heartbeat always wins), not after the
+        threshold: the first pass runs at boot and the passes come at least once per heartbeat interval,
+        so a worker container restarted in place (OOM-killed, crashed) takes its predecessor's job back
+        within about one interval plus the first backoff step.
         """
-        threshold = self.constants.heartbeat.zombie_after_seconds
-        period = threshold / REAPS_PER_THRESHOLD
+        heartbeat = self.constants.heartbeat
+        threshold = heartbeat.zombie_after_seconds
+        period = min(threshold / REAPS_PER_THRESHOLD, heartbeat.job_interval_seconds)
         while True:
             try:
                 decisions = await store.reap(threshold, constants=self.constants, dead_owners=True)
-            except AgentlifeError as exc:
-                log.warning("reaper: %s", self.redactor.redact(str(exc)))
+            except Exception as exc:  # an outage, or a row no store code foresaw: never the pool's end
+                log.warning("reaper: %s", self.redactor.redact(f"{type(exc).__name__}: {exc}"))
                 decisions = []
             for d in decisions:
                 log.warning(
-                    "reaped job %s: heartbeat %.1fs old -> %s (attempt %s): %s",
+                    "reaped job %s: heartbeat %.1fs old -> %s (next attempt %s): %s",
                     d.job_id,
                     d.heartbeat_age_seconds,
                     d.status,
                     d.attempt,
                     d.reason,
+                    # The reaped job's own id and attempt, not those of the job this worker is running.
                     extra=log_fields(
                         event="reaped",
+                        job_id=d.job_id,
+                        agent_id=d.agent_id,
+                        attempt=d.attempt - 1,
+                        step=None,
                         reaped_job_id=d.job_id,
                         decision=d.status,
                         new_attempt=d.attempt,
@@ -393,9 +529,8 @@ class Worker:
                         circuit_open=d.circuit_open,
                     ),
                 )
-            if decisions and self._wake is not None and not self.draining:
-                self._wake.set()  # a reaped row may be runnable at once
-                self._wake = anyio.Event()
+            if decisions:
+                self._wake_idle_slots()  # a reaped row may be runnable at once
             await anyio.sleep(period)
 
     async def _count_periodically(self, store: CheckpointStore) -> None:
@@ -405,70 +540,28 @@ class Worker:
             try:
                 counts = await store.count_runnable()
                 self.board.update_worker(runnable_jobs={self.agent_id: 0, **counts}, counted_at=time.time())
-            except AgentlifeError as exc:
-                log.warning("counting runnable jobs: %s", self.redactor.redact(str(exc)))
+            except Exception as exc:  # the gauge goes stale; the pool goes on
+                log.warning(
+                    "counting runnable jobs: %s", self.redactor.redact(f"{type(exc).__name__}: {exc}")
+                )
             await anyio.sleep(period)
 
     # -- process services ----------------------------------------------------------------------------
-
-    def _start_probe_server(self) -> None:
-        if not self.options.probes:
-            return
-        raw_port = (self.env.get("AGENTLIFE_HEALTH_PORT") or "8086").strip()
-        if raw_port.lower() == "off":
-            return
-        from agentlife._probes import ProbeServer
-
-        self._probe_server = ProbeServer(
-            self.board,
-            self.env.get("AGENTLIFE_HEALTH_HOST") or "0.0.0.0",
-            int(raw_port),
-            blocked_threshold=self.constants.probe.blocked_threshold_seconds,
-            redactor=self.redactor,
-        )
-        self._probe_server.start()
 
     async def _close(self, store: CheckpointStore) -> None:
         self.board.update_worker(state="stopping", current_job=None)
         budget = self.constants.drain.cleanup_budget_seconds
         with anyio.move_on_after(budget, shield=True):
             await quietly("store close", store.close())
-        with anyio.move_on_after(min(2.0, budget), shield=True):
-            await quietly("telemetry shutdown", self.telemetry.ashutdown(min(2.0, budget)))
         self.board.update(state=State.TERMINATED)
-        if self._probe_server is not None:
-            with anyio.CancelScope(shield=True):
-                await quietly("probe server stop", anyio.to_thread.run_sync(self._probe_server.stop))
-
-    def _receive_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> Any:
-        drain = self.constants.drain
-        budget = (
-            drain.step_deadline_seconds
-            + drain.cleanup_budget_seconds
-            + min(drain.sigkill_buffer_seconds / 2, 2.0)
-        )
-        return receive_drain_signals(
-            self.request_drain,
-            early=self.options.early_signal,
-            on_signal_off_loop=lambda: self.hard_exit.arm(budget, EXIT_DRAINED),
-            task_status=task_status,
-        )
 
     def _log_context(self) -> dict[str, Any]:
+        # The worker's own lines name no job; a job's lines carry its fields (bound in its task).
         snap = self.board.snapshot()
         return {
-            "job_id": snap.job_id or None,
+            "job_id": None,
             "agent_id": snap.agent_id or None,
-            "attempt": snap.attempt or None,
+            "attempt": None,
             "state": snap.state.value,
-            "step": snap.step,
+            "step": None,
         }
-
-    def _logging(self) -> Any:
-        return process_logging(
-            self.env,
-            enabled=self.options.json_logs,
-            context=self._log_context,
-            redactor=self.redactor,
-            stream=self.options.log_stream,
-        )

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from agentlife._config import validate_database_url
 from agentlife._exceptions import ConfigError
+from agentlife.stores._approval import ApprovalRequest, ApprovalState
 from agentlife.stores._base import (
     HISTORY_KEEP,
     CheckpointStore,
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HISTORY_KEEP",
+    "ApprovalRequest",
+    "ApprovalState",
     "CheckpointStore",
     "JobRecord",
     "JobStatus",
@@ -40,15 +43,21 @@ __all__ = [
 ]
 
 
-def store_from_url(url: str, *, tables: TableNames | None = None) -> CheckpointStore:
+def store_from_url(
+    url: str, *, tables: TableNames | None = None, must_exist: bool = False
+) -> CheckpointStore:
     """The store for ``url`` (``sqlite:///path`` or ``postgresql://...``), not yet opened.
+
+    ``must_exist``: for commands that read or operate on jobs: a SQLite file that does not exist (or holds
+    no job table) is refused at `open` with ``no store at PATH`` (`agentlife.StoreError`) instead of being
+    created empty. A PostgreSQL database without the schema is refused by its first query either way.
 
     Raises:
         ConfigError: the scheme is not supported.
     """
     validate_database_url(url)
     if url.startswith("sqlite:"):
-        return SQLiteStore.from_url(url, tables=tables)
+        return SQLiteStore.from_url(url, tables=tables, must_exist=must_exist)
     if url.startswith(("postgresql://", "postgres://")):
         from agentlife.stores._postgres import PostgresStore
 

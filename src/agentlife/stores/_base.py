@@ -16,6 +16,7 @@ from agentlife._exceptions import CheckpointCorrupt, ConfigError
 
 if TYPE_CHECKING:
     from agentlife.constants import Constants
+    from agentlife.stores._approval import ApprovalRequest, ApprovalState
     from agentlife.stores._jobs import ReapDecision
 
 __all__ = [
@@ -29,8 +30,10 @@ __all__ = [
     "claim_refusal",
     "crc32",
     "first_valid_checkpoint",
+    "namespace_id",
     "new_owner",
     "owner_is_gone",
+    "owner_is_live",
 ]
 
 #: How many checkpoints per job `checkpoint_history` keeps.
@@ -38,18 +41,31 @@ HISTORY_KEEP = 5
 #: A same-attempt claim held by a process on another host is taken over once the row's ``heartbeat_at`` is
 #: this old: the default zombie threshold (``AGENTLIFE_HEARTBEAT_ZOMBIE_AFTER_SECONDS``).
 CLAIM_STALE_AFTER_SECONDS = 300.0
+#: The ``owner`` the reaper leaves on a row it took from a dead process: a claim token no process holds, so
+#: the reaped process, were it only paused, is fenced out of every write without the attempt being bumped
+#: (the next claim gives the job the reaped attempt + 1, like after any other crash).
+REAPED_OWNER = "reaped"
 
 
 class JobStatus(enum.StrEnum):
     """The job row's ``status`` column."""
 
     PENDING = "PENDING"
+    """Created and never claimed: runnable once ``not_before`` has passed."""
     RUNNING = "RUNNING"
+    """Claimed by a live process, which writes ``heartbeat_at`` every job heartbeat interval."""
     WAITING_FOR_APPROVAL = "WAITING_FOR_APPROVAL"
+    """Parked at a restricted tool until an operator approves (``job approve``) or rejects it."""
     COMPLETED = "COMPLETED"
+    """Finished: the step returned ``Done()``; ``result`` holds its result. Terminal."""
     FAILED = "FAILED"
+    """Finished without success: ``Done(status="FAILED")`` or a spent budget. Terminal."""
     DEAD_LETTER = "DEAD_LETTER"
+    """Given up after repeated crashes (the backoff schedule spent, the same error three times, OOM twice).
+    Terminal until ``job retry``."""
     RETRYING = "RETRYING"
+    """Crashed or reaped: runnable again, with the next attempt, once ``not_before`` has passed (a drained
+    job goes back to PENDING instead)."""
 
 
 def crc32(data: bytes) -> int:
@@ -62,9 +78,13 @@ class TableNames:
     """Table names, configurable to fit an existing control-plane schema."""
 
     job: str = "job"
+    """The job rows (one per job: status, attempt, checkpoint, heartbeat, budgets, result)."""
     checkpoint_history: str = "checkpoint_history"
+    """The last checkpoints of each job, the fallback when the current one fails its CRC."""
     delivery: str = "delivery"
+    """The delivery registry: one key per delivered (job, channel), so a delivery happens once."""
     conversation: str = "conversation"
+    """The messages of ``ctx.conversation``, one row each, written with their step's checkpoint."""
 
     def __post_init__(self) -> None:
         for name in (self.job, self.checkpoint_history, self.delivery, self.conversation):
@@ -79,21 +99,39 @@ class JobRecord:
     """A snapshot of one job row."""
 
     id: str
+    """The job id (the row's key)."""
     agent_id: str
+    """The agent that runs the job."""
     status: str
+    """A `JobStatus` value."""
     payload: Any
+    """The job's input (JSON), as created."""
     attempt: int
+    """The attempt that owns the row: writes of any other attempt raise `AttemptFenced`."""
     checkpoint_id: str | None = None
+    """The id of the current checkpoint, or None before the first."""
     checkpoint_crc: int | None = None
+    """The CRC-32 (unsigned) of the current checkpoint's exact bytes."""
     heartbeat_at: float | None = None
+    """Unix time of the last job heartbeat, or None; the reaper judges a RUNNING row by it."""
     tokens_consumed: dict[str, Any] = field(default_factory=dict)
+    """What the job spent over all attempts: ``input`` and ``output`` tokens, ``cost_usd``."""
     token_budget: dict[str, Any] | None = None
+    """The job's own limits (``max_input_tokens``, ``max_cost_usd``), or None for the defaults."""
     error: list[dict[str, Any]] = field(default_factory=list)
+    """The crash history, oldest first: one record per crash, reap or operator decision."""
     result: Any = None
+    """The ``Done`` result of a finished job (JSON), else None."""
     updated_at: float | None = None
-    #: Unix time from which the row is runnable: its creation for a PENDING row, the end of the crash
-    #: backoff for a RETRYING one; None on rows written by other tools (runnable at once).
+    """Unix time of the row's last write."""
     not_before: float | None = None
+    """Unix time from which the row is runnable: its creation for a PENDING row, the end of the crash backoff
+    for a RETRYING one; None on rows written by other tools (runnable at once)."""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """The JSON columns that did not decode (a row written by another client), each with why.
+
+    They hold their neutral value above. A worker sets such a row aside (DEAD_LETTER) instead of running it.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +139,15 @@ class LoadedCheckpoint:
     """A checkpoint that passed its CRC check; ``source`` says whether history had to be used."""
 
     checkpoint_id: str
+    """The checkpoint's id."""
     data: bytes
+    """The checkpoint's exact stored bytes."""
     crc: int
-    source: str  # "job" or "history"
+    """Their CRC-32 (unsigned), checked against the stored one."""
+    source: str
+    """``"job"`` (the row's current checkpoint) or ``"history"`` (an older one: the current failed CRC)."""
     step: int | None = None
+    """The step it was saved after, when known."""
 
 
 @runtime_checkable
@@ -175,8 +218,30 @@ class CheckpointStore(Protocol):
         *,
         result: Any = None,
         error: dict[str, Any] | None = None,
+        expect: Sequence[str] | None = None,
     ) -> None:
-        """Record a status (and result, or a crash record appended to ``error``)."""
+        """Record a status (and result, or a crash record appended to ``error``), if the row is as expected.
+
+        ``expect``: the statuses the row may have for the write to happen; None means any status that is not
+        terminal (COMPLETED, FAILED, DEAD_LETTER): a terminal row is never rewritten by a late writer.
+
+        Raises:
+            AttemptFenced: the row belongs to another attempt or process, or its status is not expected;
+                nothing changed.
+        """
+
+    async def request_approval(self, job_id: str, attempt: int, request: ApprovalRequest) -> ApprovalState:
+        """Park on ``request``: WAITING_FOR_APPROVAL and the request on the row, in one fenced write.
+
+        Nothing changes when a grant already names the call (same invocation id and digest) or the row is
+        terminal; the state returned says which (`ApprovalState.decide`).
+
+        Raises:
+            AttemptFenced: the row belongs to another attempt or process.
+        """
+
+    async def get_approval(self, job_id: str) -> ApprovalState | None:
+        """The row's status and approval record (request, grants, rejection), or None for no such row."""
 
     async def add_usage(
         self, job_id: str, attempt: int, input_tokens: int, output_tokens: int, cost_usd: float
@@ -212,19 +277,45 @@ class CheckpointStore(Protocol):
     ) -> list[JobRecord]:
         """Job rows, most recently updated first, filtered by status and agent."""
 
+    @property
+    def notifies(self) -> bool:
+        """Whether `wait_for_work` ends as soon as a job is made runnable (PostgreSQL's ``LISTEN``).
+
+        False: it only sleeps, and an idle worker must poll briskly to pick jobs up soon.
+        """
+        ...
+
+    async def wait_for_work(self, agent_id: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a sign that a job of ``agent_id`` may have become runnable.
+
+        True when such a sign came, False at the timeout. An idle worker waits here between two claims;
+        a store without notifications simply sleeps, so the worker polls.
+        """
+
     async def count_runnable(self) -> dict[str, int]:
         """How many jobs are runnable now, per agent id (agents with none are left out)."""
 
-    async def approve(self, job_id: str) -> JobRecord:
-        """WAITING_FOR_APPROVAL -> RUNNING (a live process is parked on it) or PENDING; returns the row.
+    async def approve(
+        self, job_id: str, *, invocation_id: str | None = None, digest: str | None = None
+    ) -> JobRecord:
+        """Grant the call the job is parked on; WAITING_FOR_APPROVAL -> RUNNING or PENDING; returns the row.
+
+        The grant is the row's recorded request (invocation id and digest): it approves that call and no
+        other. RUNNING when the process that parked still holds the row (its owner not provably gone, its
+        heartbeat within the zombie threshold): it polls and carries on. Otherwise PENDING: the next run or
+        worker resumes the job and runs the granted call without asking again. ``invocation_id`` and
+        ``digest``, when given, must name the recorded request (approve exactly the call that was shown).
 
         Raises:
             JobNotFound: no such row.
-            JobStateConflict: the job is not waiting for approval.
+            JobStateConflict: the job is not waiting for approval, or waits for another call.
         """
 
     async def reject(self, job_id: str, reason: str) -> JobRecord:
-        """WAITING_FOR_APPROVAL -> FAILED, the reason recorded in the crash history."""
+        """WAITING_FOR_APPROVAL -> FAILED, final: the reason recorded in the crash history.
+
+        The parked process, or whichever step reaches the call, ends the job FAILED whatever it does next.
+        """
 
     async def cancel(self, job_id: str, reason: str) -> JobRecord:
         """PENDING, RETRYING, RUNNING or WAITING_FOR_APPROVAL -> FAILED with ``attempt + 1``.
@@ -234,7 +325,10 @@ class CheckpointStore(Protocol):
         """
 
     async def retry(self, job_id: str) -> JobRecord:
-        """FAILED or DEAD_LETTER -> PENDING, runnable now; earlier crashes stop counting to retry limits."""
+        """FAILED or DEAD_LETTER -> PENDING, runnable now; earlier crashes stop counting to retry limits.
+
+        A retry approves nothing: a rejected call parks again and asks. Earlier grants stand.
+        """
 
     async def reap(
         self,
@@ -246,12 +340,14 @@ class CheckpointStore(Protocol):
     ) -> list[ReapDecision]:
         """The zombie reaper: act on every RUNNING row whose heartbeat is older than ``threshold_seconds``.
 
-        Each row becomes RETRYING (``attempt + 1``, ``not_before`` from the crash backoff schedule, or the
-        circuit breaker's cooldown), DEAD_LETTER or FAILED, with the decision appended to its crash history,
-        in its own conditional UPDATE: two reapers at once never both act on a row. ``now`` (unix time)
-        defaults to the clock, ``constants`` to `Constants()`. With ``dead_owners``, a RUNNING row claimed
-        by a process of this host that has exited (its pid gone, or reused by another process) is reaped
-        too, whatever its heartbeat's age: a container restarted in place gets its job back at once.
+        Each row becomes RETRYING (``not_before`` from the crash backoff schedule, or the circuit breaker's
+        cooldown), DEAD_LETTER or FAILED, with the decision appended to its crash history, in its own
+        conditional UPDATE: two reapers at once never both act on a row. The row keeps its attempt and its
+        owner becomes a tombstone no process holds, so the reaped process is fenced out and the next claim
+        gives the job the reaped attempt + 1 (`ReapDecision.attempt`). ``now`` (unix time) defaults to the
+        clock, ``constants`` to `Constants()`. With ``dead_owners``, a RUNNING row claimed by a process of
+        this pid namespace that has exited (its pid gone, or reused by another process) is reaped too once
+        its heartbeat is older than one job heartbeat interval: a fresh heartbeat always wins.
         """
 
     async def drop_claim(self, job_id: str) -> None:
@@ -304,24 +400,72 @@ def _start_ticks(pid: int) -> str | None:
     return fields[19].decode() if len(fields) > 19 else None
 
 
-def new_owner() -> str:
-    """A claim token for this process: ``host:pid:start-ticks:random``.
+_NAMESPACE: str | None = None
 
-    pid and start time tell whether the owner still runs (a pid alone may have been reused); the random
-    part tells two stores of one process apart (the test harness runs agents in one interpreter).
+
+def namespace_id() -> str:
+    """Which pid namespace of which boot this process lives in: ``{boot id}.{pid namespace inode}``.
+
+    A pid means something only inside its pid namespace, and a host name says nothing about that: two
+    containers may share one (``hostNetwork: true``, compose's ``hostname:``, a UTS namespace of their own)
+    while each sees only its own processes. '-' when ``/proc`` cannot tell (then no pid is ever judged).
+    """
+    global _NAMESPACE  # read once: neither can change while the process lives
+    if _NAMESPACE is None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+                boot = f.read().strip()
+            inode = os.stat("/proc/self/ns/pid").st_ino
+        except (OSError, ValueError):
+            _NAMESPACE = "-"
+        else:
+            # Only characters a claim token may hold (it is split on ':').
+            boot = "".join(c for c in boot if c.isalnum() or c == "-")
+            _NAMESPACE = f"{boot}.{inode}" if boot else "-"
+    return _NAMESPACE
+
+
+def new_owner() -> str:
+    """A claim token for this process: ``host:pid:start-ticks:random:namespace``.
+
+    pid and start time tell whether the owner still runs (a pid alone may have been reused), but only seen
+    from the same pid namespace of the same boot (`namespace_id`); the random part tells two stores of one
+    process apart (the test harness runs agents in one interpreter).
     """
     pid = os.getpid()
-    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or '-'}:{secrets.token_hex(4)}"
+    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or '-'}:{secrets.token_hex(4)}:{namespace_id()}"
 
 
 def owner_is_gone(owner: str) -> bool:
-    """True when ``owner`` is known to have exited: same host, and its pid is gone or was reused."""
-    host, _, rest = owner.partition(":")
-    pid_text, _, rest = rest.partition(":")
-    ticks = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit() or ticks in ("", "-"):
-        return False  # another host (or an unknown shape): only the heartbeat's age can tell
+    """True when ``owner`` is known to have exited: its pid, in this very pid namespace, is gone or reused.
+
+    Only a token naming this process's namespace (`namespace_id`: boot id and pid namespace inode) can be
+    judged; a token from another namespace, another host, or an older version that did not record its
+    namespace, is never called gone: only the heartbeat's age can tell for those.
+    """
+    parts = owner.split(":")
+    if len(parts) != 5:
+        return False
+    host, pid_text, ticks, _, namespace = parts
+    if host != socket.gethostname() or namespace in ("", "-") or namespace != namespace_id():
+        return False
+    if not (pid_text.isascii() and pid_text.isdigit()) or ticks in ("", "-"):
+        return False  # '²'.isdigit() holds, and int() refuses it: a token written badly judges nothing
     return _start_ticks(int(pid_text)) != ticks
+
+
+def owner_is_live(owner: str | None, heartbeat_age: float | None, stale_after: float) -> bool:
+    """Whether a process may still hold the row: it has an owner that is not provably gone, with a heartbeat.
+
+    The check a same-attempt `CheckpointStore.claim` makes, and ``approve`` (RUNNING for a live parked
+    process, PENDING otherwise): an owner that has exited (`owner_is_gone`) or whose heartbeat is older than
+    ``stale_after`` holds nothing any more.
+    """
+    if owner is None or owner == REAPED_OWNER:
+        return False
+    if owner_is_gone(owner):
+        return False
+    return heartbeat_age is not None and heartbeat_age <= stale_after
 
 
 def claim_refusal(
@@ -335,19 +479,18 @@ def claim_refusal(
 ) -> str | None:
     """Why this process may not claim the row, or None when it may.
 
-    A lower attempt never may. The same attempt may only when the row is unowned, owned by this process,
-    owned by a process that has exited (same host: pid and start time), or owned by one whose heartbeat is
-    older than ``stale_after`` (another host): two live processes with the same attempt would both do every
-    side effect of the job, so the second one loses.
+    A lower attempt never may. The same attempt may only when the row is unowned (or reaped), owned by this
+    process, owned by a process that has exited (same pid namespace: pid and start time), or owned by one
+    whose heartbeat is older than ``stale_after`` (another host or namespace): two live processes with the
+    same attempt would both do every side effect of the job, so the second one loses.
     """
     if attempt < row_attempt:
         return f"job {job_id} is owned by attempt {row_attempt}, this is {attempt}"
-    if attempt > row_attempt or row_owner is None or row_owner == owner:
+    if attempt > row_attempt or row_owner == owner:
         return None
-    if owner_is_gone(row_owner):
+    if not owner_is_live(row_owner, heartbeat_age, stale_after):
         return None
-    if heartbeat_age is None or heartbeat_age > stale_after:
-        return None
+    assert row_owner is not None
     host, _, rest = row_owner.partition(":")
     return (
         f"job {job_id} attempt {attempt} is already claimed by a live process (pid {rest.partition(':')[0]} "

@@ -4,17 +4,20 @@ The operations a person or a control plane performs on job rows (``python -m age
 conditional on the row's status so that two of them racing on one row cannot both win:
 
 - approve: WAITING_FOR_APPROVAL -> RUNNING when a live process still holds the row (it is polling and takes
-  the approval), else PENDING (the next run or worker resumes it);
-- reject: WAITING_FOR_APPROVAL -> FAILED, ``ApprovalRejected`` recorded in the crash history;
+  the approval), else PENDING (the next run or worker resumes it); the call the row is parked on is
+  granted, bound to its invocation id and digest (see ``_approval``);
+- reject: WAITING_FOR_APPROVAL -> FAILED, final, ``ApprovalRejected`` recorded in the crash history;
 - cancel: PENDING, RETRYING, RUNNING or WAITING_FOR_APPROVAL -> FAILED, ``Cancelled`` recorded, and
   ``attempt + 1`` so that a process still running the job is fenced out at its next write;
-- retry: FAILED or DEAD_LETTER -> PENDING, runnable now; the crashes before it stop counting to the limits.
+- retry: FAILED or DEAD_LETTER -> PENDING, runnable now; the crashes before it stop counting to the limits,
+  and it approves nothing.
 
 The zombie reaper (`CheckpointStore.reap`) moves RUNNING rows whose heartbeat is older than the threshold to
-RETRYING (``attempt + 1``, ``not_before`` from the crash backoff schedule) or to DEAD_LETTER / FAILED, as
+RETRYING (``not_before`` from the crash backoff schedule) or to DEAD_LETTER / FAILED, as
 `agentlife.should_retry_after_crash` decides from the row's crash history, and holds the retries of an agent
 whose crashes open the per-agent circuit breaker (`BudgetConstants.circuit_failure_threshold` crashes within
-``circuit_window_seconds``) until ``circuit_cooldown_seconds`` have passed.
+``circuit_window_seconds``) until ``circuit_cooldown_seconds`` have passed. It fences the dead process out by
+its claim token (``owner`` becomes `REAPED_OWNER`), not by bumping the attempt: the next claim bumps it, once.
 """
 
 from __future__ import annotations
@@ -25,24 +28,32 @@ from typing import Any
 
 from agentlife._exceptions import JobNotFound, JobStateConflict
 from agentlife.constants import Constants
-from agentlife.stores._base import JobRecord, JobStatus
+from agentlife.stores._base import REAPED_OWNER, JobRecord, JobStatus
 
 __all__ = [
     "APPROVABLE",
     "CANCELLABLE",
+    "HELD",
     "OWNER_GONE_REASON",
+    "REAPED_OWNER",
     "RETRYABLE",
     "RUNNABLE",
+    "SET_ASIDE_PER_CLAIM",
+    "TERMINAL",
     "ReapDecision",
     "check_transition",
     "crash_count",
     "decide_reap",
+    "expected_statuses",
     "is_crash",
     "operator_record",
     "retry_marker",
     "since_last_retry",
 ]
 
+#: How many unreadable rows one `CheckpointStore.claim_next` call sets aside at most before it returns None
+#: (the caller claims again at its next poll): a table full of them cannot hold a claim, or a lock, for long.
+SET_ASIDE_PER_CLAIM = 32
 #: Statuses a worker may claim (RETRYING only once its ``not_before`` has passed).
 RUNNABLE = (JobStatus.PENDING, JobStatus.RETRYING)
 APPROVABLE = (JobStatus.WAITING_FOR_APPROVAL,)
@@ -53,8 +64,20 @@ CANCELLABLE = (
     JobStatus.WAITING_FOR_APPROVAL,
 )
 RETRYABLE = (JobStatus.FAILED, JobStatus.DEAD_LETTER)
+#: Statuses a job never leaves except through ``job retry``: no late writer may change them.
+TERMINAL = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.DEAD_LETTER)
+#: Statuses the process holding a row (its attempt and claim token) may find it in and write over: its own
+#: RUNNING, its own park, or PENDING after an approval that did not see it alive. Never a terminal one.
+HELD = (JobStatus.RUNNING, JobStatus.WAITING_FOR_APPROVAL, JobStatus.PENDING)
 #: Statuses a process may hand its RUNNING job back in (`CheckpointStore.release`).
 RELEASABLE = (JobStatus.PENDING, JobStatus.RETRYING, JobStatus.FAILED, JobStatus.DEAD_LETTER)
+
+
+def expected_statuses(expect: Sequence[str] | None) -> tuple[str, ...]:
+    """The statuses a status write may find the row in: ``expect``, or by default any but a terminal one."""
+    if expect is None:
+        return tuple(str(s) for s in JobStatus if s not in TERMINAL)
+    return tuple(str(s) for s in expect)
 
 
 def check_releasable(status: str) -> str:
@@ -74,27 +97,27 @@ OWNER_GONE_REASON = "claiming process gone"
 
 @dataclass(frozen=True, slots=True)
 class ReapDecision:
-    """What the zombie reaper did with one RUNNING row whose heartbeat stopped.
-
-    Attributes:
-        job_id: the row.
-        agent_id: its agent.
-        attempt: the row's attempt after reaping (the dead process's attempt + 1: it is fenced out).
-        status: RETRYING, DEAD_LETTER or FAILED.
-        not_before: unix time before which no worker claims the row (RETRYING only).
-        reason: one line: the backoff step, the retry limit reached, or the open circuit breaker.
-        heartbeat_age_seconds: how old the row's heartbeat was when it was reaped.
-        circuit_open: the agent's circuit breaker is open: the retry is held for its cooldown.
-    """
+    """What the zombie reaper did with one RUNNING row whose heartbeat stopped."""
 
     job_id: str
+    """The row."""
     agent_id: str
+    """Its agent."""
     attempt: int
+    """The attempt the job's next run gets (the dead process's attempt + 1).
+
+    The row keeps the dead attempt until that claim; the dead process is fenced out by its claim token.
+    """
     status: str
+    """RETRYING, DEAD_LETTER or FAILED."""
     not_before: float | None
+    """Unix time before which no worker claims the row (RETRYING only)."""
     reason: str
+    """One line: the backoff step, the retry limit reached, or the open circuit breaker."""
     heartbeat_age_seconds: float
+    """How old the row's heartbeat was when it was reaped."""
     circuit_open: bool = False
+    """The agent's circuit breaker is open: the retry is held for its cooldown."""
 
 
 def check_transition(job_id: str, operation: str, row: JobRecord | None, allowed: Sequence[str]) -> JobRecord:
@@ -178,7 +201,7 @@ def decide_reap(
     ``owner_gone``: the row is reaped because its claiming process, on this host, has exited (whatever the
     heartbeat's age), not because its heartbeat is stale.
     """
-    from agentlife._policy import should_retry_after_crash
+    from agentlife.stores._policy import should_retry_after_crash
 
     budget = constants.budget
     if owner_gone:

@@ -2,9 +2,11 @@
 
 The claim is one statement: the oldest runnable row, found through a partial index on ``not_before`` and
 locked ``FOR UPDATE SKIP LOCKED`` so concurrent claimers each get a different row, updated in the same
-statement. Approve, reject, cancel and retry are each one conditional UPDATE (``WHERE status = ANY(...)``):
-of two racing on a row, the second matches nothing and reports the status the first one left. The reaper
-locks each stale row with ``SKIP LOCKED`` and updates it only if it is still RUNNING with the same attempt.
+statement. Cancel is one conditional UPDATE (``WHERE status = ANY(...)``); approve, reject and retry, which
+also rewrite the approval record, lock the row (``FOR UPDATE``), check its status and update it in one
+transaction: of two racing on a row, the second waits for the first and reports the status it left. The
+reaper locks each stale row with ``SKIP LOCKED`` and updates it only if it is still RUNNING with the same
+attempt.
 """
 
 from __future__ import annotations
@@ -17,23 +19,54 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import orjson
 
-from agentlife._exceptions import StoreUnavailable
+from agentlife._exceptions import AttemptFenced, StoreUnavailable
 from agentlife.constants import Constants
-from agentlife.stores._base import JobRecord, JobStatus, TableNames, owner_is_gone
+from agentlife.stores._approval import (
+    ApprovalRequest,
+    ApprovalState,
+    check_request,
+    granted,
+    rejected,
+    rejection_record,
+    requested,
+    retried,
+)
+from agentlife.stores._base import (
+    CLAIM_STALE_AFTER_SECONDS,
+    REAPED_OWNER,
+    JobRecord,
+    JobStatus,
+    TableNames,
+    owner_is_gone,
+    owner_is_live,
+)
 from agentlife.stores._jobs import (
     APPROVABLE,
     CANCELLABLE,
     RETRYABLE,
     RUNNABLE,
+    SET_ASIDE_PER_CLAIM,
+    TERMINAL,
     ReapDecision,
     check_releasable,
+    check_transition,
     conflict,
     crash_count,
     decide_reap,
     operator_record,
     retry_marker,
+)
+from agentlife.stores._pg_listen import PgListener, notify_call
+from agentlife.stores._rows import (
+    JSON_COLUMNS,
+    SET_ASIDE_STATUS,
+    decode_histories,
+    job_record,
+    log_set_aside,
+    set_aside_entry,
 )
 
 __all__ = ["JOB_COLUMNS", "PostgresJobOps", "dumps", "loads", "pg_job_schema", "record", "unix"]
@@ -48,10 +81,11 @@ _DUE = "(not_before IS NULL OR not_before <= now())"
 
 
 def pg_job_schema(t: TableNames) -> tuple[str, ...]:
-    """The ``not_before`` column (added to a 0.2 table too) and the indexes of the runnable-job lookup."""
+    """The ``not_before`` and ``approval`` columns (added to an older table too), the runnable-job indexes."""
     base = t.job.split(".")[-1]
     return (
         f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS not_before timestamptz DEFAULT now()",
+        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS approval jsonb",
         f"CREATE INDEX IF NOT EXISTS {base}_runnable_idx ON {t.job} (not_before NULLS FIRST, id)"
         f" WHERE {_RUNNABLE}",
         f"CREATE INDEX IF NOT EXISTS {base}_agent_runnable_idx ON {t.job}"
@@ -66,8 +100,14 @@ class _JobSql:
     get: str
     list: str
     count_runnable: str
+    lock_row: str
     approve: str
-    operate: str
+    reject: str
+    retry: str
+    cancel: str
+    lock_fenced: str
+    park: str
+    approval: str
     server_now: str
     stale: str
     lock_stale: str
@@ -76,10 +116,12 @@ class _JobSql:
     agent_errors: str
     reap: str
     release: str
+    set_aside: str
 
     @classmethod
     def build(cls, t: TableNames) -> _JobSql:
         j = t.job
+        notify = notify_call(t)  # see _pg_listen: sent on commit, and only by a write that matched a row
 
         def claim(agent: str) -> str:
             return (
@@ -95,6 +137,7 @@ class _JobSql:
             "error = COALESCE(error, '[]'::jsonb) || jsonb_build_array($2::jsonb"
             " || jsonb_build_object('attempt', attempt))"
         )
+        history = "error = COALESCE(error, '[]'::jsonb) || jsonb_build_array($2::jsonb)"
         return cls(
             claim_any=claim(""),
             claim_agent=claim("agent_id = $2 AND "),
@@ -106,19 +149,35 @@ class _JobSql:
             count_runnable=(
                 f"SELECT agent_id, count(*) FROM {j} WHERE {_RUNNABLE} AND {_DUE} GROUP BY agent_id"
             ),
+            lock_row=(
+                f"SELECT {_COLUMNS}, owner, approval,"
+                f" EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 AS heartbeat_age FROM {j}"
+                " WHERE id = $1 FOR UPDATE"
+            ),
             approve=(
-                f"UPDATE {j} SET status = CASE WHEN owner IS NOT NULL"
-                " AND heartbeat_at > now() - make_interval(secs => $2) THEN 'RUNNING' ELSE 'PENDING' END,"
-                " not_before = now(), updated_at = now()"
+                f"UPDATE {j} SET status = $2, approval = $3::jsonb, not_before = now(), updated_at = now()"
+                f" WHERE id = $1 RETURNING {_COLUMNS}, CASE WHEN $2 = 'PENDING' THEN {notify} END AS notified"
+            ),
+            reject=(
+                f"UPDATE {j} SET status = 'FAILED', {history}, approval = $3::jsonb, updated_at = now()"
+                f" WHERE id = $1 RETURNING {_COLUMNS}"
+            ),
+            # The owner stays: a reaped row's tombstone must go on fencing out the process it was taken from.
+            retry=(
+                f"UPDATE {j} SET status = 'PENDING', {history}, approval = $3::jsonb, not_before = now(),"
+                f" updated_at = now() WHERE id = $1 RETURNING {_COLUMNS}, {notify} AS notified"
+            ),
+            cancel=(
+                f"UPDATE {j} SET status = 'FAILED', {append}, updated_at = now(),"
+                " attempt = attempt + 1, owner = NULL"
                 f" WHERE id = $1 AND status = ANY($3::text[]) RETURNING {_COLUMNS}"
             ),
-            # $4: the SET clause's extra assignments are fixed per operation (see `_OPERATIONS`).
-            operate=(
-                f"UPDATE {j} SET status = $4, {append}, updated_at = now(),"
-                " attempt = attempt + $5, owner = CASE WHEN $6 OR $5 > 0 THEN NULL ELSE owner END,"
-                " not_before = CASE WHEN $6 THEN now() ELSE not_before END"
-                f" WHERE id = $1 AND status = ANY($3::text[]) RETURNING {_COLUMNS}"
+            lock_fenced=(
+                f"SELECT status, approval FROM {j}"
+                " WHERE id = $1 AND attempt = $2 AND (owner IS NULL OR owner = $3) FOR UPDATE"
             ),
+            park=f"UPDATE {j} SET status = $2, approval = $3::jsonb, updated_at = now() WHERE id = $1",
+            approval=f"SELECT status, approval FROM {j} WHERE id = $1",
             server_now="SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8",
             stale=(
                 f"SELECT id FROM {j} WHERE status = 'RUNNING'"
@@ -128,21 +187,34 @@ class _JobSql:
                 f"SELECT {_COLUMNS} FROM {j} WHERE id = $1 AND status = 'RUNNING'"
                 " AND COALESCE(heartbeat_at, updated_at) < to_timestamp($2) FOR UPDATE SKIP LOCKED"
             ),
-            owned_here=f"SELECT id, owner FROM {j} WHERE status = 'RUNNING' AND owner LIKE $1 ORDER BY id",
+            owned_here=(
+                f"SELECT id, owner FROM {j} WHERE status = 'RUNNING' AND owner LIKE $1"
+                " AND COALESCE(heartbeat_at, updated_at) < to_timestamp($2) ORDER BY id"
+            ),
             lock_owned=(
                 f"SELECT {_COLUMNS} FROM {j} WHERE id = $1 AND status = 'RUNNING' AND owner = $2"
-                " FOR UPDATE SKIP LOCKED"
+                " AND COALESCE(heartbeat_at, updated_at) < to_timestamp($3) FOR UPDATE SKIP LOCKED"
             ),
             agent_errors=f"SELECT error FROM {j} WHERE agent_id = $1 AND updated_at >= to_timestamp($2)",
             reap=(
-                f"UPDATE {j} SET status = $3, attempt = attempt + 1, owner = NULL,"
+                f"UPDATE {j} SET status = $3, owner = $7,"
                 " not_before = to_timestamp($4), updated_at = to_timestamp($5),"
                 " error = COALESCE(error, '[]'::jsonb) || jsonb_build_array($6::jsonb)"
-                " WHERE id = $1 AND status = 'RUNNING' AND attempt = $2 RETURNING 1"
+                " WHERE id = $1 AND status = 'RUNNING' AND attempt = $2 RETURNING 1,"
+                # A row whose backoff has not ended is not runnable yet: the fallback poll finds it later.
+                f" CASE WHEN $3 IN ('PENDING', 'RETRYING') AND {_DUE} THEN {notify} END"
             ),
             release=(
                 f"UPDATE {j} SET status = $3, owner = NULL, not_before = now() + make_interval(secs => $4),"
-                " updated_at = now() WHERE id = $1 AND attempt = $2 AND status = 'RUNNING' RETURNING 1"
+                " updated_at = now() WHERE id = $1 AND attempt = $2 AND status = 'RUNNING' RETURNING 1,"
+                f" CASE WHEN $4::float8 <= 0 THEN {notify} END"
+            ),
+            # Appended in jsonb, so a history agentlife cannot read is kept as it is (a non-array becomes the
+            # first element).
+            set_aside=(
+                f"UPDATE {j} SET status = '{SET_ASIDE_STATUS}', owner = NULL, updated_at = now(),"
+                " error = COALESCE(error, '[]'::jsonb) || jsonb_build_array($4::jsonb)"
+                " WHERE id = $1 AND attempt = $2 AND owner = $3 AND status = 'RUNNING'"
             ),
         )
 
@@ -154,6 +226,8 @@ class PostgresJobOps:
     owner: str
     _claimed: set[str]
     _job_sql_cache: _JobSql
+    _listener: PgListener | None
+    _pool: Any
 
     if TYPE_CHECKING:
 
@@ -182,17 +256,30 @@ class PostgresJobOps:
             ) from None
 
     async def claim_next(self, agent_id: str | None = None) -> JobRecord | None:
-        """Claim the oldest runnable job (of ``agent_id``, or of any agent); None when there is none."""
+        """Claim the oldest runnable job (of ``agent_id``, or of any agent); None when there is none.
+
+        A row that cannot be read is set aside (DEAD_LETTER, the reason in its crash history) and the next
+        one is tried, up to `SET_ASIDE_PER_CLAIM` of them per call.
+        """
         sql = self._jobs_sql
         async with self._ops() as conn:
-            if agent_id is None:
-                row = await conn.fetchrow(sql.claim_any, self.owner)
-            else:
-                row = await conn.fetchrow(sql.claim_agent, self.owner, agent_id)
-        if row is None:
-            return None
-        self._claimed.add(row["id"])
-        return record(row)
+            for _ in range(SET_ASIDE_PER_CLAIM):
+                if agent_id is None:
+                    row = await conn.fetchrow(sql.claim_any, self.owner)
+                else:
+                    row = await conn.fetchrow(sql.claim_agent, self.owner, agent_id)
+                if row is None:
+                    return None
+                claimed = record(row)
+                if not claimed.unreadable:
+                    self._claimed.add(claimed.id)
+                    return claimed
+                # A second statement, fenced by this claim: should the process die before it, the row is
+                # RUNNING under a dead owner and the reaper gives it back, to be set aside by the next claim.
+                entry = set_aside_entry(claimed, time.time())
+                await conn.execute(sql.set_aside, claimed.id, claimed.attempt, self.owner, dumps(entry))
+                log_set_aside(claimed)
+        return None
 
     async def list_jobs(
         self, status: str | None = None, agent_id: str | None = None, limit: int = 100
@@ -201,6 +288,27 @@ class PostgresJobOps:
         async with self._ops() as conn:
             rows = await conn.fetch(self._jobs_sql.list, status, agent_id, limit)
         return [record(row) for row in rows]
+
+    @property
+    def notifies(self) -> bool:
+        """Whether `wait_for_work` returns as soon as a job is made runnable (``LISTEN``).
+
+        True unless built with ``listen=False``: a worker may then poll slowly while idle.
+        """
+        return self._listener is not None
+
+    async def wait_for_work(self, agent_id: str, timeout: float) -> bool:
+        """Wait on this store's ``LISTEN`` connection for a job of ``agent_id`` to become runnable.
+
+        True when notified (also right after the connection was opened, or re-opened, since notifications
+        sent before then are lost: claim once), False at ``timeout``. Never raises (but for cancellation): a
+        dropped or refused connection is logged once and the wait sleeps; a later call connects again.
+        With ``listen=False`` it only sleeps.
+        """
+        if self._listener is None or self._pool is None:  # closed: no connection to leave behind
+            await anyio.sleep(timeout)
+            return False
+        return await self._listener.wait(agent_id, timeout)
 
     async def count_runnable(self) -> dict[str, int]:
         """How many jobs are runnable now, per agent id."""
@@ -216,55 +324,75 @@ class PostgresJobOps:
         current = await conn.fetchrow(self._jobs_sql.get, job_id)
         raise conflict(job_id, operation, None if current is None else record(current), allowed)
 
-    async def approve(self, job_id: str) -> JobRecord:
-        """WAITING_FOR_APPROVAL -> RUNNING (a live process is parked on it) or PENDING."""
-        stale_after = Constants().heartbeat.zombie_after_seconds
-        allowed = [str(s) for s in APPROVABLE]
-        async with self._ops() as conn:
-            row = await conn.fetchrow(self._jobs_sql.approve, job_id, stale_after, allowed)
-            return await self._settle(conn, row, job_id, "approve", APPROVABLE)
+    async def _locked_transition(
+        self, conn: Any, job_id: str, operation: str, allowed: Sequence[str]
+    ) -> tuple[JobRecord, Any]:
+        """Lock the row, check that its status allows ``operation``; (the row, the locked record)."""
+        locked = await conn.fetchrow(self._jobs_sql.lock_row, job_id)
+        row = check_transition(job_id, operation, None if locked is None else record(locked), allowed)
+        return row, locked
 
-    async def _operate(
-        self,
-        job_id: str,
-        operation: str,
-        allowed: Sequence[str],
-        status: str,
-        entry: dict[str, Any],
-        *,
-        bump: bool = False,
-        release: bool = False,
+    async def approve(
+        self, job_id: str, *, invocation_id: str | None = None, digest: str | None = None
     ) -> JobRecord:
-        async with self._ops() as conn:
-            row = await conn.fetchrow(
-                self._jobs_sql.operate,
-                job_id,
-                dumps(entry),
-                [str(s) for s in allowed],
-                status,
-                1 if bump else 0,
-                release,
-            )
-            return await self._settle(conn, row, job_id, operation, allowed)
+        """Grant the call the job is parked on: RUNNING for a live parked process, else PENDING."""
+        async with self._ops() as conn, conn.transaction():
+            _, locked = await self._locked_transition(conn, job_id, "approve", APPROVABLE)
+            approval = loads(locked["approval"])
+            check_request(job_id, approval, invocation_id, digest)
+            live = owner_is_live(locked["owner"], locked["heartbeat_age"], CLAIM_STALE_AFTER_SECONDS)
+            column, _ = granted(approval, time.time())
+            status = JobStatus.RUNNING if live else JobStatus.PENDING
+            return record(await conn.fetchrow(self._jobs_sql.approve, job_id, str(status), dumps(column)))
 
     async def reject(self, job_id: str, reason: str) -> JobRecord:
-        """WAITING_FOR_APPROVAL -> FAILED, the reason recorded."""
-        entry = operator_record("ApprovalRejected", reason, 0, time.time())
-        del entry["attempt"]  # the statement adds the row's own
-        return await self._operate(job_id, "reject", APPROVABLE, JobStatus.FAILED, entry)
+        """WAITING_FOR_APPROVAL -> FAILED, final, the reason recorded."""
+        async with self._ops() as conn, conn.transaction():
+            row, locked = await self._locked_transition(conn, job_id, "reject", APPROVABLE)
+            now = time.time()
+            column, request = rejected(loads(locked["approval"]), reason, now)
+            entry = rejection_record(operator_record("ApprovalRejected", reason, row.attempt, now), request)
+            return record(await conn.fetchrow(self._jobs_sql.reject, job_id, dumps(entry), dumps(column)))
 
     async def cancel(self, job_id: str, reason: str) -> JobRecord:
         """PENDING, RETRYING, RUNNING or WAITING_FOR_APPROVAL -> FAILED, ``attempt + 1``."""
         entry = operator_record("Cancelled", reason, 0, time.time())
-        del entry["attempt"]
+        del entry["attempt"]  # the statement adds the row's own
+        allowed = [str(s) for s in CANCELLABLE]
         # The bumped attempt fences out a process still running the job (and drops its claim token).
-        return await self._operate(job_id, "cancel", CANCELLABLE, JobStatus.FAILED, entry, bump=True)
+        async with self._ops() as conn:
+            row = await conn.fetchrow(self._jobs_sql.cancel, job_id, dumps(entry), allowed)
+            return await self._settle(conn, row, job_id, "cancel", CANCELLABLE)
 
     async def retry(self, job_id: str) -> JobRecord:
-        """FAILED or DEAD_LETTER -> PENDING, runnable now."""
-        entry = retry_marker(0, time.time())
-        del entry["attempt"]
-        return await self._operate(job_id, "retry", RETRYABLE, JobStatus.PENDING, entry, release=True)
+        """FAILED or DEAD_LETTER -> PENDING, runnable now; approves nothing."""
+        async with self._ops() as conn, conn.transaction():
+            row, locked = await self._locked_transition(conn, job_id, "retry", RETRYABLE)
+            entry = retry_marker(row.attempt, time.time())
+            column = retried(loads(locked["approval"]))
+            return record(await conn.fetchrow(self._jobs_sql.retry, job_id, dumps(entry), dumps(column)))
+
+    async def request_approval(self, job_id: str, attempt: int, request: ApprovalRequest) -> ApprovalState:
+        """Park on ``request`` unless a grant names it or the job has ended; see the protocol."""
+        sql = self._jobs_sql
+        async with self._ops() as conn, conn.transaction():
+            found = await conn.fetchrow(sql.lock_fenced, job_id, attempt, self.owner)
+            if found is None:
+                raise AttemptFenced(f"job {job_id}: approval request by attempt {attempt} refused")
+            approval = loads(found["approval"])
+            state = ApprovalState.from_column(found["status"], approval)
+            if state.status in TERMINAL or state.granted(request):
+                return state
+            column = requested(approval, request, time.time())
+            waiting = str(JobStatus.WAITING_FOR_APPROVAL)
+            await conn.execute(sql.park, job_id, waiting, dumps(column))
+        return ApprovalState.from_column(waiting, column)
+
+    async def get_approval(self, job_id: str) -> ApprovalState | None:
+        """The row's status and approval record, or None."""
+        async with self._ops() as conn:
+            found = await conn.fetchrow(self._jobs_sql.approval, job_id)
+        return None if found is None else ApprovalState.from_column(found["status"], loads(found["approval"]))
 
     async def reap(
         self,
@@ -278,6 +406,8 @@ class PostgresJobOps:
         constants = constants or Constants()
         sql = self._jobs_sql
         window = constants.budget.circuit_window_seconds
+        # A fresh heartbeat always wins over the dead-owner check: the owner must have missed a beat too.
+        fresh = constants.heartbeat.job_interval_seconds
         decisions: list[ReapDecision] = []
         async with self._ops() as conn:
             # Heartbeats carry the server's clock: judge them by it, not by this host's.
@@ -288,20 +418,20 @@ class PostgresJobOps:
             ]
             if dead_owners:
                 stale = {job_id for job_id, _ in candidates}
-                owned = await conn.fetch(sql.owned_here, f"{socket.gethostname()}:%")
+                owned = await conn.fetch(sql.owned_here, f"{socket.gethostname()}:%", at - fresh)
                 candidates += [(i, o) for i, o in owned if i not in stale and owner_is_gone(o)]
             for job_id, gone in candidates:
                 async with conn.transaction():
                     if gone is None:
                         locked = await conn.fetchrow(sql.lock_stale, job_id, cutoff)
                     else:
-                        locked = await conn.fetchrow(sql.lock_owned, job_id, gone)
+                        locked = await conn.fetchrow(sql.lock_owned, job_id, gone, at - fresh)
                     if locked is None:
                         continue  # another reaper holds it or got there first, or a heartbeat came in
                     row = record(locked)
                     seen = row.heartbeat_at if row.heartbeat_at is not None else row.updated_at
                     histories = await conn.fetch(sql.agent_errors, row.agent_id, at - window)
-                    crashes = crash_count((loads(h[0]) or [] for h in histories), at - window)
+                    crashes = crash_count(decode_histories(h[0] for h in histories), at - window)
                     decision, entry = decide_reap(
                         row,
                         now=at,
@@ -312,7 +442,14 @@ class PostgresJobOps:
                         owner_gone=gone is not None,
                     )
                     done = await conn.fetchval(
-                        sql.reap, job_id, row.attempt, decision.status, decision.not_before, at, dumps(entry)
+                        sql.reap,
+                        job_id,
+                        row.attempt,
+                        decision.status,
+                        decision.not_before,
+                        at,
+                        dumps(entry),
+                        REAPED_OWNER,
                     )
                     if done:
                         decisions.append(decision)
@@ -327,23 +464,20 @@ class PostgresJobOps:
 
 
 def record(row: Any) -> JobRecord:
-    """A `JobRecord` from an asyncpg row (``not_before`` when the query selected it)."""
-    return JobRecord(
-        id=row["id"],
-        agent_id=row["agent_id"],
-        status=row["status"],
-        payload=loads(row["payload"]),
-        attempt=row["attempt"],
+    """A `JobRecord` from an asyncpg row (``not_before`` when the query selected it).
+
+    A JSON column the row holds but agentlife cannot read (jsonb keeps ``1e400``, no float does) is named in
+    ``JobRecord.unreadable`` rather than raised: see `agentlife.stores._rows`.
+    """
+    columns = {name: row[name] for name in ("id", "agent_id", "status", "attempt", *JSON_COLUMNS)}
+    columns.update(
         checkpoint_id=row["checkpoint_id"],
         checkpoint_crc=row["checkpoint_crc"],
         heartbeat_at=unix(row["heartbeat_at"]),
-        tokens_consumed=loads(row["tokens_consumed"]) or {},
-        token_budget=loads(row["token_budget"]),
-        error=loads(row["error"]) or [],
-        result=loads(row["result"]),
         updated_at=unix(row["updated_at"]),
         not_before=unix(row.get("not_before")),
     )
+    return job_record(columns)
 
 
 def unix(value: datetime | None) -> float | None:

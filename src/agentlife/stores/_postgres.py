@@ -33,10 +33,12 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
+from agentlife.stores._jobs import TERMINAL, expected_statuses
 from agentlife.stores._pg_jobs import JOB_COLUMNS, PostgresJobOps, pg_job_schema
 from agentlife.stores._pg_jobs import dumps as _dumps
 from agentlife.stores._pg_jobs import loads as _loads
 from agentlife.stores._pg_jobs import record as _record
+from agentlife.stores._pg_listen import PgListener, notify_call
 from agentlife.stores._pg_statements import write_checkpoint_sql
 
 __all__ = ["PostgresStore"]
@@ -45,6 +47,8 @@ _log = logging.getLogger("agentlife.store")
 _HYDRATION = HydrationConstants()
 _JOB_COLUMNS = JOB_COLUMNS
 _CLOSE_TIMEOUT_SECONDS = 5.0
+# A checkpoint never lands on a job that has ended: a terminal row is not rewritten by a late writer.
+_LIVE = f" AND status NOT IN ({', '.join(repr(str(s)) for s in TERMINAL)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,7 @@ class _Sql:
     history: str
     write_checkpoint: str
     set_status: str
+    fenced_status: str
     lock_usage: str
     write_usage: str
     heartbeat: str
@@ -84,9 +89,12 @@ class _Sql:
         return cls(
             schema=_schema(t),
             get_job=f"SELECT {_JOB_COLUMNS} FROM {t.job} WHERE id = $1",
+            # Wakes the agent's idle workers on commit; an existing row (no insert) wakes nobody.
             create_job=(
-                f"INSERT INTO {t.job} (id, agent_id, status, payload, attempt, token_budget, updated_at)"
+                f"WITH created AS (INSERT INTO {t.job}"
+                " (id, agent_id, status, payload, attempt, token_budget, updated_at)"
                 " VALUES ($1, $2, $3, $4::jsonb, 0, $5::jsonb, now()) ON CONFLICT (id) DO NOTHING"
+                f" RETURNING agent_id) SELECT {notify_call(t)} FROM created"
             ),
             # One statement: the row lock serialises concurrent claims, and the WHERE re-checks after a wait.
             claim=(
@@ -111,13 +119,16 @@ class _Sql:
                 f"SELECT checkpoint_id, checkpoint, crc, step FROM {h} WHERE job_id = $1"
                 " ORDER BY created_at DESC, step DESC"
             ),
-            write_checkpoint=write_checkpoint_sql(t, fence(7)),
+            write_checkpoint=write_checkpoint_sql(t, _LIVE + fence(7)),
+            # $6: the statuses the write expects to find (never a terminal one unless asked).
             set_status=(
                 f"UPDATE {t.job} SET status = $3, result = COALESCE($4::jsonb, result),"
                 " error = CASE WHEN $5::jsonb IS NULL THEN error"
                 " ELSE COALESCE(error, '[]'::jsonb) || jsonb_build_array($5::jsonb) END,"
-                f" updated_at = now() WHERE id = $1 AND attempt = $2{fence(6)} RETURNING 1"
+                f" updated_at = now() WHERE id = $1 AND attempt = $2 AND status = ANY($6::text[]){fence(7)}"
+                " RETURNING 1"
             ),
+            fenced_status=f"SELECT status FROM {t.job} WHERE id = $1 AND attempt = $2{fence(3)}",
             lock_usage=(
                 f"SELECT tokens_consumed FROM {t.job} WHERE id = $1 AND attempt = $2{fence(3)} FOR UPDATE"
             ),
@@ -208,6 +219,9 @@ class PostgresStore(PostgresJobOps):
             operation fails with `StoreUnavailable`; None for no limit.
         create_schema: run `init_schema` in `open`. Off by default: on PostgreSQL the schema belongs to
             ``python -m agentlife db init`` or to the control plane, and a pod need not hold DDL rights.
+        listen: `wait_for_work` waits on a dedicated ``LISTEN`` connection (one more per idle worker) and
+            returns as soon as a job is made runnable; False to only sleep (e.g. behind a transaction-mode
+            connection pooler, where ``LISTEN`` does not work).
     """
 
     url_scheme = "postgresql"
@@ -224,6 +238,7 @@ class PostgresStore(PostgresJobOps):
         connect_timeout: float = _HYDRATION.store_connect_timeout_seconds,
         command_timeout: float | None = 10.0,
         create_schema: bool = False,
+        listen: bool = True,
     ) -> None:
         if not (0 <= min_size <= max_size and max_size >= 1):
             raise ConfigError(
@@ -256,6 +271,7 @@ class PostgresStore(PostgresJobOps):
         self._misuse: tuple[type[BaseException], ...] = ()
         self._undefined_table: type[BaseException] | None = None
         self._broken_session: tuple[type[BaseException], ...] = ()
+        self._listener = PgListener(url, self.tables, connect_timeout, self._describe) if listen else None
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._display_url!r})"
@@ -356,6 +372,8 @@ class PostgresStore(PostgresJobOps):
 
     async def close(self) -> None:
         """Close the pool gracefully within a few seconds (shielded), else terminate it; idempotent."""
+        if self._listener is not None:
+            await self._listener.close()
         if self._pool is not None and self._claimed:
             await self._release()
         pool, self._pool = self._pool, None
@@ -572,8 +590,9 @@ class PostgresStore(PostgresJobOps):
         *,
         result: Any = None,
         error: dict[str, Any] | None = None,
+        expect: Sequence[str] | None = None,
     ) -> None:
-        """Record a status (and result, or a crash record appended to ``error``)."""
+        """Record a status (and result, or a crash record appended to ``error``) if the row is as expected."""
         async with self._connection() as conn:
             updated = await conn.fetchval(
                 self._sql.set_status,
@@ -582,9 +601,16 @@ class PostgresStore(PostgresJobOps):
                 str(status),
                 _dumps(result),
                 _dumps(error),
+                list(expected_statuses(expect)),
                 *self._fence_args,
             )
+            if updated is None:
+                found = await conn.fetchval(self._sql.fenced_status, job_id, attempt, *self._fence_args)
         if updated is None:
+            if found is not None:
+                raise AttemptFenced(
+                    f"job {job_id}: {status} by attempt {attempt} refused: the row is {found}"
+                )
             raise AttemptFenced(f"job {job_id}: status write by attempt {attempt} refused")
 
     async def add_usage(

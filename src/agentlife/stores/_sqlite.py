@@ -6,6 +6,7 @@ import contextlib
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,14 +28,29 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
+from agentlife.stores._jobs import TERMINAL, expected_statuses
+from agentlife.stores._rows import JSON_COLUMNS, job_record
+from agentlife.stores._sqlite_jobs import FENCE as _FENCE
 from agentlife.stores._sqlite_jobs import SQLiteJobOps, sqlite_job_schema
 
 __all__ = ["SQLiteStore"]
 
 _T = TypeVar("_T")
-# Every write after the claim is fenced by attempt *and* claim token; a row without a token (created by a
-# control plane, or claimed before tokens existed) is fenced by attempt alone.
-_FENCE = "attempt = ? AND (owner IS NULL OR owner = ?)"
+_ROW_COLUMNS = (
+    "id",
+    "agent_id",
+    "status",
+    "attempt",
+    "checkpoint_id",
+    "checkpoint_crc",
+    "heartbeat_at",
+    "updated_at",
+    "not_before",
+    *JSON_COLUMNS,
+)
+_JSON_AS_BYTES = ", ".join(f"CAST({name} AS BLOB)" for name in JSON_COLUMNS)
+# A checkpoint never lands on a job that has ended: a terminal row is not rewritten by a late writer.
+_LIVE = f"status NOT IN ({', '.join(repr(str(s)) for s in TERMINAL)})"
 
 
 def _schema(t: TableNames) -> list[str]:
@@ -100,11 +116,20 @@ class SQLiteStore(SQLiteJobOps):
     url_scheme = "sqlite"
 
     def __init__(
-        self, path: str | Path, *, tables: TableNames | None = None, create_schema: bool = True
+        self,
+        path: str | Path,
+        *,
+        tables: TableNames | None = None,
+        create_schema: bool = True,
+        must_exist: bool = False,
     ) -> None:
         self.path = Path(path)
         self.tables = tables or TableNames()
         self._create_schema = create_schema
+        #: `open` refuses a file that does not exist or holds no job table, instead of creating one.
+        self.must_exist = must_exist
+        #: The URL the path came from, to explain a missing store (``sqlite:///tmp/x`` is relative).
+        self.url: str | None = None
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._busy = False
@@ -113,12 +138,14 @@ class SQLiteStore(SQLiteJobOps):
         self._claimed: set[str] = set()
 
     @classmethod
-    def from_url(cls, url: str, *, tables: TableNames | None = None) -> SQLiteStore:
+    def from_url(cls, url: str, *, tables: TableNames | None = None, must_exist: bool = False) -> SQLiteStore:
         """Build from ``sqlite:///relative/or/absolute/path``."""
         path = url.removeprefix("sqlite://")
         if path.startswith("/") and not url.startswith("sqlite:////"):
             path = path[1:]
-        return cls(path or ".agentlife/agentlife.db", tables=tables)
+        store = cls(path or ".agentlife/agentlife.db", tables=tables, must_exist=must_exist)
+        store.url = url
+        return store
 
     # -- plumbing -------------------------------------------------------------------------------------
 
@@ -142,19 +169,64 @@ class SQLiteStore(SQLiteJobOps):
 
     async def open(self) -> None:
         def connect() -> sqlite3.Connection:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False, isolation_level=None)
+            if self.must_exist:
+                # mode=rw: sqlite3 would otherwise create the file it was asked to read.
+                # One leading slash: "file://x" would make x the URI's authority.
+                target = f"file:{urllib.parse.quote(self._absolute())}?mode=rw"
+                conn = sqlite3.connect(
+                    target, uri=True, timeout=10.0, check_same_thread=False, isolation_level=None
+                )
+                if not self._has_job_table(conn):  # checked before WAL mode changes the file
+                    conn.close()
+                    raise _NotAStore(f"it holds no {self.tables.job} table")
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False, isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.execute("PRAGMA busy_timeout=10000")
             return conn
 
+        if self.must_exist and not self.path.is_file():
+            raise StoreError(self._missing())
         try:
             self._conn = await anyio.to_thread.run_sync(connect)
+        except _NotAStore as exc:
+            raise StoreError(self._missing(str(exc))) from None
         except (sqlite3.Error, OSError) as exc:
+            if self.must_exist and not self.path.is_file():
+                raise StoreError(self._missing()) from None
             raise StoreUnavailable(f"cannot open SQLite store {self.path}: {exc}") from exc
         if self._create_schema:
             await self.init_schema()
+
+    def _has_job_table(self, conn: sqlite3.Connection) -> bool:
+        schema, _, base = self.tables.job.rpartition(".")
+        master = f"{schema}.sqlite_master" if schema else "sqlite_master"
+        try:
+            row = conn.execute(
+                f"SELECT 1 FROM {master} WHERE type = 'table' AND name = ?", (base,)
+            ).fetchone()
+        except sqlite3.DatabaseError:  # not a database at all ("file is not a database")
+            return False
+        return row is not None
+
+    def _absolute(self) -> str:
+        # sqlite:////abs gives the path "//abs", which POSIX keeps as it is.
+        return "/" + str(self.path.absolute()).lstrip("/")
+
+    def _missing(self, why: str = "") -> str:
+        """``no store at PATH``, saying why and how a relative URL was read."""
+        text = f"no store at {self._absolute()}"
+        if why:
+            text += f": {why}"
+        url = self.url or ""
+        if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+            rest = url.removeprefix("sqlite:///")
+            text += f" ({url} is relative to the current directory; for /{rest} write sqlite:////{rest})"
+        if not why:
+            text += "; `python -m agentlife db init` creates one"
+        return text
 
     async def close(self) -> None:
         def close_when_idle() -> None:
@@ -204,6 +276,8 @@ class SQLiteStore(SQLiteJobOps):
                 conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN owner TEXT")
             if "not_before" not in names:  # a 0.2 database: the worker's runnable-job lookup needs it
                 conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN not_before REAL")
+            if "approval" not in names:  # the call a job is parked on and the calls approved (0.3)
+                conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN approval TEXT")
             for statement in sqlite_job_schema(self.tables):
                 conn.execute(statement)
 
@@ -216,30 +290,16 @@ class SQLiteStore(SQLiteJobOps):
     # -- jobs -----------------------------------------------------------------------------------------
 
     def _row(self, conn: sqlite3.Connection, job_id: str) -> JobRecord | None:
+        # The JSON columns as bytes: text that is not UTF-8 (written by another client) would make sqlite3
+        # raise on the fetch itself; `job_record` decodes each column and names those it cannot read.
         row = conn.execute(
-            f"SELECT id, agent_id, status, payload, attempt, checkpoint_id, checkpoint_crc, heartbeat_at,"
-            f" tokens_consumed, token_budget, error, result, updated_at, not_before FROM {self.tables.job}"
-            " WHERE id = ?",
+            f"SELECT id, agent_id, status, attempt, checkpoint_id, checkpoint_crc, heartbeat_at, updated_at,"
+            f" not_before, {_JSON_AS_BYTES} FROM {self.tables.job} WHERE id = ?",
             (job_id,),
         ).fetchone()
         if row is None:
             return None
-        return JobRecord(
-            id=row[0],
-            agent_id=row[1],
-            status=row[2],
-            payload=_loads(row[3]),
-            attempt=row[4],
-            checkpoint_id=row[5],
-            checkpoint_crc=row[6],
-            heartbeat_at=row[7],
-            tokens_consumed=_loads(row[8]) or {},
-            token_budget=_loads(row[9]),
-            error=_loads(row[10]) or [],
-            result=_loads(row[11]),
-            updated_at=row[12],
-            not_before=row[13],
-        )
+        return job_record(dict(zip(_ROW_COLUMNS, row, strict=True)))
 
     async def get_job(self, job_id: str) -> JobRecord | None:
         return await self._run(lambda conn: self._row(conn, job_id))
@@ -342,7 +402,7 @@ class SQLiteStore(SQLiteJobOps):
             try:
                 cursor = conn.execute(
                     f"UPDATE {self.tables.job} SET checkpoint = ?, checkpoint_crc = ?, checkpoint_id = ?,"
-                    f" updated_at = ? WHERE id = ? AND {_FENCE}",
+                    f" updated_at = ? WHERE id = ? AND {_FENCE} AND {_LIVE}",
                     (data, crc, checkpoint_id, now, job_id, attempt, self.owner),
                 )
                 self._fenced(conn, cursor, job_id, attempt)
@@ -392,16 +452,23 @@ class SQLiteStore(SQLiteJobOps):
         *,
         result: Any = None,
         error: dict[str, Any] | None = None,
+        expect: Sequence[str] | None = None,
     ) -> None:
+        allowed = expected_statuses(expect)
+
         def update(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 row = conn.execute(
-                    f"SELECT error FROM {self.tables.job} WHERE id = ? AND {_FENCE}",
+                    f"SELECT error, status FROM {self.tables.job} WHERE id = ? AND {_FENCE}",
                     (job_id, attempt, self.owner),
                 ).fetchone()
                 if row is None:
                     raise AttemptFenced(f"job {job_id}: status write by attempt {attempt} refused")
+                if row[1] not in allowed:
+                    raise AttemptFenced(
+                        f"job {job_id}: {status} by attempt {attempt} refused: the row is {row[1]}"
+                    )
                 errors = _loads(row[0]) or []
                 if error is not None:
                     errors.append(error)
@@ -472,6 +539,10 @@ class SQLiteStore(SQLiteJobOps):
             )
 
         await self._run(record)
+
+
+class _NotAStore(StoreError):
+    """The file a job command was pointed at exists but is not an agentlife store."""
 
 
 def _dumps(value: Any) -> str | None:

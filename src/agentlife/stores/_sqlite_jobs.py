@@ -12,15 +12,38 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio
 import orjson
 
+from agentlife._exceptions import AttemptFenced
 from agentlife.constants import Constants
-from agentlife.stores._base import JobRecord, JobStatus, TableNames, owner_is_gone
+from agentlife.stores._approval import (
+    ApprovalRequest,
+    ApprovalState,
+    check_request,
+    granted,
+    loads_approval,
+    rejected,
+    rejection_record,
+    requested,
+    retried,
+)
+from agentlife.stores._base import (
+    CLAIM_STALE_AFTER_SECONDS,
+    REAPED_OWNER,
+    JobRecord,
+    JobStatus,
+    TableNames,
+    owner_is_gone,
+    owner_is_live,
+)
 from agentlife.stores._jobs import (
     APPROVABLE,
     CANCELLABLE,
     RETRYABLE,
     RUNNABLE,
+    SET_ASIDE_PER_CLAIM,
+    TERMINAL,
     ReapDecision,
     check_releasable,
     check_transition,
@@ -29,11 +52,19 @@ from agentlife.stores._jobs import (
     operator_record,
     retry_marker,
 )
+from agentlife.stores._rows import SET_ASIDE_STATUS, decode_histories, log_set_aside, set_aside_entry
 
-__all__ = ["SQLiteJobOps", "sqlite_job_schema"]
+__all__ = ["FENCE", "SQLiteJobOps", "sqlite_job_schema"]
 
 _T = TypeVar("_T")
 _RUNNABLE = f"status IN ({', '.join(repr(str(s)) for s in RUNNABLE)})"
+#: Every write after the claim is fenced by attempt *and* claim token; a row without a token (created by a
+#: control plane, or claimed before tokens existed) is fenced by attempt alone.
+FENCE = "attempt = ? AND (owner IS NULL OR owner = ?)"
+#: A SET clause and its values, in order.
+_Set = tuple[str, dict[str, Any]]
+#: A transition's change: (the row, its owner, its decoded approval column, now) -> the SET clause.
+_Change = Callable[[JobRecord, "str | None", Any, float], _Set]
 
 
 def sqlite_job_schema(t: TableNames) -> list[str]:
@@ -85,28 +116,47 @@ class SQLiteJobOps:
         return await self._run(run)
 
     async def claim_next(self, agent_id: str | None = None) -> JobRecord | None:
-        """Claim the oldest runnable job (of ``agent_id``, or of any agent); None when there is none."""
+        """Claim the oldest runnable job (of ``agent_id``, or of any agent); None when there is none.
 
-        def claim(conn: sqlite3.Connection) -> JobRecord | None:
+        A row that cannot be read is set aside (DEAD_LETTER, the reason in its crash history) and the next
+        one is tried, up to `SET_ASIDE_PER_CLAIM` of them per call.
+        """
+
+        def claim(conn: sqlite3.Connection) -> tuple[JobRecord | None, list[JobRecord]]:
             now = time.time()
             where = f"{_RUNNABLE} AND (not_before IS NULL OR not_before <= ?)"
             args: tuple[Any, ...] = (now,)
             if agent_id is not None:
                 where, args = f"agent_id = ? AND {where}", (agent_id, now)
-            row = conn.execute(
-                f"SELECT id FROM {self.tables.job} WHERE {where} ORDER BY not_before, id LIMIT 1", args
-            ).fetchone()
-            if row is None:
-                return None
-            conn.execute(
-                f"UPDATE {self.tables.job} SET status = ?, attempt = attempt + 1, owner = ?,"
-                " heartbeat_at = ?, updated_at = ? WHERE id = ?",
-                (str(JobStatus.RUNNING), self.owner, now, now, row[0]),
-            )
-            self._claimed.add(row[0])
-            return self._row(conn, row[0])
+            set_aside: list[JobRecord] = []
+            while len(set_aside) < SET_ASIDE_PER_CLAIM:
+                row = conn.execute(
+                    f"SELECT id FROM {self.tables.job} WHERE {where} ORDER BY not_before, id LIMIT 1", args
+                ).fetchone()
+                if row is None:
+                    return None, set_aside
+                conn.execute(
+                    f"UPDATE {self.tables.job} SET status = ?, attempt = attempt + 1, owner = ?,"
+                    " heartbeat_at = ?, updated_at = ? WHERE id = ?",
+                    (str(JobStatus.RUNNING), self.owner, now, now, row[0]),
+                )
+                record = self._row(conn, row[0])
+                assert record is not None
+                if not record.unreadable:
+                    self._claimed.add(row[0])
+                    return record, set_aside
+                conn.execute(
+                    f"UPDATE {self.tables.job} SET status = ?, owner = NULL, error = ?, updated_at = ?"
+                    " WHERE id = ?",
+                    (str(SET_ASIDE_STATUS), _append(record.error, set_aside_entry(record, now)), now, row[0]),
+                )
+                set_aside.append(record)
+            return None, set_aside
 
-        return await self._transaction(claim)
+        claimed, set_aside = await self._transaction(claim)
+        for record in set_aside:
+            log_set_aside(record)
+        return claimed
 
     async def list_jobs(
         self, status: str | None = None, agent_id: str | None = None, limit: int = 100
@@ -130,6 +180,14 @@ class SQLiteJobOps:
 
         return await self._run(select)
 
+    #: False: SQLite has no notifications, `wait_for_work` sleeps and an idle worker polls.
+    notifies = False
+
+    async def wait_for_work(self, agent_id: str, timeout: float) -> bool:
+        """SQLite has no notifications: sleep ``timeout`` seconds and return False (the worker polls)."""
+        await anyio.sleep(timeout)
+        return False
+
     async def count_runnable(self) -> dict[str, int]:
         """How many jobs are runnable now, per agent id."""
 
@@ -144,18 +202,17 @@ class SQLiteJobOps:
         return await self._run(count)
 
     async def _transition(
-        self,
-        job_id: str,
-        operation: str,
-        allowed: Sequence[str],
-        change: Callable[[JobRecord, float], tuple[str, dict[str, Any]]],
+        self, job_id: str, operation: str, allowed: Sequence[str], change: _Change
     ) -> JobRecord:
         """Check the status and apply ``change`` (-> SET clause, values) inside one write transaction."""
 
         def apply(conn: sqlite3.Connection) -> JobRecord:
             row = check_transition(job_id, operation, self._row(conn, job_id), allowed)
+            owner, approval = conn.execute(
+                f"SELECT owner, approval FROM {self.tables.job} WHERE id = ?", (job_id,)
+            ).fetchone()
             now = time.time()
-            assignments, values = change(row, now)
+            assignments, values = change(row, owner, loads_approval(approval), now)
             conn.execute(
                 f"UPDATE {self.tables.job} SET {assignments}, updated_at = ? WHERE id = ?",
                 (*values.values(), now, job_id),
@@ -166,34 +223,42 @@ class SQLiteJobOps:
 
         return await self._transaction(apply)
 
-    async def approve(self, job_id: str) -> JobRecord:
-        """WAITING_FOR_APPROVAL -> RUNNING (a live process is parked on it) or PENDING."""
-        stale_after = Constants().heartbeat.zombie_after_seconds
+    async def approve(
+        self, job_id: str, *, invocation_id: str | None = None, digest: str | None = None
+    ) -> JobRecord:
+        """Grant the call the job is parked on: RUNNING for a live parked process, else PENDING."""
 
-        def change(row: JobRecord, now: float) -> tuple[str, dict[str, Any]]:
-            live = row.heartbeat_at is not None and now - row.heartbeat_at < stale_after
-            return "status = CASE WHEN owner IS NOT NULL AND ? THEN ? ELSE ? END, not_before = ?", {
-                "live": int(live),
-                "running": str(JobStatus.RUNNING),
-                "pending": str(JobStatus.PENDING),
-                "not_before": now,
+        def change(row: JobRecord, owner: str | None, approval: Any, now: float) -> _Set:
+            check_request(job_id, approval, invocation_id, digest)
+            age = None if row.heartbeat_at is None else now - row.heartbeat_at
+            live = owner_is_live(owner, age, CLAIM_STALE_AFTER_SECONDS)
+            column, _ = granted(approval, now)
+            return "status = ?, not_before = ?, approval = ?", {
+                "s": str(JobStatus.RUNNING if live else JobStatus.PENDING),
+                "n": now,
+                "a": _json(column),
             }
 
         return await self._transition(job_id, "approve", APPROVABLE, change)
 
     async def reject(self, job_id: str, reason: str) -> JobRecord:
-        """WAITING_FOR_APPROVAL -> FAILED, the reason recorded."""
+        """WAITING_FOR_APPROVAL -> FAILED, final, the reason recorded."""
 
-        def change(row: JobRecord, now: float) -> tuple[str, dict[str, Any]]:
-            entry = operator_record("ApprovalRejected", reason, row.attempt, now)
-            return "status = ?, error = ?", {"s": str(JobStatus.FAILED), "e": _append(row.error, entry)}
+        def change(row: JobRecord, owner: str | None, approval: Any, now: float) -> _Set:
+            column, request = rejected(approval, reason, now)
+            entry = rejection_record(operator_record("ApprovalRejected", reason, row.attempt, now), request)
+            return "status = ?, error = ?, approval = ?", {
+                "s": str(JobStatus.FAILED),
+                "e": _append(row.error, entry),
+                "a": _json(column),
+            }
 
         return await self._transition(job_id, "reject", APPROVABLE, change)
 
     async def cancel(self, job_id: str, reason: str) -> JobRecord:
         """PENDING, RETRYING, RUNNING or WAITING_FOR_APPROVAL -> FAILED, ``attempt + 1``."""
 
-        def change(row: JobRecord, now: float) -> tuple[str, dict[str, Any]]:
+        def change(row: JobRecord, owner: str | None, approval: Any, now: float) -> _Set:
             entry = operator_record("Cancelled", reason, row.attempt, now)
             return "status = ?, error = ?, attempt = attempt + 1, owner = NULL", {
                 "s": str(JobStatus.FAILED),
@@ -203,17 +268,53 @@ class SQLiteJobOps:
         return await self._transition(job_id, "cancel", CANCELLABLE, change)
 
     async def retry(self, job_id: str) -> JobRecord:
-        """FAILED or DEAD_LETTER -> PENDING, runnable now."""
+        """FAILED or DEAD_LETTER -> PENDING, runnable now; approves nothing."""
 
-        def change(row: JobRecord, now: float) -> tuple[str, dict[str, Any]]:
+        # The owner stays: a reaped row's tombstone must go on fencing out the process it was taken from.
+        def change(row: JobRecord, owner: str | None, approval: Any, now: float) -> _Set:
             entry = retry_marker(row.attempt, now)
-            return "status = ?, error = ?, not_before = ?, owner = NULL", {
+            return "status = ?, error = ?, not_before = ?, approval = ?", {
                 "s": str(JobStatus.PENDING),
                 "e": _append(row.error, entry),
                 "n": now,
+                "a": _json(retried(approval)),
             }
 
         return await self._transition(job_id, "retry", RETRYABLE, change)
+
+    async def request_approval(self, job_id: str, attempt: int, request: ApprovalRequest) -> ApprovalState:
+        """Park on ``request`` unless a grant names it or the job has ended; see the protocol."""
+
+        def apply(conn: sqlite3.Connection) -> ApprovalState:
+            found = conn.execute(
+                f"SELECT status, approval FROM {self.tables.job} WHERE id = ? AND {FENCE}",
+                (job_id, attempt, self.owner),
+            ).fetchone()
+            if found is None:
+                raise AttemptFenced(f"job {job_id}: approval request by attempt {attempt} refused")
+            approval = loads_approval(found[1])
+            state = ApprovalState.from_column(found[0], approval)
+            if state.status in TERMINAL or state.granted(request):
+                return state
+            column = requested(approval, request, time.time())
+            conn.execute(
+                f"UPDATE {self.tables.job} SET status = ?, approval = ?, updated_at = ? WHERE id = ?",
+                (str(JobStatus.WAITING_FOR_APPROVAL), _json(column), time.time(), job_id),
+            )
+            return ApprovalState.from_column(JobStatus.WAITING_FOR_APPROVAL, column)
+
+        return await self._transaction(apply)
+
+    async def get_approval(self, job_id: str) -> ApprovalState | None:
+        """The row's status and approval record, or None."""
+
+        def read(conn: sqlite3.Connection) -> ApprovalState | None:
+            found = conn.execute(
+                f"SELECT status, approval FROM {self.tables.job} WHERE id = ?", (job_id,)
+            ).fetchone()
+            return None if found is None else ApprovalState.from_column(found[0], loads_approval(found[1]))
+
+        return await self._run(read)
 
     async def reap(
         self,
@@ -226,19 +327,22 @@ class SQLiteJobOps:
         """Move RUNNING rows whose heartbeat is older than ``threshold_seconds`` on; see the protocol."""
         constants = constants or Constants()
         j = self.tables.job
+        # A fresh heartbeat always wins over the dead-owner check: the owner must have missed a beat too.
+        fresh = constants.heartbeat.job_interval_seconds
 
         def candidates(conn: sqlite3.Connection) -> list[tuple[str, str | None]]:
-            cutoff = (time.time() if now is None else now) - threshold_seconds
+            at = time.time() if now is None else now
             rows = conn.execute(
                 f"SELECT id FROM {j} WHERE status = ? AND COALESCE(heartbeat_at, updated_at) < ? ORDER BY id",
-                (str(JobStatus.RUNNING), cutoff),
+                (str(JobStatus.RUNNING), at - threshold_seconds),
             ).fetchall()
             found: list[tuple[str, str | None]] = [(r[0], None) for r in rows]
             if dead_owners:
                 stale = {job_id for job_id, _ in found}
                 owned = conn.execute(
-                    f"SELECT id, owner FROM {j} WHERE status = ? AND owner LIKE ? ORDER BY id",
-                    (str(JobStatus.RUNNING), f"{socket.gethostname()}:%"),
+                    f"SELECT id, owner FROM {j} WHERE status = ? AND owner LIKE ?"
+                    " AND COALESCE(heartbeat_at, updated_at) < ? ORDER BY id",
+                    (str(JobStatus.RUNNING), f"{socket.gethostname()}:%", at - fresh),
                 ).fetchall()
                 found += [(i, o) for i, o in owned if i not in stale and owner_is_gone(o)]
             return found
@@ -252,8 +356,8 @@ class SQLiteJobOps:
                 seen = row.heartbeat_at if row.heartbeat_at is not None else row.updated_at
                 if gone is not None:
                     (owner,) = conn.execute(f"SELECT owner FROM {j} WHERE id = ?", (job_id,)).fetchone()
-                    if owner != gone:
-                        return None  # claimed again meanwhile
+                    if owner != gone or (seen or 0.0) >= at - fresh:
+                        return None  # claimed again, or a heartbeat came in, meanwhile
                 elif (seen or 0.0) >= at - threshold_seconds:
                     return None  # a heartbeat came in meanwhile
                 window = constants.budget.circuit_window_seconds
@@ -261,7 +365,7 @@ class SQLiteJobOps:
                     f"SELECT error FROM {j} WHERE agent_id = ? AND updated_at >= ?",
                     (row.agent_id, at - window),
                 ).fetchall()
-                crashes = crash_count((orjson.loads(h) for (h,) in histories), at - window)
+                crashes = crash_count(decode_histories(h for (h,) in histories), at - window)
                 decision, entry = decide_reap(
                     row,
                     now=at,
@@ -272,12 +376,12 @@ class SQLiteJobOps:
                     owner_gone=gone is not None,
                 )
                 conn.execute(
-                    f"UPDATE {j} SET status = ?, attempt = ?, not_before = ?, owner = NULL, error = ?,"
+                    f"UPDATE {j} SET status = ?, not_before = ?, owner = ?, error = ?,"
                     " updated_at = ? WHERE id = ? AND status = ? AND attempt = ?",
                     (
                         decision.status,
-                        decision.attempt,
                         decision.not_before,
+                        REAPED_OWNER,
                         _append(row.error, entry),
                         at,
                         job_id,
@@ -314,3 +418,7 @@ class SQLiteJobOps:
 
 def _append(history: list[dict[str, Any]], entry: dict[str, Any]) -> str:
     return orjson.dumps([*history, entry]).decode()
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode()

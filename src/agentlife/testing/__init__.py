@@ -16,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentlife._scripted import ScriptedLLM, ScriptedTurn
+    from agentlife._llm._scripted import ScriptedLLM, ScriptedTurn
     from agentlife.testing._anthropic_server import FakeAnthropicServer
     from agentlife.testing._control_plane import (
         ControlPlaneStub,
@@ -47,8 +47,8 @@ _WHERE = {
     "AgentHarness": "agentlife.testing._harness",
     "AgentRun": "agentlife.testing._harness",
     "DrainAt": "agentlife.testing._harness",
-    "ScriptedLLM": "agentlife._scripted",
-    "ScriptedTurn": "agentlife._scripted",
+    "ScriptedLLM": "agentlife._llm._scripted",
+    "ScriptedTurn": "agentlife._llm._scripted",
     "FakeAnthropicServer": "agentlife.testing._anthropic_server",
     "FakeOpenAIServer": "agentlife.testing._openai_server",
     "FakeRequest": "agentlife.testing._fake_server",

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import orjson
 
-from agentlife._anthropic import MessageAssembler
-from agentlife._scripted import ScriptedEvent, ScriptedTurn
+from agentlife._llm._anthropic import MessageAssembler
+from agentlife._llm._scripted import ScriptedEvent, ScriptedTurn
 from agentlife.testing._fake_server import FakeModelServer, FakeRequest
 
 if TYPE_CHECKING:

@@ -52,11 +52,16 @@ Clock = Callable[[], float]
 class HeartbeatStatus(enum.Enum):
     """How the control plane judges an agent from its event stream."""
 
-    UNKNOWN = "UNKNOWN"  # never heard from
+    UNKNOWN = "UNKNOWN"
+    """Never heard from."""
     OK = "OK"
-    WARNING = "WARNING"  # silent for more than one interval
-    UNHEALTHY = "UNHEALTHY"  # silent for more than unhealthy_after
-    TERMINATED = "TERMINATED"  # said goodbye: its last lifecycleState was TERMINATED
+    """Heard from within the last interval."""
+    WARNING = "WARNING"
+    """Silent for more than one interval."""
+    UNHEALTHY = "UNHEALTHY"
+    """Silent for more than ``unhealthy_after`` (3 intervals by default)."""
+    TERMINATED = "TERMINATED"
+    """Said goodbye: its last ``lifecycleState`` was TERMINATED."""
 
     def __str__(self) -> str:
         return self.value
@@ -270,23 +275,20 @@ class SseParser:
 
 @dataclass(frozen=True, slots=True)
 class ReceivedEvent:
-    """One event the stub received.
-
-    Attributes:
-        agent_id: from the request path.
-        event: the SSE ``event:`` name (``heartbeat``, ``lifecycle``).
-        data: the ``data:`` payload, decoded from JSON when it is JSON, else the raw text.
-        received_at: the monitor's clock (monotonic seconds by default) when the frame was parsed.
-        connection_id: which stream carried it; grows with every accepted stream.
-        event_id: the SSE ``id:``, when the frame had one.
-    """
+    """One event the stub received."""
 
     agent_id: str
+    """From the request path."""
     event: str
+    """The SSE ``event:`` name (``heartbeat``, ``lifecycle``)."""
     data: Any
+    """The ``data:`` payload, decoded from JSON when it is JSON, else the raw text."""
     received_at: float
+    """The monitor's clock (monotonic seconds by default) when the frame was parsed."""
     connection_id: int
+    """Which stream carried it; grows with every accepted stream."""
     event_id: str | None = None
+    """The SSE ``id:``, when the frame had one."""
 
 
 @dataclass(slots=True)

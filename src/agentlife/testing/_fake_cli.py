@@ -44,8 +44,8 @@ import anyio
 import orjson
 
 from agentlife._exceptions import ConfigError
-from agentlife._llm import Usage
-from agentlife._scripted import ScriptedTurn
+from agentlife._llm._protocol import Usage
+from agentlife._llm._scripted import ScriptedTurn
 from agentlife.testing._anthropic_server import FakeAnthropicServer
 from agentlife.testing._fake_server import FakeModelServer, FakeRequest, Script
 from agentlife.testing._openai_server import FakeOpenAIServer

@@ -9,6 +9,9 @@ sends it) is answered by that call's turn, so a process that resumes a job mid-w
 the job is, and a re-sent request gets the same answer again; a request without the header gets the
 mapping's turns in key order. A mapping value may be a list of turns: the n-th request of that call gets
 the n-th (the last one repeats), so "stall, then answer" can be scripted for one call.
+
+A `ScriptedTurn.raw` turn is answered with its body as it is (a proxy's HTML page with status 200, a 502
+page), whatever the format the server speaks.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import orjson
 
-from agentlife._llm import INVOCATION_HEADER
-from agentlife._scripted import ScriptedTurn
+from agentlife._llm._protocol import INVOCATION_HEADER
+from agentlife._llm._scripted import ScriptedTurn
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -41,21 +44,18 @@ S = TypeVar("S", bound="FakeModelServer")
 
 @dataclass(frozen=True, slots=True)
 class FakeRequest:
-    """One request a fake server received.
-
-    Attributes:
-        number: its position, from 0.
-        path: the URL path (``/v1/messages``, ``/v1/chat/completions``).
-        headers: the request headers, lower-cased, with credentials replaced by ``***``.
-        body: the JSON body (model, messages, max_tokens, stream ...).
-        invocation: the ``x-agentlife-invocation`` header (``{job_id}/{step}/{call}``), or None.
-    """
+    """One request a fake server received."""
 
     number: int
+    """Its position, from 0."""
     path: str
+    """The URL path (``/v1/messages``, ``/v1/chat/completions``)."""
     headers: Mapping[str, str] = field(default_factory=dict)
+    """The request headers, lower-cased, with credentials replaced by ``***``."""
     body: Mapping[str, Any] = field(default_factory=dict)
+    """The JSON body (model, messages, max_tokens, stream ...)."""
     invocation: str | None = None
+    """The ``x-agentlife-invocation`` header (``{job_id}/{step}/{call}``), or None."""
 
 
 class NoTurn(Exception):
@@ -270,7 +270,10 @@ class FakeModelServer:
                 turn = self._next_turn(record)
             except NoTurn as exc:
                 return self._error(400, None, str(exc), None)
-            response = await self._respond(request, turn, body)
+            if turn.body is not None:
+                response = _raw_response(turn)
+            else:
+                response = await self._respond(request, turn, body)
         except (asyncio.CancelledError, ConnectionError):
             if not self._is_stopping():
                 self._disconnected.append(number)
@@ -300,6 +303,16 @@ class FakeModelServer:
 
         await self._hang()
         return web.Response(status=503, text=f"{self.kind} is stopping")
+
+
+def _raw_response(turn: ScriptedTurn) -> web.StreamResponse:
+    """A `ScriptedTurn.raw` answer: the body as it is, whatever the wire format of the server."""
+    from aiohttp import web
+
+    assert turn.body is not None
+    return web.Response(
+        status=turn.status, body=turn.body.encode(), headers={"content-type": turn.content_type}
+    )
 
 
 def _address(invocation: str | None) -> tuple[int, int] | None:

@@ -14,7 +14,7 @@ import orjson
 from agentlife._agent import AgentProcess
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._exceptions import CheckpointCorrupt
-from agentlife._recovery import read_events
+from agentlife._journal._recovery import read_events
 from agentlife._runtime._lifecycle import RunOptions, Runtime
 from agentlife._state import State
 from agentlife.constants import Constants
@@ -32,10 +32,16 @@ class DrainAt:
     """
 
     event: str
+    """The runtime event that triggers the signal (``booting``, ``hydration_started``, ``ready``,
+    ``step_started``, ``tool_started``, ``step_completed``)."""
     step: int | None = None
+    """Only in this step (None: the first time the event happens)."""
     tool: str | None = None
+    """For ``tool_started``: the tool's name."""
     signal: str = "SIGTERM"
+    """The signal's name, as the drain's reason (``"SIGINT"`` drains as ``"SIGTERM"`` does)."""
     twice: bool = False
+    """Send it a second time right after the first (an impatient operator)."""
 
     @classmethod
     def between_steps(cls, after_step: int, *, twice: bool = False) -> DrainAt:
@@ -81,15 +87,25 @@ class AgentRun:
     """The outcome of one harness run."""
 
     exit_code: int
+    """What ``python -m agentlife run`` would have exited with (0, 1, 2, 143 ...)."""
     final_state: State
+    """The lifecycle state at the end (`State.TERMINATED` unless the run was cut short)."""
     job: JobRecord | None
+    """The job row after the run, or None when it was never created."""
     checkpoint: CheckpointDoc | None
+    """The job's last checkpoint, decoded, or None."""
     journal: list[dict[str, Any]]
+    """Every journal record of the job (all attempts), in order."""
     transitions: list[tuple[State, State]]
+    """The lifecycle transitions, in order, as (from, to) pairs."""
     logs: list[dict[str, Any]]
+    """The JSON log lines the run wrote, decoded."""
     duration: float
+    """Seconds from the start of the run to its end (on the real clock, not scaled)."""
     drained_at: float | None = None
+    """Seconds from the start to the drain signal, or None when none was sent."""
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """Every runtime event with its details (what `DrainAt` matches on), in order."""
 
     def journal_types(self) -> list[str]:
         """The journal's event types, in order."""

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import orjson
 
-from agentlife._scripted import ScriptedEvent, ScriptedTurn
+from agentlife._llm._scripted import ScriptedEvent, ScriptedTurn
 from agentlife.testing._fake_server import FakeModelServer
 
 if TYPE_CHECKING:

@@ -1,0 +1,611 @@
+"""The Anthropic adapter: `AnthropicLLM`, streaming through the progress guard.
+
+The official ``anthropic`` SDK sends the request (``max_retries=0``: agentlife retries, inside the step
+and run budgets) and the adapter reads the raw Server-Sent Events of the streaming Messages API itself,
+because the SDK's event iterator drops ``ping`` events and a long extended-thinking pause is *only* pings:
+the inter-chunk clock must see them. Every event passes through `guard_stream`, which closes the HTTP
+response on a timeout or a cancellation, so the server sees the disconnect at once.
+
+The stream is assembled into an `LLMReply` whose ``content`` keeps every block in API form (``text``,
+``thinking`` with its ``signature``, ``redacted_thinking``, ``tool_use`` with ``input`` parsed from the
+JSON deltas), so a reply can be sent back as the assistant turn of the next request unchanged. A tool
+input that cannot be read as the model's arguments (cut off by ``max_tokens``, not JSON, not an object)
+becomes ``{}`` in the block and is named in ``LLMReply.tool_input_errors``, so nothing runs on it.
+
+A ``200`` that is not ``text/event-stream`` (a proxy's HTML page, a JSON body) is a `PermanentError`
+naming the content type at once: retrying cannot turn it into a stream.
+
+``anthropic`` (about 1.5-2 s to import) is imported, and its client built, on a worker thread at the
+first call: never when agentlife is imported, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import math
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import aclosing
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import orjson
+
+from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
+from agentlife._llm._guard import guard_stream, stream_timeouts_from_env
+from agentlife._llm._pricing import PriceTable
+from agentlife._llm._protocol import (
+    CURRENT_CALL,
+    CUT_OFF,
+    INVOCATION_HEADER,
+    LLMReply,
+    OnEvent,
+    StreamEvent,
+    StreamTimeouts,
+    Usage,
+    cut_off_tool_use,
+    json_kind,
+)
+from agentlife._redact import Redactor
+from agentlife._retry import classify, error_for_http_status
+
+__all__ = [
+    "AnthropicLLM",
+    "MessageAssembler",
+    "anthropic_stream_event",
+    "collect_reply",
+    "error_for_event",
+    "error_for_status",
+    "parse_retry_after",
+    "sse_events",
+]
+
+_log = logging.getLogger("agentlife.llm")
+
+#: The HTTP status each error ``type`` of the Messages API stands for, for errors sent mid-stream.
+ERROR_TYPE_STATUS: Mapping[str, int] = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+_NO_KEY = (
+    "ANTHROPIC_API_KEY is not set: export it (and ANTHROPIC_BASE_URL for a proxy), pass api_key= to "
+    "AnthropicLLM, or return a ScriptedLLM from make_llm() to run without a model"
+)
+
+
+# --- errors -------------------------------------------------------------------------------------------
+
+
+def error_for_status(
+    status: int,
+    *,
+    error_type: str | None = None,
+    message: str | None = None,
+    retry_after: float | None = None,
+) -> CallError:
+    """The agentlife error for an HTTP error status of the Messages API.
+
+    429, 529, 408/409 and 5xx give `TransientError` (with ``retry_after`` when the server said),
+    401/403 `LLMConfigurationError`, any other status `PermanentError`. The returned exception carries
+    ``status_code``.
+    """
+    return error_for_http_status(
+        status,
+        api="Anthropic API",
+        key_variable="ANTHROPIC_API_KEY",
+        error_type=error_type,
+        message=message,
+        retry_after=retry_after,
+    )
+
+
+def error_for_event(error: Mapping[str, Any]) -> CallError:
+    """The agentlife error for an ``error`` event sent in the middle of a stream."""
+    error_type = str(error.get("type") or "api_error")
+    status = ERROR_TYPE_STATUS.get(error_type, 500)
+    message = error.get("message")
+    return error_for_status(status, error_type=error_type, message=str(message) if message else None)
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), if any."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms:
+        try:
+            return _non_negative(float(raw_ms) / 1000.0)
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    try:
+        return _non_negative(float(raw))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _non_negative(value: float) -> float | None:
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+# --- assembling a reply ---------------------------------------------------------------------------------
+
+
+class MessageAssembler:
+    """Builds an `LLMReply` from Messages API stream events (dicts), in the order they arrive.
+
+    ``message_start`` gives the model and the input usage; ``content_block_start/delta/stop`` build the
+    blocks (``text_delta``, ``thinking_delta``, ``signature_delta``, ``input_json_delta``,
+    ``citations_delta``); ``message_delta`` the stop reason and the output usage; ``ping`` and unknown
+    events are ignored; an ``error`` event raises the matching agentlife error (`error_for_event`).
+    """
+
+    def __init__(self, model: str = "") -> None:
+        self.model = model
+        self.message_id: str | None = None
+        self.stop_reason: str | None = None
+        self.stop_sequence: str | None = None
+        self.stopped = False
+        self._usage: dict[str, int] = {}
+        self._blocks: dict[int, dict[str, Any]] = {}
+        # Text, thinking and tool-input deltas are gathered as lists and joined once at block stop.
+        self._parts: dict[int, list[str]] = {}
+        # Block index -> why its tool input is unusable (a delta that was not text, JSON that does not parse).
+        self._input_errors: dict[int, str] = {}
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        """Take one stream event into account."""
+        kind = event.get("type")
+        if kind == "content_block_delta":
+            self._delta(int(event.get("index", 0)), event.get("delta") or {})
+        elif kind == "content_block_start":
+            self._start_block(int(event.get("index", 0)), event.get("content_block") or {})
+        elif kind == "content_block_stop":
+            self._finish_block(int(event.get("index", 0)))
+        elif kind == "message_start":
+            message = event.get("message") or {}
+            self.model = str(message.get("model") or self.model)
+            self.message_id = message.get("id")
+            self._merge_usage(message.get("usage"))
+        elif kind == "message_delta":
+            delta = event.get("delta") or {}
+            self.stop_reason = delta.get("stop_reason", self.stop_reason)
+            self.stop_sequence = delta.get("stop_sequence", self.stop_sequence)
+            self._merge_usage(event.get("usage"))
+        elif kind == "message_stop":
+            self.stopped = True
+        elif kind == "error":
+            raise error_for_event(event.get("error") or {})
+
+    def reply(self, prices: PriceTable | None = None) -> LLMReply:
+        """The whole reply; its ``cost_usd`` from ``prices`` (0 without a table).
+
+        Raises:
+            TransientError: the stream ended without ``message_stop`` (a dropped connection).
+        """
+        if not self.stopped:
+            raise TransientError("the model's stream ended before message_stop (connection dropped?)")
+        for index in list(self._parts):
+            self._finish_block(index)
+        content = tuple(
+            {key: value for key, value in self._blocks[index].items() if value is not None}
+            for index in sorted(self._blocks)
+        )
+        text = "".join(block.get("text", "") for block in content if block.get("type") == "text")
+        usage = Usage.from_json(self._usage)
+        cost = prices.cost_usd(self.model, usage) if prices is not None else 0.0
+        return LLMReply(
+            text=text,
+            content=content,
+            usage=usage,
+            stop_reason=self.stop_reason,
+            model=self.model,
+            cost_usd=cost,
+            tool_input_errors=self._tool_input_errors(content),
+        )
+
+    def _tool_input_errors(self, content: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+        errors: dict[str, str] = {}
+        cut = cut_off_tool_use(content, self.stop_reason)
+        if cut is not None:
+            errors[cut] = CUT_OFF
+        for index, problem in self._input_errors.items():
+            block = self._blocks.get(index)
+            if block is not None and block.get("type") == "tool_use":
+                errors.setdefault(str(block.get("id", "")), problem)
+        for use_id in errors:
+            _log.debug("tool_use %s: %s", use_id, errors[use_id])
+        return errors
+
+    def _start_block(self, index: int, block: Mapping[str, Any]) -> None:
+        started = dict(block)
+        kind = started.get("type")
+        if kind == "text":
+            self._parts[index] = [str(started.get("text") or "")]
+        elif kind == "thinking":
+            self._parts[index] = [str(started.get("thinking") or "")]
+        elif "input" in started:
+            # tool_use, server_tool_use, mcp_tool_use: the input arrives as JSON text deltas.
+            self._parts[index] = []
+        self._blocks[index] = started
+
+    def _delta(self, index: int, delta: Mapping[str, Any]) -> None:
+        kind = delta.get("type")
+        block = self._blocks.setdefault(index, {"type": "text", "text": ""})
+        parts = self._parts.setdefault(index, [])
+        if kind == "text_delta":
+            parts.append(str(delta.get("text", "")))
+        elif kind == "thinking_delta":
+            parts.append(str(delta.get("thinking", "")))
+        elif kind == "input_json_delta":
+            partial = delta.get("partial_json", "")
+            if isinstance(partial, str):
+                parts.append(partial)
+            else:
+                self._input_errors.setdefault(
+                    index,
+                    f"its input arrived as JSON {json_kind(partial)}, not as the JSON text the API sends",
+                )
+        elif kind == "signature_delta":
+            block["signature"] = str(block.get("signature") or "") + str(delta.get("signature", ""))
+        elif kind == "citations_delta":
+            citations = block.get("citations") or []
+            block["citations"] = [*citations, delta.get("citation")]
+
+    def _finish_block(self, index: int) -> None:
+        parts = self._parts.pop(index, None)
+        block = self._blocks.get(index)
+        if parts is None or block is None:
+            return
+        joined = "".join(parts)
+        kind = block.get("type")
+        if kind == "text":
+            block["text"] = joined
+        elif kind == "thinking":
+            block["thinking"] = joined
+        elif "input" in block:
+            block["input"], problem = _parse_tool_input(joined, block)
+            if problem is not None:
+                self._input_errors.setdefault(index, problem)
+
+    def _merge_usage(self, usage: Any) -> None:
+        if not isinstance(usage, Mapping):
+            return
+        for key, value in usage.items():
+            # message_delta repeats some counts as null; only real numbers update the totals.
+            if isinstance(value, int) and not isinstance(value, bool):
+                self._usage[key] = value
+
+
+def _parse_tool_input(raw: str, block: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """A tool block's input from its JSON text, and why it cannot be used (None when it can)."""
+    if not raw.strip():
+        start = block.get("input")
+        return (start, None) if isinstance(start, Mapping) else ({}, "its input is not a JSON object")
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        # Cut off by max_tokens, or broken: {} keeps the block sendable, the error keeps it from running.
+        return {}, f"its input is not valid JSON ({exc}, {len(raw)} characters)"
+    if not isinstance(value, dict):
+        return {}, f"its input is JSON {json_kind(value)}, not an object"
+    return value, None
+
+
+def anthropic_stream_event(event: Mapping[str, Any]) -> StreamEvent:
+    """Classify one Messages API stream event."""
+    if event.get("type") == "content_block_delta":
+        delta = event.get("delta")
+        if isinstance(delta, Mapping):
+            if delta.get("type") == "text_delta":
+                return StreamEvent("text", str(delta.get("text", "")), event)
+            if delta.get("type") == "thinking_delta":
+                return StreamEvent("thinking", str(delta.get("thinking", "")), event)
+    return StreamEvent("other", "", event)
+
+
+async def collect_reply(
+    source: AsyncIterator[Mapping[str, Any]],
+    timeouts: StreamTimeouts,
+    *,
+    close: Callable[[], Awaitable[None]] | None = None,
+    prices: PriceTable | None = None,
+    model: str = "",
+    on_event: OnEvent | None = None,
+) -> LLMReply:
+    """Read a stream of Messages API events under ``timeouts`` and assemble the reply.
+
+    This is the loop both `AnthropicLLM` and `agentlife.ScriptedLLM` run, so scripted replies time out
+    exactly like real ones. ``on_event`` sees every event but pings, as it arrives.
+    """
+    assembler = MessageAssembler(model)
+    async with aclosing(guard_stream(source, timeouts, close=close)) as stream:
+        async for event in stream:
+            assembler.feed(event)
+            if on_event is not None and event.get("type") != "ping":
+                on_event(anthropic_stream_event(event))
+    return assembler.reply(prices)
+
+
+# --- the adapter ------------------------------------------------------------------------------------
+
+
+class AnthropicLLM:
+    """`LLMClient` for the Anthropic Messages API, streamed through the progress guard.
+
+    Args:
+        api_key: the API key; None reads ``ANTHROPIC_API_KEY``. Without one, the first `complete`
+            raises `LLMConfigurationError` (constructing the client never fails for that).
+        base_url: the API root; None reads ``ANTHROPIC_BASE_URL`` (a proxy, or a `FakeAnthropicServer`).
+        prices: the price table for ``LLMReply.cost_usd`` (default `PriceTable.default`).
+        http_timeout: the HTTP client's own timeout in seconds, a backstop behind the stream guard;
+            None keeps the SDK's default.
+        timeouts: the stream timeouts used when `complete` gets none; None reads
+            ``AGENTLIFE_LLM_*_TIMEOUT_SECONDS`` (defaults 30 / 60 / 300 s).
+        env: where to read the variables above (default `os.environ`).
+
+    Example:
+        >>> llm = AnthropicLLM(api_key="sk-ant-test", base_url="http://127.0.0.1:8080")
+        >>> llm
+        AnthropicLLM(base_url='http://127.0.0.1:8080', api_key='***')
+    """
+
+    streams_events = True
+    #: ``gen_ai.provider.name`` of its calls, and its row in `agentlife._providers.PROVIDERS`.
+    provider = "anthropic"
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        *,
+        prices: PriceTable | None = None,
+        http_timeout: float | None = None,
+        timeouts: StreamTimeouts | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        env = os.environ if env is None else env
+        self._api_key = api_key if api_key is not None else (env.get("ANTHROPIC_API_KEY") or None)
+        self._base_url = base_url if base_url is not None else (env.get("ANTHROPIC_BASE_URL") or None)
+        self.prices = prices if prices is not None else PriceTable.default()
+        self.timeouts = timeouts if timeouts is not None else stream_timeouts_from_env(env)
+        self._http_timeout = http_timeout
+        self._redactor = Redactor([self._api_key] if self._api_key else [])
+        self._sdk: Any = None
+        self._module: Any = None
+
+    def __repr__(self) -> str:
+        key = "'***'" if self._api_key else "None"
+        return f"{type(self).__name__}(base_url={self._base_url!r}, api_key={key})"
+
+    async def complete(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        max_tokens: int,
+        timeouts: StreamTimeouts | None = None,
+        on_event: OnEvent | None = None,
+        **params: Any,
+    ) -> LLMReply:
+        """Stream one Messages API call and return the whole reply.
+
+        ``params`` go to ``messages.create`` unchanged (``system``, ``tools``, ``tool_choice``,
+        ``thinking``, ``stop_sequences``, ``metadata``, ``extra_headers`` ...). Inside a step the request
+        carries the call's ``{job_id}/{step}/{call}`` in the ``x-agentlife-invocation`` header.
+
+        Raises:
+            LLMTimeout: connect, inter-chunk or total timeout (the response is closed first).
+            TransientError: 429 (``retry_after`` from the header), 529, 5xx, connection errors, a
+                stream cut off before ``message_stop``.
+            PermanentError: 400, 404, 413, 422 and other request errors.
+            LLMConfigurationError: no API key, 401, 403.
+        """
+        if "stream" in params:
+            raise TypeError("AnthropicLLM.complete always streams; do not pass stream=")
+        sdk, module = await self._client()
+        address = CURRENT_CALL.get()
+        if address is not None:
+            params["extra_headers"] = {INVOCATION_HEADER: str(address), **(params.get("extra_headers") or {})}
+        request = {"model": model, "messages": _api_messages(messages), "max_tokens": max_tokens, **params}
+        holder = _ResponseHolder()
+        return await collect_reply(
+            self._events(sdk, module, holder, request),
+            timeouts or self.timeouts,
+            close=holder.aclose,
+            prices=self.prices,
+            model=model,
+            on_event=on_event,
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK client and its connection pool (idempotent)."""
+        sdk, self._sdk = self._sdk, None
+        if sdk is not None:
+            with anyio.move_on_after(5.0, shield=True):
+                await sdk.close()
+
+    async def _client(self) -> tuple[Any, Any]:
+        if self._sdk is None:
+            if not self._api_key:
+                raise LLMConfigurationError(_NO_KEY)
+            # Importing the SDK takes seconds of CPU and building its client ~0.1 s (TLS context):
+            # both on a worker thread, never on the event loop.
+            module, sdk = await anyio.to_thread.run_sync(self._make_sdk)
+            if self._sdk is None:
+                self._module, self._sdk = module, sdk
+        return self._sdk, self._module
+
+    def _make_sdk(self) -> tuple[Any, Any]:
+        import anthropic
+
+        options: dict[str, Any] = {} if self._http_timeout is None else {"timeout": self._http_timeout}
+        sdk = anthropic.AsyncAnthropic(
+            api_key=self._api_key, base_url=self._base_url, max_retries=0, **options
+        )
+        return anthropic, sdk
+
+    async def _events(
+        self, sdk: Any, module: Any, holder: _ResponseHolder, request: dict[str, Any]
+    ) -> AsyncIterator[dict[str, Any]]:
+        try:
+            stream = await sdk.messages.create(**request, stream=True)
+        except module.AnthropicError as exc:
+            raise self._map_sdk_error(exc, module) from exc
+        holder.response = stream.response
+        self._check_content_type(stream.response)
+        try:
+            async for event in sse_events(stream.response):
+                yield event
+        except Exception as exc:
+            if isinstance(exc, CallError) or not classify(exc).retryable:
+                raise
+            raise TransientError(self._redact(f"the Anthropic stream broke: {_describe(exc)}")) from exc
+
+    def _check_content_type(self, response: Any) -> None:
+        """A 200 that is not a stream of events (a proxy's login page, a JSON body) fails at once.
+
+        Read as a stream it would hold no event and look like a dropped connection, retried until the
+        step budget ran out; no retry can turn it into a stream.
+        """
+        content_type = str(response.headers.get("content-type", ""))
+        if "text/event-stream" in content_type.lower():
+            return
+        where = self._base_url or "the default endpoint"
+        raise PermanentError(
+            self._redact(
+                f"the Anthropic API at {where} answered {response.status_code} with "
+                f"{content_type or 'no content type'}, not a stream of SSE (Server-Sent Events): is "
+                "ANTHROPIC_BASE_URL the API's root (a proxy's login or error page?)"
+            )
+        )
+
+    def _map_sdk_error(self, exc: Exception, module: Any) -> CallError:
+        if isinstance(exc, module.APIStatusError):
+            error_type, message = _error_details(exc.body)
+            return error_for_status(
+                exc.status_code,
+                error_type=error_type,
+                message=self._redact(message) if message else None,
+                retry_after=parse_retry_after(exc.response.headers),
+            )
+        if isinstance(exc, module.APITimeoutError):
+            return TransientError("the Anthropic API request timed out (HTTP client timeout)")
+        if isinstance(exc, module.APIConnectionError):
+            cause = exc.__cause__
+            detail = _describe(cause) if cause is not None else str(exc)
+            where = self._base_url or "the default endpoint"
+            return TransientError(self._redact(f"cannot reach the Anthropic API at {where}: {detail}"))
+        return PermanentError(self._redact(f"Anthropic SDK error: {_describe(exc)}"))
+
+    def _redact(self, text: str) -> str:
+        return self._redactor.redact(text)
+
+
+def _api_messages(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The messages without the ``partial_json`` agentlife 0.2 kept in a broken ``tool_use`` block.
+
+    A conversation saved by that version would otherwise be refused by the API (not an API field).
+    """
+    out = list(messages)
+    for position, message in enumerate(out):
+        content = message.get("content")
+        if isinstance(content, (list, tuple)) and any(
+            isinstance(block, Mapping) and "partial_json" in block for block in content
+        ):
+            blocks = [_without_partial_json(block) for block in content]
+            out[position] = {**message, "content": blocks}
+    return out
+
+
+def _without_partial_json(block: Any) -> Any:
+    if isinstance(block, Mapping) and "partial_json" in block:
+        return {key: value for key, value in block.items() if key != "partial_json"}
+    return block
+
+
+class _ResponseHolder:
+    """The HTTP response of one call once its headers arrived, so the guard can close it."""
+
+    __slots__ = ("response",)
+
+    def __init__(self) -> None:
+        self.response: Any = None
+
+    async def aclose(self) -> None:
+        response, self.response = self.response, None
+        if response is not None:
+            await response.aclose()
+
+
+async def sse_events(response: Any) -> AsyncIterator[dict[str, Any]]:
+    """Decode the Server-Sent Events of a streaming response into event dicts, pings included.
+
+    An SSE comment line (``: keep-alive``) is yielded as ``{"type": "ping"}`` too: it is progress on
+    the wire, and the guard should count it like the API's own ``ping`` events.
+    """
+    name: str | None = None
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                event = _decode_event(name, data)
+                if event is not None:
+                    yield event
+            name, data = None, []
+        elif line.startswith(":"):
+            yield {"type": "ping"}
+        else:
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)
+    if data:
+        event = _decode_event(name, data)
+        if event is not None:
+            yield event
+
+
+def _decode_event(name: str | None, data: list[str]) -> dict[str, Any] | None:
+    try:
+        event = orjson.loads("\n".join(data))
+    except orjson.JSONDecodeError:
+        _log.debug("ignoring an SSE event whose data is not JSON (event %r)", name)
+        return None
+    if not isinstance(event, dict):
+        return None
+    if "type" not in event and name:
+        event["type"] = name
+    return event
+
+
+def _error_details(body: Any) -> tuple[str | None, str | None]:
+    if isinstance(body, Mapping):
+        error = body.get("error")
+        if isinstance(error, Mapping):
+            error_type, message = error.get("type"), error.get("message")
+            return (str(error_type) if error_type else None, str(message) if message else None)
+    return None, None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
