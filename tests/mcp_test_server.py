@@ -1,28 +1,36 @@
-"""A real MCP server for the tests, on the official SDK's low-level ``Server``: stdio or Streamable HTTP.
+"""A real MCP server for the tests, over stdio (plain JSON-RPC, or the SDK's low-level ``Server``) or HTTP.
 
-``python tests/mcp_test_server.py STATE_DIR [--http PORT] [--variant N] [--invalid-schema] [--name NAME]``
+``python tests/mcp_test_server.py STATE_DIR [--http PORT | --sdk] [--variant N] [--invalid-schema]
+[--name NAME]``
 
-Tools: ``lookup`` (read-only), ``create_issue`` (destructive: appends to ``STATE_DIR/effects.jsonl`` with the
+Over stdio the server speaks newline-delimited JSON-RPC itself (asyncio, no SDK import: it starts in a few
+tens of milliseconds instead of half a second, which is most of what an MCP test costs); ``--sdk`` serves the
+same tools through the SDK's ``Server`` over stdio, ``--http PORT`` over Streamable HTTP. Either way the
+client side is the real SDK, and the tools behave the same (one table, ``tool_list`` and ``handle``):
+
+``lookup`` (read-only), ``create_issue`` (destructive: appends to ``STATE_DIR/effects.jsonl`` with the
 invocation id it got in ``_meta``; waits ``STATE_DIR/create_delay`` seconds after the effect when that file
 exists), ``slow`` (read-only sleep), ``crash`` (the process exits mid-call), ``hang``, ``malformed`` (a
 structured result that breaks its own output schema), ``big`` (a text result of N MB) and ``set_flag``
 (idempotent). ``--variant 2`` changes ``create_issue``'s schema (the tool list changed between attempts).
 The server writes its pid to ``STATE_DIR/pid`` (one line per start) and each call to ``calls.jsonl``.
+
+``--stubborn`` (stdio): the server ignores SIGTERM and the end of its input, and starts a child in its
+process group that does the same (its pid in ``STATE_DIR/child_pid``): only SIGKILL ends them.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
-
-import anyio
-import mcp.types as types
-from mcp.server.lowlevel import Server
 
 ISSUE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -30,138 +38,212 @@ ISSUE_SCHEMA: dict[str, Any] = {
     "required": ["title"],
     "additionalProperties": False,
 }
+READ_ONLY = {"readOnlyHint": True}
 
 
-def tool_list(variant: int, invalid_schema: bool) -> list[types.Tool]:
+def tool_list(variant: int, invalid_schema: bool) -> list[dict[str, Any]]:
+    """The tools, as the wire format lists them."""
     issue = json.loads(json.dumps(ISSUE_SCHEMA))
     if variant == 2:
         issue["properties"]["labels"] = {"type": "array", "items": {"type": "string"}}
         issue["required"] = ["title", "labels"]
-    ro = types.ToolAnnotations(read_only_hint=True)
-    tools = [
-        types.Tool(
-            name="lookup",
-            description="Look an issue up by its key.",
-            input_schema={"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
-            annotations=ro,
-        ),
-        types.Tool(
-            name="create_issue",
-            description="Create an issue.",
-            input_schema=issue,
-            annotations=types.ToolAnnotations(destructive_hint=True),
-        ),
-        types.Tool(
-            name="slow",
-            description="Sleep, then answer.",
-            input_schema={"type": "object", "properties": {"seconds": {"type": "number"}}},
-            annotations=ro,
-        ),
-        types.Tool(name="crash", description="Exit mid-call.", input_schema={"type": "object"}),
-        types.Tool(name="hang", description="Never answer.", input_schema={"type": "object"}, annotations=ro),
-        types.Tool(
-            name="malformed",
-            description="A result that breaks its output schema.",
-            input_schema={"type": "object"},
-            output_schema={"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
-            annotations=ro,
-        ),
-        types.Tool(
-            name="big",
-            description="A large text result.",
-            input_schema={"type": "object", "properties": {"mb": {"type": "number"}}, "required": ["mb"]},
-            annotations=ro,
-        ),
-        types.Tool(
-            name="set_flag",
-            description="Set a flag (idempotent).",
-            input_schema={"type": "object", "properties": {"flag": {"type": "string"}}, "required": ["flag"]},
-            annotations=types.ToolAnnotations(idempotent_hint=True),
-        ),
+    key = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}
+    tools: list[dict[str, Any]] = [
+        {
+            "name": "lookup",
+            "description": "Look an issue up by its key.",
+            "inputSchema": key,
+            "annotations": READ_ONLY,
+        },
+        {
+            "name": "create_issue",
+            "description": "Create an issue.",
+            "inputSchema": issue,
+            "annotations": {"destructiveHint": True},
+        },
+        {
+            "name": "slow",
+            "description": "Sleep, then answer.",
+            "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}},
+            "annotations": READ_ONLY,
+        },
+        {"name": "crash", "description": "Exit mid-call.", "inputSchema": {"type": "object"}},
+        {
+            "name": "hang",
+            "description": "Never answer.",
+            "inputSchema": {"type": "object"},
+            "annotations": READ_ONLY,
+        },
+        {
+            "name": "malformed",
+            "description": "A result that breaks its output schema.",
+            "inputSchema": {"type": "object"},
+            "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+            "annotations": READ_ONLY,
+        },
+        {
+            "name": "big",
+            "description": "A large text result.",
+            "inputSchema": {"type": "object", "properties": {"mb": {"type": "number"}}, "required": ["mb"]},
+            "annotations": READ_ONLY,
+        },
+        {
+            "name": "set_flag",
+            "description": "Set a flag (idempotent).",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"flag": {"type": "string"}},
+                "required": ["flag"],
+            },
+            "annotations": {"idempotentHint": True},
+        },
     ]
     if invalid_schema:
         tools.append(
-            types.Tool(
-                name="broken",
-                description="Its schema is not JSON Schema.",
-                input_schema={"type": "object", "properties": {"x": {"type": 12}}},
-            )
+            {
+                "name": "broken",
+                "description": "Its schema is not JSON Schema.",
+                "inputSchema": {"type": "object", "properties": {"x": {"type": 12}}},
+            }
         )
     return tools
 
 
-def build(state: Path, variant: int, invalid_schema: bool, name: str) -> Server[Any]:
+def text(value: str, **more: Any) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": value}], **more}
+
+
+async def handle(state: Path, tool: str, args: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """One ``tools/call``: the result in the wire format."""
+    with (state / "calls.jsonl").open("a") as f:
+        f.write(json.dumps({"tool": tool, "args": args, "meta": meta}) + "\n")
     effects = state / "effects.jsonl"
+    if tool == "lookup":
+        lines = effects.read_text().splitlines() if effects.exists() else []
+        found = [json.loads(line) for line in lines if json.loads(line)["key"] == args["key"]]
+        return text(json.dumps(found[0]) if found else "none")
+    if tool == "create_issue":
+        record = {"key": meta.get("agentlife/invocation_id"), "title": args["title"], "pid": os.getpid()}
+        with effects.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        delay = state / "create_delay"
+        if delay.exists():
+            await asyncio.sleep(float(delay.read_text()))
+        return text(f"created {args['title']}", structuredContent={"created": args["title"]})
+    if tool == "slow":
+        await asyncio.sleep(float(args.get("seconds", 1)))
+        return text("slept")
+    if tool == "crash":
+        os._exit(3)
+    if tool == "hang":
+        await asyncio.sleep(3600)
+    if tool == "malformed":
+        return text("{}", structuredContent={"n": "not a number"})
+    if tool == "big":
+        return text("x" * int(float(args["mb"]) * 1024 * 1024))
+    if tool == "set_flag":
+        return text(f"flag {args['flag']} set")
+    return text("no such tool", isError=True)
+
+
+# -- plain JSON-RPC over stdio ----------------------------------------------------------------------------
+
+
+async def serve_stdio(state: Path, tools: list[dict[str, Any]], name: str, stubborn: bool) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 30)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    running: dict[Any, asyncio.Task[None]] = {}
+
+    def send(message: dict[str, Any]) -> None:
+        sys.stdout.buffer.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        sys.stdout.buffer.flush()
+
+    async def answer(request: dict[str, Any]) -> None:
+        method, params = request.get("method"), request.get("params") or {}
+        if method == "initialize":
+            result: dict[str, Any] = {
+                "protocolVersion": params.get("protocolVersion"),
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": name, "version": "1"},
+            }
+        elif method == "tools/list":
+            result = {"tools": tools}
+        elif method == "tools/call":
+            args, meta = params.get("arguments") or {}, params.get("_meta") or {}
+            result = await handle(state, params["name"], args, meta)
+        elif method == "ping":
+            result = {}
+        else:
+            send({"id": request["id"], "error": {"code": -32601, "message": f"no method {method}"}})
+            return
+        send({"id": request["id"], "result": result})
+        running.pop(request["id"], None)
+
+    while line := await reader.readline():
+        message = json.loads(line)
+        if "id" in message and "method" in message:
+            running[message["id"]] = asyncio.ensure_future(answer(message))
+        elif message.get("method") == "notifications/cancelled":
+            task = running.pop((message.get("params") or {}).get("requestId"), None)
+            if task is not None:
+                task.cancel()
+    if stubborn:
+        await asyncio.sleep(3600)
+    os._exit(0)  # stdin closed: the client is gone (what SDK servers do too)
+
+
+def become_stubborn(state: Path) -> None:
+    """Ignore SIGTERM, with a child in the same process group that ignores it too and never reads input."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(3600)"]
+    # SIG_IGN is inherited across exec; the child's stdin is not the server's, so no end of input reaches it.
+    quiet = subprocess.DEVNULL
+    child = subprocess.Popen(sleeper, stdin=quiet, stdout=quiet, stderr=quiet)
+    (state / "child_pid").write_text(str(child.pid))
+
+
+# -- the SDK's server -----------------------------------------------------------------------------------
+
+
+def sdk_server(state: Path, tools: list[dict[str, Any]], name: str) -> Any:
+    import mcp.types as types
+    from mcp.server.lowlevel import Server
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=tool_list(variant, invalid_schema))
+        return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in tools])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        args = dict(params.arguments or {})
-        meta = dict(ctx.meta or {})
-        with (state / "calls.jsonl").open("a") as f:
-            f.write(json.dumps({"tool": params.name, "args": args, "meta": meta}) + "\n")
-        return await handle(params.name, args, meta)
-
-    async def handle(tool: str, args: dict[str, Any], meta: dict[str, Any]) -> types.CallToolResult:
-        if tool == "lookup":
-            found = [
-                json.loads(line)
-                for line in (effects.read_text().splitlines() if effects.exists() else [])
-                if json.loads(line)["key"] == args["key"]
-            ]
-            return text(json.dumps(found[0]) if found else "none")
-        if tool == "create_issue":
-            record = {"key": meta.get("agentlife/invocation_id"), "title": args["title"], "pid": os.getpid()}
-            with effects.open("a") as f:
-                f.write(json.dumps(record) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            delay = state / "create_delay"
-            if delay.exists():
-                await anyio.sleep(float(delay.read_text()))
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text=f"created {args['title']}")],
-                structured_content={"created": args["title"]},
-            )
-        if tool == "slow":
-            await anyio.sleep(float(args.get("seconds", 1)))
-            return text("slept")
-        if tool == "crash":
-            os._exit(3)
-        if tool == "hang":
-            await anyio.sleep(3600)
-        if tool == "malformed":
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text="{}")], structured_content={"n": "not a number"}
-            )
-        if tool == "big":
-            return text("x" * int(float(args["mb"]) * 1024 * 1024))
-        if tool == "set_flag":
-            return text(f"flag {args['flag']} set")
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text="no such tool")], is_error=True
-        )
+        result = await handle(state, params.name, dict(params.arguments or {}), dict(ctx.meta or {}))
+        return types.CallToolResult.model_validate(result)
 
     return Server(name, on_list_tools=list_tools, on_call_tool=call_tool)
-
-
-def text(value: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=value)])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("state", type=Path)
     parser.add_argument("--http", type=int, default=None)
+    parser.add_argument("--sdk", action="store_true")
     parser.add_argument("--variant", type=int, default=1)
     parser.add_argument("--invalid-schema", action="store_true")
     parser.add_argument("--name", default="tracker")
+    parser.add_argument("--stubborn", action="store_true")
     options = parser.parse_args()
     options.state.mkdir(parents=True, exist_ok=True)
     with (options.state / "pid").open("a") as f:
         f.write(f"{os.getpid()} {time.time()}\n")
-    server = build(options.state, options.variant, options.invalid_schema, options.name)
+    tools = tool_list(options.variant, options.invalid_schema)
+    if options.stubborn:
+        become_stubborn(options.state)
+    if options.http is None and not options.sdk:
+        asyncio.run(serve_stdio(options.state, tools, options.name, options.stubborn))
+        return
+    import anyio
+
+    server = sdk_server(options.state, tools, options.name)
     if options.http is None:
         from mcp.server.stdio import stdio_server
 

@@ -1,6 +1,8 @@
 """Tools from MCP servers: real servers on the official SDK, started as real processes (stdio and HTTP).
 
-The agent runs in this process (`AgentHarness`); the servers are ``tests/mcp_test_server.py``.
+The agent runs in this process (`AgentHarness`); the servers are ``tests/mcp_test_server.py``. Tests that only
+read from a server, or write under their own job id, share one Streamable HTTP server process (``shared``);
+those about a server's own process (its start, crash, restart, variants) start their own over stdio.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,6 +31,7 @@ from agentlife import (
     StepContext,
     ToolAgent,
 )
+from agentlife._mcp._client import INVOCATION_META_KEY
 from agentlife._mcp._server import build_specs, offered_name, result_value
 from agentlife.testing import AgentHarness, DrainAt
 
@@ -52,9 +56,45 @@ def tool_agent(llm: ScriptedLLM, *servers: Any) -> ToolAgent:
     return Agent()
 
 
-def effects(state: Path) -> list[dict[str, Any]]:
+def effects(state: Path, job_id: str | None = None) -> list[dict[str, Any]]:
+    """The effects the server did (of one job's calls: a shared server holds those of other tests too)."""
     path = state / "effects.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    found = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [e for e in found if job_id is None or str(e["key"]).startswith(f"{job_id}/")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Shared:
+    url: str
+    state: Path
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
+    """One Streamable HTTP server process for the module's tests that do not need a server of their own."""
+    port = free_port()
+    state = tmp_path_factory.mktemp("shared-mcp")
+    proc = subprocess.Popen([sys.executable, SERVER, str(state), "--http", str(port)])
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        yield Shared(f"http://127.0.0.1:{port}/mcp", state)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def results_sent(llm: ScriptedLLM) -> list[dict[str, Any]]:
@@ -67,19 +107,21 @@ def results_sent(llm: ScriptedLLM) -> list[dict[str, Any]]:
     ]
 
 
-async def test_the_servers_schema_is_offered_and_invalid_arguments_never_reach_it(tmp_path: Path) -> None:
-    state = tmp_path / "server"
+async def test_the_servers_schema_is_offered_and_invalid_arguments_never_reach_it(
+    tmp_path: Path, shared: Shared
+) -> None:
     llm = ScriptedLLM(
         {
             (0, 0): ScriptedTurn.tool_use("create_issue", {"body": "no title"}),
             (1, 0): ScriptedTurn.tool_use("create_issue", {"title": ""}),
             (2, 0): ScriptedTurn.tool_use("create_issue", {"title": "disk full", "extra": 1}),
             (3, 0): ScriptedTurn.tool_use("create_issue", {"title": "disk full"}),
-            (4, 0): ScriptedTurn.tool_use("lookup", {"key": "job-1/3/1"}),
+            (4, 0): ScriptedTurn.tool_use("lookup", {"key": "schema/3/1"}),
             (5, 0): "Filed.",
         }
     )
-    run = await AgentHarness(tmp_path / "data").run(tool_agent(llm, tracker(state)), payload="file it")
+    agent = tool_agent(llm, MCPServer.http(shared.url))
+    run = await AgentHarness(tmp_path / "data").run(agent, job_id="schema", payload="file it")
     assert run.exit_code == 0 and run.job is not None and run.job.status == "COMPLETED"
     offered = {t["name"]: t for t in llm.requests[0].params["tools"]}
     assert offered["create_issue"]["input_schema"]["required"] == ["title"]
@@ -89,7 +131,8 @@ async def test_the_servers_schema_is_offered_and_invalid_arguments_never_reach_i
     assert "title" in sent[0]["content"] and "required" in sent[0]["content"]
     assert "extra" in sent[2]["content"]
     # Only the valid call reached the server, with the invocation id as its idempotency key.
-    assert effects(state) == [{"key": "job-1/3/1", "title": "disk full", "pid": effects(state)[0]["pid"]}]
+    done = effects(shared.state, "schema")
+    assert done == [{"key": "schema/3/1", "title": "disk full", "pid": done[0]["pid"]}]
     assert json.loads(sent[4]["content"])["title"] == "disk full"
     tools_event = next(e for e in run.journal if e["type"] == "MCP_TOOLS")
     assert tools_event["server"] == "tracker" and "create_issue" in tools_event["tools"]
@@ -110,7 +153,8 @@ def test_side_effects_come_from_the_annotations_and_the_user_overrides_them() ->
         return "done"
 
     server = MCPServer.stdio("srv").with_tool("plain", side_effects=False).with_tool("create", verify=verify)
-    specs, skipped = build_specs(server, "srv", listing, set(), connection=None)  # type: ignore[arg-type]
+    names = {str(t["name"]): str(t["name"]) for t in listing}
+    specs, skipped = build_specs(server, "srv", listing, names, connection=None)  # type: ignore[arg-type]
     by_name = {s.name: s for s in specs}
     assert by_name["lookup"].side_effects is False  # re-run on resume
     assert by_name["create"].side_effects is True and by_name["create"].verify is verify
@@ -129,15 +173,22 @@ def test_offered_names_are_prefixed_only_where_two_servers_collide_and_stay_vali
     assert len(long) == 64 and long != offered_name("s" * 40, "t" * 41, True)
 
 
-async def test_two_servers_offering_one_name_are_prefixed_by_their_names(tmp_path: Path) -> None:
+async def test_two_servers_offering_one_name_are_prefixed_by_their_names(
+    tmp_path: Path, shared: Shared
+) -> None:
     llm = ScriptedLLM({(0, 0): ScriptedTurn.tool_use("work__lookup", {"key": "k"}), (1, 0): "none found"})
-    agent = tool_agent(llm, tracker(tmp_path / "a", name="home"), tracker(tmp_path / "b", name="work"))
-    run = await AgentHarness(tmp_path / "data").run(agent, payload="look")
+    agent = tool_agent(llm, tracker(tmp_path / "home", name="home"), MCPServer.http(shared.url, name="work"))
+    run = await AgentHarness(tmp_path / "data").run(agent, job_id="two-servers", payload="look")
     assert run.exit_code == 0
     names = [t["name"] for t in llm.requests[0].params["tools"]]
     assert "home__lookup" in names and "work__lookup" in names and "lookup" not in names
     assert results_sent(llm)[0]["content"] == "none"
-    assert (tmp_path / "b" / "calls.jsonl").exists() and not (tmp_path / "a" / "calls.jsonl").exists()
+    calls = [json.loads(line) for line in (shared.state / "calls.jsonl").read_text().splitlines()]
+    mine = [c for c in calls if c["meta"].get(INVOCATION_META_KEY, "").startswith("two-servers/")]
+    assert [(c["tool"], c["args"], c["meta"][INVOCATION_META_KEY]) for c in mine] == [
+        ("lookup", {"key": "k"}, "two-servers/0/1")
+    ]
+    assert not (tmp_path / "home" / "calls.jsonl").exists()
 
 
 async def test_a_crashing_server_is_restarted_once_then_its_calls_fail_as_transient(tmp_path: Path) -> None:
@@ -162,29 +213,33 @@ async def test_a_crashing_server_is_restarted_once_then_its_calls_fail_as_transi
     assert len((state / "pid").read_text().splitlines()) == 2
 
 
-async def test_a_hanging_malformed_or_50_mb_result_goes_back_as_one_clear_error(tmp_path: Path) -> None:
-    state = tmp_path / "server"
-    server = tracker(state).with_tool("hang", timeout=1, retries=0)
+async def test_a_hanging_malformed_or_oversized_result_goes_back_as_one_clear_error(
+    tmp_path: Path, shared: Shared
+) -> None:
+    # Timeouts in scaled seconds (x0.01): the hang is cut after 0.3 s, the 2 MB answer has 10 s.
+    server = (
+        MCPServer.http(shared.url).with_tool("hang", timeout=30, retries=0).with_tool("big", timeout=1000)
+    )
     llm = ScriptedLLM(
         {
             (0, 0): ScriptedTurn.tool_use("hang", {}),
             (1, 0): ScriptedTurn.tool_use("malformed", {}),
-            (2, 0): ScriptedTurn.tool_use("big", {"mb": 50}),
+            (2, 0): ScriptedTurn.tool_use("big", {"mb": 2}),  # twice the default 1 MiB limit
             (3, 0): ScriptedTurn.tool_use("lookup", {"key": "k"}),
             (4, 0): "done",
         }
     )
-    run = await AgentHarness(tmp_path / "data", time_scale=1.0).run(tool_agent(llm, server), payload="x")
+    run = await AgentHarness(tmp_path / "data").run(tool_agent(llm, server), job_id="limits", payload="x")
     assert run.exit_code == 0 and run.job is not None and run.job.status == "COMPLETED"
     hang, malformed, big, lookup = results_sent(llm)
     assert hang["is_error"] and "ToolTimeout" in hang["content"]
     assert malformed["is_error"] and "Invalid structured content" in malformed["content"]
-    assert big["is_error"] and "52.4 MB" in big["content"] and "max_result_bytes" in big["content"]
+    assert big["is_error"] and "2.1 MB" in big["content"] and "max_result_bytes" in big["content"]
     assert "\n" not in big["content"] and len(big["content"]) < 500
     assert lookup["content"] == "none"  # the server is still usable
     failed = [e for e in run.journal if e["type"] == "TOOL_FAILED"]
     assert [e["error_class"] for e in failed] == ["ToolTimeout", "MCPToolError", "MCPToolError"]
-    assert max(len(json.dumps(e)) for e in run.journal) < 10_000  # nothing of the 50 MB was journaled
+    assert max(len(json.dumps(e)) for e in run.journal) < 10_000  # nothing of the 2 MB was journaled
 
 
 async def test_a_tool_whose_schema_is_not_json_schema_is_left_out_with_one_error(tmp_path: Path) -> None:
@@ -210,16 +265,20 @@ async def test_a_tool_whose_schema_is_not_json_schema_is_left_out_with_one_error
     assert "broken" not in event["tools"] and event["skipped"][0]["tool"] == "broken"
 
 
-@pytest.mark.parametrize("kind", ["missing command", "refused url"])
+@pytest.mark.parametrize("kind", ["missing command", "not executable", "refused url"])
 async def test_a_server_that_cannot_start_stops_hydration_with_one_line(tmp_path: Path, kind: str) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = (
-        MCPServer.stdio("/nonexistent/mcp-server-binary")
-        if kind == "missing command"
-        else MCPServer.http(f"http://127.0.0.1:{port}/mcp", {"Authorization": "Bearer hunter2 s3cr3t"})
-    )
+    port = free_port()
+    script = tmp_path / "server.sh"
+    script.write_text("#!/bin/sh\n")  # no execute permission
+    servers = {
+        "missing command": (MCPServer.stdio("/nonexistent/mcp-server-binary"), "command not found"),
+        "not executable": (MCPServer.stdio(str(script)), "not executable"),
+        "refused url": (
+            MCPServer.http(f"http://127.0.0.1:{port}/mcp", {"Authorization": "Bearer hunter2 s3cr3t"}),
+            f"127.0.0.1:{port}",
+        ),
+    }
+    server, expected = servers[kind]
 
     class Agent(AgentProcess):
         agent_id = "mcp-no-server"
@@ -232,9 +291,7 @@ async def test_a_server_that_cannot_start_stops_hydration_with_one_line(tmp_path
     assert run.exit_code == 1
     assert run.job is not None and run.job.status == "RUNNING"  # resumable: the next attempt tries again
     fatal = [line["msg"] for line in run.logs if line.get("level") == "ERROR"]
-    assert len(fatal) == 1 and "did not start" in fatal[0]
-    expected = "command not found" if kind == "missing command" else f"127.0.0.1:{port}"
-    assert expected in fatal[0]
+    assert len(fatal) == 1 and "did not start" in fatal[0] and expected in fatal[0]
     everything = json.dumps(run.logs) + json.dumps(run.journal)
     assert "hunter2" not in everything and "s3cr3t" not in everything
 
@@ -265,7 +322,7 @@ def _changing_agent(state: Path, variant: int, rerun: bool) -> AgentProcess:
 async def test_a_tool_list_that_changed_between_attempts_is_a_replay_mismatch(
     tmp_path: Path, rerun: bool
 ) -> None:
-    harness = AgentHarness(tmp_path / "data", time_scale=0.02)
+    harness = AgentHarness(tmp_path / "data")
     first = await harness.run(_changing_agent(tmp_path / "s", 1, rerun), drain=DrainAt.during_tool("slow"))
     assert first.exit_code == 143
     second = await harness.run(_changing_agent(tmp_path / "s", 2, rerun), drain=DrainAt.during_tool("slow"))
@@ -281,39 +338,16 @@ async def test_a_tool_list_that_changed_between_attempts_is_a_replay_mismatch(
         assert "LLM_COMPLETED" in types[types.index("REPLAY_DISCARDED") :]
 
 
-@pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    state = tmp_path / "http-server"
-    proc = subprocess.Popen([sys.executable, SERVER, str(state), "--http", str(port)])
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp", state
-    finally:
-        proc.kill()
-        proc.wait()
-
-
 async def test_streamable_http_server_tools_work_and_auth_headers_never_show(
-    tmp_path: Path, http_server: tuple[str, Path]
+    tmp_path: Path, shared: Shared
 ) -> None:
-    url, state = http_server
-    server = MCPServer.http(url, {"Authorization": "Bearer tok-8f2%40x s3cr3t"})
+    server = MCPServer.http(shared.url, {"Authorization": "Bearer tok-8f2%40x s3cr3t"})
     llm = ScriptedLLM({(0, 0): ScriptedTurn.tool_use("create_issue", {"title": "over http"}), (1, 0): "ok"})
     env = {"AGENTLIFE_LOG_LEVEL": "DEBUG"}
-    run = await AgentHarness(tmp_path / "data").run(tool_agent(llm, server), payload="x", env=env)
+    harness = AgentHarness(tmp_path / "data")
+    run = await harness.run(tool_agent(llm, server), job_id="http", payload="x", env=env)
     assert run.exit_code == 0 and run.job is not None and run.job.status == "COMPLETED"
-    assert [e["key"] for e in effects(state)] == ["job-1/0/1"]
+    assert [e["key"] for e in effects(shared.state, "http")] == ["http/0/1"]
     everything = json.dumps(run.logs) + json.dumps(run.journal) + repr(server)
     assert "tok-8f2" not in everything and "s3cr3t" not in everything
 
@@ -339,6 +373,9 @@ def test_bad_configuration_is_refused_with_one_line() -> None:
         lambda: MCPServer.http("ftp://host/mcp"),
         lambda: MCPServer.http("http://h/mcp", {"X": "a\r\nInjected: 1"}),
         lambda: MCPServer.stdio("x", timeout=float("nan")),
+        lambda: MCPServer.stdio("x", timeout=True),
+        lambda: MCPServer.stdio("x", start_timeout=0),
+        lambda: MCPServer.stdio("x").with_tool("t", timeout=-0.0),
         lambda: MCPServer.stdio("x", max_result_bytes=0),
         lambda: MCPServer.stdio("x").with_tool("t", retries=-1),
     ):

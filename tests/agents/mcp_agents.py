@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agentlife import NOT_DONE, AgentProcess, Done, MCPServer, StepContext
+from agentlife import NOT_DONE, AgentProcess, Done, MCPServer, StepContext, tool
 
 SERVER = str(Path(__file__).resolve().parent.parent / "mcp_test_server.py")
 
@@ -57,3 +58,35 @@ class SlowAgent(AgentProcess):
     async def step(self, ctx: StepContext) -> Done | None:
         await ctx.call_tool(self.mcp_servers[0].tool("slow"), seconds=60)
         return Done(result="slept")
+
+
+def stubborn_server() -> MCPServer:
+    state = os.environ.get("MCP_STATE", "/nonexistent")
+    return MCPServer.stdio(sys.executable, [SERVER, state, "--stubborn"])
+
+
+class StubbornServerAgent(AgentProcess):
+    """Its server ignores SIGTERM and the end of its input; its step then blocks the event loop.
+
+    ``MCP_BLOCK=1``: after one call, a tool sleeps on the loop itself, so a drain can only end by the hard
+    exit. Otherwise the step waits on a slow MCP call (for a SIGKILL during it).
+    """
+
+    agent_id = "mcp-stubborn"
+    mcp_servers: ClassVar[Any] = (stubborn_server(),)
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        server = self.mcp_servers[0]
+        await ctx.call_tool(server.tool("lookup"), key="k")
+        if os.environ.get("MCP_BLOCK") == "1":
+            await ctx.call_tool(block_the_loop)
+        await ctx.call_tool(server.tool("slow"), seconds=60)
+        return Done(result="never")
+
+
+@tool(side_effects=False)
+async def block_the_loop() -> str:
+    """Sleeps on the event loop itself: nothing, not even cancellation, runs until it returns."""
+    (Path(os.environ["MCP_STATE"]) / "blocking").write_text("1")
+    time.sleep(60)  # deliberately blocking
+    return "blocked"

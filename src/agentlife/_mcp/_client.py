@@ -9,11 +9,24 @@ session and stops the process (stdin closed, then SIGTERM and SIGKILL to its pro
 A server found gone (its process exited, its connection closed) is restarted once, at its next call;
 the call that found it gone fails with `MCPServerUnavailable`, a transient error, so the usual retry
 rules decide whether it runs again (never for a side-effecting tool without ``verify``).
+
+A stdio server must not outlive the agent when the agent cannot stop it (the SDK's stop never runs after
+a hard exit or a SIGKILL). On Linux the server is started through a few lines of Python (`_LAUNCHER`)
+that ask the kernel to SIGKILL it when the agent dies (``PR_SET_PDEATHSIG``) and then ``exec`` the
+server's command, so the server keeps its pid. That pid is also its process group's id (the SDK starts
+each server in a session of its own); it is registered with `agentlife._children` while the server runs,
+and the hard exit kills those groups just before ``os._exit``, with whatever the server started in them.
+A server that is a wrapper (``npx``, ``uvx``) dies by the death signal on a SIGKILL of the agent, but
+what it started lives on until its stdin reaches end of file.
 """
 
 from __future__ import annotations
 
+import contextvars
+import errno
 import logging
+import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,7 +34,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
+from agentlife._children import forget_group, register_group
 from agentlife._exceptions import MCPServerUnavailable, MCPToolError
+from agentlife._mcp._server import MAX_TOOLS
 
 if TYPE_CHECKING:
     from agentlife._mcp._server import MCPServer
@@ -36,6 +51,24 @@ INVOCATION_META_KEY = "agentlife/invocation_id"
 _CONNECTION_CLOSED = -32000
 _MAX_MESSAGE = 500
 _MAX_PAGES = 100
+
+#: Run as ``python -I -S -c _LAUNCHER AGENT_PID COMMAND ARGS...``: the server dies with the agent.
+_LAUNCHER = """
+import os, sys
+agent, command = int(sys.argv[1]), sys.argv[2:]
+try:
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+except Exception:
+    pass
+if os.getppid() != agent:  # the agent died before the line above took effect
+    os._exit(1)
+try:
+    os.execvp(command[0], command)
+except OSError as exc:
+    sys.stderr.write(f"agentlife: cannot run MCP server {command[0]}: {exc}\\n")
+    os._exit(127)
+"""
 
 
 @dataclass(slots=True)
@@ -102,11 +135,14 @@ class MCPConnection:
         task_status: anyio.abc.TaskStatus[ToolListing] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """The owner task: enter the transport and session, report the listing, wait for the close."""
-        started, mine = False, None
+        started, mine, group = False, None, None
         try:
             from mcp.client.session import ClientSession
 
-            async with self._transport() as streams, ClientSession(streams[0], streams[1]) as session:
+            _NOISE.set(_Noise(self.label))  # seen by the SDK's reader task, started from this one
+            transport = self._transport()
+            async with transport as streams, ClientSession(streams[0], streams[1]) as session:
+                group = _register_group(transport)
                 with anyio.fail_after(self.start_timeout):
                     init = await session.initialize()
                     tools = await _list_all_tools(session)
@@ -122,6 +158,9 @@ class MCPConnection:
             self._gone_reason = self._describe(exc)
             log.warning("MCP server %s: connection ended: %s", self.label, self._gone_reason)
         finally:
+            # The transport has stopped the server (or it was never started): nothing left to kill.
+            if group is not None:
+                forget_group(group)
             # Only this owner's session: a restarted server's owner may already have set a new one.
             if self._session is mine:
                 self._session = None
@@ -132,9 +171,19 @@ class MCPConnection:
         if server.transport == "stdio":
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
+            command, args = _found(server.command or "", server.env), list(server.args)
+            if sys.platform.startswith("linux") and sys.executable:  # where there is a parent-death signal
+                args = ["-I", "-S", "-c", _LAUNCHER, str(os.getpid()), command, *args]
+                command = sys.executable
+            # "replace": undecodable bytes on stdout make a line that is not JSON-RPC, which the SDK skips,
+            # instead of ending the reader while `initialize` waits for its timeout.
             params = StdioServerParameters(
-                command=server.command or "", args=list(server.args), env=dict(server.env or {}) or None
+                command=command,
+                args=args,
+                env=dict(server.env or {}) or None,
+                encoding_error_handler="replace",
             )
+            _quiet_sdk_parse_errors()
             return stdio_client(params, errlog=sys.stderr)
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
@@ -163,6 +212,9 @@ class MCPConnection:
             raise MCPToolError(f"MCP server {self.label}, tool {tool}: {self._describe(exc)}") from None
 
     async def _live_session(self) -> Any:
+        session = self._session
+        if session is not None:  # the common case, without the lock's two checkpoints
+            return session
         async with self._lock:
             if self._session is not None:
                 return self._session
@@ -196,7 +248,7 @@ async def _list_all_tools(session: Any) -> list[dict[str, Any]]:
         result = await session.list_tools(params=params)
         tools.extend(t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in result.tools)
         cursor = getattr(result, "next_cursor", None)
-        if not cursor:
+        if not cursor or len(tools) > MAX_TOOLS:  # past the limit, more pages would only be left out
             return tools
     raise MCPToolError(f"tools/list did not end after {_MAX_PAGES} pages")
 
@@ -218,6 +270,83 @@ def _connection_lost(exc: BaseException) -> bool:
         return True
     names = {cls.__name__ for cls in type(exc).__mro__}
     return bool(names & {"TransportError", "NetworkError", "ConnectError", "RemoteProtocolError"})
+
+
+@dataclass(slots=True)
+class _Noise:
+    label: str
+    lines: int = 0
+
+
+#: The server whose stdout the SDK's reader task (started from the owner task) is reading.
+_NOISE: contextvars.ContextVar[_Noise | None] = contextvars.ContextVar("agentlife_mcp_noise", default=None)
+_SDK_PARSE_ERROR = "Failed to parse JSONRPC message from server"
+_NOISE_LOGGED = 5
+
+
+class _NotJsonRpc(logging.Filter):
+    """A stdout line that is not JSON-RPC (a banner, a stray print): one WARNING naming the server.
+
+    The SDK logs each at ERROR with the parser's traceback, which quotes the line. A server that prints
+    many gets its first few logged, then one line saying the rest are not.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != _SDK_PARSE_ERROR:
+            return True
+        noise = _NOISE.get()
+        label = noise.label if noise is not None else "(unknown)"
+        count = 1
+        if noise is not None:
+            noise.lines += 1
+            count = noise.lines
+        if count > _NOISE_LOGGED:
+            return False
+        more = "; further lines like it are not logged" if count == _NOISE_LOGGED else ""
+        record.msg = "MCP server %s wrote a line on stdout that is not JSON-RPC: ignored%s"
+        record.args = (label, more)
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
+_NOT_JSON_RPC = _NotJsonRpc()
+
+
+def _quiet_sdk_parse_errors() -> None:
+    sdk_log = logging.getLogger("mcp.client.stdio")
+    if _NOT_JSON_RPC not in sdk_log.filters:
+        sdk_log.addFilter(_NOT_JSON_RPC)
+
+
+def _register_group(transport: Any) -> int | None:
+    """Register the stdio server's process group (its pid: the SDK starts it in a session of its own).
+
+    The SDK does not hand out the process it started: it is read from the suspended ``stdio_client``
+    generator's frame. Should a version of the SDK name it otherwise, nothing is registered and the hard
+    exit leaves the server to the parent-death signal and the end of its stdin.
+    """
+    frame = getattr(getattr(transport, "gen", None), "ag_frame", None)
+    process = frame.f_locals.get("process") if frame is not None else None
+    pid = getattr(process, "pid", None)
+    if not isinstance(pid, int):
+        return None
+    register_group(pid)
+    return pid
+
+
+def _found(command: str, env: Any) -> str:
+    """``command`` as given when it can be run; FileNotFoundError (one clear line) when it cannot.
+
+    Looked up here, on the ``PATH`` the server gets, because through the launcher the SDK would only see
+    the launcher start and the server's connection close.
+    """
+    path = (env or {}).get("PATH", os.environ.get("PATH", os.defpath))
+    if shutil.which(command, path=path) is not None:
+        return command
+    if os.sep in command and os.path.isfile(command):
+        raise PermissionError(errno.EACCES, "not executable", command)
+    raise FileNotFoundError(errno.ENOENT, "command not found", command)
 
 
 def describe_error(exc: BaseException) -> str:

@@ -20,13 +20,16 @@ import hashlib
 import math
 import re
 import sys
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from agentlife._exceptions import ConfigError, MCPToolError, ToolArgumentsInvalid
+from agentlife._exceptions import ConfigError, MCPToolError
+from agentlife._mcp._schema import checker, short, validator_for
+from agentlife._replay import utf8_safe
 from agentlife._schema import RUNTIME_PARAMETERS
 from agentlife._tools import ToolSpec
 
@@ -41,6 +44,7 @@ __all__ = [
     "MCPToolSpec",
     "build_specs",
     "live_tool_specs",
+    "plan_names",
     "resolve_tool_ref",
     "tool_digest",
 ]
@@ -48,8 +52,9 @@ __all__ = [
 Verify = Callable[[str], Awaitable[Any]]
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_NAME = 64
-_MAX_PROBLEMS = 10
-_MAX_PROBLEM_TEXT = 300
+#: The most tools offered from one server, and the largest listing of one tool (name, schemas ...).
+MAX_TOOLS = 1000
+MAX_TOOL_BYTES = 100_000
 DEFAULT_MAX_RESULT_BYTES = 1024 * 1024
 
 
@@ -165,7 +170,7 @@ class MCPServer:
         if self.name is not None and (not isinstance(self.name, str) or not _NAME_OK.sub("", self.name)):
             raise ConfigError(f"MCP server name must hold letters, digits, _ or -, got {self.name!r}")
         for what, value in (("timeout", timeout), ("start_timeout", start_timeout)):
-            if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
+            if value is not None and not _seconds(value):
                 raise ConfigError(f"MCP server {what} must be a finite number of seconds > 0, got {value!r}")
         if (
             isinstance(max_result_bytes, bool)
@@ -200,7 +205,7 @@ class MCPServer:
             retries: as for ``@tool``.
             restricted: needs an approved job and ``check_policy``.
         """
-        if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < math.inf):
+        if timeout is not None and not _seconds(timeout):
             raise ConfigError(f"MCP tool timeout must be a finite number of seconds > 0, got {timeout!r}")
         if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int) or retries < 0):
             raise ConfigError(f"MCP tool retries must be a whole number >= 0, got {retries!r}")
@@ -285,32 +290,105 @@ def tool_digest(tool: Mapping[str, Any]) -> str:
 
 
 def offered_name(server_name: str, tool: str, collides: bool) -> str:
-    """The name the model sees: the tool's, prefixed by the server's where two servers share it."""
+    """The name the model sees: the tool's, prefixed by the server's where two servers share it.
+
+    Made to fit the providers' ``[A-Za-z0-9_-]{1,64}``: other characters become ``_``, and a longer name
+    is cut and given a hash of the whole.
+    """
     name = f"{server_name}__{tool}" if collides else tool
     name = _NAME_OK.sub("_", name)
     if len(name) > _MAX_NAME:
-        name = f"{name[: _MAX_NAME - 9]}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+        name = f"{name[: _MAX_NAME - 9]}_{_hash(name)}"
     return name
+
+
+def plan_names(
+    listings: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
+) -> list[tuple[list[Mapping[str, Any]], dict[str, str], list[tuple[str, str]]]]:
+    """For each server's ``(name, listing)``: the tools it may offer, their offered names, those left out.
+
+    A tool is left out, with why, when it has no name, is listed twice by its server, comes after the
+    first `MAX_TOOLS` of its server, or its listing is over `MAX_TOOL_BYTES` or not valid Unicode. Two tools
+    whose offered names still coincide (``a b`` and ``a_b``; ``srv__x`` and tool ``x`` of server ``srv``)
+    each get a hash of their server's and their own name, so every offered name is unique and stays the
+    same from one attempt to the next.
+    """
+    kept: list[list[Mapping[str, Any]]] = []
+    skipped: list[list[tuple[str, str]]] = []
+    for _server, listing in listings:
+        tools, left_out = _admissible(listing)
+        kept.append(tools)
+        skipped.append(left_out)
+    counts = Counter(str(t["name"]) for tools in kept for t in tools)
+    offered = [
+        {str(t["name"]): offered_name(server, str(t["name"]), counts[str(t["name"])] > 1) for t in tools}
+        for (server, _), tools in zip(listings, kept, strict=True)
+    ]
+    clashes = Counter(name for names in offered for name in names.values())
+    for (server, _), names in zip(listings, offered, strict=True):
+        for tool, name in names.items():
+            if clashes[name] > 1:
+                names[tool] = f"{name[: _MAX_NAME - 9]}_{_hash(server + chr(0) + tool)}"
+    return [(tools, names, left_out) for tools, names, left_out in zip(kept, offered, skipped, strict=True)]
+
+
+def _admissible(
+    listing: Sequence[Mapping[str, Any]],
+) -> tuple[list[Mapping[str, Any]], list[tuple[str, str]]]:
+    tools: list[Mapping[str, Any]] = []
+    skipped: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for tool in listing:
+        name = tool.get("name")
+        shown = utf8_safe(str(name))[: _MAX_NAME * 2] if isinstance(name, str) else repr(name)[:_MAX_NAME]
+        if not isinstance(name, str) or not name.strip():
+            skipped.append((shown, "it has no name"))
+        elif name in seen:
+            skipped.append((shown, "its server lists it twice"))
+        elif len(tools) >= MAX_TOOLS:
+            skipped.append((shown, f"its server lists more than {MAX_TOOLS} tools"))
+        else:
+            reason = _too_big(tool)
+            if reason:
+                skipped.append((shown, reason))
+            else:
+                seen.add(name)
+                tools.append(tool)
+    return tools, skipped
+
+
+def _too_big(tool: Mapping[str, Any]) -> str | None:
+    try:
+        size = len(orjson.dumps(tool))
+    except (TypeError, orjson.JSONEncodeError):
+        return "its listing is not valid Unicode text"
+    if size > MAX_TOOL_BYTES:
+        return f"its listing is {size} bytes, over {MAX_TOOL_BYTES}"
+    return None
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
 def build_specs(
     server: MCPServer,
     server_name: str,
     listing: Iterable[Mapping[str, Any]],
-    colliding: set[str],
+    names: Mapping[str, str],
     connection: MCPConnection,
 ) -> tuple[list[MCPToolSpec], list[tuple[str, str]]]:
-    """The tool specs of one server's listing, and the tools left out with why (bad schema ...)."""
+    """The tool specs of one server's admissible tools (named by ``names``), and those left out with why."""
     specs: list[MCPToolSpec] = []
     skipped: list[tuple[str, str]] = []
     for tool in listing:
-        name = str(tool.get("name") or "")
+        name = str(tool["name"])
         try:
-            validator = _validator(tool.get("inputSchema"))
+            validator = validator_for(tool.get("inputSchema"))
         except ValueError as exc:
-            skipped.append((name, f"its input schema is not valid JSON Schema: {exc}"))
+            skipped.append((utf8_safe(name), f"its input schema {exc}"))
             continue
-        specs.append(_spec(server, server_name, tool, validator, name in colliding, connection))
+        specs.append(_spec(server, server_name, tool, validator, names[name], connection))
     return specs, skipped
 
 
@@ -319,7 +397,7 @@ def _spec(
     server_name: str,
     tool: Mapping[str, Any],
     validator: Any,
-    collides: bool,
+    name: str,
     connection: MCPConnection,
 ) -> MCPToolSpec:
     mcp_name = str(tool["name"])
@@ -327,13 +405,12 @@ def _spec(
     hints = tool.get("annotations") or {}
     read_only = hints.get("readOnlyHint") is True
     side_effects = options.side_effects if options.side_effects is not None else not read_only
-    name = offered_name(server_name, mcp_name, collides)
     schema = dict(tool.get("inputSchema") or {"type": "object"})
     takes_invocation_id = "invocation_id" in (schema.get("properties") or {})
-    check = _checker(name, validator)
+    check = checker(name, validator)
 
     async def call(invocation_id: str, **arguments: Any) -> Any:
-        check(arguments)
+        arguments = check(arguments)  # the checked JSON copy is what is sent
         if takes_invocation_id:  # a runtime parameter, as for native tools: the server gets the id
             arguments = {**arguments, "invocation_id": invocation_id}
         _label_span(server_name, mcp_name)
@@ -369,9 +446,7 @@ def _label_span(server_name: str, tool: str) -> None:
     """Name the server and tool on the tool call's span (when telemetry is built, OpenTelemetry is loaded)."""
     trace = sys.modules.get("opentelemetry.trace")
     if trace is not None:
-        span = trace.get_current_span()
-        span.set_attribute("mcp.server.name", server_name)
-        span.set_attribute("mcp.tool.name", tool)
+        trace.get_current_span().set_attributes({"mcp.server.name": server_name, "mcp.tool.name": tool})
 
 
 def _without_runtime_parameters(schema: dict[str, Any]) -> dict[str, Any]:
@@ -385,79 +460,25 @@ def _without_runtime_parameters(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _validator(schema: Any) -> Any:
-    """A compiled validator for the schema (draft 2020-12 unless it names its own), or ValueError."""
-    import jsonschema
-    import jsonschema.exceptions
-    import jsonschema.validators
-
-    if not isinstance(schema, dict):
-        raise ValueError(f"it is a {type(schema).__name__}, not an object")  # noqa: TRY004
-    if schema.get("type", "object") != "object":
-        raise ValueError(f"a tool's arguments are an object, the schema says type {schema.get('type')!r}")
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.exceptions.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.path) or "(root)"
-        raise ValueError(f"{where}: {_short(exc.message)}") from None
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-    return cls(schema)
-
-
-def _checker(name: str, validator: Any) -> Callable[[Any], dict[str, Any]]:
-    def check(arguments: Any) -> dict[str, Any]:
-        data = {} if arguments is None else arguments
-        if not isinstance(data, dict):
-            raise ToolArgumentsInvalid(name, [f"(arguments): must be an object, got {type(data).__name__}"])
-        if RUNTIME_PARAMETERS & data.keys():
-            raise ToolArgumentsInvalid(name, ["invocation_id: filled in by the runtime, not a parameter"])
-        try:
-            data = orjson.loads(orjson.dumps(data))
-        except (TypeError, orjson.JSONEncodeError) as exc:
-            raise ToolArgumentsInvalid(name, [f"the arguments are not JSON: {exc}"]) from None
-        try:
-            errors = sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path])
-        except RecursionError:
-            raise ToolArgumentsInvalid(name, ["(arguments): nested too deeply"]) from None
-        if errors:
-            raise ToolArgumentsInvalid(name, [_problem(e) for e in errors[:_MAX_PROBLEMS]])
-        return dict(data)
-
-    return check
-
-
-def _problem(error: Any) -> str:
-    where = ".".join(str(p) for p in error.absolute_path) or "(arguments)"
-    return f"{where}: {_short(error.message)}"
-
-
-def _short(text: str) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= _MAX_PROBLEM_TEXT else text[: _MAX_PROBLEM_TEXT - 1] + "…"
-
-
 def result_value(result: Any, server_name: str, tool: str, max_bytes: int) -> Any:
     """What a tool call returns (and the journal keeps): the structured content, else the text.
 
     Content blocks other than text come back as their wire dicts. ``isError`` raises `MCPToolError`
     with the server's text; so does a result over ``max_bytes``.
     """
-    blocks = [b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in (result.content or [])]
-    texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
-    if getattr(result, "is_error", None) or getattr(result, "isError", None):
-        message = _short("\n".join(texts) or "the tool reported an error")
+    content = list(result.content or [])
+    # Read from the blocks' attributes: a text result (the common case) costs no model_dump.
+    texts = [str(getattr(b, "text", "")) for b in content if getattr(b, "type", None) == "text"]
+    if result.is_error:
+        message = short("\n".join(texts) or "the tool reported an error")
         raise MCPToolError(f"MCP tool {tool} of {server_name} failed: {message}")
-    structured = getattr(result, "structured_content", None)
-    if structured is None:
-        structured = getattr(result, "structuredContent", None)
+    structured = result.structured_content
     if structured is not None:
         value: Any = structured
-    elif len(texts) == len(blocks):
+    elif len(texts) == len(content):
         value = "\n".join(texts)
     else:
-        value = blocks
+        value = [b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in content]
     size = len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else len(orjson.dumps(value))
     if size > max_bytes:
         raise MCPToolError(
@@ -465,6 +486,11 @@ def result_value(result: Any, server_name: str, tool: str, max_bytes: int) -> An
             f"max_result_bytes ({max_bytes} bytes)"
         )
     return value
+
+
+def _seconds(value: Any) -> bool:
+    """A finite number of seconds > 0 (True is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
 
 
 def _check_strings(what: str, mapping: Mapping[str, str] | None) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +30,7 @@ from agentlife._exceptions import BootFailure, ConfigError, MCPServerUnavailable
 from agentlife._journal._recovery import BadLine, read_events
 from agentlife._journal._writer import list_sessions
 from agentlife._mcp._client import MCPConnection
-from agentlife._mcp._server import CURRENT_MCP, MCPServer, MCPToolSpec, build_specs, tool_digest
+from agentlife._mcp._server import CURRENT_MCP, MCPServer, MCPToolSpec, build_specs, plan_names, tool_digest
 
 if TYPE_CHECKING:
     from agentlife._agent import AgentProcess
@@ -48,6 +47,8 @@ log = logging.getLogger("agentlife.mcp")
 #: How far into an earlier session file the previous tool lists are looked for (they come before step 0).
 _HEAD_EVENTS = 400
 _SESSIONS_LOOKED_AT = 3
+#: How many of the tools left out are logged and journaled one by one (a hostile listing may hold many).
+_SKIPPED_SHOWN = 20
 
 
 def declared_servers(agent: AgentProcess) -> list[MCPServer]:
@@ -71,6 +72,8 @@ class MCPTools:
         self.replay_mismatch = replay_mismatch
         self._connections: dict[tuple[Any, ...], MCPConnection] = {}
         self._specs: dict[tuple[Any, ...], list[MCPToolSpec]] = {}
+        # By the name the server lists: a call finds its tool in one lookup, however long the list.
+        self._by_name: dict[tuple[Any, ...], dict[str, MCPToolSpec]] = {}
         self._skipped: dict[tuple[Any, ...], dict[str, str]] = {}
 
     @classmethod
@@ -117,14 +120,17 @@ class MCPTools:
 
     def spec_named(self, server: MCPServer, name: str) -> MCPToolSpec:
         """The tool ``name`` (as the server lists it) of ``server``; `ConfigError` if it has none."""
-        for spec in self._specs[server.key]:
-            if spec.mcp_name == name:
-                return spec
+        spec = self._by_name[server.key].get(name)
+        if spec is not None:
+            return spec
         reason = self._skipped[server.key].get(name)
         if reason is not None:
             raise ConfigError(f"MCP tool {name} of {server.label} is not available: {reason}")
-        known = ", ".join(s.mcp_name for s in self._specs[server.key]) or "none"
-        raise ConfigError(f"MCP server {server.label} has no tool {name!r} (its tools: {known})")
+        specs = self._specs[server.key]
+        known = ", ".join(s.mcp_name for s in specs[:20]) + (
+            f" and {len(specs) - 20} more" if len(specs) > 20 else ""
+        )
+        raise ConfigError(f"MCP server {server.label} has no tool {name!r} (its tools: {known or 'none'})")
 
     def add(
         self, server: MCPServer, connection: MCPConnection, specs: list[MCPToolSpec], skipped: dict[str, str]
@@ -132,6 +138,7 @@ class MCPTools:
         """Record a started server."""
         self._connections[server.key] = connection
         self._specs[server.key] = specs
+        self._by_name[server.key] = {spec.mcp_name: spec for spec in specs}
         self._skipped[server.key] = skipped
 
     async def aclose(self, grace: float) -> None:
@@ -171,16 +178,16 @@ async def start_mcp_servers(
         name = _unique_name(server, listing.server_name, [n for _, _, n, _ in listings])
         connection.label = f"{name} ({server.label.rsplit('(', 1)[-1]}"
         listings.append((server, connection, name, listing.tools))
-    counts = Counter(str(t.get("name")) for *_, listed in listings for t in listed)
-    colliding = {name for name, n in counts.items() if n > 1}
+    plans = plan_names([(name, listed) for _, _, name, listed in listings])
     previous = _previous_digests(session_dir, exclude=journal.path)
     changed = []
-    for server, connection, name, listed in listings:
-        specs, skipped = build_specs(server, name, listed, colliding, connection)
-        for tool, reason in skipped:
-            log.error("MCP server %s: tool %s left out: %s", connection.label, tool, reason)
+    for (server, connection, name, _), (admissible, names, left_out) in zip(listings, plans, strict=True):
+        specs, bad_schemas = build_specs(server, name, admissible, names, connection)
+        skipped = [*left_out, *bad_schemas]
+        _log_skipped(connection.label, skipped)
         tools.add(server, connection, specs, dict(skipped))
-        digests = {spec.name: tool_digest(_listed(listed, spec.mcp_name)) for spec in specs}
+        listed_by_name = {str(t["name"]): t for t in admissible}
+        digests = {spec.name: tool_digest(listed_by_name[spec.mcp_name]) for spec in specs}
         digest = _list_digest(digests)
         journal.append(
             "MCP_TOOLS",
@@ -189,12 +196,14 @@ async def start_mcp_servers(
             target=redactor.redact(connection.label),
             digest=digest,
             tools=digests,
-            skipped=[{"tool": t, "reason": r} for t, r in skipped],
+            skipped=[{"tool": t, "reason": r} for t, r in skipped[:_SKIPPED_SHOWN]],
+            skipped_total=len(skipped),
         )
         log.info("MCP server %s: %s tools (%s)", connection.label, len(specs), digest)
         if name in previous and previous[name]["digest"] != digest:
             _report_change(journal, name, previous[name], digests, digest)
             changed.append(name)
+        await anyio.lowlevel.checkpoint()  # a long listing holds the loop for one server at a time
     telemetry.hydration_phase("mcp", time.monotonic() - started)
     return changed
 
@@ -224,8 +233,22 @@ def check_changed_tools(
     log.warning("MCP tool lists changed (%s): running step %s afresh", ", ".join(changed), replay.step)
 
 
-def _listed(listed: list[dict[str, Any]], name: str) -> dict[str, Any]:
-    return next(t for t in listed if t.get("name") == name)
+def _log_skipped(label: str, skipped: list[tuple[str, str]]) -> None:
+    """One ERROR line per reason (a reason shared by many tools, such as the limit, is one line)."""
+    by_reason: dict[str, list[str]] = {}
+    for tool, reason in skipped:
+        by_reason.setdefault(reason, []).append(tool)
+    for n, (reason, tools) in enumerate(by_reason.items()):
+        if n == _SKIPPED_SHOWN:
+            log.error(
+                "MCP server %s: %s more tools left out", label, sum(map(len, list(by_reason.values())[n:]))
+            )
+            return
+        if len(tools) == 1:
+            log.error("MCP server %s: tool %s left out: %s", label, tools[0], reason)
+        else:
+            shown = ", ".join(tools[:5]) + (", ..." if len(tools) > 5 else "")
+            log.error("MCP server %s: %s tools left out: %s (%s)", label, len(tools), reason, shown)
 
 
 def _list_digest(digests: dict[str, str]) -> str:

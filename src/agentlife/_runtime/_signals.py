@@ -6,7 +6,8 @@
 * `receive_drain_signals`: the loop's receiver of `DRAIN_SIGNALS`, plus a watcher thread on the signal
   wakeup fd, so a tool that blocks the event loop cannot keep the drain budget from being enforced.
 * `HardExit`: a timer that ``os._exit``s with a settled code when code that ignores cancellation would
-  otherwise hold the process past its budget.
+  otherwise hold the process past its budget; it first kills the process groups of the child processes
+  that must not outlive this one (`agentlife._children`: the MCP stdio servers).
 * SIGUSR1 dumps every thread's stack (faulthandler, from C); SIGQUIT dumps them, then quits.
 """
 
@@ -24,6 +25,7 @@ import anyio
 import anyio.abc
 import orjson
 
+from agentlife._children import kill_groups
 from agentlife._exceptions import SignalDuringImport
 
 __all__ = ["DRAIN_SIGNALS", "EXIT_DRAINED", "EarlySignal", "HardExit", "receive_drain_signals"]
@@ -178,6 +180,7 @@ def _hard_exit(code: int, seconds: float) -> None:
         + "\n"
     )
     sys.stderr.flush()
+    kill_groups()  # the stop of the MCP servers will never run: they must not outlive the process
     os._exit(code)
 
 
