@@ -50,13 +50,22 @@ def chaos(session: nox.Session) -> None:
     """Fault injection over real processes and a real PostgreSQL; fails unless every bad column is 0."""
     session.install("-e", ".[all,test]")
     session.run("python", "benchmarks/chaos.py", *session.posargs)
-    # The worker pool: 300 jobs, 32 SIGKILLs and 32 SIGTERMs of its workers (the suite runs 60 / 8 / 8).
+    # The worker pool: 300 jobs, 32 SIGKILLs and 32 SIGTERMs of its 3 workers, once one job at a time and
+    # once --concurrency 10 running a tool agent against the fake model server with 200 ms latency (the
+    # suite runs 60 / 8 / 8 with 4 workers, and 24 / 4 / 4 at --concurrency 4 with 50 ms).
     session.run(
         "pytest",
         "-q",
         "-s",
         "tests/test_worker_chaos.py",
-        env={"WORKER_CHAOS_JOBS": "300", "WORKER_CHAOS_SIGKILLS": "32", "WORKER_CHAOS_SIGTERMS": "32"},
+        env={
+            "WORKER_CHAOS_JOBS": "300",
+            "WORKER_CHAOS_SIGKILLS": "32",
+            "WORKER_CHAOS_SIGTERMS": "32",
+            "WORKER_CHAOS_WORKERS": "3",
+            "WORKER_CHAOS_CONCURRENCY": "10",
+            "WORKER_CHAOS_LATENCY": "0.2",
+        },
     )
 
 

@@ -301,3 +301,25 @@ class ParkRequested(BaseException):
 
 class BootFailure(Exception):
     """A boot or hydration failure that ends the process with exit 1 after one clear log line."""
+
+
+# -- describing errors in one line ---------------------------------------------------------------------------
+
+
+def leaf_exceptions(exc: BaseException) -> list[BaseException]:
+    """The exceptions an exception group holds, at any depth, in order; ``[exc]`` for any other."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return [exc]
+    return [leaf for inner in exc.exceptions for leaf in leaf_exceptions(inner)]
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` on one line; a group as its type then each leaf's, joined by ``; ``.
+
+    A task group's failure reads ``ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)``
+    on its own, which says nothing of what failed.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = "; ".join(describe_error(leaf) for leaf in leaf_exceptions(exc))
+        return f"{type(exc).__name__}: {leaves}"
+    return " ".join(f"{type(exc).__name__}: {exc}".splitlines())

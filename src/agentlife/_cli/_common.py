@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentlife._config import debug_from_env
-from agentlife._exceptions import AgentlifeError, ConfigError
+from agentlife._exceptions import AgentlifeError, ConfigError, describe_error, leaf_exceptions
 from agentlife._redact import Redactor
 from agentlife._version import __version__
 
@@ -37,28 +37,42 @@ def say(line: str) -> None:
 
 
 def guarded(handler: Callable[[], int]) -> int:
-    """Run a command, turning every error into one redacted line and its exit code."""
+    """Run a command, turning every error into one redacted line and its exit code.
+
+    An exception group (a task group's failure that escaped) is reported by its leaves: a group of one
+    leaf exactly as that leaf would be (a `ConfigError` inside is still exit 2), several on one line.
+    """
     try:
         return handler()
-    except ConfigError as exc:
+    except BaseException as exc:
+        return _report(_sole_leaf(exc))
+
+
+def _report(exc: BaseException) -> int:
+    if isinstance(exc, ConfigError):
         say(f"agentlife: error: {exc}")
         return EXIT_USAGE
-    except AgentlifeError as exc:
+    if isinstance(exc, AgentlifeError):
         say(f"agentlife: {type(exc).__name__}: {exc}")
         return 1
-    except KeyboardInterrupt:
+    if isinstance(exc, KeyboardInterrupt):
         return 130
-    except (SystemExit, GeneratorExit):
-        raise
-    except BaseException as exc:
-        # A bug, not bad input (or an agent's own BaseException subclass): still one line, since a
-        # traceback would print secrets unmasked.
-        say(f"agentlife: internal error: {type(exc).__name__}: {exc}")
-        if debug_from_env(os.environ):
-            import traceback
+    if isinstance(exc, (SystemExit, GeneratorExit)):
+        raise exc
+    # A bug, not bad input (or an agent's own BaseException subclass): still one line, since a
+    # traceback would print secrets unmasked.
+    say(f"agentlife: internal error: {describe_error(exc)}")
+    if debug_from_env(os.environ):
+        import traceback
 
-            say("".join(traceback.format_exception(exc)).rstrip())
-        return 1
+        say("".join(traceback.format_exception(exc)).rstrip())
+    return 1
+
+
+def _sole_leaf(exc: BaseException) -> BaseException:
+    """The one exception a group (nested or not) holds; the group itself when it holds several."""
+    leaves = leaf_exceptions(exc)
+    return leaves[0] if len(leaves) == 1 else exc
 
 
 #: Commands that run an agent's lifecycle: a signal drains them. Any other command ends at once.

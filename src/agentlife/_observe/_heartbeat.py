@@ -177,7 +177,9 @@ class SseHeartbeat:
             ``llmCallsTotal``, ``toolCallsTotal``); ``rssMb`` and ``uptimeSeconds`` are filled in here unless
             it returns them. Called on the event loop once per heartbeat; it must be cheap and not block.
         board: where results are recorded (``record_heartbeat("sse", ...)``) and where ``lifecycleState``
-            and ``currentStep`` are read from.
+            and ``currentStep`` are read from unless ``progress`` is given.
+        progress: returns the job's own (lifecycle state, current step); in a worker running several jobs
+            at once the board's one-job fields name none of them, so each job's stream reads its own.
         reconnect_initial: first reconnect delay, doubled after each failure.
         reconnect_max: cap of the reconnect delay (jitter comes on top).
         rng: random source of the jitter (tests pass a seeded one).
@@ -197,6 +199,7 @@ class SseHeartbeat:
         interval: float,
         snapshot_metrics: Callable[[], Mapping[str, Any]],
         board: StatusBoard | None = None,
+        progress: Callable[[], tuple[State, int | None]] | None = None,
         reconnect_initial: float = 1.0,
         reconnect_max: float = 30.0,
         rng: random.Random | None = None,
@@ -216,6 +219,7 @@ class SseHeartbeat:
         self.interval = interval
         self._snapshot_metrics = snapshot_metrics
         self._board = board
+        self._progress = progress
         self._reconnect_initial, self._reconnect_max = reconnect_initial, reconnect_max
         self._rng = rng or random.Random()
         self._connect_timeout = connect_timeout
@@ -271,7 +275,7 @@ class SseHeartbeat:
             "to": transition.target.value,
             "reason": self._redactor.redact(transition.reason),
             "lifecycleState": transition.target.value,
-            "currentStep": self._current_step(),
+            "currentStep": self._position()[1],
         }
         if extra:
             redacted = self._redactor.redact_obj(dict(extra))
@@ -567,20 +571,27 @@ class SseHeartbeat:
             metrics.update(self._snapshot_metrics())
         except Exception:
             _log.debug("snapshot_metrics failed; sending zeros", exc_info=True)
-        snap = self._board.snapshot() if self._board is not None else None
+        state, step = self._position()
         return {
             "type": "heartbeat",
             "timestamp": _iso_utc(time.time()),
             "agentId": self._agent_id,
             "jobId": self._job_id,
             "podName": self._pod_name,
-            "lifecycleState": snap.state.value if snap is not None else self._last_state,
-            "currentStep": self._current_step(),
+            "lifecycleState": state,
+            "currentStep": step,
             "metrics": metrics,
         }
 
-    def _current_step(self) -> int | None:
-        return self._board.snapshot().step if self._board is not None else None
+    def _position(self) -> tuple[str, int | None]:
+        """The job's lifecycle state and current step, from ``progress``, else the board."""
+        if self._progress is not None:
+            state, step = self._progress()
+            return state.value, step
+        if self._board is not None:
+            snap = self._board.snapshot()
+            return snap.state.value, snap.step
+        return self._last_state, None
 
     def _pending_or_in_flight(self) -> bool:
         conn = self._connection

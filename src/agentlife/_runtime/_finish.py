@@ -19,7 +19,7 @@ import anyio.to_thread
 from agentlife._agent import Job
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._config import Settings
-from agentlife._exceptions import AgentlifeError, ApprovalRejected
+from agentlife._exceptions import ApprovalRejected, describe_error
 from agentlife._redact import Redactor
 from agentlife._replay import utf8_safe
 from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, TERMINAL_STATUSES, Outcome
@@ -192,8 +192,9 @@ async def record_crash(
                         error=record,
                         expect=(status,),
                     )
-            except AgentlifeError as store_exc:
-                log.error("could not record the crash on the job row: %s", redactor.redact(str(store_exc)))
+            except Exception as store_exc:  # a driver error too: the crash stays a crash (exit 1), logged
+                why = redactor.redact(describe_error(store_exc))
+                log.error("could not record the crash on the job row: %s", why)
     return Outcome(EXIT_CRASH, f"crash: {message.splitlines()[0][:300]}")
 
 

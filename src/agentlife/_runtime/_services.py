@@ -26,7 +26,7 @@ from agentlife._providers import PROVIDERS
 from agentlife._redact import Redactor
 from agentlife._runtime._events import JobEvents
 from agentlife._runtime._process import quietly
-from agentlife._state import Transition
+from agentlife._state import State, Transition
 from agentlife._step._host import Booted
 from agentlife.constants import Constants
 from agentlife.stores import store_from_url
@@ -139,6 +139,7 @@ class JobServices:
                 interval=hb.sse_interval_seconds,
                 snapshot_metrics=self._heartbeat_metrics,
                 board=self.events.board.board,
+                progress=self._heartbeat_progress,
                 reconnect_initial=hb.reconnect_initial_seconds,
                 reconnect_max=hb.reconnect_max_seconds,
                 redactor=self.redactor,
@@ -209,6 +210,11 @@ class JobServices:
                 await quietly("heartbeat flush", self._heartbeat.flush(1.0))
             with anyio.move_on_after(1.0, shield=True):
                 await quietly("heartbeat close", self._heartbeat.aclose())
+
+    def _heartbeat_progress(self) -> tuple[State, int | None]:
+        # This job's own state and step (its board entry), not the process's: a worker runs several.
+        step = self.events.board.log_fields.get("step")
+        return self.events.state, step if isinstance(step, int) else None
 
     def _heartbeat_metrics(self) -> dict[str, Any]:
         # rssMb and uptimeSeconds (from the kernel's process start) are the heartbeat stream's own.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ import anyio
 import anyio.abc
 
 from agentlife._config import Settings
-from agentlife._exceptions import AgentlifeError, ConfigError
+from agentlife._exceptions import ConfigError, describe_error
 from agentlife._logging import log_fields
 from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, RunOptions
 from agentlife._runtime._drain import Drain
@@ -37,7 +37,7 @@ from agentlife._runtime._lifecycle import Runtime
 from agentlife._runtime._process import ProcessShell, ShellOptions, quietly
 from agentlife._state import State
 from agentlife.constants import Constants
-from agentlife.stores import JobRecord, JobStatus, store_from_url
+from agentlife.stores import JobRecord, JobStatus, ReapDecision, store_from_url
 from agentlife.stores._jobs import is_crash, since_last_retry
 from agentlife.stores._policy import should_retry_after_crash
 
@@ -216,15 +216,15 @@ class Worker:
         try:
             try:
                 await store.open()
-            except AgentlifeError as exc:
-                log.error("fatal: store unreachable: %s", self.redactor.redact(str(exc)))
+            except Exception as exc:  # a driver error no store code wrapped is still "unreachable"
+                log.error("fatal: store unreachable: %s", self._why(exc))
                 return EXIT_CRASH, "store unreachable"
             try:
                 # One query of the job table now: a database without the schema (or one older than job
                 # operations) is a fatal boot error naming `db init`, not a claim that fails for ever.
                 await store.count_runnable()
-            except AgentlifeError as exc:
-                log.error("fatal: the store cannot serve jobs: %s", self.redactor.redact(str(exc)))
+            except Exception as exc:
+                log.error("fatal: the store cannot serve jobs: %s", self._why(exc))
                 return EXIT_CRASH, "store not usable"
             self.board.store_has_free_connection = store.has_free_connection
             self.shell.start_lag_monitor(self.constants.probe.lag_interval_seconds)
@@ -257,7 +257,12 @@ class Worker:
         return self._stop
 
     async def _slot(self, store: CheckpointStore) -> None:
-        """Claim and run jobs one after another until the drain, the idle timeout or ``max_jobs``."""
+        """Claim and run jobs one after another until the drain, the idle timeout or ``max_jobs``.
+
+        An error no path below foresaw ends this pass only: it is logged and the slot goes on after a
+        pause, so one bad pass can neither take the pool down (its task group would end every slot) nor
+        spin.
+        """
         opts, delay = self.options, self.options.poll_interval
         # A store that notifies wakes the slot itself: the poll is only the fallback for a lost notification.
         cap = (
@@ -266,19 +271,28 @@ class Worker:
             else opts.max_poll_interval
         )
         while not (self.drain.draining or self._stop):
-            if opts.max_jobs is not None and self._claimed >= opts.max_jobs:
-                self._stop_all(EXIT_IDLE, f"ran {opts.max_jobs} jobs (--max-jobs)")
-                return
-            row = await self._claim(store)
-            if row is None:
-                # A sign of work: claim at once, and poll briskly after; else back off up to the cap.
-                woken = await self._wait_for_work(store, delay)
-                delay = opts.poll_interval if woken else min(delay * 2, cap)
-                continue
-            self._claimed += 1
-            self._wake_idle_slots()  # there may be more: idle slots try too
-            await self._run_job(store, row)
-            delay = opts.poll_interval
+            try:
+                delay = await self._slot_pass(store, delay, cap)
+            except Exception as exc:
+                log.error("worker slot: internal error: %s", self._why(exc), exc_info=exc)
+                delay = opts.max_poll_interval
+                await anyio.sleep(delay)
+
+    async def _slot_pass(self, store: CheckpointStore, delay: float, cap: float) -> float:
+        """Claim one job and run it, or wait for work; the next wait's length."""
+        opts = self.options
+        if opts.max_jobs is not None and self._claimed >= opts.max_jobs:
+            self._stop_all(EXIT_IDLE, f"ran {opts.max_jobs} jobs (--max-jobs)")
+            return delay
+        row = await self._claim(store)
+        if row is None:
+            if await self._wait_for_work(store, delay):
+                return opts.poll_interval  # a sign of work: claim at once, and poll briskly after
+            return min(delay * 2, cap)
+        self._claimed += 1
+        self._wake_idle_slots()  # there may be more: idle slots try too
+        await self._run_job(store, row)
+        return opts.poll_interval
 
     def _stop_all(self, code: int, reason: str) -> None:
         if self._stop is None:
@@ -307,7 +321,12 @@ class Worker:
 
         async def store_signal() -> None:
             nonlocal woken
-            woken = await store.wait_for_work(self.agent_id, seconds)
+            try:
+                woken = await store.wait_for_work(self.agent_id, seconds)
+            except Exception as exc:  # no notifications this time: the wait ends at its deadline (a poll)
+                log.warning("waiting for work: %s", self._why(exc))
+                self.board.update_worker(claim_error=self._why(exc))
+                await anyio.sleep_forever()
             scope.cancel()
 
         async def wake_event() -> None:
@@ -361,17 +380,22 @@ class Worker:
             agent = self.agent_cls()
         except Exception as exc:
             log.error("creating %s() failed: %s", self.agent_cls.__name__, exc)
-            await self._after_crash(store, row, f"{type(exc).__name__}: {exc}", None)
+            await self._after_crash(store, row, "AgentInitFailed", f"{type(exc).__name__}: {exc}")
             return
         job = self.running[row.id] = job_run(agent, self, store, row)
         self._show_slots()  # no await since the drain check: a drain from now on reaches it in `running`
+        # A job the engine did not record a crash for is recorded by `_after_crash` as this error class.
+        error_class = "BootFailure"
         try:
-            code = await job.run()
+            code, reason = await job.run(), job.exit_reason or "the job failed before its first step"
+        except Exception as exc:  # the engine failed around the job: a crash of that job, not of the pool
+            error_class, reason, code = "InternalError", f"internal error: {self._why(exc)}", EXIT_CRASH
+            log.error("job %s: %s", row.id, reason, exc_info=exc, extra=log_fields(job_id=row.id))
         finally:
             del self.running[row.id]
             self._idle_since = time.monotonic()
             self._show_slots()
-        self._log_job_end(row, code, job.exit_reason or "")
+        self._log_job_end(row, code, reason)
         self.history.append((row.id, row.attempt, code))
         await self._drop_claim(store, row)
         if code == EXIT_DRAINED:
@@ -380,7 +404,7 @@ class Worker:
             self.jobs_done += 1
         else:
             self.jobs_crashed += 1
-            await self._after_crash(store, row, None, job.exit_reason)
+            await self._after_crash(store, row, error_class, reason)
         if self.options.concurrency == 1:
             self.board.update(state=State.READY, job_id="", attempt=0, step=None)
         self.board.update_worker(jobs_done=self.jobs_done, jobs_crashed=self.jobs_crashed)
@@ -413,8 +437,8 @@ class Worker:
         with anyio.CancelScope(shield=True):
             try:
                 await store.drop_claim(row.id)
-            except AgentlifeError as exc:
-                log.warning("could not drop the claim on job %s: %s", row.id, self.redactor.redact(str(exc)))
+            except Exception as exc:
+                log.warning("could not drop the claim on job %s: %s", row.id, self._why(exc))
 
     async def _hand_back(self, store: CheckpointStore, row: JobRecord, why: str) -> None:
         """A job this worker stopped without finishing: runnable again at once, for any worker."""
@@ -428,20 +452,18 @@ class Worker:
                         extra=log_fields(job_id=row.id),
                     )
                 # else: parked, finished, cancelled or taken over meanwhile: not ours to hand back
-            except AgentlifeError as exc:
-                log.warning(
-                    "could not hand job %s back (the reaper will): %s", row.id, self.redactor.redact(str(exc))
-                )
+            except Exception as exc:
+                log.warning("could not hand job %s back (the reaper will): %s", row.id, self._why(exc))
 
-    async def _after_crash(
-        self, store: CheckpointStore, row: JobRecord, message: str | None, exit_reason: str | None
-    ) -> None:
+    async def _after_crash(self, store: CheckpointStore, row: JobRecord, error_class: str, why: str) -> None:
         """The crash is on the row (as ``run`` records it); its retry is decided now, not by the reaper.
 
         `should_retry_after_crash` on the row's crash history: RETRYING after the backoff schedule's delay
         (5 s, 60 s, 300 s, 1800 s), or DEAD_LETTER / FAILED. A crash the engine did not record (the agent
-        class could not be built, ``message``; or the job's boot failed: a job id no path may hold, a
-        conversation that does not verify) is recorded here first, so the policy counts it like any other.
+        class could not be built, ``AgentInitFailed``; the job's boot failed, ``BootFailure``: a job id no
+        path may hold, a conversation that does not verify; the engine itself failed around the job,
+        ``InternalError``) is recorded here first as ``error_class`` and ``why``, so the policy counts it
+        like any other.
         """
         with anyio.CancelScope(shield=True):
             try:
@@ -449,7 +471,7 @@ class Worker:
                 if current is None or current.status != JobStatus.RUNNING or current.attempt != row.attempt:
                     return
                 if not any(is_crash(e) and e.get("attempt") == row.attempt for e in current.error):
-                    current = await self._record_crash(store, row, message, exit_reason)
+                    current = await self._record_crash(store, row, error_class, why)
                     if current is None:
                         return
                 verdict = should_retry_after_crash(
@@ -469,17 +491,13 @@ class Worker:
                         verdict.reason,
                         extra=log_fields(job_id=row.id, decision=str(status), not_before_in=delay),
                     )
-            except AgentlifeError as exc:
-                log.warning("could not settle crashed job %s: %s", row.id, self.redactor.redact(str(exc)))
+            except Exception as exc:  # the reaper settles it once the heartbeat stops
+                log.warning("could not settle crashed job %s: %s", row.id, self._why(exc))
 
     async def _record_crash(
-        self, store: CheckpointStore, row: JobRecord, message: str | None, exit_reason: str | None
+        self, store: CheckpointStore, row: JobRecord, error_class: str, why: str
     ) -> JobRecord | None:
         """Append the crash record the engine could not write; the row as it is then."""
-        if message is not None:
-            error_class, why = "AgentInitFailed", message
-        else:
-            error_class, why = "BootFailure", exit_reason or "the job failed before its first step"
         error: dict[str, Any] = {"at": time.time(), "attempt": row.attempt, "exit_code": EXIT_CRASH}
         error.update(error_class=error_class, message=self.redactor.redact(why))
         await store.set_status(
@@ -501,50 +519,42 @@ class Worker:
         heartbeat = self.constants.heartbeat
         threshold = heartbeat.zombie_after_seconds
         period = min(threshold / REAPS_PER_THRESHOLD, heartbeat.job_interval_seconds)
-        while True:
-            try:
-                decisions = await store.reap(threshold, constants=self.constants, dead_owners=True)
-            except Exception as exc:  # an outage, or a row no store code foresaw: never the pool's end
-                log.warning("reaper: %s", self.redactor.redact(f"{type(exc).__name__}: {exc}"))
-                decisions = []
+
+        async def reap() -> None:
+            decisions = await store.reap(threshold, constants=self.constants, dead_owners=True)
             for d in decisions:
-                log.warning(
-                    "reaped job %s: heartbeat %.1fs old -> %s (next attempt %s): %s",
-                    d.job_id,
-                    d.heartbeat_age_seconds,
-                    d.status,
-                    d.attempt,
-                    d.reason,
-                    # The reaped job's own id and attempt, not those of the job this worker is running.
-                    extra=log_fields(
-                        event="reaped",
-                        job_id=d.job_id,
-                        agent_id=d.agent_id,
-                        attempt=d.attempt - 1,
-                        step=None,
-                        reaped_job_id=d.job_id,
-                        decision=d.status,
-                        new_attempt=d.attempt,
-                        not_before=d.not_before,
-                        circuit_open=d.circuit_open,
-                    ),
-                )
+                _log_reaped(d)
             if decisions:
                 self._wake_idle_slots()  # a reaped row may be runnable at once
-            await anyio.sleep(period)
+
+        await self._every(period, "reaper", reap)
 
     async def _count_periodically(self, store: CheckpointStore) -> None:
         """Refresh the ``agentlife_runnable_jobs`` gauge (counted here, never on the probe thread)."""
-        period = self.constants.probe.readiness_period_seconds
+
+        async def count() -> None:
+            counts = await store.count_runnable()
+            self.board.update_worker(runnable_jobs={self.agent_id: 0, **counts}, counted_at=time.time())
+
+        await self._every(self.constants.probe.readiness_period_seconds, "counting runnable jobs", count)
+
+    async def _every(self, period: float, what: str, duty: Callable[[], Awaitable[None]]) -> None:
+        """Run ``duty`` now and every ``period`` seconds; its failure is one redacted line, never the end.
+
+        A background duty raising out of its task would end the duties' task group and with it the
+        worker (an ``ExceptionGroup`` at the top, exit 1): an outage, a row no store code foresaw or a bug
+        in the duty must only skip one pass.
+        """
         while True:
             try:
-                counts = await store.count_runnable()
-                self.board.update_worker(runnable_jobs={self.agent_id: 0, **counts}, counted_at=time.time())
-            except Exception as exc:  # the gauge goes stale; the pool goes on
-                log.warning(
-                    "counting runnable jobs: %s", self.redactor.redact(f"{type(exc).__name__}: {exc}")
-                )
+                await duty()
+            except Exception as exc:
+                log.warning("%s: %s", what, self._why(exc))
             await anyio.sleep(period)
+
+    def _why(self, exc: BaseException) -> str:
+        """``Type: message`` of an error, redacted, on one line (a group by its leaves)."""
+        return self.redactor.redact(describe_error(exc))
 
     # -- process services ----------------------------------------------------------------------------
 
@@ -565,3 +575,27 @@ class Worker:
             "state": snap.state.value,
             "step": None,
         }
+
+
+def _log_reaped(d: ReapDecision) -> None:
+    log.warning(
+        "reaped job %s: heartbeat %.1fs old -> %s (next attempt %s): %s",
+        d.job_id,
+        d.heartbeat_age_seconds,
+        d.status,
+        d.attempt,
+        d.reason,
+        # The reaped job's own id and attempt, not those of the job this worker is running.
+        extra=log_fields(
+            event="reaped",
+            job_id=d.job_id,
+            agent_id=d.agent_id,
+            attempt=d.attempt - 1,
+            step=None,
+            reaped_job_id=d.job_id,
+            decision=d.status,
+            new_attempt=d.attempt,
+            not_before=d.not_before,
+            circuit_open=d.circuit_open,
+        ),
+    )
