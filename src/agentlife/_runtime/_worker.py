@@ -56,6 +56,8 @@ JOB_OUTCOMES = {EXIT_DONE: "done", EXIT_DRAINED: "drained", EXIT_CRASH: "crashed
 #: The slowest idle poll when the store notifies new work (PostgreSQL): a notification lost with a dropped
 #: connection, or a retry whose backoff ended (nothing notifies that), waits at most this long.
 NOTIFY_FALLBACK_POLL_SECONDS = 5.0
+#: The PostgreSQL pool of a worker at concurrency 1 or 2; more slots get one connection each plus two.
+DEFAULT_POOL_SIZE = 4
 #: The reaper runs this many times per threshold, so a dead process's row is reclaimed within
 #: threshold + threshold / 5 of its last heartbeat.
 REAPS_PER_THRESHOLD = 5
@@ -212,7 +214,9 @@ class Worker:
             pod_name=settings.pod_name,
             blocked_threshold_seconds=self.constants.probe.blocked_threshold_seconds,
         )
-        store = store_from_url(settings.resolved_database_url)
+        # Every slot may hold a connection at once, beside the reaper's and the gauge's.
+        connections = max(DEFAULT_POOL_SIZE, self.options.concurrency + 2)
+        store = store_from_url(settings.resolved_database_url, connections=connections)
         try:
             try:
                 await store.open()

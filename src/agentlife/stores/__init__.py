@@ -44,13 +44,15 @@ __all__ = [
 
 
 def store_from_url(
-    url: str, *, tables: TableNames | None = None, must_exist: bool = False
+    url: str, *, tables: TableNames | None = None, must_exist: bool = False, connections: int | None = None
 ) -> CheckpointStore:
     """The store for ``url`` (``sqlite:///path`` or ``postgresql://...``), not yet opened.
 
     ``must_exist``: for commands that read or operate on jobs: a SQLite file that does not exist (or holds
     no job table) is refused at `open` with ``no store at PATH`` (`agentlife.StoreError`) instead of being
     created empty. A PostgreSQL database without the schema is refused by its first query either way.
+    ``connections``: the most connections a PostgreSQL store's pool opens (default 4); a worker running
+    several jobs at once asks for more, so its slots do not queue for a connection.
 
     Raises:
         ConfigError: the scheme is not supported.
@@ -61,7 +63,9 @@ def store_from_url(
     if url.startswith(("postgresql://", "postgres://")):
         from agentlife.stores._postgres import PostgresStore
 
-        return PostgresStore(url, tables=tables)
+        if connections is None:
+            return PostgresStore(url, tables=tables)
+        return PostgresStore(url, tables=tables, max_size=connections)
     scheme = url.split(":", 1)[0] if ":" in url else url[:20]
     raise ConfigError(
         f"AGENTLIFE_DATABASE_URL scheme {scheme!r} is not supported (use sqlite:/// or postgresql://)"
