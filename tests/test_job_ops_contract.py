@@ -134,9 +134,56 @@ async def test_claim_next_skips_running_parked_and_finished_rows(
     await _create(store, *(f"j-{s}" for s in JobStatus))
     for status in JobStatus:
         await _set(backend, f"j-{status}", status=str(status))
-    got = {(await store.claim_next()).id, (await store.claim_next()).id}  # type: ignore[union-attr]
-    assert got == {"j-PENDING", "j-RETRYING"}
+    got = {(await store.claim_next()).id for _ in range(3)}  # type: ignore[union-attr]
+    assert got == {"j-PENDING", "j-RETRYING", "j-WAITING"}  # a WAITING row whose time has come resumes
     assert await store.claim_next() is None
+
+
+async def test_a_job_parked_at_a_wait_is_claimed_only_once_its_time_has_come(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    await _create(store, "j-1")
+    row = await store.claim_next()
+    assert row is not None
+    until = time.time() + 3600
+    what = {"kind": "sleep", "until": until, "invocation_id": "j-1/0/1"}
+    assert not await store.park_waiting("j-1", row.attempt + 1, until, what)  # not this attempt's
+    assert await store.park_waiting("j-1", row.attempt, until, what)
+    assert not await store.park_waiting("j-1", row.attempt, until, what)  # no longer RUNNING
+    wait = await store.get_wait("j-1")
+    assert wait is not None and (wait.status, wait.waiting_for) == ("WAITING", what)
+    assert wait.until == pytest.approx(until, abs=1e-3)
+    assert await store.claim_next() is None and await store.count_runnable() == {}
+    await _set(backend, "j-1", not_before=time.time() - 1)
+    resumed = await store.claim_next()
+    assert resumed is not None and (resumed.id, resumed.attempt, resumed.status) == ("j-1", 2, "RUNNING")
+    assert await store.get_wait("nope") is None
+    shown = await store.get_wait("j-1")
+    assert shown is not None and (shown.until, shown.waiting_for) == (None, {})  # only a WAITING row waits
+
+
+async def test_cancel_ends_a_waiting_job_and_its_late_park_changes_nothing(store: CheckpointStore) -> None:
+    await _create(store, "j-1")
+    row = await store.claim_next()
+    assert row is not None
+    assert await store.park_waiting("j-1", row.attempt, time.time() + 3600, {"kind": "sleep"})
+    cancelled = await store.cancel("j-1", "not needed")
+    assert cancelled.status == "FAILED"
+    assert not await store.park_waiting("j-1", row.attempt, time.time() + 3600, {"kind": "sleep"})
+    assert (await store.get_job("j-1")).status == "FAILED"  # type: ignore[union-attr]
+
+
+async def test_a_waiting_column_written_badly_reads_as_an_empty_wait(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    await _create(store, "j-1")
+    row = await store.claim_next()
+    assert row is not None
+    assert await store.park_waiting("j-1", row.attempt, time.time() + 60, {"kind": "sleep"})
+    bad = "'[1, 2]'" if backend.kind == "sqlite" else "'[1, 2]'::jsonb"
+    await backend.raw(f"UPDATE {backend.tables.job} SET waiting = {bad} WHERE id = 'j-1'")
+    wait = await store.get_wait("j-1")
+    assert wait is not None and (wait.status, wait.waiting_for) == ("WAITING", {})
 
 
 async def test_a_row_without_not_before_is_runnable_first(store: CheckpointStore, backend: Backend) -> None:
@@ -720,8 +767,8 @@ async def test_a_database_without_not_before_is_migrated_by_init_schema(
 ) -> None:
     t = backend.tables.job
     if backend.kind == "sqlite":
-        await backend.raw(f"DROP INDEX {t}_runnable")
-        await backend.raw(f"DROP INDEX {t}_agent_runnable")
+        await backend.raw(f"DROP INDEX {t}_due")
+        await backend.raw(f"DROP INDEX {t}_agent_due")
     await backend.raw(f"ALTER TABLE {t} DROP COLUMN not_before")
     await backend.raw(
         f"INSERT INTO {t} (id, agent_id, status, attempt, updated_at)"

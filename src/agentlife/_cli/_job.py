@@ -34,7 +34,14 @@ from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, St
 from agentlife._journal._show import format_timeline
 from agentlife._journal._writer import list_sessions
 from agentlife.constants import MAX_ENV_INTEGER
-from agentlife.stores import ApprovalState, CheckpointStore, JobRecord, JobStatus, store_from_url
+from agentlife.stores import (
+    ApprovalState,
+    CheckpointStore,
+    JobRecord,
+    JobStatus,
+    WaitState,
+    store_from_url,
+)
 from agentlife.stores._jobs import is_crash
 from agentlife.stores._rows import JSON_COLUMNS
 
@@ -235,7 +242,7 @@ def _budget(max_cost_usd: float | None, max_input_tokens: int | None) -> dict[st
 async def _show(args: argparse.Namespace) -> int:
     if args.events < 0:
         raise ConfigError(f"--events {args.events} must be >= 0")
-    row, approval = await _with_store(args, lambda store: _row_and_approval(store, args.id))
+    row, approval, wait = await _with_store(args, lambda store: _row_and_approval(store, args.id))
     if row is None:
         raise JobNotFound(f"job {args.id} does not exist")
     out = [
@@ -257,7 +264,7 @@ async def _show(args: argparse.Namespace) -> int:
     ]
     if row.result is not None or shown["result"]:
         out.append(f"  result      {shown['result'] or _json(row.result)}")
-    out += _approval_lines(approval)
+    out += _approval_lines(approval) + _wait_lines(wait)
     out.append(f"crash history ({len(row.error)})")
     out += [f"  {_history_line(entry)}" for entry in row.error] or ["  (none)"]
     out += _journal_tail(args.id, args.events)
@@ -273,13 +280,30 @@ def _unreadable(row: JobRecord, column: str) -> str:
 
 async def _row_and_approval(
     store: CheckpointStore, job_id: str
-) -> tuple[JobRecord | None, ApprovalState | None]:
+) -> tuple[JobRecord | None, ApprovalState | None, WaitState | None]:
     row = await store.get_job(job_id)
     try:
         approval = await store.get_approval(job_id)
     except StoreError:  # a PostgreSQL table that predates approvals (``db init`` adds the column)
         approval = None
-    return row, approval
+    wait = None
+    if row is not None and row.status == JobStatus.WAITING:
+        try:
+            wait = await store.get_wait(job_id)
+        except StoreError:  # a PostgreSQL table that predates durable waits (``db init`` adds the column)
+            wait = None
+    return row, approval, wait
+
+
+def _wait_lines(state: WaitState | None) -> list[str]:
+    """What a WAITING job waits for: the kind of wait, its end and the call it is."""
+    if state is None or state.status != JobStatus.WAITING:
+        return []
+    what = state.waiting_for
+    kind = what.get("kind") if isinstance(what.get("kind"), str) else "wait"
+    call = what.get("invocation_id")
+    at = f" ({call})" if isinstance(call, str) else ""
+    return [f"  waits for   {kind} until {_utc(state.until)}{at}"]
 
 
 def _approval_lines(state: ApprovalState | None) -> list[str]:

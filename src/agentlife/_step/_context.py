@@ -8,6 +8,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -35,6 +36,7 @@ from agentlife._retry import RetryEvent, classify, retry_call
 from agentlife._step._stepllm import StepLLM
 from agentlife._step._streaming import emit_reply, is_streaming_adapter, retry_event
 from agentlife._step._toolcalls import Registry, run_tool_calls, tool_registry
+from agentlife._step._waits import WaitCall, durable_wait, sleep_seconds, until_time
 from agentlife._tools import NOT_DONE, ToolSpec, tool
 
 if TYPE_CHECKING:
@@ -158,6 +160,45 @@ class StepContext:
         error result; budgets, replay mismatches and store errors end the step.
         """
         return await run_tool_calls(self, reply, tool_registry(self, tools), self._env.host.redactor)
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` durably: a journaled call that a resumed step does not wait for twice.
+
+        A wait shorter than ``park_after_seconds`` stays in the process (a drain ends it at once and the
+        next attempt waits for the rest); a longer one ends the step here, parks the job in WAITING and frees
+        the process, and the job resumes at this call once the time has come.
+
+        Raises:
+            ConfigError: ``seconds`` is not a finite number from 0 to about 31 years.
+        """
+        value = sleep_seconds(seconds)
+        await self._durable_wait("sleep", {"seconds": value}, time.time() + value)
+
+    async def sleep_until(self, when: datetime) -> None:
+        """Wait until ``when`` (a timezone-aware datetime) durably; see `sleep`.
+
+        Raises:
+            ConfigError: ``when`` is not an aware datetime, or lies more than about 31 years ahead.
+        """
+        until = until_time(when)
+        await self._durable_wait("sleep_until", {"until": until}, until)
+
+    async def _durable_wait(self, kind: str, spec: dict[str, Any], until: float) -> None:
+        self._env.approvals.check()  # after a refusal nothing of the job runs
+        call = self._claim_call()
+        wait = WaitCall(self.step, call, self._invocation_id(call), kind, spec)
+        self._calls.current = wait.invocation_id
+        try:
+            await durable_wait(
+                wait,
+                until,
+                host=self._env.host,
+                journal=self._env.journal,
+                replay=self._env.replay,
+                on_mismatch=self._replay_mismatch,
+            )
+        finally:
+            self._calls.current = None
 
     # -- numbering ----------------------------------------------------------------------------------------
 

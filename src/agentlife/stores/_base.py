@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from agentlife.constants import Constants
     from agentlife.stores._approval import ApprovalRequest, ApprovalState
     from agentlife.stores._jobs import ReapDecision
+    from agentlife.stores._waits import WaitState
 
 __all__ = [
     "HISTORY_KEEP",
@@ -63,6 +64,9 @@ class JobStatus(enum.StrEnum):
     DEAD_LETTER = "DEAD_LETTER"
     """Given up after repeated crashes (the backoff schedule spent, the same error three times, OOM twice).
     Terminal until ``job retry``."""
+    WAITING = "WAITING"
+    """Parked at a durable wait (``ctx.sleep``): no process holds it; runnable again once ``not_before``
+    (the end of the wait) has passed, when a worker resumes it and the step replays to the wait."""
     RETRYING = "RETRYING"
     """Crashed or reaped: runnable again, with the next attempt, once ``not_before`` has passed (a drained
     job goes back to PENDING instead)."""
@@ -366,6 +370,19 @@ class CheckpointStore(Protocol):
         on (another attempt holds it, or it is no longer RUNNING). A worker releases a drained job (PENDING)
         and a crashed one (the crash policy's verdict and backoff).
         """
+
+    async def park_waiting(
+        self, job_id: str, attempt: int, until: float, waiting_for: dict[str, Any]
+    ) -> bool:
+        """Park a job this process holds (RUNNING with ``attempt``) at a durable wait, its claim dropped.
+
+        The row becomes WAITING with ``not_before`` = ``until`` (unix time: a worker claims it once the wait
+        is over) and ``waiting_for`` (JSON: what it waits for) in its ``waiting`` column. One conditional
+        UPDATE: False, changing nothing, when the row has moved on (cancelled, or another attempt's).
+        """
+
+    async def get_wait(self, job_id: str) -> WaitState | None:
+        """The row's status and, while it is WAITING, what it waits for; None when there is no such job."""
 
 
 def first_valid_checkpoint(job_id: str, history: list[tuple[Any, ...]]) -> LoadedCheckpoint:

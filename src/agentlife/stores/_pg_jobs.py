@@ -82,13 +82,17 @@ _DUE = "(not_before IS NULL OR not_before <= now())"
 
 def pg_job_schema(t: TableNames) -> tuple[str, ...]:
     """The ``not_before`` and ``approval`` columns (added to an older table too), the runnable-job indexes."""
-    base = t.job.split(".")[-1]
+    schema, _, base = t.job.rpartition(".")
+    prefix = f"{schema}." if schema else ""
     return (
         f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS not_before timestamptz DEFAULT now()",
         f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS approval jsonb",
-        f"CREATE INDEX IF NOT EXISTS {base}_runnable_idx ON {t.job} (not_before NULLS FIRST, id)"
+        # The indexes before WAITING was runnable: their predicate no longer matches the claim's.
+        f"DROP INDEX IF EXISTS {prefix}{base}_runnable_idx",
+        f"DROP INDEX IF EXISTS {prefix}{base}_agent_runnable_idx",
+        f"CREATE INDEX IF NOT EXISTS {base}_due_idx ON {t.job} (not_before NULLS FIRST, id)"
         f" WHERE {_RUNNABLE}",
-        f"CREATE INDEX IF NOT EXISTS {base}_agent_runnable_idx ON {t.job}"
+        f"CREATE INDEX IF NOT EXISTS {base}_agent_due_idx ON {t.job}"
         f" (agent_id, not_before NULLS FIRST, id) WHERE {_RUNNABLE}",
     )
 
