@@ -155,7 +155,7 @@ def test_a_long_sleep_parks_the_job_waiting_and_the_next_run_resumes_it_at_the_w
 def test_a_worker_resumes_a_waiting_job_once_its_time_has_come(
     tmp_path: Path, db_url: str, procs: list[subprocess.Popen[bytes]]
 ) -> None:
-    world = World(tmp_path, db_url, AGENTLIFE_PARK_AFTER_SECONDS="0.5", WAIT_SECONDS="2")
+    world = World(tmp_path, db_url, AGENTLIFE_PARK_AFTER_SECONDS="0.5", WAIT_SECONDS="7")
     world.create("job-1")
     worker = subprocess.Popen(
         [sys.executable, "-m", "agentlife", "worker", SLEEPER, "--max-jobs", "2", "--idle-timeout", "60"],
@@ -171,6 +171,10 @@ def test_a_worker_resumes_a_waiting_job_once_its_time_has_come(
     assert world.effects() == (["job-1/0/0"], ["job-1/0/2"])
     row = world.row("job-1")
     assert row.attempt == 2 and row.error == []  # parked once and resumed once, no crash
+    # The idle worker woke for the timer (PostgreSQL: no statement notifies it; its fallback poll is 5 s).
+    [started] = world.events("job-1", "WAIT_STARTED")[:1]
+    [completed] = world.events("job-1", "WAIT_COMPLETED")
+    assert 0 <= float(completed["ts"]) - float(started["until"]) < 2.5  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
