@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlife import AttemptFenced, JobNotFound, JobStateConflict
+from agentlife import AttemptFenced, ConfigError, JobNotFound, JobStateConflict
 from agentlife.constants import Constants
 from agentlife.stores import ApprovalRequest, CheckpointStore, JobStatus, ReapDecision, TableNames
 from test_store_contract import Backend, StoreFactory
@@ -879,3 +879,52 @@ async def test_drop_claim_clears_only_this_stores_token(make_store: StoreFactory
     }
     assert owners["j-mine"] is None and owners["j-theirs"] is not None
     assert (await mine.get_job("j-mine")).status == "RUNNING"  # the status is not the claim's business
+
+
+async def test_an_event_is_taken_by_exactly_one_wait_and_again_by_the_same_one(
+    store: CheckpointStore,
+) -> None:
+    await _create(store, "j-1")
+    row = await store.claim_next()
+    assert row is not None
+    first = await store.send_event("j-1", "answer", {"n": 1})
+    second = await store.send_event("j-1", "answer", {"n": 2})
+    assert second > first
+    assert await store.take_event("j-1", row.attempt, ["other"], "j-1/0/0") is None
+    assert await store.take_event("j-1", row.attempt, ["answer"], "j-1/0/1") == ("answer", {"n": 1})
+    # Asked again after a crash, the same wait gets the same event; the next wait gets the next one.
+    assert await store.take_event("j-1", row.attempt, ["answer"], "j-1/0/1") == ("answer", {"n": 1})
+    assert await store.take_event("j-1", row.attempt, ["answer"], "j-1/0/2") == ("answer", {"n": 2})
+    assert await store.take_event("j-1", row.attempt, ["answer"], "j-1/0/3") is None
+    with pytest.raises(AttemptFenced):
+        await store.take_event("j-1", row.attempt - 1, ["answer"], "j-1/0/3")
+
+
+async def test_an_event_wakes_a_job_parked_for_it_and_one_sent_while_it_parks(store: CheckpointStore) -> None:
+    await _create(store, "j-1", "j-2")
+    for _ in ("j-1", "j-2"):
+        row = await store.claim_next()
+        assert row is not None
+        if row.id == "j-2":  # sent while the job was still running: the park finds it and is due at once
+            await store.send_event("j-2", "answer")
+        far = time.time() + 3600
+        assert await store.park_waiting(row.id, row.attempt, far, {"kind": "event", "events": ["answer"]})
+    resumed = await store.claim_next()
+    assert resumed is not None and resumed.id == "j-2"
+    assert await store.claim_next() is None
+    await store.send_event("j-1", "unasked")  # kept, but wakes nothing
+    assert await store.claim_next() is None
+    await store.send_event("j-1", "answer")
+    woken = await store.claim_next()
+    assert woken is not None and woken.id == "j-1"
+
+
+async def test_an_event_for_an_unknown_or_finished_job_is_refused(store: CheckpointStore) -> None:
+    with pytest.raises(JobNotFound):
+        await store.send_event("nope", "answer")
+    await _create(store, "j-1")
+    await store.cancel("j-1", "no")
+    with pytest.raises(JobStateConflict, match="it is FAILED"):
+        await store.send_event("j-1", "answer")
+    with pytest.raises(ConfigError, match="not JSON"):
+        await store.send_event("j-1", "answer", {1, 2})

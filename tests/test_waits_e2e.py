@@ -62,8 +62,8 @@ class World:
     def job(self, *args: str) -> subprocess.CompletedProcess[str]:
         return run_cli("job", *args, env=self.env())
 
-    def run(self, job_id: str, **env: str) -> subprocess.Popen[bytes]:
-        return spawn(SLEEPER, self.env(**env), "--job-id", job_id)
+    def run(self, job_id: str, target: str = SLEEPER, **env: str) -> subprocess.Popen[bytes]:
+        return spawn(target, self.env(**env), "--job-id", job_id)
 
     def finish(self, proc: subprocess.Popen[bytes], timeout: float = 60) -> tuple[int, str]:
         out, err = proc.communicate(timeout=timeout)
@@ -99,8 +99,8 @@ class World:
         assert wait is not None
         return wait
 
-    def create(self, job_id: str) -> None:
-        made = self.job("create", "sleeper", "--id", job_id)
+    def create(self, job_id: str, agent: str = "sleeper") -> None:
+        made = self.job("create", agent, "--id", job_id)
         assert made.returncode == 0, made.stderr
 
     def events(self, job_id: str, kind: str) -> list[dict[str, object]]:

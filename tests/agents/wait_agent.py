@@ -4,6 +4,8 @@ Every trace goes to append-only files in ``WAIT_DIR``, written with ``fsync`` so
 ``before`` and ``after`` (``invocation_id attempt``) each time the side-effecting tool before or after the
 sleep really runs; the file ``sleeping-{attempt}`` is touched just before the sleep is called.
 
+- `Listener`: step 0 calls ``before``, waits twice for the event ``answer`` (``ctx.wait_for_event``, with
+  ``EVENT_TIMEOUT`` seconds when set), calls ``after`` and ends with ``{"got": [payload, payload]}``.
 - `Sleeper`: step 0 calls ``before``, sleeps ``WAIT_SECONDS`` (``ctx.sleep``; with ``WAIT_UNTIL`` set, a unix
   time, ``ctx.sleep_until`` that time), calls ``after`` and ends with ``{"slept": true}``.
 """
@@ -63,3 +65,18 @@ class Sleeper(AgentProcess):
             await ctx.sleep(float(os.environ.get("WAIT_SECONDS", "0")))
         await ctx.call_tool(after)
         return Done({"slept": True})
+
+
+class Listener(AgentProcess):
+    """``before``, two waits for the event ``answer``, ``after``."""
+
+    agent_id = "listener"
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        await ctx.call_tool(before)
+        _dir().joinpath(f"sleeping-{_attempt()}").touch()
+        raw = os.environ.get("EVENT_TIMEOUT")
+        timeout = None if raw is None else float(raw)
+        got = [await ctx.wait_for_event("answer", timeout=timeout) for _ in range(2)]
+        await ctx.call_tool(after)
+        return Done({"got": got})

@@ -42,6 +42,7 @@ from agentlife.stores import (
     WaitState,
     store_from_url,
 )
+from agentlife.stores._events import check_event
 from agentlife.stores._jobs import is_crash
 from agentlife.stores._rows import JSON_COLUMNS
 
@@ -111,6 +112,12 @@ def register(sub: Any) -> None:
     cancel.add_argument("--reason", default="cancelled by an operator", help="recorded in the crash history")
     retry = _command(commands, "retry", "run a FAILED or DEAD_LETTER job again", _retry)
     retry.add_argument("id", metavar="ID")
+    send = _command(commands, "send", "send an event to a job (ctx.wait_for_event takes it)", _send)
+    send.add_argument("id", metavar="JOB_ID")
+    send.add_argument("name", metavar="NAME", help="the event's name, as the job waits for it")
+    sent = send.add_mutually_exclusive_group()
+    sent.add_argument("--payload", metavar="JSON", help="the event's payload as JSON ('-': read stdin)")
+    sent.add_argument("--payload-file", metavar="FILE", help="read the JSON payload from FILE ('-': stdin)")
 
 
 def _command(
@@ -300,10 +307,15 @@ def _wait_lines(state: WaitState | None) -> list[str]:
     if state is None or state.status != JobStatus.WAITING:
         return []
     what = state.waiting_for
-    kind = what.get("kind") if isinstance(what.get("kind"), str) else "wait"
+    kind = str(what["kind"]) if isinstance(what.get("kind"), str) else "wait"
+    events = what.get("events")
+    if isinstance(events, list) and events:
+        kind += " " + ", ".join(repr(e) for e in events if isinstance(e, str))
     call = what.get("invocation_id")
     at = f" ({call})" if isinstance(call, str) else ""
-    return [f"  waits for   {kind} until {_utc(state.until)}{at}"]
+    until = what.get("until", state.until)
+    end = f"until {_utc(until)}" if isinstance(until, int | float) else "(no timeout)"
+    return [f"  waits for   {kind} {end}{at}"]
 
 
 def _approval_lines(state: ApprovalState | None) -> list[str]:
@@ -442,6 +454,14 @@ async def _cancel(args: argparse.Namespace) -> int:
 async def _retry(args: argparse.Namespace) -> int:
     row = await _with_store(args, lambda store: store.retry(args.id))
     sys.stdout.write(f"job {row.id} will run again: {row.status}, attempt {row.attempt}\n")
+    return 0
+
+
+async def _send(args: argparse.Namespace) -> int:
+    payload = _payload(args)
+    check_event(args.name, payload)  # a bad name or payload is a usage error before the store is opened
+    seq = await _with_store(args, lambda store: store.send_event(args.id, args.name, payload))
+    sys.stdout.write(f"event {args.name!r} sent to job {args.id} (#{seq})\n")
     return 0
 
 

@@ -36,7 +36,7 @@ from agentlife._retry import RetryEvent, classify, retry_call
 from agentlife._step._stepllm import StepLLM
 from agentlife._step._streaming import emit_reply, is_streaming_adapter, retry_event
 from agentlife._step._toolcalls import Registry, run_tool_calls, tool_registry
-from agentlife._step._waits import WaitCall, durable_wait, sleep_seconds, until_time
+from agentlife._step._waits import sleep, sleep_until, wait_for_event
 from agentlife._tools import NOT_DONE, ToolSpec, tool
 
 if TYPE_CHECKING:
@@ -171,8 +171,7 @@ class StepContext:
         Raises:
             ConfigError: ``seconds`` is not a finite number from 0 to about 31 years.
         """
-        value = sleep_seconds(seconds)
-        await self._durable_wait("sleep", {"seconds": value}, time.time() + value)
+        await sleep(self, seconds)
 
     async def sleep_until(self, when: datetime) -> None:
         """Wait until ``when`` (a timezone-aware datetime) durably; see `sleep`.
@@ -180,25 +179,19 @@ class StepContext:
         Raises:
             ConfigError: ``when`` is not an aware datetime, or lies more than about 31 years ahead.
         """
-        until = until_time(when)
-        await self._durable_wait("sleep_until", {"until": until}, until)
+        await sleep_until(self, when)
 
-    async def _durable_wait(self, kind: str, spec: dict[str, Any], until: float) -> None:
-        self._env.approvals.check()  # after a refusal nothing of the job runs
-        call = self._claim_call()
-        wait = WaitCall(self.step, call, self._invocation_id(call), kind, spec)
-        self._calls.current = wait.invocation_id
-        try:
-            await durable_wait(
-                wait,
-                until,
-                host=self._env.host,
-                journal=self._env.journal,
-                replay=self._env.replay,
-                on_mismatch=self._replay_mismatch,
-            )
-        finally:
-            self._calls.current = None
+    async def wait_for_event(self, name: str, timeout: float | None = None) -> Any:
+        """The payload of the next event ``name`` sent to the job (``job send``), or None after ``timeout``.
+
+        Events sent before the wait are kept and taken in the order they were sent, each by exactly one
+        wait. A durable wait like `sleep`: journaled, replayed, parked (WAITING) when it may last longer
+        than ``park_after_seconds``, and woken at once when the event comes.
+
+        Raises:
+            ConfigError: an empty or overlong name, or a timeout that is not a finite number of seconds.
+        """
+        return await wait_for_event(self, name, timeout)
 
     # -- numbering ----------------------------------------------------------------------------------------
 

@@ -89,9 +89,11 @@ class TableNames:
     """The delivery registry: one key per delivered (job, channel), so a delivery happens once."""
     conversation: str = "conversation"
     """The messages of ``ctx.conversation``, one row each, written with their step's checkpoint."""
+    event: str = "job_event"
+    """The events sent to jobs (``job send``), kept until a ``ctx.wait_for_event`` takes them."""
 
     def __post_init__(self) -> None:
-        for name in (self.job, self.checkpoint_history, self.delivery, self.conversation):
+        for name in (self.job, self.checkpoint_history, self.delivery, self.conversation, self.event):
             # Names are interpolated into SQL, so only plain (optionally schema-qualified) identifiers pass.
             parts = name.split(".")
             if not (1 <= len(parts) <= 2) or not all(p.isidentifier() and p.isascii() for p in parts):
@@ -383,6 +385,30 @@ class CheckpointStore(Protocol):
 
     async def get_wait(self, job_id: str) -> WaitState | None:
         """The row's status and, while it is WAITING, what it waits for; None when there is no such job."""
+
+    async def send_event(self, job_id: str, name: str, payload: Any = None) -> int:
+        """Send the event ``name`` with ``payload`` (JSON) to a job; returns its sequence number.
+
+        The event is kept until a ``ctx.wait_for_event(name)`` of the job takes it (each event is taken by
+        exactly one wait, oldest first); a job parked WAITING for ``name`` becomes runnable at once.
+
+        Raises:
+            JobNotFound: there is no such job.
+            JobStateConflict: the job is COMPLETED, FAILED or DEAD_LETTER.
+            ConfigError: an empty or overlong name, or a payload that is not JSON or over 256 KiB.
+        """
+
+    async def take_event(
+        self, job_id: str, attempt: int, names: Sequence[str], invocation_id: str
+    ) -> tuple[str, Any] | None:
+        """For the wait ``invocation_id``: the event it took before, else the oldest not taken of ``names``.
+
+        The take is bound to ``invocation_id``: asked again after a crash, it returns the same event.
+        Returns (name, payload), or None when no such event was sent yet.
+
+        Raises:
+            AttemptFenced: the row is another attempt's.
+        """
 
 
 def first_valid_checkpoint(job_id: str, history: list[tuple[Any, ...]]) -> LoadedCheckpoint:

@@ -49,6 +49,15 @@ class WaitState:
         return cls(status, until, value if isinstance(value, dict) else {})
 
 
+#: Whether an event of one of the names is waiting to be taken (SQLite; ``{event}``, ``{names}`` filled in).
+_SENT = "SELECT 1 FROM {event} WHERE job_id = ? AND taken_by IS NULL AND name IN ({names}) LIMIT 1"
+
+
+def _event_names(waiting_for: dict[str, Any]) -> list[str]:
+    events = waiting_for.get("events")
+    return [n for n in events if isinstance(n, str)] if isinstance(events, list) else []
+
+
 def pg_wait_schema(t: TableNames) -> tuple[str, ...]:
     """The ``waiting`` column (added to an older table too, by ``db init``)."""
     return (f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS waiting jsonb",)
@@ -71,11 +80,21 @@ class SQLiteWaitOps:
         """RUNNING (held by ``attempt``) -> WAITING until ``until``; False when the row was not that."""
         data = orjson.dumps(waiting_for).decode()
 
+        names = _event_names(waiting_for)
+
         def act(conn: sqlite3.Connection) -> bool:
+            now, due = time.time(), until
+            if (
+                names
+                and conn.execute(
+                    _SENT.format(event=self.tables.event, names=", ".join("?" * len(names))), (job_id, *names)
+                ).fetchone()
+            ):
+                due = now  # sent while the job was parking: runnable at once
             cursor = conn.execute(
                 f"UPDATE {self.tables.job} SET status = ?, owner = NULL, not_before = ?, waiting = ?,"
                 " updated_at = ? WHERE id = ? AND attempt = ? AND status = ?",
-                (str(JobStatus.WAITING), until, data, time.time(), job_id, attempt, str(JobStatus.RUNNING)),
+                (str(JobStatus.WAITING), due, data, now, job_id, attempt, str(JobStatus.RUNNING)),
             )
             return cursor.rowcount == 1
 
@@ -110,13 +129,21 @@ class PostgresWaitOps:
         A wait already over when it parks (a drain during a short wait's last moment) wakes a listening
         worker in the same statement.
         """
-        j = self.tables.job
+        j, names = self.tables.job, _event_names(waiting_for)
         statement = (
             f"UPDATE {j} SET status = 'WAITING', owner = NULL, not_before = to_timestamp($3),"
             " waiting = $4::jsonb, updated_at = now() WHERE id = $1 AND attempt = $2 AND status = 'RUNNING'"
             f" RETURNING 1, CASE WHEN to_timestamp($3) <= now() THEN {notify_call(self.tables)} END"
         )
-        async with self._ops() as conn:
+        sent = (
+            f"SELECT 1 FROM {self.tables.event}"
+            " WHERE job_id = $1 AND taken_by IS NULL AND name = ANY($2::text[]) LIMIT 1"
+        )
+        async with self._ops() as conn, conn.transaction():
+            # The row lock first, then a fresh look at the events: a send that held the lock has committed.
+            await conn.execute(f"SELECT 1 FROM {j} WHERE id = $1 FOR UPDATE", job_id)
+            if names and await conn.fetchval(sent, job_id, names):
+                until = 0.0  # sent while the job was parking: runnable at once
             found = await conn.fetchrow(statement, job_id, attempt, until, orjson.dumps(waiting_for).decode())
         return found is not None
 
