@@ -199,3 +199,34 @@ def _wait_status(world: World, status: str, attempt: int, timeout: float = 60) -
             return
         assert time.monotonic() < deadline, row
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_kills_and_drains_around_event_waits_take_every_event_once(
+    tmp_path: Path, db_url: str, seed: int
+) -> None:
+    # Seeded: SIGKILL or SIGTERM at a random moment of each attempt while the job waits for two events
+    # (parked: no timeout), the second sent in the middle of the kills, until an attempt runs to its end.
+    import random
+    import time
+
+    rng = random.Random(seed)
+    world = _world(tmp_path, db_url, AGENTLIFE_PARK_AFTER_SECONDS="0.3")
+    assert _send(world, "answer", "--payload", '{"n": 1}').returncode == 0
+    attempt, outcomes = 0, []
+    while world.row("job-1").status != "COMPLETED":
+        attempt += 1
+        assert attempt < 40, outcomes
+        if attempt == 4:
+            assert _send(world, "answer", "--payload", '{"n": 2}').returncode == 0
+        proc = world.run("job-1", LISTENER, AGENTLIFE_ATTEMPT=str(attempt))
+        if attempt <= 6:
+            time.sleep(rng.uniform(0.0, 1.0))
+            proc.send_signal(rng.choice([signal.SIGKILL, signal.SIGTERM]))
+        code, out = world.finish(proc)
+        assert code in (0, 143, -9, -15), out  # -15: a SIGTERM before the handler was installed
+        outcomes.append(code)
+    row = world.row("job-1")
+    assert row.result == {"got": [{"n": 1}, {"n": 2}]}, outcomes
+    assert world.effects() == (["job-1/0/0"], ["job-1/0/3"]), outcomes
+    assert _taken(world) == [("answer", "job-1/0/1"), ("answer", "job-1/0/2")]

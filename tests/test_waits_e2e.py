@@ -233,3 +233,33 @@ def test_a_sleep_of_a_bad_duration_fails_the_step_with_one_clear_error(
     assert "ctx.sleep: seconds must be a finite number from 0 to 1e+09, " + needle in out, out
     assert world.effects() == (["job-1/0/0"], [])  # the effect before it happened once and is kept
     assert world.events("job-1", "WAIT_STARTED") == []
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_kills_and_drains_around_a_parked_sleep_leave_every_effect_once(
+    tmp_path: Path, db_url: str, seed: int
+) -> None:
+    # Seeded: SIGKILL or SIGTERM at a random moment of each attempt (booting, before the wait's start is
+    # journaled, parking, or after), until an attempt runs to its end. The sleep parks (1.5 s > 0.3 s).
+    import random
+
+    rng = random.Random(seed)
+    world = World(tmp_path, db_url, AGENTLIFE_PARK_AFTER_SECONDS="0.3", WAIT_SECONDS="1.5")
+    world.create("job-1")
+    attempt, outcomes = 0, []
+    while world.row("job-1").status != "COMPLETED":
+        attempt += 1
+        assert attempt < 40, outcomes
+        proc = world.run("job-1", AGENTLIFE_ATTEMPT=str(attempt))
+        if attempt <= 6:
+            time.sleep(rng.uniform(0.0, 1.2))
+            proc.send_signal(rng.choice([signal.SIGKILL, signal.SIGTERM]))
+        code, out = world.finish(proc)
+        # -15: a SIGTERM before the handler was installed (interpreter start) killed it like a SIGKILL.
+        assert code in (0, 143, -9, -15), out  # never a crash: done, parked, drained or killed
+        outcomes.append(code)
+        if code == 0 and world.row("job-1").status == "WAITING":
+            time.sleep(0.3)  # parked: the next run is early (parks again) or on time
+    assert world.effects() == (["job-1/0/0"], ["job-1/0/2"]), outcomes
+    assert len({event["until"] for event in world.events("job-1", "WAIT_STARTED")}) == 1, outcomes
+    assert world.row("job-1").result == {"slept": True}
