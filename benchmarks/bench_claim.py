@@ -8,6 +8,11 @@ Metric (one JSON object per line):
   lock, so the table's size must not show. Each claimed row is put back (untimed) at the end of the queue,
   so both tables keep their size for the whole run.
 
+- ``pg_claim_next_p99_10k_sleeping_vs_0``: p99 of ``claim_next()`` on a table holding 10 runnable rows and
+  10 000 jobs parked at a durable wait (WAITING, ``not_before`` in the future), against the same table
+  without them. Target <= 1.2x: the waiting rows sit in the same partial index after every due row, so the
+  claim never reads them.
+
 A note line prints the claim's plan on the big table, so a regression to a sequential scan is visible.
 """
 
@@ -29,6 +34,7 @@ from agentlife.stores import PostgresStore
 
 WARMUP = 30
 TARGET = 1.5
+SLEEPING_TARGET = 1.2
 
 
 def emit(metric: str, value: float, unit: str, baseline: float, target: str, passed: bool) -> None:
@@ -54,8 +60,9 @@ def pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
-async def filled(url: str, rows: int) -> tuple[PostgresStore, object]:
-    """A store on ``url`` whose job table holds ``rows`` runnable rows (and a bare connection to it)."""
+async def filled(url: str, rows: int, sleeping: int = 0) -> tuple[PostgresStore, object]:
+    """A store on ``url`` whose job table holds ``rows`` runnable rows and ``sleeping`` WAITING ones not due
+    for an hour or more (and a bare connection to it)."""
     import asyncpg
 
     store = PostgresStore(url, max_size=2)
@@ -75,15 +82,23 @@ async def filled(url: str, rows: int) -> tuple[PostgresStore, object]:
         " FROM generate_series(1, $1) AS i",
         rows,
     )
+    await conn.execute(
+        "INSERT INTO job (id, agent_id, status, payload, updated_at, not_before, waiting)"
+        " SELECT 'sleeping-' || i, 'agent-' || (i % 4), 'WAITING', '{}'::jsonb, now(),"
+        ' now() + make_interval(secs => 3600 + i), \'{"kind": "sleep"}\'::jsonb'
+        " FROM generate_series(1, $1) AS i",
+        sleeping,
+    )
     await conn.execute("ANALYZE job")
     return store, conn
 
 
-async def bench(small_url: str, big_url: str, n: int) -> None:
+async def bench(small_url: str, big_url: str, sleeping_url: str, n: int) -> None:
     small, small_conn = await filled(small_url, 10)
     big, big_conn = await filled(big_url, 10_000)
+    sleeping, sleeping_conn = await filled(sleeping_url, 10, sleeping=10_000)
     requeue = "UPDATE job SET status = 'PENDING', not_before = now() WHERE id = $1"
-    stores = {"small": (small, small_conn), "big": (big, big_conn)}
+    stores = {"small": (small, small_conn), "big": (big, big_conn), "sleeping": (sleeping, sleeping_conn)}
     try:
         plan = await big_conn.fetch(  # type: ignore[attr-defined]
             "EXPLAIN SELECT id FROM job WHERE status IN ('PENDING', 'RETRYING')"
@@ -91,11 +106,12 @@ async def bench(small_url: str, big_url: str, n: int) -> None:
             " ORDER BY not_before NULLS FIRST, id LIMIT 1 FOR UPDATE SKIP LOCKED"
         )
         print("plan on 10 000 rows: " + " / ".join(row[0].strip() for row in plan), flush=True)
-        samples: dict[str, list[float]] = {"small": [], "big": []}
+        samples: dict[str, list[float]] = {"small": [], "big": [], "sleeping": []}
         gc.disable()
         try:
             for i in range(WARMUP + n):
-                for name in ("small", "big") if i % 2 == 0 else ("big", "small"):
+                order = ("small", "big", "sleeping")
+                for name in order if i % 2 == 0 else order[::-1]:
                     store, conn = stores[name]
                     start = time.perf_counter()
                     claimed = await store.claim_next()
@@ -120,6 +136,19 @@ async def bench(small_url: str, big_url: str, n: int) -> None:
             f"<= {TARGET:g}x",
             p99_big <= TARGET * p99_small,
         )
+        p99_sleeping = pct(samples["sleeping"], 0.99)
+        print(
+            f"claim_next p50: {statistics.median(samples['sleeping']):.3f} ms (10 runnable, 10 000 WAITING)",
+            flush=True,
+        )
+        emit(
+            "pg_claim_next_p99_10k_sleeping_vs_0",
+            p99_sleeping,
+            "ms",
+            p99_small,
+            f"<= {SLEEPING_TARGET:g}x",
+            p99_sleeping <= SLEEPING_TARGET * p99_small,
+        )
     finally:
         for store, conn in stores.values():
             await conn.close()  # type: ignore[attr-defined]
@@ -131,7 +160,8 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=500, help="timed claims per table")
     args = parser.parse_args()
     with running_postgres(fast=True) as server:
-        asyncio.run(bench(server.create_database("claim_small"), server.create_database("claim_big"), args.n))
+        urls = (server.create_database(name) for name in ("claim_small", "claim_big", "claim_sleeping"))
+        asyncio.run(bench(*urls, args.n))
 
 
 if __name__ == "__main__":

@@ -107,3 +107,12 @@ def test_scaled_multiplies_durations_only() -> None:
 def test_lag_interval_must_leave_room_below_the_blocked_threshold() -> None:
     with pytest.raises(InvariantViolation, match="lag_interval x 2 = 6 s must be <= blocked_threshold = 5 s"):
         Constants.from_env({"AGENTLIFE_PROBE_LAG_INTERVAL_SECONDS": "3"})
+
+
+def test_park_after_is_30_s_overridable_and_scaled_like_every_duration() -> None:
+    assert Constants().budget.park_after_seconds == 30
+    c = Constants.from_env({"AGENTLIFE_PARK_AFTER_SECONDS": "0.5"})
+    assert c.budget.park_after_seconds == 0.5
+    assert Constants().scaled(0.01).budget.park_after_seconds == pytest.approx(0.3)
+    with pytest.raises(ConfigError, match="AGENTLIFE_PARK_AFTER_SECONDS"):
+        Constants.from_env({"AGENTLIFE_PARK_AFTER_SECONDS": "nan"})

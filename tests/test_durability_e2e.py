@@ -252,6 +252,7 @@ def test_db_init_then_run_needs_create_job_then_budget_from_journals(
         (schema, "checkpoint_history"),
         (schema, "delivery"),
         (schema, "conversation"),
+        (schema, "job_event"),
     }
 
     missing = run_cli("run", AGENT, env=env)

@@ -274,8 +274,8 @@ def test_a_postgres_table_from_before_job_operations_asks_for_db_init(
     # SQLite migrates on every open; a PostgreSQL pod need not hold DDL rights, so `db init` does it.
     cli = Cli(postgres_url, tmp_path, agent_env(tmp_path, AGENTLIFE_DATABASE_URL=postgres_url))
     assert cli("db", "init").returncode == 0
-    cli.sql("DROP INDEX job_runnable_idx")
-    cli.sql("DROP INDEX job_agent_runnable_idx")
+    cli.sql("DROP INDEX job_due_idx")
+    cli.sql("DROP INDEX job_agent_due_idx")
     cli.sql("ALTER TABLE job DROP COLUMN not_before")
     _one_line_error(cli("job", "list"), 1, "run `python -m agentlife db init`")
     assert cli("db", "init").returncode == 0

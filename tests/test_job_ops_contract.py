@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentlife import AttemptFenced, JobNotFound, JobStateConflict
+from agentlife import AttemptFenced, ConfigError, JobNotFound, JobStateConflict
 from agentlife.constants import Constants
 from agentlife.stores import ApprovalRequest, CheckpointStore, JobStatus, ReapDecision, TableNames
 from test_store_contract import Backend, StoreFactory
@@ -134,9 +134,56 @@ async def test_claim_next_skips_running_parked_and_finished_rows(
     await _create(store, *(f"j-{s}" for s in JobStatus))
     for status in JobStatus:
         await _set(backend, f"j-{status}", status=str(status))
-    got = {(await store.claim_next()).id, (await store.claim_next()).id}  # type: ignore[union-attr]
-    assert got == {"j-PENDING", "j-RETRYING"}
+    got = {(await store.claim_next()).id for _ in range(3)}  # type: ignore[union-attr]
+    assert got == {"j-PENDING", "j-RETRYING", "j-WAITING"}  # a WAITING row whose time has come resumes
     assert await store.claim_next() is None
+
+
+async def test_a_job_parked_at_a_wait_is_claimed_only_once_its_time_has_come(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    await _create(store, "j-1")
+    row = await store.claim_next()
+    assert row is not None
+    until = time.time() + 3600
+    what = {"kind": "sleep", "until": until, "invocation_id": "j-1/0/1"}
+    assert not await store.park_waiting("j-1", row.attempt + 1, until, what)  # not this attempt's
+    assert await store.park_waiting("j-1", row.attempt, until, what)
+    assert not await store.park_waiting("j-1", row.attempt, until, what)  # no longer RUNNING
+    wait = await store.get_wait("j-1")
+    assert wait is not None and (wait.status, wait.waiting_for) == ("WAITING", what)
+    assert wait.until == pytest.approx(until, abs=1e-3)
+    assert await store.claim_next() is None and await store.count_runnable() == {}
+    await _set(backend, "j-1", not_before=time.time() - 1)
+    resumed = await store.claim_next()
+    assert resumed is not None and (resumed.id, resumed.attempt, resumed.status) == ("j-1", 2, "RUNNING")
+    assert await store.get_wait("nope") is None
+    shown = await store.get_wait("j-1")
+    assert shown is not None and (shown.until, shown.waiting_for) == (None, {})  # only a WAITING row waits
+
+
+async def test_cancel_ends_a_waiting_job_and_its_late_park_changes_nothing(store: CheckpointStore) -> None:
+    await _create(store, "j-1")
+    row = await store.claim_next()
+    assert row is not None
+    assert await store.park_waiting("j-1", row.attempt, time.time() + 3600, {"kind": "sleep"})
+    cancelled = await store.cancel("j-1", "not needed")
+    assert cancelled.status == "FAILED"
+    assert not await store.park_waiting("j-1", row.attempt, time.time() + 3600, {"kind": "sleep"})
+    assert (await store.get_job("j-1")).status == "FAILED"  # type: ignore[union-attr]
+
+
+async def test_a_waiting_column_written_badly_reads_as_an_empty_wait(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    await _create(store, "j-1")
+    row = await store.claim_next()
+    assert row is not None
+    assert await store.park_waiting("j-1", row.attempt, time.time() + 60, {"kind": "sleep"})
+    bad = "'[1, 2]'" if backend.kind == "sqlite" else "'[1, 2]'::jsonb"
+    await backend.raw(f"UPDATE {backend.tables.job} SET waiting = {bad} WHERE id = 'j-1'")
+    wait = await store.get_wait("j-1")
+    assert wait is not None and (wait.status, wait.waiting_for) == ("WAITING", {})
 
 
 async def test_a_row_without_not_before_is_runnable_first(store: CheckpointStore, backend: Backend) -> None:
@@ -720,8 +767,8 @@ async def test_a_database_without_not_before_is_migrated_by_init_schema(
 ) -> None:
     t = backend.tables.job
     if backend.kind == "sqlite":
-        await backend.raw(f"DROP INDEX {t}_runnable")
-        await backend.raw(f"DROP INDEX {t}_agent_runnable")
+        await backend.raw(f"DROP INDEX {t}_due")
+        await backend.raw(f"DROP INDEX {t}_agent_due")
     await backend.raw(f"ALTER TABLE {t} DROP COLUMN not_before")
     await backend.raw(
         f"INSERT INTO {t} (id, agent_id, status, attempt, updated_at)"
@@ -832,3 +879,52 @@ async def test_drop_claim_clears_only_this_stores_token(make_store: StoreFactory
     }
     assert owners["j-mine"] is None and owners["j-theirs"] is not None
     assert (await mine.get_job("j-mine")).status == "RUNNING"  # the status is not the claim's business
+
+
+async def test_an_event_is_taken_by_exactly_one_wait_and_again_by_the_same_one(
+    store: CheckpointStore,
+) -> None:
+    await _create(store, "j-1")
+    row = await store.claim_next()
+    assert row is not None
+    first = await store.send_event("j-1", "answer", {"n": 1})
+    second = await store.send_event("j-1", "answer", {"n": 2})
+    assert second > first
+    assert await store.take_event("j-1", row.attempt, ["other"], "j-1/0/0") is None
+    assert await store.take_event("j-1", row.attempt, ["answer"], "j-1/0/1") == ("answer", {"n": 1})
+    # Asked again after a crash, the same wait gets the same event; the next wait gets the next one.
+    assert await store.take_event("j-1", row.attempt, ["answer"], "j-1/0/1") == ("answer", {"n": 1})
+    assert await store.take_event("j-1", row.attempt, ["answer"], "j-1/0/2") == ("answer", {"n": 2})
+    assert await store.take_event("j-1", row.attempt, ["answer"], "j-1/0/3") is None
+    with pytest.raises(AttemptFenced):
+        await store.take_event("j-1", row.attempt - 1, ["answer"], "j-1/0/3")
+
+
+async def test_an_event_wakes_a_job_parked_for_it_and_one_sent_while_it_parks(store: CheckpointStore) -> None:
+    await _create(store, "j-1", "j-2")
+    for _ in ("j-1", "j-2"):
+        row = await store.claim_next()
+        assert row is not None
+        if row.id == "j-2":  # sent while the job was still running: the park finds it and is due at once
+            await store.send_event("j-2", "answer")
+        far = time.time() + 3600
+        assert await store.park_waiting(row.id, row.attempt, far, {"kind": "event", "events": ["answer"]})
+    resumed = await store.claim_next()
+    assert resumed is not None and resumed.id == "j-2"
+    assert await store.claim_next() is None
+    await store.send_event("j-1", "unasked")  # kept, but wakes nothing
+    assert await store.claim_next() is None
+    await store.send_event("j-1", "answer")
+    woken = await store.claim_next()
+    assert woken is not None and woken.id == "j-1"
+
+
+async def test_an_event_for_an_unknown_or_finished_job_is_refused(store: CheckpointStore) -> None:
+    with pytest.raises(JobNotFound):
+        await store.send_event("nope", "answer")
+    await _create(store, "j-1")
+    await store.cancel("j-1", "no")
+    with pytest.raises(JobStateConflict, match="it is FAILED"):
+        await store.send_event("j-1", "answer")
+    with pytest.raises(ConfigError, match="not JSON"):
+        await store.send_event("j-1", "answer", {1, 2})

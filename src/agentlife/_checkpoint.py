@@ -13,8 +13,9 @@ from agentlife._exceptions import CheckpointCorrupt
 __all__ = ["CheckpointDoc", "Phase"]
 
 #: ``running``: steps remain; ``delivering``: the work is done, delivery is pending;
-#: ``awaiting_approval``: parked until a restricted call is approved; ``done``: nothing left to do.
-Phase = Literal["running", "delivering", "awaiting_approval", "done"]
+#: ``awaiting_approval``: parked until a restricted call is approved; ``waiting``: parked at a durable wait
+#: (``ctx.sleep``) whose start the journal holds; ``done``: nothing left to do.
+Phase = Literal["running", "delivering", "awaiting_approval", "waiting", "done"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -299,6 +299,21 @@ class ParkRequested(BaseException):
     """
 
 
+class WaitParked(ParkRequested):
+    """Raised inside a step at a durable wait that will not end in this process: the step ends at the wait.
+
+    The runtime writes the park checkpoint (the wait's start is carried past its marker) and sets the row
+    WAITING until ``until`` (unix time), exiting 0, or, when a drain interrupted a short wait, exits as
+    drained; either way the next attempt replays the step to the wait and waits only for what is left.
+    """
+
+    def __init__(self, until: float, waiting_for: dict[str, object], *, drained: bool = False) -> None:
+        super().__init__(until)
+        self.until = until
+        self.waiting_for = waiting_for
+        self.drained = drained
+
+
 class BootFailure(Exception):
     """A boot or hydration failure that ends the process with exit 1 after one clear log line."""
 

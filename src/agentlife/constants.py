@@ -233,6 +233,10 @@ class BudgetConstants:
     (``AGENTLIFE_IDLE_TIMEOUT_SECONDS``)."""
     approval_poll_seconds: float = _seconds(5.0, "AGENTLIFE_APPROVAL_POLL_SECONDS")
     """How often a job waiting for approval reads its row (``AGENTLIFE_APPROVAL_POLL_SECONDS``)."""
+    park_after_seconds: float = _seconds(30.0, "AGENTLIFE_PARK_AFTER_SECONDS")
+    """A durable wait (``ctx.sleep``) shorter than this stays in the process; a longer one ends the step at
+    the wait, parks the job in WAITING and frees the process or worker slot
+    (``AGENTLIFE_PARK_AFTER_SECONDS``)."""
     circuit_failure_threshold: int = _number(3)
     """Crashes of one agent within ``circuit_window_seconds`` that open its circuit breaker."""
     circuit_window_seconds: float = _seconds(900.0)

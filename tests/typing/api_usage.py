@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any, TypedDict
 
 from agentlife import (
@@ -41,6 +42,9 @@ class Reviewer(AgentProcess):
 
     async def step(self, ctx: StepContext) -> Done | None:
         text: str = await ctx.call_tool(read_file, path="README.md")
+        await ctx.sleep(1.5)
+        await ctx.sleep_until(datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC))
+        ctx.state["answer"] = await ctx.wait_for_event("answer", timeout=60)
         reply: LLMReply = await ctx.llm.complete(
             model="m", max_tokens=10, messages=[{"role": "user", "content": text}]
         )

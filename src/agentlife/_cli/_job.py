@@ -34,7 +34,15 @@ from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, St
 from agentlife._journal._show import format_timeline
 from agentlife._journal._writer import list_sessions
 from agentlife.constants import MAX_ENV_INTEGER
-from agentlife.stores import ApprovalState, CheckpointStore, JobRecord, JobStatus, store_from_url
+from agentlife.stores import (
+    ApprovalState,
+    CheckpointStore,
+    JobRecord,
+    JobStatus,
+    WaitState,
+    store_from_url,
+)
+from agentlife.stores._events import check_event
 from agentlife.stores._jobs import is_crash
 from agentlife.stores._rows import JSON_COLUMNS
 
@@ -104,6 +112,12 @@ def register(sub: Any) -> None:
     cancel.add_argument("--reason", default="cancelled by an operator", help="recorded in the crash history")
     retry = _command(commands, "retry", "run a FAILED or DEAD_LETTER job again", _retry)
     retry.add_argument("id", metavar="ID")
+    send = _command(commands, "send", "send an event to a job (ctx.wait_for_event takes it)", _send)
+    send.add_argument("id", metavar="JOB_ID")
+    send.add_argument("name", metavar="NAME", help="the event's name, as the job waits for it")
+    sent = send.add_mutually_exclusive_group()
+    sent.add_argument("--payload", metavar="JSON", help="the event's payload as JSON ('-': read stdin)")
+    sent.add_argument("--payload-file", metavar="FILE", help="read the JSON payload from FILE ('-': stdin)")
 
 
 def _command(
@@ -235,7 +249,7 @@ def _budget(max_cost_usd: float | None, max_input_tokens: int | None) -> dict[st
 async def _show(args: argparse.Namespace) -> int:
     if args.events < 0:
         raise ConfigError(f"--events {args.events} must be >= 0")
-    row, approval = await _with_store(args, lambda store: _row_and_approval(store, args.id))
+    row, approval, wait = await _with_store(args, lambda store: _row_and_approval(store, args.id))
     if row is None:
         raise JobNotFound(f"job {args.id} does not exist")
     out = [
@@ -257,7 +271,7 @@ async def _show(args: argparse.Namespace) -> int:
     ]
     if row.result is not None or shown["result"]:
         out.append(f"  result      {shown['result'] or _json(row.result)}")
-    out += _approval_lines(approval)
+    out += _approval_lines(approval) + _wait_lines(wait)
     out.append(f"crash history ({len(row.error)})")
     out += [f"  {_history_line(entry)}" for entry in row.error] or ["  (none)"]
     out += _journal_tail(args.id, args.events)
@@ -273,13 +287,35 @@ def _unreadable(row: JobRecord, column: str) -> str:
 
 async def _row_and_approval(
     store: CheckpointStore, job_id: str
-) -> tuple[JobRecord | None, ApprovalState | None]:
+) -> tuple[JobRecord | None, ApprovalState | None, WaitState | None]:
     row = await store.get_job(job_id)
     try:
         approval = await store.get_approval(job_id)
     except StoreError:  # a PostgreSQL table that predates approvals (``db init`` adds the column)
         approval = None
-    return row, approval
+    wait = None
+    if row is not None and row.status == JobStatus.WAITING:
+        try:
+            wait = await store.get_wait(job_id)
+        except StoreError:  # a PostgreSQL table that predates durable waits (``db init`` adds the column)
+            wait = None
+    return row, approval, wait
+
+
+def _wait_lines(state: WaitState | None) -> list[str]:
+    """What a WAITING job waits for: the kind of wait, its end and the call it is."""
+    if state is None or state.status != JobStatus.WAITING:
+        return []
+    what = state.waiting_for
+    kind = str(what["kind"]) if isinstance(what.get("kind"), str) else "wait"
+    events = what.get("events")
+    if isinstance(events, list) and events:
+        kind += " " + ", ".join(repr(e) for e in events if isinstance(e, str))
+    call = what.get("invocation_id")
+    at = f" ({call})" if isinstance(call, str) else ""
+    until = what.get("until", state.until)
+    end = f"until {_utc(until)}" if isinstance(until, int | float) else "(no timeout)"
+    return [f"  waits for   {kind} {end}{at}"]
 
 
 def _approval_lines(state: ApprovalState | None) -> list[str]:
@@ -418,6 +454,14 @@ async def _cancel(args: argparse.Namespace) -> int:
 async def _retry(args: argparse.Namespace) -> int:
     row = await _with_store(args, lambda store: store.retry(args.id))
     sys.stdout.write(f"job {row.id} will run again: {row.status}, attempt {row.attempt}\n")
+    return 0
+
+
+async def _send(args: argparse.Namespace) -> int:
+    payload = _payload(args)
+    check_event(args.name, payload)  # a bad name or payload is a usage error before the store is opened
+    seq = await _with_store(args, lambda store: store.send_event(args.id, args.name, payload))
+    sys.stdout.write(f"event {args.name!r} sent to job {args.id} (#{seq})\n")
     return 0
 
 

@@ -10,6 +10,7 @@ events of the resumed step into a `ReplayMap`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping
@@ -27,6 +28,7 @@ __all__ = [
     "ScanResult",
     "ToolRecord",
     "ToolStatus",
+    "WaitRecord",
     "build_replay",
     "iter_lines_reverse",
     "read_events",
@@ -324,8 +326,26 @@ _STEP_TYPES = frozenset(
         EventType.TOOL_FAILED,
         EventType.RETRY,
         EventType.REPLAY_DISCARDED,
+        EventType.WAIT_STARTED,
+        EventType.WAIT_COMPLETED,
     }
 )
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRecord:
+    """What the journal knows about one durable wait (``ctx.sleep``) of the resumed step.
+
+    ``pending``: started (``until`` is when it ends), no outcome yet; ``completed``: ``outcome`` is what the
+    wait returns on replay.
+    """
+
+    call: int
+    kind: str | None
+    digest: str | None
+    until: float | None
+    status: Literal["pending", "completed"]
+    outcome: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +386,7 @@ class ReplayMap:
         llm: call number -> the ``LLM_COMPLETED.response`` to return instead of calling the model.
         llm_digests: call number -> the recorded request digest (absent in journals of agentlife 0.1).
         tools: call number -> `ToolRecord`.
+        waits: call number -> `WaitRecord`.
         discarded: call numbers whose records a ``REPLAY_DISCARDED`` voided; a side-effecting tool with
             ``verify`` is still asked before it runs again at one of them.
         events: the step's raw events, oldest first (see `events_for_carry_forward`).
@@ -375,6 +396,7 @@ class ReplayMap:
     llm: dict[int, Any] = field(default_factory=dict)
     llm_digests: dict[int, str] = field(default_factory=dict)
     tools: dict[int, ToolRecord] = field(default_factory=dict)
+    waits: dict[int, WaitRecord] = field(default_factory=dict)
     discarded: set[int] = field(default_factory=set)
     events: list[Event] = field(default_factory=list)
 
@@ -384,7 +406,8 @@ class ReplayMap:
 
     def discard_from(self, call: int) -> None:
         """Void every record of call ``call`` and later (``replay_mismatch = "rerun"``)."""
-        for table in (self.llm, self.llm_digests, self.tools):
+        tables: tuple[dict[int, Any], ...] = (self.llm, self.llm_digests, self.tools, self.waits)
+        for table in tables:
             for number in [n for n in table if n >= call]:
                 self.discarded.add(number)
                 del table[number]
@@ -397,12 +420,12 @@ class ReplayMap:
     @property
     def max_call(self) -> int:
         """The highest call number recorded for the step, -1 when none."""
-        return max([*self.llm, *self.tools], default=-1)
+        return max([*self.llm, *self.tools, *self.waits], default=-1)
 
     @property
     def empty(self) -> bool:
         """Whether nothing can be replayed."""
-        return not self.llm and not self.tools
+        return not self.llm and not self.tools and not self.waits
 
     def events_for_carry_forward(self) -> list[Event]:
         """The step's raw events, for `Journal.carry_forward` into the new session file."""
@@ -436,8 +459,27 @@ def build_replay(events: Iterable[Mapping[str, Any]], step: int) -> ReplayMap:
     return replay
 
 
+def _apply_wait(replay: ReplayMap, event: Mapping[str, Any], call: int) -> None:
+    """A wait's start records when it ends; its completion (final) records its outcome."""
+    previous = replay.waits.get(call)
+    if previous is not None and previous.status == "completed":
+        return
+    until = event.get("until")
+    kind, digest = _str_or_none(event.get("kind")), _str_or_none(event.get("digest"))
+    if event.get("type") == EventType.WAIT_STARTED:
+        good = isinstance(until, int | float) and not isinstance(until, bool) and math.isfinite(until)
+        end = float(until) if good and until is not None else None  # a torn or hand-written start: no end
+        replay.waits[call] = WaitRecord(call, kind, digest, end, "pending")
+        return
+    started = previous.until if previous is not None else None
+    replay.waits[call] = WaitRecord(call, kind, digest, started, "completed", event.get("outcome"))
+
+
 def _apply(replay: ReplayMap, event: Mapping[str, Any], call: int) -> None:
     type_ = event.get("type")
+    if type_ in (EventType.WAIT_STARTED, EventType.WAIT_COMPLETED):
+        _apply_wait(replay, event, call)
+        return
     if type_ == EventType.LLM_COMPLETED:
         replay.llm[call] = event.get("response")
         digest = _str_or_none(event.get("digest"))

@@ -96,6 +96,13 @@ class EventType(enum.StrEnum):
     TOOL_COMPLETED = "TOOL_COMPLETED"
     #: ``step, call, invocation_id, tool, error_class, error``.
     TOOL_FAILED = "TOOL_FAILED"
+    #: ``step, call, invocation_id, kind, digest, until``: durable before a wait (``ctx.sleep``) begins;
+    #: ``until`` (unix time) is when it ends, so a resumed step waits only for what is left.
+    WAIT_STARTED = "WAIT_STARTED"
+    #: ``step, call, invocation_id, kind, digest, outcome``: the wait's outcome, what replay returns.
+    WAIT_COMPLETED = "WAIT_COMPLETED"
+    #: ``step, until``: the step ended at a wait; the row is WAITING until ``until`` (unix time).
+    WAIT_PARKED = "WAIT_PARKED"
     #: ``step, checkpoint_id, crc``: the recovery scan's marker (``checkpoint_id`` null for a fresh job).
     CHECKPOINT_WRITTEN = "CHECKPOINT_WRITTEN"
     #: ``step, call, kind ("llm" | "tool"), error_class, error, delay``: a transient error, retried.

@@ -267,8 +267,8 @@ class Runtime:
                 return Outcome(EXIT_DRAINED, runner.drained_between_steps())
             try:
                 result, doc = await runner.run_step(hydrated, llm, doc, replay)
-            except ParkRequested:
-                return await runner.park(doc)
+            except ParkRequested as parked:
+                return await runner.park(doc, parked)
             except Exception as exc:
                 return await self._step_failed(exc, hydrated, runner, finisher, doc)
             replay = None

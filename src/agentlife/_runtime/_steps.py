@@ -1,4 +1,4 @@
-"""Running one step: its context, its checkpoint, usage accounting, and parking for approval.
+"""Running one step: its context, its checkpoint, usage accounting, and parking (approval, durable waits).
 
 `StepRunner` runs the steps of one job over `Booted`: it owns the step's cancel scope (a drain brings its
 deadline forward, a fence cancels it), the current step number and the id of the last checkpoint written.
@@ -27,7 +27,7 @@ import orjson
 from agentlife._agent import AgentProcess, Done, Footprint
 from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._exceptions import AgentlifeError, AttemptFenced, StoreUnavailable
+from agentlife._exceptions import AgentlifeError, AttemptFenced, ParkRequested, StoreUnavailable, WaitParked
 from agentlife._journal._recovery import build_replay, scan_for_resume
 from agentlife._llm._protocol import LLMClient
 from agentlife._observe._telemetry_facade import TelemetryFacade
@@ -256,17 +256,25 @@ class StepRunner:
         )
         budget.add(totals)
 
-    async def park(self, doc: CheckpointDoc) -> Outcome:
-        """Checkpoint a step waiting for approval and let go of the row (the approval idle timeout)."""
+    async def park(self, doc: CheckpointDoc, parked: ParkRequested | None = None) -> Outcome:
+        """Checkpoint a step parked at a call and let go of the row.
+
+        ``parked`` says where: a durable wait (`WaitParked`: the row becomes WAITING until the wait ends),
+        else a call waiting for approval (the approval idle timeout).
+        """
         booted = self.booted
+        wait = parked if isinstance(parked, WaitParked) else None
         # The park checkpoint's marker lands after the parked step's completed calls, and the next attempt
         # replays only what follows the marker: carry those calls past it, or they would run again.
         step_events = await self._step_events_since_checkpoint(doc.next_step)
-        parked = doc.evolve(phase="awaiting_approval")
-        await self.write_checkpoint(parked, max(doc.next_step - 1, 0))
+        await self.write_checkpoint(
+            doc.evolve(phase="awaiting_approval" if wait is None else "waiting"), max(doc.next_step - 1, 0)
+        )
         if step_events:
             booted.journal.carry_forward(step_events)
             await booted.journal.flush(fsync=True)
+        if wait is not None:
+            return await self._park_waiting(wait)
         await self._let_go_of_park()
         if self.host.draining:
             return Outcome(EXIT_DRAINED, "drained while waiting for approval")
@@ -274,6 +282,22 @@ class StepRunner:
         return Outcome(
             EXIT_DONE, "parked: WAITING_FOR_APPROVAL after the idle timeout", JobStatus.WAITING_FOR_APPROVAL
         )
+
+    async def _park_waiting(self, wait: WaitParked) -> Outcome:
+        """The row becomes WAITING until the wait ends; the process exits 0 (or as drained)."""
+        s, store = self.booted.settings, self.booted.store
+        left = max(wait.until - time.time(), 0.0)
+        await store.drop_claim(s.job_id)
+        released = await self.retrying_store(
+            "park", lambda: store.park_waiting(s.job_id, s.attempt, wait.until, wait.waiting_for)
+        )
+        if not released:  # cancelled or taken over meanwhile: not ours to park
+            log.warning("parking at a wait: the row is no longer this attempt's RUNNING job; left as it is")
+        self.booted.journal.append("WAIT_PARKED", step=self.current_step, until=wait.until)
+        if wait.drained or self.host.draining:
+            return Outcome(EXIT_DRAINED, f"drained during a wait; {left:.0f} s of it left")
+        self.host.events.machine.move(State.DRAINING, "parked: waiting")
+        return Outcome(EXIT_DONE, f"parked: WAITING for {left:.0f} s", JobStatus.WAITING)
 
     async def _let_go_of_park(self) -> None:
         """Leave the parked row to whoever resumes it, even if an approval lands while this process exits.

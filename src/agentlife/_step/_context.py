@@ -8,6 +8,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -35,6 +36,7 @@ from agentlife._retry import RetryEvent, classify, retry_call
 from agentlife._step._stepllm import StepLLM
 from agentlife._step._streaming import emit_reply, is_streaming_adapter, retry_event
 from agentlife._step._toolcalls import Registry, run_tool_calls, tool_registry
+from agentlife._step._waits import sleep, sleep_until, wait_for_event
 from agentlife._tools import NOT_DONE, ToolSpec, tool
 
 if TYPE_CHECKING:
@@ -158,6 +160,38 @@ class StepContext:
         error result; budgets, replay mismatches and store errors end the step.
         """
         return await run_tool_calls(self, reply, tool_registry(self, tools), self._env.host.redactor)
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` durably: a journaled call that a resumed step does not wait for twice.
+
+        A wait shorter than ``park_after_seconds`` stays in the process (a drain ends it at once and the
+        next attempt waits for the rest); a longer one ends the step here, parks the job in WAITING and frees
+        the process, and the job resumes at this call once the time has come.
+
+        Raises:
+            ConfigError: ``seconds`` is not a finite number from 0 to about 31 years.
+        """
+        await sleep(self, seconds)
+
+    async def sleep_until(self, when: datetime) -> None:
+        """Wait until ``when`` (a timezone-aware datetime) durably; see `sleep`.
+
+        Raises:
+            ConfigError: ``when`` is not an aware datetime, or lies more than about 31 years ahead.
+        """
+        await sleep_until(self, when)
+
+    async def wait_for_event(self, name: str, timeout: float | None = None) -> Any:
+        """The payload of the next event ``name`` sent to the job (``job send``), or None after ``timeout``.
+
+        Events sent before the wait are kept and taken in the order they were sent, each by exactly one
+        wait. A durable wait like `sleep`: journaled, replayed, parked (WAITING) when it may last longer
+        than ``park_after_seconds``, and woken at once when the event comes.
+
+        Raises:
+            ConfigError: an empty or overlong name, or a timeout that is not a finite number of seconds.
+        """
+        return await wait_for_event(self, name, timeout)
 
     # -- numbering ----------------------------------------------------------------------------------------
 

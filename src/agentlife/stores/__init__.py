@@ -22,6 +22,7 @@ from agentlife.stores._base import (
 )
 from agentlife.stores._jobs import ReapDecision
 from agentlife.stores._sqlite import SQLiteStore
+from agentlife.stores._waits import WaitState
 
 if TYPE_CHECKING:
     from agentlife.stores._postgres import PostgresStore
@@ -38,6 +39,7 @@ __all__ = [
     "ReapDecision",
     "SQLiteStore",
     "TableNames",
+    "WaitState",
     "crc32",
     "store_from_url",
 ]

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from agentlife.constants import Constants
     from agentlife.stores._approval import ApprovalRequest, ApprovalState
     from agentlife.stores._jobs import ReapDecision
+    from agentlife.stores._waits import WaitState
 
 __all__ = [
     "HISTORY_KEEP",
@@ -63,6 +64,9 @@ class JobStatus(enum.StrEnum):
     DEAD_LETTER = "DEAD_LETTER"
     """Given up after repeated crashes (the backoff schedule spent, the same error three times, OOM twice).
     Terminal until ``job retry``."""
+    WAITING = "WAITING"
+    """Parked at a durable wait (``ctx.sleep``): no process holds it; runnable again once ``not_before``
+    (the end of the wait) has passed, when a worker resumes it and the step replays to the wait."""
     RETRYING = "RETRYING"
     """Crashed or reaped: runnable again, with the next attempt, once ``not_before`` has passed (a drained
     job goes back to PENDING instead)."""
@@ -85,9 +89,11 @@ class TableNames:
     """The delivery registry: one key per delivered (job, channel), so a delivery happens once."""
     conversation: str = "conversation"
     """The messages of ``ctx.conversation``, one row each, written with their step's checkpoint."""
+    event: str = "job_event"
+    """The events sent to jobs (``job send``), kept until a ``ctx.wait_for_event`` takes them."""
 
     def __post_init__(self) -> None:
-        for name in (self.job, self.checkpoint_history, self.delivery, self.conversation):
+        for name in (self.job, self.checkpoint_history, self.delivery, self.conversation, self.event):
             # Names are interpolated into SQL, so only plain (optionally schema-qualified) identifiers pass.
             parts = name.split(".")
             if not (1 <= len(parts) <= 2) or not all(p.isidentifier() and p.isascii() for p in parts):
@@ -365,6 +371,43 @@ class CheckpointStore(Protocol):
         DEAD_LETTER / FAILED. One conditional UPDATE: returns False, changing nothing, when the row has moved
         on (another attempt holds it, or it is no longer RUNNING). A worker releases a drained job (PENDING)
         and a crashed one (the crash policy's verdict and backoff).
+        """
+
+    async def park_waiting(
+        self, job_id: str, attempt: int, until: float, waiting_for: dict[str, Any]
+    ) -> bool:
+        """Park a job this process holds (RUNNING with ``attempt``) at a durable wait, its claim dropped.
+
+        The row becomes WAITING with ``not_before`` = ``until`` (unix time: a worker claims it once the wait
+        is over) and ``waiting_for`` (JSON: what it waits for) in its ``waiting`` column. One conditional
+        UPDATE: False, changing nothing, when the row has moved on (cancelled, or another attempt's).
+        """
+
+    async def get_wait(self, job_id: str) -> WaitState | None:
+        """The row's status and, while it is WAITING, what it waits for; None when there is no such job."""
+
+    async def send_event(self, job_id: str, name: str, payload: Any = None) -> int:
+        """Send the event ``name`` with ``payload`` (JSON) to a job; returns its sequence number.
+
+        The event is kept until a ``ctx.wait_for_event(name)`` of the job takes it (each event is taken by
+        exactly one wait, oldest first); a job parked WAITING for ``name`` becomes runnable at once.
+
+        Raises:
+            JobNotFound: there is no such job.
+            JobStateConflict: the job is COMPLETED, FAILED or DEAD_LETTER.
+            ConfigError: an empty or overlong name, or a payload that is not JSON or over 256 KiB.
+        """
+
+    async def take_event(
+        self, job_id: str, attempt: int, names: Sequence[str], invocation_id: str
+    ) -> tuple[str, Any] | None:
+        """For the wait ``invocation_id``: the event it took before, else the oldest not taken of ``names``.
+
+        The take is bound to ``invocation_id``: asked again after a crash, it returns the same event.
+        Returns (name, payload), or None when no such event was sent yet.
+
+        Raises:
+            AttemptFenced: the row is another attempt's.
         """
 
 

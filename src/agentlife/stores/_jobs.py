@@ -7,7 +7,7 @@ conditional on the row's status so that two of them racing on one row cannot bot
   the approval), else PENDING (the next run or worker resumes it); the call the row is parked on is
   granted, bound to its invocation id and digest (see ``_approval``);
 - reject: WAITING_FOR_APPROVAL -> FAILED, final, ``ApprovalRejected`` recorded in the crash history;
-- cancel: PENDING, RETRYING, RUNNING or WAITING_FOR_APPROVAL -> FAILED, ``Cancelled`` recorded, and
+- cancel: PENDING, RETRYING, RUNNING, WAITING_FOR_APPROVAL or WAITING -> FAILED, ``Cancelled`` recorded, and
   ``attempt + 1`` so that a process still running the job is fenced out at its next write;
 - retry: FAILED or DEAD_LETTER -> PENDING, runnable now; the crashes before it stop counting to the limits,
   and it approves nothing.
@@ -54,14 +54,15 @@ __all__ = [
 #: How many unreadable rows one `CheckpointStore.claim_next` call sets aside at most before it returns None
 #: (the caller claims again at its next poll): a table full of them cannot hold a claim, or a lock, for long.
 SET_ASIDE_PER_CLAIM = 32
-#: Statuses a worker may claim (RETRYING only once its ``not_before`` has passed).
-RUNNABLE = (JobStatus.PENDING, JobStatus.RETRYING)
+#: Statuses a worker may claim once their ``not_before`` has passed (for WAITING: the end of its wait).
+RUNNABLE = (JobStatus.PENDING, JobStatus.RETRYING, JobStatus.WAITING)
 APPROVABLE = (JobStatus.WAITING_FOR_APPROVAL,)
 CANCELLABLE = (
     JobStatus.PENDING,
     JobStatus.RETRYING,
     JobStatus.RUNNING,
     JobStatus.WAITING_FOR_APPROVAL,
+    JobStatus.WAITING,
 )
 RETRYABLE = (JobStatus.FAILED, JobStatus.DEAD_LETTER)
 #: Statuses a job never leaves except through ``job retry``: no late writer may change them.

@@ -12,6 +12,7 @@ attempt.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -71,6 +72,8 @@ from agentlife.stores._rows import (
 
 __all__ = ["JOB_COLUMNS", "PostgresJobOps", "dumps", "loads", "pg_job_schema", "record", "unix"]
 
+log = logging.getLogger("agentlife.store")
+
 JOB_COLUMNS = (
     "id, agent_id, status, payload, attempt, checkpoint_id, checkpoint_crc, heartbeat_at, tokens_consumed,"
     " token_budget, error, result, updated_at"
@@ -78,17 +81,23 @@ JOB_COLUMNS = (
 _COLUMNS = f"{JOB_COLUMNS}, not_before"
 _RUNNABLE = f"status IN ({', '.join(repr(str(s)) for s in RUNNABLE)})"
 _DUE = "(not_before IS NULL OR not_before <= now())"
+#: Wake this long after a timer's time, so that the claim that follows finds the row due.
+_DUE_MARGIN_SECONDS = 0.02
 
 
 def pg_job_schema(t: TableNames) -> tuple[str, ...]:
     """The ``not_before`` and ``approval`` columns (added to an older table too), the runnable-job indexes."""
-    base = t.job.split(".")[-1]
+    schema, _, base = t.job.rpartition(".")
+    prefix = f"{schema}." if schema else ""
     return (
         f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS not_before timestamptz DEFAULT now()",
         f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS approval jsonb",
-        f"CREATE INDEX IF NOT EXISTS {base}_runnable_idx ON {t.job} (not_before NULLS FIRST, id)"
+        # The indexes before WAITING was runnable: their predicate no longer matches the claim's.
+        f"DROP INDEX IF EXISTS {prefix}{base}_runnable_idx",
+        f"DROP INDEX IF EXISTS {prefix}{base}_agent_runnable_idx",
+        f"CREATE INDEX IF NOT EXISTS {base}_due_idx ON {t.job} (not_before NULLS FIRST, id)"
         f" WHERE {_RUNNABLE}",
-        f"CREATE INDEX IF NOT EXISTS {base}_agent_runnable_idx ON {t.job}"
+        f"CREATE INDEX IF NOT EXISTS {base}_agent_due_idx ON {t.job}"
         f" (agent_id, not_before NULLS FIRST, id) WHERE {_RUNNABLE}",
     )
 
@@ -100,6 +109,7 @@ class _JobSql:
     get: str
     list: str
     count_runnable: str
+    next_due: str
     lock_row: str
     approve: str
     reject: str
@@ -145,6 +155,12 @@ class _JobSql:
             list=(
                 f"SELECT {_COLUMNS} FROM {j} WHERE ($1::text IS NULL OR status = $1)"
                 " AND ($2::text IS NULL OR agent_id = $2) ORDER BY updated_at DESC, id LIMIT $3"
+            ),
+            # The index of runnable rows ends the scan at the first row not yet due: a row parked at a
+            # timer (WAITING) or backing off (RETRYING) of this agent, its time as seconds from now.
+            next_due=(
+                f"SELECT EXTRACT(EPOCH FROM min(not_before) - now())::float8 FROM {j}"
+                f" WHERE agent_id = $1 AND {_RUNNABLE} AND not_before > now()"
             ),
             count_runnable=(
                 f"SELECT agent_id, count(*) FROM {j} WHERE {_RUNNABLE} AND {_DUE} GROUP BY agent_id"
@@ -308,7 +324,22 @@ class PostgresJobOps:
         if self._listener is None or self._pool is None:  # closed: no connection to leave behind
             await anyio.sleep(timeout)
             return False
+        due = await self._next_due_in(agent_id)
+        if due is not None and due < timeout:
+            # No statement notifies when a timer comes due: wake for it (a sleep's end, a backoff's).
+            await self._listener.wait(agent_id, due + _DUE_MARGIN_SECONDS)
+            return True
         return await self._listener.wait(agent_id, timeout)
+
+    async def _next_due_in(self, agent_id: str) -> float | None:
+        """Seconds until the next row of ``agent_id`` not yet due comes due; None if none or unknown."""
+        try:
+            async with self._ops() as conn:
+                due = await conn.fetchval(self._jobs_sql.next_due, agent_id)
+        except Exception as exc:  # the fallback poll still finds it: never fail the idle wait
+            log.debug("next due time of %s unknown: %s", agent_id, type(exc).__name__)
+            return None
+        return None if due is None else max(float(due), 0.0)
 
     async def count_runnable(self) -> dict[str, int]:
         """How many jobs are runnable now, per agent id."""

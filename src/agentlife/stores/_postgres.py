@@ -33,6 +33,7 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
+from agentlife.stores._events import PostgresEventOps, pg_event_schema
 from agentlife.stores._jobs import TERMINAL, expected_statuses
 from agentlife.stores._pg_jobs import JOB_COLUMNS, PostgresJobOps, pg_job_schema
 from agentlife.stores._pg_jobs import dumps as _dumps
@@ -40,12 +41,15 @@ from agentlife.stores._pg_jobs import loads as _loads
 from agentlife.stores._pg_jobs import record as _record
 from agentlife.stores._pg_listen import PgListener, notify_call
 from agentlife.stores._pg_statements import write_checkpoint_sql
+from agentlife.stores._waits import PostgresWaitOps, pg_wait_schema
 
 __all__ = ["PostgresStore"]
 
 _log = logging.getLogger("agentlife.store")
 _HYDRATION = HydrationConstants()
 _JOB_COLUMNS = JOB_COLUMNS
+#: What a claim makes of the row's status: a runnable row (a parked wait's too) is RUNNING, others stay.
+_CLAIMED_STATUS = "CASE WHEN status IN ('PENDING', 'RETRYING', 'WAITING') THEN 'RUNNING' ELSE status END"
 _CLOSE_TIMEOUT_SECONDS = 5.0
 # A checkpoint never lands on a job that has ended: a terminal row is not rewritten by a late writer.
 _LIVE = f" AND status NOT IN ({', '.join(repr(str(s)) for s in TERMINAL)})"
@@ -99,7 +103,7 @@ class _Sql:
             # One statement: the row lock serialises concurrent claims, and the WHERE re-checks after a wait.
             claim=(
                 f"UPDATE {t.job} SET attempt = $2, updated_at = now(),"
-                " status = CASE WHEN status IN ('PENDING', 'RETRYING') THEN 'RUNNING' ELSE status END"
+                f" status = {_CLAIMED_STATUS}"
                 f" WHERE id = $1 AND attempt <= $2 RETURNING {_JOB_COLUMNS}"
             ),
             owner=f"SELECT attempt FROM {t.job} WHERE id = $1",
@@ -109,7 +113,7 @@ class _Sql:
             ),
             take_claim=(
                 f"UPDATE {t.job} SET attempt = $2, owner = $3, heartbeat_at = now(), updated_at = now(),"
-                " status = CASE WHEN status IN ('PENDING', 'RETRYING') THEN 'RUNNING' ELSE status END"
+                f" status = {_CLAIMED_STATUS}"
                 f" WHERE id = $1 RETURNING {_JOB_COLUMNS}"
             ),
             has_owner_column=f"SELECT owner FROM {t.job} LIMIT 0",
@@ -201,10 +205,12 @@ def _schema(t: TableNames) -> tuple[str, ...]:
             PRIMARY KEY (job_id, seq)
         )""",
         *pg_job_schema(t),
+        *pg_wait_schema(t),
+        *pg_event_schema(t),
     )
 
 
-class PostgresStore(PostgresJobOps):
+class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps):
     """`CheckpointStore` over PostgreSQL (``postgresql://user:password@host:port/db``), via an asyncpg pool.
 
     Args:

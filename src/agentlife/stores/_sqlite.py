@@ -28,10 +28,12 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
-from agentlife.stores._jobs import TERMINAL, expected_statuses
+from agentlife.stores._events import SQLiteEventOps, sqlite_event_schema
+from agentlife.stores._jobs import RUNNABLE, TERMINAL, expected_statuses
 from agentlife.stores._rows import JSON_COLUMNS, job_record
 from agentlife.stores._sqlite_jobs import FENCE as _FENCE
 from agentlife.stores._sqlite_jobs import SQLiteJobOps, sqlite_job_schema
+from agentlife.stores._waits import SQLiteWaitOps
 
 __all__ = ["SQLiteStore"]
 
@@ -106,7 +108,7 @@ def _history_index(table: str) -> str:
     return f"CREATE INDEX IF NOT EXISTS {name} ON {base} (job_id, created_at DESC)"
 
 
-class SQLiteStore(SQLiteJobOps):
+class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps):
     """`CheckpointStore` over one SQLite file (``sqlite:///path``), the embedded default.
 
     sqlite3 blocks, so every statement runs on a worker thread; a lock serialises them on the single
@@ -278,7 +280,9 @@ class SQLiteStore(SQLiteJobOps):
                 conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN not_before REAL")
             if "approval" not in names:  # the call a job is parked on and the calls approved (0.3)
                 conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN approval TEXT")
-            for statement in sqlite_job_schema(self.tables):
+            if "waiting" not in names:  # what a WAITING job waits for (durable waits)
+                conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN waiting TEXT")
+            for statement in [*sqlite_job_schema(self.tables), *sqlite_event_schema(self.tables)]:
                 conn.execute(statement)
 
         await self._run(create)
@@ -337,7 +341,7 @@ class SQLiteStore(SQLiteJobOps):
                 if refusal is not None:
                     raise AttemptFenced(refusal)
                 status = record.status
-                if status in (JobStatus.PENDING, JobStatus.RETRYING):
+                if status in RUNNABLE:
                     status = JobStatus.RUNNING
                 conn.execute(
                     f"UPDATE {self.tables.job} SET attempt = ?, status = ?, owner = ?, heartbeat_at = ?,"

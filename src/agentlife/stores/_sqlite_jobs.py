@@ -72,8 +72,11 @@ def sqlite_job_schema(t: TableNames) -> list[str]:
     schema, _, base = t.job.rpartition(".")
     prefix = f"{schema}." if schema else ""
     return [
-        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_runnable ON {base} (not_before, id) WHERE {_RUNNABLE}",
-        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_agent_runnable ON {base} (agent_id, not_before, id)"
+        # The indexes before WAITING was runnable: their predicate no longer matches the claim's.
+        f"DROP INDEX IF EXISTS {prefix}{base}_runnable",
+        f"DROP INDEX IF EXISTS {prefix}{base}_agent_runnable",
+        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_due ON {base} (not_before, id) WHERE {_RUNNABLE}",
+        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_agent_due ON {base} (agent_id, not_before, id)"
         f" WHERE {_RUNNABLE}",
     ]
 

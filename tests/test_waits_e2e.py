@@ -1,0 +1,265 @@
+"""Durable sleeps end to end, with real processes only: ``python -m agentlife run`` and ``worker`` on SQLite
+and PostgreSQL, SIGTERM and SIGKILL before, during and after the wait. The effects around a sleep happen
+once, a long sleep frees the process (the row WAITING until its time), a short one gives way to a drain at
+once, and the next attempt waits only for what is left."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import orjson
+import pytest
+
+from agentlife.stores import JobRecord, WaitState, store_from_url
+from procs import REPO, agent_env, run_cli, spawn, wait_for, wait_for_handler
+
+SLEEPER = "agents.wait_agent:Sleeper"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'agentlife.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+class World:
+    """One test's database, data dir and trace files, and the commands run against them."""
+
+    def __init__(self, tmp_path: Path, url: str, **env: str) -> None:
+        self.url = url
+        self.traces = tmp_path / "traces"
+        self.traces.mkdir()
+        self.data_dir = tmp_path / "data"
+        self.extra = env
+        made = run_cli("db", "init", env=self.env())
+        assert made.returncode == 0, made.stderr
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return agent_env(
+            self.data_dir,
+            WAIT_DIR=str(self.traces),
+            AGENTLIFE_DATABASE_URL=self.url,
+            **{**self.extra, **extra},
+        )
+
+    def job(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli("job", *args, env=self.env())
+
+    def run(self, job_id: str, target: str = SLEEPER, **env: str) -> subprocess.Popen[bytes]:
+        return spawn(target, self.env(**env), "--job-id", job_id)
+
+    def finish(self, proc: subprocess.Popen[bytes], timeout: float = 60) -> tuple[int, str]:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, (out + err).decode(errors="replace")
+
+    def lines(self, name: str) -> list[str]:
+        path = self.traces / name
+        return path.read_text().splitlines() if path.exists() else []
+
+    def row(self, job_id: str) -> JobRecord:
+        async def read() -> JobRecord | None:
+            store = store_from_url(self.url)
+            await store.open()
+            try:
+                return await store.get_job(job_id)
+            finally:
+                await store.close()
+
+        row = anyio.run(read)
+        assert row is not None
+        return row
+
+    def wait(self, job_id: str) -> WaitState:
+        async def read() -> WaitState | None:
+            store = store_from_url(self.url)
+            await store.open()
+            try:
+                return await store.get_wait(job_id)
+            finally:
+                await store.close()
+
+        wait = anyio.run(read)
+        assert wait is not None
+        return wait
+
+    def create(self, job_id: str, agent: str = "sleeper") -> None:
+        made = self.job("create", agent, "--id", job_id)
+        assert made.returncode == 0, made.stderr
+
+    def events(self, job_id: str, kind: str) -> list[dict[str, object]]:
+        """Every ``kind`` event of the job's session journals, oldest session first."""
+        found = []
+        for session in sorted((self.data_dir / "sessions" / job_id).glob("session_*.jsonl")):
+            for line in session.read_text().splitlines():
+                event = orjson.loads(line)
+                if event["type"] == kind:
+                    found.append(event)
+        return found
+
+    def effects(self) -> tuple[list[str], list[str]]:
+        """The invocation ids of the effects before and after the sleep, one per time each ran."""
+        return [x.split()[0] for x in self.lines("before")], [x.split()[0] for x in self.lines("after")]
+
+
+def test_a_long_sleep_parks_the_job_waiting_and_the_next_run_resumes_it_at_the_wait(
+    tmp_path: Path, db_url: str
+) -> None:
+    world = World(tmp_path, db_url, AGENTLIFE_PARK_AFTER_SECONDS="0.5", WAIT_SECONDS="3")
+    world.create("job-1")
+    started = time.time()
+    code, out = world.finish(world.run("job-1"))
+    assert code == 0, out  # the process is free while the job sleeps
+    assert world.row("job-1").status == "WAITING"
+    wait = world.wait("job-1")
+    assert wait.until is not None and wait.until >= started + 3 - 0.5  # the row says when the wait ends
+    assert wait.waiting_for["invocation_id"] == "job-1/0/1"
+    listed = world.job("list", "--status", "WAITING")
+    assert listed.returncode == 0 and "job-1" in listed.stdout, listed.stderr
+    shown = world.job("show", "job-1")
+    assert shown.returncode == 0, shown.stderr
+    assert "  status      WAITING\n" in shown.stdout and "  waits for   sleep until " in shown.stdout
+    assert shown.stdout.count("(job-1/0/1)") == 1, shown.stdout
+    # Too early: the resumed step reaches the wait again and parks again, nothing run twice.
+    code, out = world.finish(world.run("job-1", AGENTLIFE_ATTEMPT="2"))
+    assert code == 0, out
+    assert world.row("job-1").status == "WAITING"
+    assert world.effects() == (["job-1/0/0"], [])
+    time.sleep(max(0.0, started + 3.2 - time.time()))
+    code, out = world.finish(world.run("job-1", AGENTLIFE_ATTEMPT="3"))
+    assert code == 0, out
+    row = world.row("job-1")
+    assert (row.status, row.result, row.error) == ("COMPLETED", {"slept": True}, []), row
+    assert world.effects() == (["job-1/0/0"], ["job-1/0/2"])
+    ends = {event["until"] for event in world.events("job-1", "WAIT_STARTED")}
+    assert len(ends) == 1  # started once; the later attempts waited for the recorded end
+    assert len(world.events("job-1", "WAIT_COMPLETED")) == 1
+
+
+def test_a_worker_resumes_a_waiting_job_once_its_time_has_come(
+    tmp_path: Path, db_url: str, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    world = World(tmp_path, db_url, AGENTLIFE_PARK_AFTER_SECONDS="0.5", WAIT_SECONDS="7")
+    world.create("job-1")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "agentlife", "worker", SLEEPER, "--max-jobs", "2", "--idle-timeout", "60"],
+        env=world.env(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    procs.append(worker)
+    code, out = world.finish(worker, timeout=90)  # the park is one job, the resume the second
+    assert code == 0, out
+    assert world.row("job-1").status == "COMPLETED", out
+    assert world.effects() == (["job-1/0/0"], ["job-1/0/2"])
+    row = world.row("job-1")
+    assert row.attempt == 2 and row.error == []  # parked once and resumed once, no crash
+    # The idle worker woke for the timer (PostgreSQL: no statement notifies it; its fallback poll is 5 s).
+    [started] = world.events("job-1", "WAIT_STARTED")[:1]
+    [completed] = world.events("job-1", "WAIT_COMPLETED")
+    assert 0 <= float(completed["ts"]) - float(started["until"]) < 2.5  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_signal_during_a_short_sleep_leaves_the_next_attempt_only_what_is_left(
+    tmp_path: Path, db_url: str, sig: signal.Signals
+) -> None:
+    world = World(tmp_path, db_url, WAIT_SECONDS="4")  # under park_after (30 s): waited in the process
+    world.create("job-1")
+    started = time.time()
+    proc = world.run("job-1")
+    wait_for(world.traces / "sleeping-1", timeout=60)
+    wait_for_handler(proc)
+    proc.send_signal(sig)
+    code, out = world.finish(proc)
+    assert code == (143 if sig == signal.SIGTERM else -9), out
+    assert world.effects() == (["job-1/0/0"], [])
+    if sig == signal.SIGTERM:
+        # The drain ended the wait at once: the row waits for the rest, the wait is in the journal.
+        assert "drained during a wait" in out, out
+        assert world.row("job-1").status == "WAITING"
+    code, out = world.finish(world.run("job-1", AGENTLIFE_ATTEMPT="2"))
+    assert code == 0, out
+    assert time.time() >= started + 4  # the sleep was not cut short ...
+    assert world.effects() == (["job-1/0/0"], ["job-1/0/2"])  # ... and nothing ran twice
+    ends = {event["until"] for event in world.events("job-1", "WAIT_STARTED")}
+    assert len(ends) == 1  # ... and it was not started afresh: only what was left was waited for
+    row = world.row("job-1")
+    assert row.status == "COMPLETED", row
+
+
+def test_sleep_until_a_past_time_returns_at_once_and_the_job_finishes(tmp_path: Path, db_url: str) -> None:
+    world = World(tmp_path, db_url, WAIT_UNTIL=str(time.time() - 60))
+    world.create("job-1")
+    code, out = world.finish(world.run("job-1"))
+    assert code == 0, out
+    assert world.row("job-1").status == "COMPLETED"
+    assert world.effects() == (["job-1/0/0"], ["job-1/0/2"])
+
+
+@pytest.mark.parametrize(
+    ("seconds", "needle"),
+    [
+        ("-1", "got -1.0"),
+        ("nan", "got nan"),
+        ("inf", "got inf"),
+        ("1e300", "got 1e+300"),
+    ],
+)
+def test_a_sleep_of_a_bad_duration_fails_the_step_with_one_clear_error(
+    tmp_path: Path, seconds: str, needle: str
+) -> None:
+    world = World(tmp_path, f"sqlite:///{tmp_path / 'agentlife.db'}", WAIT_SECONDS=seconds)
+    world.create("job-1")
+    code, out = world.finish(world.run("job-1"))
+    assert code == 1, out
+    assert "ctx.sleep: seconds must be a finite number from 0 to 1e+09, " + needle in out, out
+    assert world.effects() == (["job-1/0/0"], [])  # the effect before it happened once and is kept
+    assert world.events("job-1", "WAIT_STARTED") == []
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_kills_and_drains_around_a_parked_sleep_leave_every_effect_once(
+    tmp_path: Path, db_url: str, seed: int
+) -> None:
+    # Seeded: SIGKILL or SIGTERM at a random moment of each attempt (booting, before the wait's start is
+    # journaled, parking, or after), until an attempt runs to its end. The sleep parks (1.5 s > 0.3 s).
+    import random
+
+    rng = random.Random(seed)
+    world = World(tmp_path, db_url, AGENTLIFE_PARK_AFTER_SECONDS="0.3", WAIT_SECONDS="1.5")
+    world.create("job-1")
+    attempt, outcomes = 0, []
+    while world.row("job-1").status != "COMPLETED":
+        attempt += 1
+        assert attempt < 40, outcomes
+        proc = world.run("job-1", AGENTLIFE_ATTEMPT=str(attempt))
+        if attempt <= 6:
+            time.sleep(rng.uniform(0.0, 1.2))
+            proc.send_signal(rng.choice([signal.SIGKILL, signal.SIGTERM]))
+        code, out = world.finish(proc)
+        # -15: a SIGTERM before the handler was installed (interpreter start) killed it like a SIGKILL.
+        assert code in (0, 143, -9, -15), out  # never a crash: done, parked, drained or killed
+        outcomes.append(code)
+        if code == 0 and world.row("job-1").status == "WAITING":
+            time.sleep(0.3)  # parked: the next run is early (parks again) or on time
+    assert world.effects() == (["job-1/0/0"], ["job-1/0/2"]), outcomes
+    assert len({event["until"] for event in world.events("job-1", "WAIT_STARTED")}) == 1, outcomes
+    assert world.row("job-1").result == {"slept": True}
