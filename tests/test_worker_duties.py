@@ -141,7 +141,7 @@ async def run_worker(
     db = tmp_path / "agentlife.db"
     store = FaultyStore(db)
     store.faults, store.skip, store.error, store.raised = dict(faults), dict(skip or {}), error, {}
-    monkeypatch.setattr(_worker, "store_from_url", lambda url: store)
+    monkeypatch.setattr(_worker, "store_from_url", lambda url, **_: store)
     env = {
         "AGENTLIFE_DATA_DIR": str(tmp_path / "data"),
         "AGENTLIFE_DATABASE_URL": f"sqlite:///{db}",
