@@ -29,7 +29,7 @@ def _examples_dir() -> Path:
         candidate = parent / "examples" / "release_notes_agent.py"
         if candidate.exists():
             return candidate.parent
-    packaged = here.parent / "_examples"
+    packaged = here.parents[1] / "_examples"  # agentlife/_examples, beside this module's agentlife/_cli
     if (packaged / "release_notes_agent.py").exists():
         return packaged
     raise ConfigError("the demo's example agent is missing from this installation")
