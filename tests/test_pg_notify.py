@@ -176,6 +176,18 @@ async def test_release_to_pending_and_retry_wake_a_delayed_retry_does_not(store:
     assert (await store.get_job("r")).status == JobStatus.PENDING  # type: ignore[union-attr]
 
 
+async def test_a_wait_ends_when_a_timer_of_its_agent_comes_due(store: PostgresStore) -> None:
+    """No statement notifies a backoff's end: the wait itself is bounded by the agent's next due row."""
+    await store.create_job("t", AGENT, None)
+    row = await store.claim_next(AGENT)
+    assert row is not None
+    await store.release("t", row.attempt, JobStatus.RETRYING, delay_seconds=0.5)
+    await _listening(store)
+    assert await store.wait_for_work(AGENT, LONG) is True  # at the backoff's end, not at LONG
+    assert (await store.claim_next(AGENT)) is not None  # and the row is claimable then
+    assert await store.wait_for_work("another-agent", 0.3) is False  # another agent's timer wakes nobody
+
+
 async def test_an_approval_that_leaves_the_row_pending_wakes_the_workers(
     store: PostgresStore, postgres_url: str
 ) -> None:

