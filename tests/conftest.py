@@ -11,3 +11,6 @@ def anyio_backend() -> str:
 
 
 from _pg import *  # noqa: E402, F403 - PostgreSQL fixtures (postgres_server, postgres_url)
+
+# The end-to-end worlds' fixtures (db_url over both stores, procs), for every test module that asks.
+pytest_plugins = ["world"]

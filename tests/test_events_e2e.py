@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,23 +15,6 @@ from procs import REPO, wait_for, wait_for_handler
 from test_waits_e2e import World
 
 LISTENER = "agents.wait_agent:Listener"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'agentlife.db'}"
-    return str(request.getfixturevalue("postgres_url"))
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
 
 
 def _world(tmp_path: Path, url: str, **env: str) -> World:

@@ -9,24 +9,17 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 
-from agentlife.stores import ApprovalState, JobRecord, store_from_url
+import world
+from agentlife.stores import ApprovalState
 from agentlife.stores._base import _start_ticks
-from procs import agent_env, json_lines, run_cli, spawn
+from procs import json_lines
 
 DEPLOYER = "agents.approval_agent:Deployer"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'agentlife.db'}"
-    return str(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture
@@ -34,76 +27,20 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'agentlife.db'}"
 
 
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-
-
-class World:
-    """One test's database, data dir and trace files, and the commands run against them."""
+class World(world.World):
+    """The approvals' world: the deployer agents trace to it and poll their approval every 0.05 s."""
 
     def __init__(self, tmp_path: Path, url: str) -> None:
-        self.url = url
-        self.traces = tmp_path / "traces"
-        self.traces.mkdir()
-        self.data_dir = tmp_path / "data"
-        made = run_cli("db", "init", env=self.env())
-        assert made.returncode == 0, made.stderr
-
-    def env(self, **extra: str) -> dict[str, str]:
-        """An agent's environment: polls every 0.05 s; idle timeout 1800 s unless ``extra`` says otherwise."""
-        return agent_env(
-            self.data_dir,
-            APPROVAL_DIR=str(self.traces),
-            AGENTLIFE_DATABASE_URL=self.url,
+        super().__init__(
+            tmp_path,
+            url,
+            trace_variable="APPROVAL_DIR",
+            target=DEPLOYER,
             AGENTLIFE_APPROVAL_POLL_SECONDS="0.05",
-            **extra,
         )
 
-    def job(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return run_cli("job", *args, env=self.env())
-
-    def run(self, job_id: str, target: str = DEPLOYER, **env: str) -> subprocess.Popen[bytes]:
-        return spawn(target, self.env(**env), "--job-id", job_id)
-
-    def finish(self, proc: subprocess.Popen[bytes], timeout: float = 60) -> tuple[int, str]:
-        out, err = proc.communicate(timeout=timeout)
-        return proc.returncode, (out + err).decode(errors="replace")
-
-    def lines(self, name: str) -> list[str]:
-        path = self.traces / name
-        return path.read_text().splitlines() if path.exists() else []
-
-    def row(self, job_id: str) -> JobRecord:
-        async def read() -> JobRecord | None:
-            store = store_from_url(self.url)
-            await store.open()
-            try:
-                return await store.get_job(job_id)
-            finally:
-                await store.close()
-
-        row = anyio.run(read)
-        assert row is not None
-        return row
-
     def approval(self, job_id: str) -> ApprovalState:
-        async def read() -> ApprovalState | None:
-            store = store_from_url(self.url)
-            await store.open()
-            try:
-                return await store.get_approval(job_id)
-            finally:
-                await store.close()
-
-        state = anyio.run(read)
-        assert state is not None
-        return state
+        return self.read(lambda store: store.get_approval(job_id))
 
     def wait_for_status(self, job_id: str, status: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -138,8 +75,7 @@ class World:
         anyio.run(go)
 
     def create(self, job_id: str, agent: str = "deployer") -> None:
-        made = self.job("create", agent, "--id", job_id)
-        assert made.returncode == 0, made.stderr
+        super().create(job_id, agent)
 
 
 def _journal_types(world: World, job_id: str) -> list[list[str]]:

@@ -9,99 +9,29 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import orjson
 import pytest
 
-from agentlife.stores import JobRecord, WaitState, store_from_url
-from procs import REPO, agent_env, run_cli, spawn, wait_for, wait_for_handler
+import world
+from agentlife.stores import WaitState
+from procs import REPO, wait_for, wait_for_handler
 
 SLEEPER = "agents.wait_agent:Sleeper"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'agentlife.db'}"
-    return str(request.getfixturevalue("postgres_url"))
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-
-
-class World:
-    """One test's database, data dir and trace files, and the commands run against them."""
+class World(world.World):
+    """The waits' world: the sleeper and listener agents trace to it."""
 
     def __init__(self, tmp_path: Path, url: str, **env: str) -> None:
-        self.url = url
-        self.traces = tmp_path / "traces"
-        self.traces.mkdir()
-        self.data_dir = tmp_path / "data"
-        self.extra = env
-        made = run_cli("db", "init", env=self.env())
-        assert made.returncode == 0, made.stderr
-
-    def env(self, **extra: str) -> dict[str, str]:
-        return agent_env(
-            self.data_dir,
-            WAIT_DIR=str(self.traces),
-            AGENTLIFE_DATABASE_URL=self.url,
-            **{**self.extra, **extra},
-        )
-
-    def job(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return run_cli("job", *args, env=self.env())
-
-    def run(self, job_id: str, target: str = SLEEPER, **env: str) -> subprocess.Popen[bytes]:
-        return spawn(target, self.env(**env), "--job-id", job_id)
-
-    def finish(self, proc: subprocess.Popen[bytes], timeout: float = 60) -> tuple[int, str]:
-        out, err = proc.communicate(timeout=timeout)
-        return proc.returncode, (out + err).decode(errors="replace")
-
-    def lines(self, name: str) -> list[str]:
-        path = self.traces / name
-        return path.read_text().splitlines() if path.exists() else []
-
-    def row(self, job_id: str) -> JobRecord:
-        async def read() -> JobRecord | None:
-            store = store_from_url(self.url)
-            await store.open()
-            try:
-                return await store.get_job(job_id)
-            finally:
-                await store.close()
-
-        row = anyio.run(read)
-        assert row is not None
-        return row
+        super().__init__(tmp_path, url, trace_variable="WAIT_DIR", target=SLEEPER, **env)
 
     def wait(self, job_id: str) -> WaitState:
-        async def read() -> WaitState | None:
-            store = store_from_url(self.url)
-            await store.open()
-            try:
-                return await store.get_wait(job_id)
-            finally:
-                await store.close()
-
-        wait = anyio.run(read)
-        assert wait is not None
-        return wait
+        return self.read(lambda store: store.get_wait(job_id))
 
     def create(self, job_id: str, agent: str = "sleeper") -> None:
-        made = self.job("create", agent, "--id", job_id)
-        assert made.returncode == 0, made.stderr
+        super().create(job_id, agent)
 
     def events(self, job_id: str, kind: str) -> list[dict[str, object]]:
         """Every ``kind`` event of the job's session journals, oldest session first."""

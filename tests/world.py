@@ -1,0 +1,99 @@
+"""One test's store, data dir and trace files, and the commands real processes run against them.
+
+Shared by the end-to-end tests of approvals, waits and events: ``db_url`` runs a test on SQLite and on the
+suite's PostgreSQL, ``procs`` kills what a failed test left running, and `World` drives ``python -m
+agentlife run|job`` and reads the rows those processes wrote through a store opened for the read.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import anyio
+import pytest
+
+from agentlife.stores import CheckpointStore, JobRecord, store_from_url
+from procs import agent_env, run_cli, spawn
+
+T = TypeVar("T")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'agentlife.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+class World:
+    """A test's database (schema made by ``db init``), its data dir and the directory its agents trace to.
+
+    Args:
+        tmp_path: the test's directory.
+        url: the store.
+        trace_variable: the environment variable that tells the test agents where to write their traces.
+        target: the agent class ``run`` starts by default.
+        env: more environment for every process.
+    """
+
+    def __init__(self, tmp_path: Path, url: str, *, trace_variable: str, target: str, **env: str) -> None:
+        self.url = url
+        self.traces = tmp_path / "traces"
+        self.traces.mkdir()
+        self.data_dir = tmp_path / "data"
+        self.target = target
+        self.extra = {trace_variable: str(self.traces), **env}
+        made = run_cli("db", "init", env=self.env())
+        assert made.returncode == 0, made.stderr
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return agent_env(self.data_dir, AGENTLIFE_DATABASE_URL=self.url, **{**self.extra, **extra})
+
+    def job(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli("job", *args, env=self.env())
+
+    def create(self, job_id: str, agent: str) -> None:
+        made = self.job("create", agent, "--id", job_id)
+        assert made.returncode == 0, made.stderr
+
+    def run(self, job_id: str, target: str | None = None, **env: str) -> subprocess.Popen[bytes]:
+        return spawn(target or self.target, self.env(**env), "--job-id", job_id)
+
+    def finish(self, proc: subprocess.Popen[bytes], timeout: float = 60) -> tuple[int, str]:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, (out + err).decode(errors="replace")
+
+    def lines(self, name: str) -> list[str]:
+        path = self.traces / name
+        return path.read_text().splitlines() if path.exists() else []
+
+    def read(self, read: Callable[[CheckpointStore], Awaitable[T | None]]) -> T:
+        """``read(store)`` on a store opened for the call; the value must be there."""
+
+        async def go() -> T | None:
+            store = store_from_url(self.url)
+            await store.open()
+            try:
+                return await read(store)
+            finally:
+                await store.close()
+
+        value = anyio.run(go)
+        assert value is not None
+        return value
+
+    def row(self, job_id: str) -> JobRecord:
+        return self.read(lambda store: store.get_job(job_id))
