@@ -27,7 +27,7 @@ from agentlife._exceptions import AttemptFenced, ConfigError, JobNotFound, JobSt
 from agentlife._replay import check_replayable
 from agentlife.stores._base import JobStatus, TableNames
 from agentlife.stores._jobs import TERMINAL
-from agentlife.stores._pg_listen import notify_call
+from agentlife.stores._pg_statements import notify_call
 
 __all__ = [
     "MAX_EVENT_NAME_CHARS",

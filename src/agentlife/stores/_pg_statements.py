@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentlife.stores._base import HISTORY_KEEP, TableNames
 
-__all__ = ["write_checkpoint_sql"]
+__all__ = ["NOTIFY_PAYLOAD_LIMIT", "channel_prefix", "notify_call", "write_checkpoint_sql"]
 
 
 def write_checkpoint_sql(t: TableNames, fence: str = "") -> str:
@@ -42,3 +42,27 @@ def write_checkpoint_sql(t: TableNames, fence: str = "") -> str:
         )
         SELECT count(*) FROM fenced
     """
+
+
+# -- notifications: SQL text only, so a module reachable on SQLite can name them without the listener
+
+#: PostgreSQL refuses a payload of 8000 bytes or more; a longer agent id is sent as '' (wakes every waiter).
+NOTIFY_PAYLOAD_LIMIT = 7900
+_BASE_CHARS = 40  # the channel is an identifier: at most 63 bytes with the prefix and the OID
+
+
+def channel_prefix(t: TableNames) -> str:
+    """``agentlife_<table>_``: the channel is this followed by the job table's OID."""
+    return f"agentlife_{t.job.split('.')[-1][:_BASE_CHARS]}_"
+
+
+def notify_call(t: TableNames, agent_column: str = "agent_id") -> str:
+    """The SQL ``pg_notify(channel, agent id)`` call, for a statement's RETURNING list or SELECT.
+
+    The table name is a validated plain identifier (`TableNames`), safe inside the string literals.
+    """
+    channel = f"'{channel_prefix(t)}' || '{t.job}'::regclass::oid::text"
+    payload = (
+        f"CASE WHEN octet_length({agent_column}) < {NOTIFY_PAYLOAD_LIMIT} THEN {agent_column} ELSE '' END"
+    )
+    return f"pg_notify({channel}, {payload})"

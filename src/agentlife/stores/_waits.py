@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from agentlife.stores._base import JobStatus, TableNames
-from agentlife.stores._pg_listen import notify_call
+from agentlife.stores._pg_statements import notify_call
 
 __all__ = ["PostgresWaitOps", "SQLiteWaitOps", "WaitState", "pg_wait_schema"]
 
