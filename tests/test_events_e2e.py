@@ -141,6 +141,13 @@ def test_an_event_wait_with_a_timeout_returns_none_and_keeps_later_events(
         (("answer", "--payload", "NaN"), 2, "NaN is not a JSON number"),
         (("", "--payload", "1"), 2, "an event name is a non-empty string"),
         (("x" * 201,), 2, "an event name is a non-empty string of at most 200 characters"),
+        # Almost right: what the journal could not give back exactly, and names that would mislead a reader.
+        (("answer", "--payload", '"\\ud800"'), 2, "a lone surrogate"),
+        (("answer", "--payload", "[" * 200 + "]" * 200), 2, "nested deeper than 128 levels"),
+        (("answer", "--payload", "1" * 5000), 2, "--payload is not valid JSON"),
+        (("answer", "--payload", "1e400"), 2, "JSON has no NaN or infinity"),
+        (("e\x01v",), 2, "holds control characters"),
+        (("\u202eanswer",), 2, "holds control characters"),
     ],
 )
 def test_job_send_refuses_bad_input_with_one_clear_line(
