@@ -17,7 +17,7 @@ import pytest
 from procs import REPO, agent_env, run_cli, spawn, terminate, wait_for, wait_for_handler
 
 
-@pytest.mark.parametrize("how", ["sleep", "spin"])
+@pytest.mark.parametrize("how", ["sleep", "spin", "swallow"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_while_the_agent_module_imports_ends_the_process_at_once_with_143(
     tmp_path: Path, how: str, sig: signal.Signals

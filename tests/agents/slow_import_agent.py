@@ -1,7 +1,10 @@
-"""An agent module whose import takes long (``SLOW_IMPORT=sleep``) or spins (``SLOW_IMPORT=spin``)."""
+"""An agent module whose import takes long (``SLOW_IMPORT=sleep``), spins (``SLOW_IMPORT=spin``) or
+swallows the first interruption of its long sleep (``SLOW_IMPORT=swallow``), as a retry loop catching
+``BaseException`` would."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -12,6 +15,9 @@ Path(os.environ["SLOW_IMPORT_MARKER"]).touch()
 if os.environ.get("SLOW_IMPORT") == "spin":
     while True:
         pass
+if os.environ.get("SLOW_IMPORT") == "swallow":
+    with contextlib.suppress(BaseException):  # the first interruption is lost, as in a retry loop
+        time.sleep(25)
 time.sleep(25)
 
 

@@ -195,6 +195,7 @@ class EarlySignal:
         self.name = "SIGTERM"
         self._event = threading.Event()
         self._import_budget: float | None = None
+        self._abandoning = threading.Event()
 
     def is_set(self) -> bool:
         """Whether a signal arrived."""
@@ -215,25 +216,48 @@ class EarlySignal:
             yield
         finally:
             self._import_budget = None
+            self._abandoning.set()  # stops the repeats: the import is over, one way or the other
 
     def install(self) -> EarlySignal:
         """Take over SIGTERM and SIGINT until the runtime's receiver replaces this handler."""
 
         def handler(signum: int, frame: object) -> None:
             self.name = signal.Signals(signum).name
+            first = not self._event.is_set()
             self._event.set()
-            budget, self._import_budget = self._import_budget, None
-            if budget is not None:
+            budget = self._import_budget
+            if budget is None:
+                return
+            if first:
                 timer = threading.Timer(budget, _hard_exit, args=(EXIT_DRAINED, budget))
                 timer.daemon = True
                 timer.start()
-                raise SignalDuringImport(self.name)
+                self._repeat_until_abandoned(signum)
+            raise SignalDuringImport(self.name)
 
         for signum in DRAIN_SIGNALS:
             signal.signal(signum, handler)
         _dump_stacks_on_sigusr1()
         signal.signal(signal.SIGQUIT, _dump_stacks_and_quit)
         return self
+
+    def _repeat_until_abandoned(self, signum: int) -> None:
+        """Deliver ``signum`` to the main thread again every 0.1 s until the import is abandoned.
+
+        Python runs a handler wherever the main thread happens to be: inside a ``__del__`` or a weakref
+        callback its exception is printed and dropped, and an agent module may itself catch
+        ``BaseException`` around a slow call. One raise is then lost and the import would sleep on.
+        """
+        main = threading.main_thread().ident
+        if main is None:
+            return
+
+        def repeat() -> None:
+            while not self._abandoning.wait(0.1):
+                with contextlib.suppress(OSError, ValueError):
+                    signal.pthread_kill(main, signum)
+
+        threading.Thread(target=repeat, name="agentlife-import-abandon", daemon=True).start()
 
 
 def _dump_stacks_on_sigusr1() -> None:
