@@ -120,6 +120,9 @@ async def durable_wait(
         WaitParked: the wait ends the step (too long to wait here, or a drain began).
     """
     record = replay.waits.get(wait.call) if replay is not None else None
+    other = replay.recorded_other(wait.call, "wait") if replay is not None and record is None else None
+    if other is not None:
+        on_mismatch(wait.call, other, f"wait {wait.kind} ({wait.digest})")
     if record is not None and record.digest not in (None, wait.digest):
         on_mismatch(
             wait.call, f"wait {record.kind or '?'} ({record.digest})", f"wait {wait.kind} ({wait.digest})"
