@@ -310,7 +310,8 @@ def _kept_lines(kept: dict[str, int]) -> list[str]:
     """The events sent to the job that no wait has taken yet, by name."""
     if not kept:
         return []
-    return ["  events      " + ", ".join(f"{name!r} ({count})" for name, count in kept.items()) + " not taken"]
+    names = ", ".join(f"{name!r} ({count})" for name, count in kept.items())
+    return [f"  events      {names} not taken"]
 
 
 def _wait_lines(state: WaitState | None) -> list[str]:
