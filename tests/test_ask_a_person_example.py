@@ -41,7 +41,11 @@ def _show(env: dict[str, str]) -> str:
 @pytest.mark.parametrize(
     ("answer", "result", "deployed"),
     [
-        ('{"approve": true, "by": "ana"}', {"approved_by": "ana", "outcome": "deployed", "version": "2.4.1"}, 1),
+        (
+            '{"approve": true, "by": "ana"}',
+            {"approved_by": "ana", "outcome": "deployed", "version": "2.4.1"},
+            1,
+        ),  # noqa: E501
         ('{"approve": false, "reason": "freeze"}', {"outcome": "declined", "reason": "freeze"}, 0),
     ],
 )
