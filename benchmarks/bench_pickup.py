@@ -4,6 +4,9 @@
   create's notification vs the same worker with notifications off (``listen=False``: it polls, its wait
   doubling from 0.05 s to 1 s while idle). Jobs come one at a time, 1-2 s apart, so the worker is idle
   (and the polling one near its 1 s cap) when each arrives; target p50 <= 25 ms.
+* ``job send`` -> the next step of the job parked waiting for that event (``ctx.wait_for_event`` without a
+  timeout) on an idle worker, p50 and p99: woken by the send's notification vs polling, as above; target
+  p50 <= 50 ms.
 * queries per second of 50 idle workers (the worker's loop: claim, wait, the wait doubling to its cap while
   nothing comes), counted by ``pg_stat_statements`` (else ``pg_stat_database.xact_commit``): with
   notifications and a 10 s fallback poll vs polling at today's 1 s cap. Target: no more than the fallback
@@ -48,6 +51,18 @@ class PickupAgent(AgentProcess):
         started = time.time()
         with open(os.environ["PICKUP_FILE"], "a") as out:
             out.write(f"{ctx.job.id} {started}\n")
+        return Done(result={"ok": True})
+
+
+class EventWaitAgent(AgentProcess):
+    """Waits for the event ``go`` (parked: no timeout), then notes when the wait returned and finishes."""
+
+    agent_id = f"{AGENT}-event"
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        await ctx.wait_for_event("go")
+        with open(os.environ["PICKUP_FILE"], "a") as out:
+            out.write(f"{ctx.job.id} {time.time()}\n")
         return Done(result={"ok": True})
 
 
@@ -118,6 +133,81 @@ async def _create(url: str, job_id: str) -> None:
         await store.create_job(job_id, AGENT, None)
     finally:
         await store.close()
+
+
+async def _event_latencies(url: str, path: Path, jobs: int, tag: str) -> list[float]:
+    """Park ``jobs`` jobs on an event, then send each its event while the worker is idle; seconds from
+    the send to the step after the wait."""
+    from agentlife.stores import store_from_url
+
+    store = store_from_url(url)
+    await store.open()
+    try:
+        out = []
+        for i in range(jobs):
+            job_id = f"{tag}-{i}"
+            await store.create_job(job_id, EventWaitAgent.agent_id, None)
+            deadline = time.monotonic() + 60
+            while (row := await store.get_job(job_id)) is None or row.status != "WAITING":
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{job_id} never parked: {row}")
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(random.uniform(1.0, 2.0))  # idle: the poller's wait has grown to its cap
+            sent = time.time()
+            await store.send_event(job_id, "go", None)
+            while job_id not in (seen := _steps(path)):
+                await asyncio.sleep(0.002)
+            out.append(seen[job_id] - sent)
+        return out
+    finally:
+        await store.close()
+
+
+def event_pickup(url: str, tmp: str, jobs: int, polling: bool) -> list[float]:
+    tag = "event-poll" if polling else "event-notify"
+    path = Path(tmp) / f"steps-{tag}"
+    env = child_env(AGENTLIFE_DATA_DIR=tmp, AGENTLIFE_HEALTH_PORT="off", AGENTLIFE_DATABASE_URL=url)
+    env["PICKUP_FILE"] = str(path)
+    asyncio.run(_init(url))
+    head = [sys.executable, "-c", _POLLING_WORKER] if polling else [sys.executable, "-m", "agentlife"]
+    worker = subprocess.Popen(
+        [*head, "worker", "bench_pickup:EventWaitAgent", "--max-jobs", str(2 * jobs)],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        latencies = asyncio.run(_event_latencies(url, path, jobs, tag))
+        worker.wait(timeout=60)  # each job is two runs of the worker: the park and the resume
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    return latencies
+
+
+async def _init(url: str) -> None:
+    from agentlife.stores import store_from_url
+
+    store = store_from_url(url)
+    await store.open()
+    try:
+        await store.init_schema()
+    finally:
+        await store.close()
+
+
+def bench_event(server: Any, jobs: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        notify = event_pickup(server.create_database("event_notify"), tmp, jobs, polling=False)
+        poll = event_pickup(server.create_database("event_poll"), tmp, jobs, polling=True)
+    p50, base50 = statistics.median(notify) * 1000, statistics.median(poll) * 1000
+    emit("pickup", "job send -> waiting job's next step, p50: NOTIFY vs polling (PostgreSQL)", p50, "ms",
+         baseline=base50, target="<= 50 ms", ok=p50 <= 50.0)  # fmt: skip
+    p99, base99 = _p(notify, 0.99) * 1000, _p(poll, 0.99) * 1000
+    emit("pickup", "job send -> waiting job's next step, p99: NOTIFY vs polling (PostgreSQL)", p99, "ms",
+         baseline=base99, target="reported")  # fmt: skip
 
 
 def _p(values: list[float], q: float) -> float:
@@ -212,4 +302,5 @@ if __name__ == "__main__":
     args = parser.parse_args()
     with running_postgres() as pg:
         bench_latency(pg, args.jobs)
+        bench_event(pg, max(args.jobs // 2, 5))
         bench_idle(pg, args.workers, args.seconds)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agentlife.stores import CheckpointStore
 from procs import REPO, wait_for, wait_for_handler
 from test_waits_e2e import World
 
@@ -219,3 +220,27 @@ def test_random_kills_and_drains_around_event_waits_take_every_event_once(
     assert row.result == {"got": [{"n": 1}, {"n": 2}]}, outcomes
     assert world.effects() == (["job-1/0/0"], ["job-1/0/3"]), outcomes
     assert _taken(world) == [("answer", "job-1/0/1"), ("answer", "job-1/0/2")]
+
+
+def test_job_show_lists_the_events_no_wait_has_taken_and_a_full_job_refuses_more(
+    tmp_path: Path, db_url: str
+) -> None:
+    from agentlife.stores._events import MAX_KEPT_EVENTS
+
+    world = _world(tmp_path, db_url)
+    for name in ("answer", "unasked", "answer"):
+        assert _send(world, name).returncode == 0
+    shown = world.job("show", "job-1")
+    assert "  events      'answer' (2), 'unasked' (1) not taken" in shown.stdout, shown.stdout
+
+    async def fill(store: CheckpointStore) -> int:
+        for _ in range(MAX_KEPT_EVENTS - 3):
+            await store.send_event("job-1", "flood")
+        return MAX_KEPT_EVENTS
+
+    world.read(fill)
+    refused = _send(world, "answer", "--payload", '"one too many"')
+    assert (refused.returncode, refused.stdout) == (4, ""), refused.stderr
+    assert f"already keeps {MAX_KEPT_EVENTS} events no wait has taken" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert len(_taken(world)) == MAX_KEPT_EVENTS  # nothing of the refused send was kept

@@ -249,7 +249,7 @@ def _budget(max_cost_usd: float | None, max_input_tokens: int | None) -> dict[st
 async def _show(args: argparse.Namespace) -> int:
     if args.events < 0:
         raise ConfigError(f"--events {args.events} must be >= 0")
-    row, approval, wait = await _with_store(args, lambda store: _row_and_approval(store, args.id))
+    row, approval, wait, kept = await _with_store(args, lambda store: _row_and_approval(store, args.id))
     if row is None:
         raise JobNotFound(f"job {args.id} does not exist")
     out = [
@@ -271,7 +271,7 @@ async def _show(args: argparse.Namespace) -> int:
     ]
     if row.result is not None or shown["result"]:
         out.append(f"  result      {shown['result'] or _json(row.result)}")
-    out += _approval_lines(approval) + _wait_lines(wait)
+    out += _approval_lines(approval) + _wait_lines(wait) + _kept_lines(kept)
     out.append(f"crash history ({len(row.error)})")
     out += [f"  {_history_line(entry)}" for entry in row.error] or ["  (none)"]
     out += _journal_tail(args.id, args.events)
@@ -287,8 +287,12 @@ def _unreadable(row: JobRecord, column: str) -> str:
 
 async def _row_and_approval(
     store: CheckpointStore, job_id: str
-) -> tuple[JobRecord | None, ApprovalState | None, WaitState | None]:
+) -> tuple[JobRecord | None, ApprovalState | None, WaitState | None, dict[str, int]]:
     row = await store.get_job(job_id)
+    try:
+        kept = await store.kept_events(job_id) if row is not None else {}
+    except StoreError:  # a PostgreSQL database that predates events (``db init`` adds the table)
+        kept = {}
     try:
         approval = await store.get_approval(job_id)
     except StoreError:  # a PostgreSQL table that predates approvals (``db init`` adds the column)
@@ -299,7 +303,15 @@ async def _row_and_approval(
             wait = await store.get_wait(job_id)
         except StoreError:  # a PostgreSQL table that predates durable waits (``db init`` adds the column)
             wait = None
-    return row, approval, wait
+    return row, approval, wait, kept
+
+
+def _kept_lines(kept: dict[str, int]) -> list[str]:
+    """The events sent to the job that no wait has taken yet, by name."""
+    if not kept:
+        return []
+    names = ", ".join(f"{name!r} ({count})" for name, count in kept.items())
+    return [f"  events      {names} not taken"]
 
 
 def _wait_lines(state: WaitState | None) -> list[str]:

@@ -417,6 +417,22 @@ class ReplayMap:
         """The record of tool call ``call``, or None when the journal never saw it start."""
         return self.tools.get(call)
 
+    def recorded_other(self, call: int, kind: str) -> str | None:
+        """What the journal recorded at ``call`` when it is not a call of ``kind`` (llm, tool, wait).
+
+        A step that now makes another kind of call at a number where the journal recorded, say, a wait
+        has changed: the call must not run live as if nothing had been recorded there.
+        """
+        if kind != "llm" and call in self.llm:
+            return f"LLM ({self.llm_digests.get(call, '?')})"
+        tool = self.tools.get(call)
+        if kind != "tool" and tool is not None:
+            return f"tool {tool.tool or '?'} ({tool.digest or tool.args_digest or '?'})"
+        wait = self.waits.get(call)
+        if kind != "wait" and wait is not None:
+            return f"wait {wait.kind or '?'} ({wait.digest or '?'})"
+        return None
+
     @property
     def max_call(self) -> int:
         """The highest call number recorded for the step, -1 when none."""

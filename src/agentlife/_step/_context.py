@@ -289,6 +289,7 @@ class StepContext:
             return None
         recorded = replay.llm_result(call)
         if recorded is None:
+            self._check_call_kind(call, "llm", f"LLM {model} ({digest})")
             return None
         recorded_digest = replay.llm_digests.get(call)
         if recorded_digest is None or recorded_digest == digest:  # None: a journal of agentlife 0.1
@@ -298,6 +299,13 @@ class StepContext:
             call, f"LLM {recorded_model or '?'} ({recorded_digest})", f"LLM {model} ({digest})"
         )
         return None
+
+    def _check_call_kind(self, call: int, kind: str, current: str) -> None:
+        """A replay mismatch when the journal recorded another kind of call at ``call``."""
+        replay = self._env.replay
+        other = replay.recorded_other(call, kind) if replay is not None else None
+        if other is not None:
+            self._replay_mismatch(call, other, current)
 
     def _replay_mismatch(self, call: int, recorded: str, current: str) -> None:
         """Fail the step (the default), or void the step's records from ``call`` on and go on live."""
@@ -455,6 +463,8 @@ class StepContext:
         """What the journal recorded for this call, after checking that it recorded this very call."""
         replay = self._env.replay
         record = replay.tool(call) if replay is not None else None
+        if record is None:
+            self._check_call_kind(call, "tool", f"tool {spec.name} ({digest})")
         if record is None or record.status == "failed":
             return record
         if record.status == "pending" and _read_only(record, spec):

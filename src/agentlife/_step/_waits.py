@@ -93,6 +93,12 @@ class WaitCall:
         return tool_call_digest(f"agentlife.{self.kind}", self.spec)
 
 
+#: A short event wait looks at the store this long after it starts, then at doubling intervals up to
+#: `CHECK_MAX_SECONDS`: an answer sent soon after is seen at once, and a wait of half a minute costs
+#: about thirty reads of one indexed row.
+CHECK_FIRST_SECONDS = 0.05
+CHECK_MAX_SECONDS = 1.0
+
 #: What a wait asks the store each time it looks: (over, outcome); None for a plain timer.
 Check = Callable[[], Awaitable[tuple[bool, Any]]]
 #: The outcome a wait records when its timeout came first.
@@ -120,6 +126,9 @@ async def durable_wait(
         WaitParked: the wait ends the step (too long to wait here, or a drain began).
     """
     record = replay.waits.get(wait.call) if replay is not None else None
+    other = replay.recorded_other(wait.call, "wait") if replay is not None and record is None else None
+    if other is not None:
+        on_mismatch(wait.call, other, f"wait {wait.kind} ({wait.digest})")
     if record is not None and record.digest not in (None, wait.digest):
         on_mismatch(
             wait.call, f"wait {record.kind or '?'} ({record.digest})", f"wait {wait.kind} ({wait.digest})"
@@ -133,6 +142,7 @@ async def durable_wait(
     else:
         await journal.append_durable("WAIT_STARTED", **_fields(wait), until=until)
     what = {"kind": wait.kind, "until": until, "invocation_id": wait.invocation_id, **(waiting_for or {})}
+    poll = CHECK_FIRST_SECONDS
     while True:
         over, outcome = await check() if check is not None else (False, None)
         left = math.inf if until is None else until - time.time()
@@ -144,8 +154,8 @@ async def durable_wait(
         if left > host.constants.budget.park_after_seconds:
             log.info("%s (%s): longer than park_after, parking", wait.kind, wait.invocation_id)
             raise WaitParked(time.time() + MAX_WAIT_SECONDS if until is None else until, what)
-        poll = host.constants.budget.approval_poll_seconds if check is not None else left
-        await _wait_here(host, min(left, poll))
+        await _wait_here(host, min(left, poll) if check is not None else left)
+        poll = min(poll * 2, CHECK_MAX_SECONDS, host.constants.budget.approval_poll_seconds)
         if host.draining:
             raise WaitParked(time.time() + MAX_WAIT_SECONDS if until is None else until, what, drained=True)
 

@@ -394,9 +394,13 @@ class CheckpointStore(Protocol):
 
         Raises:
             JobNotFound: there is no such job.
-            JobStateConflict: the job is COMPLETED, FAILED or DEAD_LETTER.
+            JobStateConflict: the job is COMPLETED, FAILED or DEAD_LETTER, or already keeps 1,000 events
+                that no wait has taken.
             ConfigError: an empty or overlong name, or a payload that is not JSON or over 256 KiB.
         """
+
+    async def kept_events(self, job_id: str) -> dict[str, int]:
+        """How many events of each name the job keeps that no wait has taken yet (oldest name first)."""
 
     async def take_event(
         self, job_id: str, attempt: int, names: Sequence[str], invocation_id: str

@@ -32,6 +32,7 @@ from agentlife.stores._pg_statements import notify_call
 __all__ = [
     "MAX_EVENT_NAME_CHARS",
     "MAX_EVENT_PAYLOAD_BYTES",
+    "MAX_KEPT_EVENTS",
     "PostgresEventOps",
     "SQLiteEventOps",
     "check_event",
@@ -47,6 +48,9 @@ _T = TypeVar("_T")
 MAX_EVENT_PAYLOAD_BYTES = 256 * 1024
 #: The longest event name.
 MAX_EVENT_NAME_CHARS = 200
+#: The most events a job may keep that no wait has taken: a sender looping on a job that never waits for
+#: its name is refused rather than allowed to grow the table without end.
+MAX_KEPT_EVENTS = 1000
 
 
 def check_event_name(name: object) -> None:
@@ -127,6 +131,18 @@ def _refuse(job_id: str, name: str, status: str | None) -> None:
         raise JobStateConflict(f"cannot send {name!r} to job {job_id}: it is {status}")
 
 
+def _refuse_full(job_id: str, kept: int) -> None:
+    if kept >= MAX_KEPT_EVENTS:
+        raise JobStateConflict(
+            f"job {job_id} already keeps {kept} events no wait has taken (at most {MAX_KEPT_EVENTS});"
+            " nothing was sent"
+        )
+
+
+def _kept(rows: Sequence[Any]) -> dict[str, int]:
+    return {str(name): int(count) for name, count in rows}
+
+
 class SQLiteEventOps:
     """`send_event` and `take_event`, mixed into `SQLiteStore` (which provides the attributes below)."""
 
@@ -144,6 +160,10 @@ class SQLiteEventOps:
         def act(conn: sqlite3.Connection) -> int:
             found = conn.execute(f"SELECT status, waiting FROM {t.job} WHERE id = ?", (job_id,)).fetchone()
             _refuse(job_id, name, None if found is None else found[0])
+            kept = conn.execute(
+                f"SELECT count(*) FROM {t.event} WHERE job_id = ? AND taken_by IS NULL", (job_id,)
+            ).fetchone()[0]
+            _refuse_full(job_id, kept)
             now = time.time()
             cursor = conn.execute(
                 f"INSERT INTO {t.event} (job_id, name, payload, sent_at) VALUES (?, ?, ?, ?)",
@@ -187,6 +207,21 @@ class SQLiteEventOps:
 
         return await self._transaction(act)
 
+    async def kept_events(self, job_id: str) -> dict[str, int]:
+        """How many events of each name the job keeps that no wait has taken yet."""
+        t = self.tables
+
+        def act(conn: sqlite3.Connection) -> dict[str, int]:
+            return _kept(
+                conn.execute(
+                    f"SELECT name, count(*) FROM {t.event} WHERE job_id = ? AND taken_by IS NULL"
+                    " GROUP BY name ORDER BY min(seq)",
+                    (job_id,),
+                ).fetchall()
+            )
+
+        return await self._transaction(act)
+
 
 class PostgresEventOps:
     """`send_event` and `take_event`, mixed into `PostgresStore` (which provides the attributes below)."""
@@ -207,6 +242,12 @@ class PostgresEventOps:
                 f"SELECT status, waiting FROM {t.job} WHERE id = $1 FOR UPDATE", job_id
             )
             _refuse(job_id, name, None if found is None else found["status"])
+            _refuse_full(
+                job_id,
+                await conn.fetchval(
+                    f"SELECT count(*) FROM {t.event} WHERE job_id = $1 AND taken_by IS NULL", job_id
+                ),
+            )
             seq = await conn.fetchval(
                 f"INSERT INTO {t.event} (job_id, name, payload) VALUES ($1, $2, $3::jsonb) RETURNING seq",
                 job_id,
@@ -248,3 +289,14 @@ class PostgresEventOps:
         if taken is None:
             return None
         return taken["name"], orjson.loads(taken["payload"]) if taken["payload"] is not None else None
+
+    async def kept_events(self, job_id: str) -> dict[str, int]:
+        """How many events of each name the job keeps that no wait has taken yet."""
+        t = self.tables
+        async with self._ops() as conn:
+            rows = await conn.fetch(
+                f"SELECT name, count(*) FROM {t.event} WHERE job_id = $1 AND taken_by IS NULL"
+                " GROUP BY name ORDER BY min(seq)",
+                job_id,
+            )
+        return _kept([(row[0], row[1]) for row in rows])
