@@ -45,7 +45,7 @@ def _show(env: dict[str, str]) -> str:
             '{"approve": true, "by": "ana"}',
             {"approved_by": "ana", "outcome": "deployed", "version": "2.4.1"},
             1,
-        ),  # noqa: E501
+        ),
         ('{"approve": false, "reason": "freeze"}', {"outcome": "declined", "reason": "freeze"}, 0),
     ],
 )

@@ -214,3 +214,39 @@ def test_the_reaper_reads_past_a_history_it_cannot_decode(tmp_path: Path) -> Non
     assert reaped.returncode == 0, reaped.stderr
     assert reaped.stdout.splitlines()[-1] == "reaped 1 job (threshold 300 s)"
     assert rows(url)["zombie"].status == JobStatus.RETRYING
+
+
+@pytest.mark.parametrize(("as_text", "bad_hex"), [(False, "626164FF"), (True, "626164FF"), (False, "626164")])
+def test_a_sqlite_row_whose_id_is_not_utf8_text_is_set_aside_and_the_pool_goes_on(
+    tmp_path: Path, as_text: bool, bad_hex: str
+) -> None:
+    # Another client inserted rows whose id is a BLOB, or text that is not UTF-8: sqlite3 raises on
+    # fetching it as text, and no ``WHERE id = ?`` can find a BLOB. One is the oldest runnable row, the
+    # other a RUNNING row whose heartbeat stopped long ago (the reaper's business).
+    url = f"sqlite:///{tmp_path / 'agentlife.db'}"
+    create_jobs(url, "good")
+
+    def bad_id(suffix: str) -> str:
+        return f"CAST(X'{bad_hex}{suffix}' AS TEXT)" if as_text else f"X'{bad_hex}{suffix}'"
+
+    db = sqlite3.connect(tmp_path / "agentlife.db", isolation_level=None)
+    try:
+        columns = [r[1] for r in db.execute("PRAGMA table_info(job)")]
+        runnable = ", ".join("not_before - 100" if c == "not_before" else c for c in columns[1:])
+        stale = ", ".join({"status": "'RUNNING'", "heartbeat_at": "0"}.get(c, c) for c in columns[1:])
+        for id_sql, rest in ((bad_id(""), runnable), (bad_id("21"), stale)):
+            db.execute(
+                f"INSERT INTO job ({', '.join(columns)}) SELECT {id_sql}, {rest} FROM job WHERE id = 'good'"
+            )
+    finally:
+        db.close()
+    env = worker_env(tmp_path, url)
+    reaped = run_cli("reap", "--database-url", url, env=env)
+    assert reaped.returncode == 0, reaped.stderr
+    code, out = finish(spawn_worker(env, "--max-jobs", "1"))
+    assert code == 0, out
+    assert "Traceback" not in out and "internal error" not in out
+    listed = run_cli("job", "list", "--database-url", url, env=env)
+    assert listed.returncode == 0, listed.stderr
+    statuses = sorted(line.split()[2] for line in listed.stdout.splitlines()[1:])
+    assert statuses == ["COMPLETED", "DEAD_LETTER", "RUNNING"]  # the stale one is the operator's to mend

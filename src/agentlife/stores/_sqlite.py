@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sqlite3
 import threading
 import time
@@ -51,6 +52,31 @@ _ROW_COLUMNS = (
     *JSON_COLUMNS,
 )
 _JSON_AS_BYTES = ", ".join(f"CAST({name} AS BLOB)" for name in JSON_COLUMNS)
+_TEXT_COLUMNS = ("id", "agent_id", "status")
+_TEXT_AS_BYTES = ", ".join(f"CAST({name} AS BLOB)" for name in _TEXT_COLUMNS)
+
+
+def _text_columns(columns: dict[str, Any], *, id_type: str) -> dict[str, str]:
+    """Decode the text columns in place (bytes that are not UTF-8 with U+FFFD); the ones that did not decode.
+
+    An id that is not text at all (a BLOB inserted by another client) names no row ``WHERE id = ?`` can
+    find, so it is unreadable even when its bytes decode.
+    """
+    unreadable: dict[str, str] = {}
+    for name in _TEXT_COLUMNS:
+        raw = columns[name]
+        if raw is None:
+            continue
+        try:
+            columns[name] = bytes(raw).decode()
+        except UnicodeDecodeError:
+            columns[name] = bytes(raw).decode(errors="replace")
+            unreadable[name] = "not UTF-8 text"
+    if id_type != "text" and "id" not in unreadable:
+        unreadable["id"] = f"a {id_type}, not text"
+    return unreadable
+
+
 # A checkpoint never lands on a job that has ended: a terminal row is not rewritten by a late writer.
 _LIVE = f"status NOT IN ({', '.join(repr(str(s)) for s in TERMINAL)})"
 
@@ -293,17 +319,26 @@ class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps):
 
     # -- jobs -----------------------------------------------------------------------------------------
 
-    def _row(self, conn: sqlite3.Connection, job_id: str) -> JobRecord | None:
-        # The JSON columns as bytes: text that is not UTF-8 (written by another client) would make sqlite3
-        # raise on the fetch itself; `job_record` decodes each column and names those it cannot read.
+    def _row(
+        self, conn: sqlite3.Connection, job_id: str | None, *, rowid: int | None = None
+    ) -> JobRecord | None:
+        # Every text column as bytes: text that is not UTF-8 (written by another client) would make sqlite3
+        # raise on the fetch itself; `job_record` decodes each JSON column and names those it cannot read,
+        # `_text_columns` the id, the agent id and the status.
+        key, value = ("id", job_id) if rowid is None else ("rowid", rowid)
         row = conn.execute(
-            f"SELECT id, agent_id, status, attempt, checkpoint_id, checkpoint_crc, heartbeat_at, updated_at,"
-            f" not_before, {_JSON_AS_BYTES} FROM {self.tables.job} WHERE id = ?",
-            (job_id,),
+            f"SELECT {_TEXT_AS_BYTES}, attempt, checkpoint_id, checkpoint_crc, heartbeat_at, updated_at,"
+            f" not_before, {_JSON_AS_BYTES}, typeof(id) FROM {self.tables.job} WHERE {key} = ?",
+            (value,),
         ).fetchone()
         if row is None:
             return None
-        return job_record(dict(zip(_ROW_COLUMNS, row, strict=True)))
+        columns = dict(zip(_ROW_COLUMNS, row[:-1], strict=True))
+        unreadable = _text_columns(columns, id_type=row[-1])
+        record = job_record(columns)
+        if unreadable:
+            record = dataclasses.replace(record, unreadable={**unreadable, **record.unreadable})
+        return record
 
     async def get_job(self, job_id: str) -> JobRecord | None:
         return await self._run(lambda conn: self._row(conn, job_id))

@@ -103,7 +103,9 @@ class SQLiteJobOps:
 
         async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T: ...
 
-        def _row(self, conn: sqlite3.Connection, job_id: str) -> JobRecord | None: ...
+        def _row(
+            self, conn: sqlite3.Connection, job_id: str | None, *, rowid: int | None = None
+        ) -> JobRecord | None: ...
 
     async def _transaction(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         def run(conn: sqlite3.Connection) -> _T:
@@ -133,24 +135,26 @@ class SQLiteJobOps:
                 where, args = f"agent_id = ? AND {where}", (agent_id, now)
             set_aside: list[JobRecord] = []
             while len(set_aside) < SET_ASIDE_PER_CLAIM:
+                # By rowid: a row whose id another client wrote as a BLOB, or as text that is not UTF-8,
+                # cannot be found by its id, and must be set aside rather than stop every later claim.
                 row = conn.execute(
-                    f"SELECT id FROM {self.tables.job} WHERE {where} ORDER BY not_before, id LIMIT 1", args
+                    f"SELECT rowid FROM {self.tables.job} WHERE {where} ORDER BY not_before, id LIMIT 1", args
                 ).fetchone()
                 if row is None:
                     return None, set_aside
                 conn.execute(
                     f"UPDATE {self.tables.job} SET status = ?, attempt = attempt + 1, owner = ?,"
-                    " heartbeat_at = ?, updated_at = ? WHERE id = ?",
+                    " heartbeat_at = ?, updated_at = ? WHERE rowid = ?",
                     (str(JobStatus.RUNNING), self.owner, now, now, row[0]),
                 )
-                record = self._row(conn, row[0])
+                record = self._row(conn, None, rowid=row[0])
                 assert record is not None
                 if not record.unreadable:
-                    self._claimed.add(row[0])
+                    self._claimed.add(record.id)
                     return record, set_aside
                 conn.execute(
                     f"UPDATE {self.tables.job} SET status = ?, owner = NULL, error = ?, updated_at = ?"
-                    " WHERE id = ?",
+                    " WHERE rowid = ?",
                     (str(SET_ASIDE_STATUS), _append(record.error, set_aside_entry(record, now)), now, row[0]),
                 )
                 set_aside.append(record)
@@ -175,11 +179,11 @@ class SQLiteJobOps:
                 clauses.append("agent_id = ?")
                 args.append(agent_id)
             where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-            ids = conn.execute(
-                f"SELECT id FROM {self.tables.job}{where} ORDER BY updated_at DESC, id LIMIT ?",
+            rowids = conn.execute(
+                f"SELECT rowid FROM {self.tables.job}{where} ORDER BY updated_at DESC, id LIMIT ?",
                 (*args, limit),
             ).fetchall()
-            return [r for r in (self._row(conn, i) for (i,) in ids) if r is not None]
+            return [r for r in (self._row(conn, None, rowid=i) for (i,) in rowids) if r is not None]
 
         return await self._run(select)
 
@@ -196,11 +200,11 @@ class SQLiteJobOps:
 
         def count(conn: sqlite3.Connection) -> dict[str, int]:
             rows = conn.execute(
-                f"SELECT agent_id, count(*) FROM {self.tables.job}"
+                f"SELECT CAST(agent_id AS BLOB), count(*) FROM {self.tables.job}"
                 f" WHERE {_RUNNABLE} AND (not_before IS NULL OR not_before <= ?) GROUP BY agent_id",
                 (time.time(),),
             ).fetchall()
-            return {agent: n for agent, n in rows}
+            return {bytes(agent).decode(errors="replace"): n for agent, n in rows if agent is not None}
 
         return await self._run(count)
 
@@ -335,19 +339,23 @@ class SQLiteJobOps:
 
         def candidates(conn: sqlite3.Connection) -> list[tuple[str, str | None]]:
             at = time.time() if now is None else now
+            # Ids as bytes, and only those that are UTF-8 text: a row another client wrote with a BLOB id
+            # or undecodable text is set aside by the next claim, and must not stop the reaper meanwhile.
             rows = conn.execute(
-                f"SELECT id FROM {j} WHERE status = ? AND COALESCE(heartbeat_at, updated_at) < ? ORDER BY id",
+                f"SELECT CAST(id AS BLOB), NULL FROM {j} WHERE status = ? AND typeof(id) = 'text'"
+                " AND COALESCE(heartbeat_at, updated_at) < ? ORDER BY id",
                 (str(JobStatus.RUNNING), at - threshold_seconds),
             ).fetchall()
-            found: list[tuple[str, str | None]] = [(r[0], None) for r in rows]
+            found = _text_ids(rows)
             if dead_owners:
                 stale = {job_id for job_id, _ in found}
                 owned = conn.execute(
-                    f"SELECT id, owner FROM {j} WHERE status = ? AND owner LIKE ?"
-                    " AND COALESCE(heartbeat_at, updated_at) < ? ORDER BY id",
+                    f"SELECT CAST(id AS BLOB), CAST(owner AS BLOB) FROM {j} WHERE status = ?"
+                    " AND typeof(id) = 'text' AND owner LIKE ? AND COALESCE(heartbeat_at, updated_at) < ?"
+                    " ORDER BY id",
                     (str(JobStatus.RUNNING), f"{socket.gethostname()}:%", at - fresh),
                 ).fetchall()
-                found += [(i, o) for i, o in owned if i not in stale and owner_is_gone(o)]
+                found += [(i, o) for i, o in _text_ids(owned) if i not in stale and o and owner_is_gone(o)]
             return found
 
         def reap_one(job_id: str, gone: str | None) -> Callable[[sqlite3.Connection], ReapDecision | None]:
@@ -365,7 +373,7 @@ class SQLiteJobOps:
                     return None  # a heartbeat came in meanwhile
                 window = constants.budget.circuit_window_seconds
                 histories = conn.execute(
-                    f"SELECT error FROM {j} WHERE agent_id = ? AND updated_at >= ?",
+                    f"SELECT CAST(error AS BLOB) FROM {j} WHERE agent_id = ? AND updated_at >= ?",
                     (row.agent_id, at - window),
                 ).fetchall()
                 crashes = crash_count(decode_histories(h for (h,) in histories), at - window)
@@ -425,3 +433,14 @@ def _append(history: list[dict[str, Any]], entry: dict[str, Any]) -> str:
 
 def _json(value: Any) -> str:
     return orjson.dumps(value).decode()
+
+
+def _text_ids(rows: Sequence[tuple[bytes, bytes | None]]) -> list[tuple[str, str | None]]:
+    """(id, owner) of the rows whose id and owner are UTF-8 text; the others are left out."""
+    out: list[tuple[str, str | None]] = []
+    for raw_id, raw_owner in rows:
+        try:
+            out.append((bytes(raw_id).decode(), None if raw_owner is None else bytes(raw_owner).decode()))
+        except UnicodeDecodeError:
+            continue
+    return out
