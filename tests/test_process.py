@@ -41,6 +41,9 @@ def test_sigterm_between_steps_exits_143_promptly(tmp_path: Path) -> None:
     assert doc["state"]["done_steps"] == list(range(doc["next_step"]))  # type: ignore[index]
     logs = json_lines(output)
     assert any(line.get("msg") == "drain requested by SIGTERM" for line in logs)
+    # The transition is logged from the signal receiver's task, and still names the job.
+    (moved,) = [line for line in logs if line.get("transition_to") == "DRAINING"]
+    assert (moved["job_id"], moved["attempt"], moved["transition_from"]) == ("job-p", 1, "EXECUTING")
 
 
 def test_sigterm_inside_a_tool_that_finishes_in_time(tmp_path: Path) -> None:

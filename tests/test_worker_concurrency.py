@@ -161,6 +161,9 @@ def test_sigterm_drains_every_running_job_inside_one_grace_period_and_each_row_r
     lines = json_lines(out)
     cancelled = [line for line in lines if str(line.get("msg")).startswith("step 0 cancelled at the drain")]
     assert sorted(str(line["job_id"]) for line in cancelled) == ids
+    # Each job's move to DRAINING is logged from the signal's task, and names that job, not the worker.
+    moved = [line for line in lines if line.get("transition_to") == "DRAINING"]
+    assert sorted(str(line.get("job_id")) for line in moved) == ids
     handed_back = rows(sqlite_url)
     assert {(r.status, r.attempt) for r in handed_back.values()} == {(JobStatus.PENDING, 1)}
     # Every row resumes: a next worker (gates open) finishes all three.

@@ -131,7 +131,9 @@ class Runtime:
             self.services.journal.append("DRAIN_STARTED", reason=reason)
         state = self._drained_in = self.state
         if state in (State.BOOTING, State.HYDRATING, State.READY, State.EXECUTING):
-            self.events.machine.move(State.DRAINING, reason)
+            # Called from the signal receiver's task, outside the job's: its log line names the job too.
+            with job_log_context(self.events.board.log_fields):
+                self.events.machine.move(State.DRAINING, reason)
 
     async def run(self) -> int:
         """Run the lifecycle to TERMINATED and return the exit code."""
