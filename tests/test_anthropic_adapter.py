@@ -518,3 +518,14 @@ def _assembled(turn: ScriptedTurn) -> LLMReply:
     for scripted in turn.stream_events(model="m", messages=[]):
         assembler.feed(scripted.event)
     return assembler.reply()
+
+
+async def test_line_separators_inside_the_text_are_text_not_sse_line_breaks(
+    server: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    # The server's JSON carries U+2028, U+2029, U+0085, form feed and vertical tab raw; SSE ends lines at
+    # CR and LF only, so none of them may cut an event in two (a lost delta would be a silently wrong reply).
+    text = "one\u2028two\u2029three\x85four\x0cfive\x0bsix\x1cseven"
+    server.enqueue(ScriptedTurn.text(text, chunks=3))
+    reply = await ask(llm)
+    assert reply.text == text

@@ -40,6 +40,7 @@ from agentlife._llm._messages_http import (
     error_for_status,
     not_a_stream,
     parse_retry_after,
+    raise_for_error_event,
     sse_events,
 )
 from agentlife._llm._pricing import PriceTable
@@ -418,6 +419,7 @@ class AnthropicLLM:
             raise PermanentError(self._redact(not_a_stream(where, stream.response.status_code, content_type)))
         try:
             async for event in sse_events(stream.response):
+                raise_for_error_event(event, self._redactor)
                 yield event
         except Exception as exc:
             if isinstance(exc, CallError) or not classify(exc).retryable:

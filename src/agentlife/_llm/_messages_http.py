@@ -46,6 +46,7 @@ __all__ = [
     "error_for_status",
     "not_a_stream",
     "parse_retry_after",
+    "raise_for_error_event",
     "sse_events",
 ]
 
@@ -101,12 +102,24 @@ def error_for_status(
     )
 
 
-def error_for_event(error: Mapping[str, Any]) -> CallError:
-    """The agentlife error for an ``error`` event sent in the middle of a stream."""
+def error_for_event(error: Mapping[str, Any], redactor: Redactor | None = None) -> CallError:
+    """The agentlife error for an ``error`` event sent in the middle of a stream.
+
+    ``redactor`` masks what the server put in the message (a server may echo the key it was sent).
+    """
     error_type = str(error.get("type") or "api_error")
     status = ERROR_TYPE_STATUS.get(error_type, 500)
-    message = error.get("message")
-    return error_for_status(status, error_type=error_type, message=str(message) if message else None)
+    message = str(error.get("message") or "") or None
+    if message is not None and redactor is not None:
+        message = redactor.redact(message)
+    return error_for_status(status, error_type=error_type, message=message)
+
+
+def raise_for_error_event(event: Mapping[str, Any], redactor: Redactor) -> None:
+    """Raise the error an ``error`` event stands for, its message masked; other events pass."""
+    if event.get("type") == "error":
+        error = event.get("error")
+        raise error_for_event(error if isinstance(error, Mapping) else {}, redactor)
 
 
 def error_details(body: Any) -> tuple[str | None, str | None]:
@@ -328,6 +341,7 @@ class MessagesHTTP:
             raise PermanentError(self._redact(not_a_stream(self.where, response.status_code, content_type)))
         try:
             async for event in sse_events(response):
+                raise_for_error_event(event, self._redactor)
                 yield event
         except Exception as exc:
             if isinstance(exc, CallError) or not classify(exc).retryable:
