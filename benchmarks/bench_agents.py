@@ -46,3 +46,15 @@ class ModelBoundAgent(AgentProcess):
     async def step(self, ctx: StepContext) -> Done | None:
         await anyio.sleep(float(os.environ.get("BENCH_MODEL_SECONDS", "1.0")))
         return Done()
+
+
+class FirstCallAgent(AgentProcess):
+    """One step that makes one model call through the default ``make_llm()``: spawn -> first request."""
+
+    agent_id = "first-call"
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        reply = await ctx.llm.complete(
+            model="claude-sonnet-agentlife-bench", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+        )
+        return Done(result={"text": reply.text})

@@ -1,11 +1,16 @@
-"""The Anthropic adapter: the real ``anthropic`` SDK against `FakeAnthropicServer` on 127.0.0.1."""
+"""The Anthropic adapter against `FakeAnthropicServer` on 127.0.0.1, over both of its transports.
+
+Every test that takes the ``transport`` fixture runs twice: over agentlife's own HTTP client (httpx, the
+default) and through a real ``anthropic.AsyncAnthropic`` passed as ``client=``, so both stay one behaviour.
+"""
 
 from __future__ import annotations
 
 import logging
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import anyio
 import orjson
@@ -44,11 +49,39 @@ async def server() -> AsyncIterator[FakeAnthropicServer]:
         yield fake
 
 
+MakeLLM = Callable[..., AnthropicLLM]
+
+
+@pytest.fixture(params=["httpx", "sdk"])
+async def make_llm(request: pytest.FixtureRequest) -> AsyncIterator[MakeLLM]:
+    """Builds `AnthropicLLM`s over the transport of this run; closes them (and their SDK clients) after."""
+    built: list[AnthropicLLM] = []
+    sdks: list[Any] = []
+
+    def make(api_key: str = KEY, base_url: str | None = None, **options: Any) -> AnthropicLLM:
+        if request.param == "sdk":
+            import anthropic
+
+            sdk = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url)
+            sdks.append(sdk)
+            llm = AnthropicLLM(client=sdk, **options)
+            assert llm.uses_sdk
+        else:
+            llm = AnthropicLLM(api_key=api_key, base_url=base_url, **options)
+            assert not llm.uses_sdk
+        built.append(llm)
+        return llm
+
+    yield make
+    for llm in built:
+        await llm.aclose()
+    for sdk in sdks:
+        await sdk.close()
+
+
 @pytest.fixture
-async def llm(server: FakeAnthropicServer) -> AsyncIterator[AnthropicLLM]:
-    client = AnthropicLLM(api_key=KEY, base_url=server.base_url, timeouts=FAST)
-    yield client
-    await client.aclose()
+async def llm(server: FakeAnthropicServer, make_llm: MakeLLM) -> AnthropicLLM:
+    return make_llm(base_url=server.base_url, timeouts=FAST)
 
 
 async def ask(llm: AnthropicLLM, timeouts: StreamTimeouts = FAST, **params: object) -> LLMReply:
@@ -213,14 +246,13 @@ async def test_400_is_permanent_and_not_retried(server: FakeAnthropicServer, llm
     assert len(server.requests) == 1
 
 
-async def test_401_is_a_configuration_error_that_never_shows_the_key(server: FakeAnthropicServer) -> None:
+async def test_401_is_a_configuration_error_that_never_shows_the_key(
+    server: FakeAnthropicServer, make_llm: MakeLLM
+) -> None:
     wrong = "sk-ant-api03-wrong-key-abcdefghijklmnop"
-    client = AnthropicLLM(api_key=wrong, base_url=server.base_url)
-    try:
-        with pytest.raises(LLMConfigurationError) as caught:
-            await retry_call(lambda: ask(client), initial=0.01)
-    finally:
-        await client.aclose()
+    client = make_llm(api_key=wrong, base_url=server.base_url)
+    with pytest.raises(LLMConfigurationError) as caught:
+        await retry_call(lambda: ask(client), initial=0.01)
     assert "401" in str(caught.value)
     assert wrong not in str(caught.value)
     assert wrong not in repr(caught.value)
@@ -237,15 +269,12 @@ async def test_an_error_event_mid_stream_is_mapped(server: FakeAnthropicServer, 
         await ask(llm)
 
 
-async def test_an_unreachable_server_is_transient_and_keyless() -> None:
+async def test_an_unreachable_server_is_transient_and_keyless(make_llm: MakeLLM) -> None:
     async with FakeAnthropicServer() as gone:
         url = gone.base_url
-    client = AnthropicLLM(api_key=KEY, base_url=url)
-    try:
-        with pytest.raises(TransientError, match="cannot reach the Anthropic API") as caught:
-            await ask(client)
-    finally:
-        await client.aclose()
+    client = make_llm(base_url=url)
+    with pytest.raises(TransientError, match="cannot reach the Anthropic API at http://127") as caught:
+        await ask(client)
     assert KEY not in str(caught.value)
 
 
@@ -489,3 +518,14 @@ def _assembled(turn: ScriptedTurn) -> LLMReply:
     for scripted in turn.stream_events(model="m", messages=[]):
         assembler.feed(scripted.event)
     return assembler.reply()
+
+
+async def test_line_separators_inside_the_text_are_text_not_sse_line_breaks(
+    server: FakeAnthropicServer, llm: AnthropicLLM
+) -> None:
+    # The server's JSON carries U+2028, U+2029, U+0085, form feed and vertical tab raw; SSE ends lines at
+    # CR and LF only, so none of them may cut an event in two (a lost delta would be a silently wrong reply).
+    text = "one\u2028two\u2029three\x85four\x0cfive\x0bsix\x1cseven"
+    server.enqueue(ScriptedTurn.text(text, chunks=3))
+    reply = await ask(llm)
+    assert reply.text == text

@@ -2,8 +2,8 @@
 
 Most tests stream a `ScriptedLLM` (the real adapter's stream guard and assembler over scripted events)
 through a `StepContext` on a real journal; the runs that need the whole process around the step (a
-crash and a resume, a drain) use `AgentHarness`; one streams the real ``anthropic`` SDK from
-`FakeAnthropicServer` over HTTP.
+crash and a resume, a drain) use `AgentHarness`; two stream `AnthropicLLM` from `FakeAnthropicServer` over
+HTTP, each over both transports: agentlife's own httpx client and a real ``anthropic.AsyncAnthropic``.
 """
 
 from __future__ import annotations
@@ -307,14 +307,26 @@ async def test_a_drain_during_a_stream_cancels_the_step_like_complete(agent_harn
     assert "DRAIN_STARTED" in types and "LLM_STARTED" in types and "LLM_COMPLETED" not in types
 
 
-@pytest.fixture(scope="module")
-def _anthropic_imported() -> None:
-    import anthropic  # noqa: F401
+@pytest.fixture(params=["httpx", "sdk"])
+async def anthropic_llm(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """Builds an `AnthropicLLM` for a base URL over this run's transport (an SDK client is closed after)."""
+    sdks: list[Any] = []
+
+    def make(base_url: str) -> AnthropicLLM:
+        if request.param == "httpx":
+            return AnthropicLLM(api_key=KEY, base_url=base_url)
+        import anthropic
+
+        sdks.append(anthropic.AsyncAnthropic(api_key=KEY, base_url=base_url))
+        return AnthropicLLM(client=sdks[-1])
+
+    yield make
+    for sdk in sdks:
+        await sdk.close()
 
 
-@pytest.mark.usefixtures("_anthropic_imported")
-async def test_the_real_sdk_streams_deltas_before_the_server_finished_sending(
-    tmp_path: Path,
+async def test_a_real_stream_hands_deltas_on_before_the_server_finished_sending(
+    tmp_path: Path, anthropic_llm: Any
 ) -> None:
     turn = ScriptedTurn.reply(
         [
@@ -328,7 +340,7 @@ async def test_the_real_sdk_streams_deltas_before_the_server_finished_sending(
     async with FakeAnthropicServer([turn], api_key=KEY) as server:
         seen_completed: list[int] = []
         agent = Streamer(
-            AnthropicLLM(api_key=KEY, base_url=server.base_url),
+            anthropic_llm(server.base_url),
             on_first_text=lambda: seen_completed.append(server.completed),
         )
         run = await AgentHarness(tmp_path / "a").run(agent)
@@ -342,10 +354,7 @@ async def test_the_real_sdk_streams_deltas_before_the_server_finished_sending(
     assert server.requests[0].headers.get("x-agentlife-invocation") == "job-1/0/0"
 
 
-@pytest.mark.usefixtures("_anthropic_imported")
-async def test_leaving_a_real_stream_early_closes_the_connection(
-    tmp_path: Path,
-) -> None:
+async def test_leaving_a_real_stream_early_closes_the_connection(tmp_path: Path, anthropic_llm: Any) -> None:
     class Quitter(AgentProcess):
         agent_id = "quitter"
 
@@ -364,7 +373,7 @@ async def test_leaving_a_real_stream_early_closes_the_connection(
             return Done(result={"reply": s.reply is not None})
 
     async with FakeAnthropicServer([ScriptedTurn.stall("a b c d", after_chunks=2)], api_key=KEY) as server:
-        agent = Quitter(AnthropicLLM(api_key=KEY, base_url=server.base_url))
+        agent = Quitter(anthropic_llm(server.base_url))
         run = await AgentHarness(tmp_path / "a").run(
             agent, env={"AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS": "60000"}
         )

@@ -36,7 +36,6 @@ PROVIDERS: dict[str, Provider] = {
             "anthropic",
             "agentlife._llm._anthropic:AnthropicLLM",
             key_variable="ANTHROPIC_API_KEY",
-            preload=("anthropic",),
             hint="plus ANTHROPIC_BASE_URL for a proxy or a fake server",
         ),
         Provider("openai", "agentlife._llm._openai:OpenAICompatibleLLM", key_variable=None),

@@ -83,3 +83,17 @@ class StubbornToolAgent(AgentProcess):
         fn = loop_blocking_tool if os.environ.get("TEST_TOOL") == "loop" else sleeping_sync_tool
         await ctx.call_tool(fn, seconds=seconds)
         return Done(result="finished")
+
+
+class ModulesAgent(AgentProcess):
+    """One LLM call through the default ``make_llm()``; writes which client modules the process loaded."""
+
+    agent_id = "modules"
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        import sys
+
+        reply = await ctx.llm.complete(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "x"}])
+        loaded = sorted(name for name in ("anthropic", "httpx", "openai") if name in sys.modules)
+        _marker("modules", " ".join(loaded))
+        return Done(result={"text": reply.text})

@@ -1,7 +1,10 @@
 """The Anthropic adapter: `AnthropicLLM`, streaming through the progress guard.
 
-The official ``anthropic`` SDK sends the request (``max_retries=0``: agentlife retries, inside the step
-and run budgets) and the adapter reads the raw Server-Sent Events of the streaming Messages API itself,
+By default the request goes over plain HTTP (`agentlife._llm._messages_http`, httpx): a streaming
+``POST /v1/messages`` with the headers the SDK sends, without paying two to three seconds of
+``import anthropic``. An ``anthropic.AsyncAnthropic`` client passed as ``client=`` is used instead (with
+``max_retries=0``), for its own configuration: a custom httpx client, proxies, Bedrock or Vertex. Either
+way agentlife retries, inside the step and run budgets, and reads the raw Server-Sent Events itself,
 because the SDK's event iterator drops ``ping`` events and a long extended-thinking pause is *only* pings:
 the inter-chunk clock must see them. Every event passes through `guard_stream`, which closes the HTTP
 response on a timeout or a cancellation, so the server sees the disconnect at once.
@@ -14,28 +17,32 @@ becomes ``{}`` in the block and is named in ``LLMReply.tool_input_errors``, so n
 
 A ``200`` that is not ``text/event-stream`` (a proxy's HTML page, a JSON body) is a `PermanentError`
 naming the content type at once: retrying cannot turn it into a stream.
-
-``anthropic`` (about 1.5-2 s to import) is imported, and its client built, on a worker thread at the
-first call: never when agentlife is imported, never on the event loop.
 """
 
 from __future__ import annotations
 
-import email.utils
 import logging
-import math
 import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
-import anyio
-import anyio.to_thread
 import orjson
 
 from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
 from agentlife._llm._guard import guard_stream, stream_timeouts_from_env
+from agentlife._llm._messages_http import (
+    MessagesHTTP,
+    ResponseHolder,
+    describe,
+    error_details,
+    error_for_event,
+    error_for_status,
+    not_a_stream,
+    parse_retry_after,
+    raise_for_error_event,
+    sse_events,
+)
 from agentlife._llm._pricing import PriceTable
 from agentlife._llm._protocol import (
     CURRENT_CALL,
@@ -49,8 +56,8 @@ from agentlife._llm._protocol import (
     cut_off_tool_use,
     json_kind,
 )
-from agentlife._redact import Redactor
-from agentlife._retry import classify, error_for_http_status
+from agentlife._redact import Redactor, url_password
+from agentlife._retry import classify
 
 __all__ = [
     "AnthropicLLM",
@@ -65,83 +72,10 @@ __all__ = [
 
 _log = logging.getLogger("agentlife.llm")
 
-#: The HTTP status each error ``type`` of the Messages API stands for, for errors sent mid-stream.
-ERROR_TYPE_STATUS: Mapping[str, int] = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "billing_error": 402,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "timeout_error": 504,
-    "overloaded_error": 529,
-}
 _NO_KEY = (
     "ANTHROPIC_API_KEY is not set: export it (and ANTHROPIC_BASE_URL for a proxy), pass api_key= to "
     "AnthropicLLM, or return a ScriptedLLM from make_llm() to run without a model"
 )
-
-
-# --- errors -------------------------------------------------------------------------------------------
-
-
-def error_for_status(
-    status: int,
-    *,
-    error_type: str | None = None,
-    message: str | None = None,
-    retry_after: float | None = None,
-) -> CallError:
-    """The agentlife error for an HTTP error status of the Messages API.
-
-    429, 529, 408/409 and 5xx give `TransientError` (with ``retry_after`` when the server said),
-    401/403 `LLMConfigurationError`, any other status `PermanentError`. The returned exception carries
-    ``status_code``.
-    """
-    return error_for_http_status(
-        status,
-        api="Anthropic API",
-        key_variable="ANTHROPIC_API_KEY",
-        error_type=error_type,
-        message=message,
-        retry_after=retry_after,
-    )
-
-
-def error_for_event(error: Mapping[str, Any]) -> CallError:
-    """The agentlife error for an ``error`` event sent in the middle of a stream."""
-    error_type = str(error.get("type") or "api_error")
-    status = ERROR_TYPE_STATUS.get(error_type, 500)
-    message = error.get("message")
-    return error_for_status(status, error_type=error_type, message=str(message) if message else None)
-
-
-def parse_retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), if any."""
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms:
-        try:
-            return _non_negative(float(raw_ms) / 1000.0)
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    try:
-        return _non_negative(float(raw))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _non_negative(value: float) -> float | None:
-    return value if math.isfinite(value) and value >= 0 else None
 
 
 # --- assembling a reply ---------------------------------------------------------------------------------
@@ -352,13 +286,18 @@ class AnthropicLLM:
     Args:
         api_key: the API key; None reads ``ANTHROPIC_API_KEY``. Without one, the first `complete`
             raises `LLMConfigurationError` (constructing the client never fails for that).
-        base_url: the API root; None reads ``ANTHROPIC_BASE_URL`` (a proxy, or a `FakeAnthropicServer`).
+        base_url: the API root; None reads ``ANTHROPIC_BASE_URL`` (a proxy, or a `FakeAnthropicServer`),
+            and without it ``https://api.anthropic.com``.
         prices: the price table for ``LLMReply.cost_usd`` (default `PriceTable.default`).
         http_timeout: the HTTP client's own timeout in seconds, a backstop behind the stream guard;
-            None keeps the SDK's default.
+            None keeps the SDK's default (600 s, 5 s to connect).
         timeouts: the stream timeouts used when `complete` gets none; None reads
             ``AGENTLIFE_LLM_*_TIMEOUT_SECONDS`` (defaults 30 / 60 / 300 s).
         env: where to read the variables above (default `os.environ`).
+        client: an ``anthropic.AsyncAnthropic`` (or another async client of the ``anthropic`` SDK) to send
+            the requests instead of agentlife's own HTTP client. It is used as
+            ``client.with_options(max_retries=0)``, with its own key, base URL and HTTP settings; it stays
+            yours to close. None (the default) sends them with httpx and never imports ``anthropic``.
 
     Example:
         >>> llm = AnthropicLLM(api_key="sk-ant-test", base_url="http://127.0.0.1:8080")
@@ -379,20 +318,35 @@ class AnthropicLLM:
         http_timeout: float | None = None,
         timeouts: StreamTimeouts | None = None,
         env: Mapping[str, str] | None = None,
+        client: Any = None,
     ) -> None:
         env = os.environ if env is None else env
-        self._api_key = api_key if api_key is not None else (env.get("ANTHROPIC_API_KEY") or None)
-        self._base_url = base_url if base_url is not None else (env.get("ANTHROPIC_BASE_URL") or None)
         self.prices = prices if prices is not None else PriceTable.default()
         self.timeouts = timeouts if timeouts is not None else stream_timeouts_from_env(env)
-        self._http_timeout = http_timeout
-        self._redactor = Redactor([self._api_key] if self._api_key else [])
-        self._sdk: Any = None
-        self._module: Any = None
+        self._sdk: Any = None if client is None else _without_retries(client, http_timeout)
+        if client is not None:
+            self._api_key = api_key if api_key is not None else (getattr(client, "api_key", None) or None)
+            self._base_url: str | None = str(client.base_url)
+            secrets = [self._api_key or "", str(getattr(client, "auth_token", None) or "")]
+        else:
+            self._api_key = api_key if api_key is not None else (env.get("ANTHROPIC_API_KEY") or None)
+            self._base_url = base_url if base_url is not None else (env.get("ANTHROPIC_BASE_URL") or None)
+            secrets = [self._api_key or ""]
+        password = url_password(self._base_url or "")
+        self._redactor = Redactor([s for s in secrets if s], url_passwords=[password] if password else [])
+        self._http: MessagesHTTP | None = None
+        if client is None and self._api_key:
+            self._http = MessagesHTTP(self._api_key, self._base_url, http_timeout, self._redactor)
 
     def __repr__(self) -> str:
         key = "'***'" if self._api_key else "None"
-        return f"{type(self).__name__}(base_url={self._base_url!r}, api_key={key})"
+        where = self._redact(self._base_url) if self._base_url else None
+        return f"{type(self).__name__}(base_url={where!r}, api_key={key})"
+
+    @property
+    def uses_sdk(self) -> bool:
+        """Whether requests go through an ``anthropic`` SDK client passed as ``client=`` (else httpx)."""
+        return self._sdk is not None
 
     async def complete(
         self,
@@ -407,8 +361,9 @@ class AnthropicLLM:
         """Stream one Messages API call and return the whole reply.
 
         ``params`` go to ``messages.create`` unchanged (``system``, ``tools``, ``tool_choice``,
-        ``thinking``, ``stop_sequences``, ``metadata``, ``extra_headers`` ...). Inside a step the request
-        carries the call's ``{job_id}/{step}/{call}`` in the ``x-agentlife-invocation`` header.
+        ``thinking``, ``stop_sequences``, ``metadata``, ``extra_headers``, ``extra_body``,
+        ``extra_query`` ...). Inside a step the request carries the call's ``{job_id}/{step}/{call}`` in
+        the ``x-agentlife-invocation`` header.
 
         Raises:
             LLMTimeout: connect, inter-chunk or total timeout (the response is closed first).
@@ -419,14 +374,14 @@ class AnthropicLLM:
         """
         if "stream" in params:
             raise TypeError("AnthropicLLM.complete always streams; do not pass stream=")
-        sdk, module = await self._client()
         address = CURRENT_CALL.get()
         if address is not None:
             params["extra_headers"] = {INVOCATION_HEADER: str(address), **(params.get("extra_headers") or {})}
         request = {"model": model, "messages": _api_messages(messages), "max_tokens": max_tokens, **params}
-        holder = _ResponseHolder()
+        request["stream"] = True
+        holder = ResponseHolder()
         return await collect_reply(
-            self._events(sdk, module, holder, request),
+            await self._source(holder, request),
             timeouts or self.timeouts,
             close=holder.aclose,
             prices=self.prices,
@@ -435,70 +390,45 @@ class AnthropicLLM:
         )
 
     async def aclose(self) -> None:
-        """Close the SDK client and its connection pool (idempotent)."""
-        sdk, self._sdk = self._sdk, None
-        if sdk is not None:
-            with anyio.move_on_after(5.0, shield=True):
-                await sdk.close()
+        """Close agentlife's HTTP client and its connection pool (idempotent); a client passed is yours."""
+        if self._http is not None:
+            await self._http.aclose()
 
-    async def _client(self) -> tuple[Any, Any]:
-        if self._sdk is None:
-            if not self._api_key:
-                raise LLMConfigurationError(_NO_KEY)
-            # Importing the SDK takes seconds of CPU and building its client ~0.1 s (TLS context):
-            # both on a worker thread, never on the event loop.
-            module, sdk = await anyio.to_thread.run_sync(self._make_sdk)
-            if self._sdk is None:
-                self._module, self._sdk = module, sdk
-        return self._sdk, self._module
+    async def _source(self, holder: ResponseHolder, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """The events of ``request``: from the SDK client passed, else over httpx (built off the clock)."""
+        if self._sdk is not None:
+            return self._sdk_events(holder, request)
+        if self._http is None:
+            raise LLMConfigurationError(_NO_KEY)
+        await self._http.prepare()
+        return self._http.events(holder, request)
 
-    def _make_sdk(self) -> tuple[Any, Any]:
-        import anthropic
-
-        options: dict[str, Any] = {} if self._http_timeout is None else {"timeout": self._http_timeout}
-        sdk = anthropic.AsyncAnthropic(
-            api_key=self._api_key, base_url=self._base_url, max_retries=0, **options
-        )
-        return anthropic, sdk
-
-    async def _events(
-        self, sdk: Any, module: Any, holder: _ResponseHolder, request: dict[str, Any]
+    async def _sdk_events(
+        self, holder: ResponseHolder, request: dict[str, Any]
     ) -> AsyncIterator[dict[str, Any]]:
+        import anthropic  # loaded already: the caller built its client with it
+
         try:
-            stream = await sdk.messages.create(**request, stream=True)
-        except module.AnthropicError as exc:
-            raise self._map_sdk_error(exc, module) from exc
+            stream = await self._sdk.messages.create(**request)
+        except anthropic.AnthropicError as exc:
+            raise self._map_sdk_error(exc, anthropic) from exc
         holder.response = stream.response
-        self._check_content_type(stream.response)
+        content_type = str(stream.response.headers.get("content-type", ""))
+        if "text/event-stream" not in content_type.lower():
+            where = self._base_url or "the default endpoint"
+            raise PermanentError(self._redact(not_a_stream(where, stream.response.status_code, content_type)))
         try:
             async for event in sse_events(stream.response):
+                raise_for_error_event(event, self._redactor)
                 yield event
         except Exception as exc:
             if isinstance(exc, CallError) or not classify(exc).retryable:
                 raise
-            raise TransientError(self._redact(f"the Anthropic stream broke: {_describe(exc)}")) from exc
-
-    def _check_content_type(self, response: Any) -> None:
-        """A 200 that is not a stream of events (a proxy's login page, a JSON body) fails at once.
-
-        Read as a stream it would hold no event and look like a dropped connection, retried until the
-        step budget ran out; no retry can turn it into a stream.
-        """
-        content_type = str(response.headers.get("content-type", ""))
-        if "text/event-stream" in content_type.lower():
-            return
-        where = self._base_url or "the default endpoint"
-        raise PermanentError(
-            self._redact(
-                f"the Anthropic API at {where} answered {response.status_code} with "
-                f"{content_type or 'no content type'}, not a stream of SSE (Server-Sent Events): is "
-                "ANTHROPIC_BASE_URL the API's root (a proxy's login or error page?)"
-            )
-        )
+            raise TransientError(self._redact(f"the Anthropic stream broke: {describe(exc)}")) from exc
 
     def _map_sdk_error(self, exc: Exception, module: Any) -> CallError:
         if isinstance(exc, module.APIStatusError):
-            error_type, message = _error_details(exc.body)
+            error_type, message = error_details(exc.body)
             return error_for_status(
                 exc.status_code,
                 error_type=error_type,
@@ -509,13 +439,27 @@ class AnthropicLLM:
             return TransientError("the Anthropic API request timed out (HTTP client timeout)")
         if isinstance(exc, module.APIConnectionError):
             cause = exc.__cause__
-            detail = _describe(cause) if cause is not None else str(exc)
+            detail = describe(cause) if cause is not None else str(exc)
             where = self._base_url or "the default endpoint"
             return TransientError(self._redact(f"cannot reach the Anthropic API at {where}: {detail}"))
-        return PermanentError(self._redact(f"Anthropic SDK error: {_describe(exc)}"))
+        return PermanentError(self._redact(f"Anthropic SDK error: {describe(exc)}"))
 
     def _redact(self, text: str) -> str:
         return self._redactor.redact(text)
+
+
+def _without_retries(client: Any, http_timeout: float | None) -> Any:
+    """``client`` as agentlife uses it: its own retries off (agentlife retries inside the budgets)."""
+    # AsyncAnthropic, AsyncAnthropicBedrock and AsyncAnthropicVertex all derive from the SDK's async base;
+    # a sync client would hand back a stream that cannot be awaited.
+    if not any(cls.__name__ == "AsyncAPIClient" for cls in type(client).__mro__):
+        raise TypeError(
+            f"AnthropicLLM(client=...) takes an anthropic.AsyncAnthropic, not {type(client).__name__}"
+        )
+    options: dict[str, Any] = {"max_retries": 0}
+    if http_timeout is not None:
+        options["timeout"] = http_timeout
+    return client.with_options(**options)
 
 
 def _api_messages(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -538,74 +482,3 @@ def _without_partial_json(block: Any) -> Any:
     if isinstance(block, Mapping) and "partial_json" in block:
         return {key: value for key, value in block.items() if key != "partial_json"}
     return block
-
-
-class _ResponseHolder:
-    """The HTTP response of one call once its headers arrived, so the guard can close it."""
-
-    __slots__ = ("response",)
-
-    def __init__(self) -> None:
-        self.response: Any = None
-
-    async def aclose(self) -> None:
-        response, self.response = self.response, None
-        if response is not None:
-            await response.aclose()
-
-
-async def sse_events(response: Any) -> AsyncIterator[dict[str, Any]]:
-    """Decode the Server-Sent Events of a streaming response into event dicts, pings included.
-
-    An SSE comment line (``: keep-alive``) is yielded as ``{"type": "ping"}`` too: it is progress on
-    the wire, and the guard should count it like the API's own ``ping`` events.
-    """
-    name: str | None = None
-    data: list[str] = []
-    async for line in response.aiter_lines():
-        if not line:
-            if data:
-                event = _decode_event(name, data)
-                if event is not None:
-                    yield event
-            name, data = None, []
-        elif line.startswith(":"):
-            yield {"type": "ping"}
-        else:
-            field, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if field == "event":
-                name = value
-            elif field == "data":
-                data.append(value)
-    if data:
-        event = _decode_event(name, data)
-        if event is not None:
-            yield event
-
-
-def _decode_event(name: str | None, data: list[str]) -> dict[str, Any] | None:
-    try:
-        event = orjson.loads("\n".join(data))
-    except orjson.JSONDecodeError:
-        _log.debug("ignoring an SSE event whose data is not JSON (event %r)", name)
-        return None
-    if not isinstance(event, dict):
-        return None
-    if "type" not in event and name:
-        event["type"] = name
-    return event
-
-
-def _error_details(body: Any) -> tuple[str | None, str | None]:
-    if isinstance(body, Mapping):
-        error = body.get("error")
-        if isinstance(error, Mapping):
-            error_type, message = error.get("type"), error.get("message")
-            return (str(error_type) if error_type else None, str(message) if message else None)
-    return None, None
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
