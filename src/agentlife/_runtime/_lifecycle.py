@@ -18,7 +18,6 @@ import logging
 import os
 from collections.abc import Mapping
 
-import anyio
 import anyio.abc
 
 from agentlife._agent import AgentProcess, Job
@@ -131,8 +130,7 @@ class Runtime:
             self.services.journal.append("DRAIN_STARTED", reason=reason)
         state = self._drained_in = self.state
         if state in (State.BOOTING, State.HYDRATING, State.READY, State.EXECUTING):
-            # Called from the signal receiver's task, outside the job's: its log line names the job too.
-            with job_log_context(self.events.board.log_fields):
+            with job_log_context(self.events.board.log_fields):  # the signal's task: name the job
                 self.events.machine.move(State.DRAINING, reason)
 
     async def run(self) -> int:
