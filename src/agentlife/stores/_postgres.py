@@ -33,15 +33,16 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
-from agentlife.stores._events import PostgresEventOps, pg_event_schema
+from agentlife.stores._events import PostgresEventOps
 from agentlife.stores._jobs import TERMINAL, expected_statuses
-from agentlife.stores._pg_jobs import JOB_COLUMNS, PostgresJobOps, pg_job_schema
+from agentlife.stores._pg_jobs import JOB_COLUMNS, PostgresJobOps
 from agentlife.stores._pg_jobs import dumps as _dumps
 from agentlife.stores._pg_jobs import loads as _loads
 from agentlife.stores._pg_jobs import record as _record
 from agentlife.stores._pg_listen import PgListener, notify_call
+from agentlife.stores._pg_schema import pg_schema as _schema
 from agentlife.stores._pg_statements import write_checkpoint_sql
-from agentlife.stores._waits import PostgresWaitOps, pg_wait_schema
+from agentlife.stores._waits import PostgresWaitOps
 
 __all__ = ["PostgresStore"]
 
@@ -152,62 +153,6 @@ class _Sql:
             ),
             load_messages=f"SELECT message FROM {t.conversation} WHERE job_id = $1 AND seq < $2 ORDER BY seq",
         )
-
-
-def _schema(t: TableNames) -> tuple[str, ...]:
-    schemas = sorted(
-        {
-            name.split(".")[0]
-            for name in (t.job, t.checkpoint_history, t.delivery, t.conversation)
-            if "." in name
-        }
-    )
-    history_index = t.checkpoint_history.split(".")[-1] + "_job_created_idx"
-    return (
-        *(f"CREATE SCHEMA IF NOT EXISTS {schema}" for schema in schemas),
-        f"""CREATE TABLE IF NOT EXISTS {t.job} (
-            id text PRIMARY KEY,
-            agent_id text NOT NULL,
-            status text NOT NULL DEFAULT 'PENDING',
-            payload jsonb,
-            attempt integer NOT NULL DEFAULT 0,
-            checkpoint bytea,
-            checkpoint_crc bigint,
-            checkpoint_id text,
-            heartbeat_at timestamptz,
-            tokens_consumed jsonb NOT NULL DEFAULT '{{"input": 0, "output": 0, "cost_usd": 0.0}}',
-            token_budget jsonb,
-            error jsonb NOT NULL DEFAULT '[]',
-            result jsonb,
-            updated_at timestamptz NOT NULL DEFAULT now(),
-            owner text
-        )""",
-        # The claim token, added to a job table made before it existed (or by a control plane).
-        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS owner text",
-        f"""CREATE TABLE IF NOT EXISTS {t.checkpoint_history} (
-            job_id text NOT NULL,
-            checkpoint_id text NOT NULL,
-            step integer NOT NULL,
-            checkpoint bytea NOT NULL,
-            crc bigint NOT NULL,
-            created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-            PRIMARY KEY (job_id, checkpoint_id)
-        )""",
-        f"CREATE INDEX IF NOT EXISTS {history_index} ON {t.checkpoint_history} (job_id, created_at DESC)",
-        f"""CREATE TABLE IF NOT EXISTS {t.delivery} (
-            key text PRIMARY KEY,
-            job_id text NOT NULL,
-            channel text NOT NULL,
-            delivered_at timestamptz NOT NULL DEFAULT now()
-        )""",
-        f"""CREATE TABLE IF NOT EXISTS {t.conversation} (
-            job_id text NOT NULL, seq integer NOT NULL, step integer NOT NULL, message bytea NOT NULL,
-            PRIMARY KEY (job_id, seq)
-        )""",
-        *pg_job_schema(t),
-        *pg_wait_schema(t),
-        *pg_event_schema(t),
-    )
 
 
 class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps):
