@@ -26,6 +26,7 @@ from agentlife.stores._base import (
     JobRecord,
     JobStatus,
     LoadedCheckpoint,
+    StepUsage,
     TableNames,
     add_usage_totals,
     claim_refusal,
@@ -79,7 +80,6 @@ class _Sql:
     heartbeat: str
     is_delivered: str
     record_delivery: str
-    save_messages: str
     load_messages: str
 
     @classmethod
@@ -124,7 +124,7 @@ class _Sql:
                 f"SELECT checkpoint_id, checkpoint, crc, step FROM {h} WHERE job_id = $1"
                 " ORDER BY created_at DESC, step DESC"
             ),
-            write_checkpoint=write_checkpoint_sql(t, _LIVE + fence(7)),
+            write_checkpoint=write_checkpoint_sql(t, _LIVE + fence(12)),
             # $6: the statuses the write expects to find (never a terminal one unless asked).
             set_status=(
                 f"UPDATE {t.job} SET status = $3, result = COALESCE($4::jsonb, result),"
@@ -146,10 +146,6 @@ class _Sql:
             record_delivery=(
                 f"INSERT INTO {t.delivery} (key, job_id, channel, delivered_at) VALUES ($1, $2, $3, now())"
                 " ON CONFLICT (key) DO NOTHING"
-            ),
-            save_messages=(
-                f"INSERT INTO {t.conversation} (job_id, seq, step, message) VALUES ($1, $2, $3, $4)"
-                " ON CONFLICT (job_id, seq) DO UPDATE SET step = EXCLUDED.step, message = EXCLUDED.message"
             ),
             load_messages=f"SELECT message FROM {t.conversation} WHERE job_id = $1 AND seq < $2 ORDER BY seq",
         )
@@ -499,26 +495,36 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps):
         step: int,
         data: bytes,
         messages: Sequence[tuple[int, bytes]] = (),
+        usage: StepUsage | None = None,
     ) -> int:
         """Store ``data`` exactly, with its CRC-32, and append it to history; returns the CRC.
 
-        ``messages`` (the conversation's new rows) are stored in the same transaction.
+        ``messages`` (the conversation's new rows) and ``usage`` (the step's model calls, added to
+        ``tokens_consumed``) are stored by the same statement, which also sets ``heartbeat_at``: one round
+        trip, one commit.
 
         Raises:
             AttemptFenced: a later attempt owns the job; nothing was written.
             StoreUnavailable: the server could not be reached (the runtime may retry within its step budget).
         """
         crc = crc32(data)
-        args = (job_id, attempt, data, crc, checkpoint_id, step, *self._fence_args)
+        spent = usage or StepUsage()
+        args = (
+            job_id,
+            attempt,
+            data,
+            crc,
+            checkpoint_id,
+            step,
+            spent.input_tokens,
+            spent.output_tokens,
+            spent.cost_usd,
+            [seq for seq, _ in messages],
+            [message for _, message in messages],
+            *self._fence_args,
+        )
         async with self._connection() as conn:
-            if not messages:  # one statement, one round trip
-                written = await conn.fetchval(self._sql.write_checkpoint, *args)
-            else:
-                async with conn.transaction():
-                    written = await conn.fetchval(self._sql.write_checkpoint, *args)
-                    if written:
-                        rows = [(job_id, seq, step, message) for seq, message in messages]
-                        await conn.executemany(self._sql.save_messages, rows)
+            written = await conn.fetchval(self._sql.write_checkpoint, *args)
         if not written:
             raise AttemptFenced(
                 f"job {job_id}: write by attempt {attempt} refused, a later attempt owns the row"
