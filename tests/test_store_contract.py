@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 
 from agentlife import AttemptFenced, CheckpointCorrupt, JobNotFound
-from agentlife.stores._base import StepUsage
 from agentlife.stores import (
     HISTORY_KEEP,
     CheckpointStore,
@@ -30,6 +29,7 @@ from agentlife.stores import (
     TableNames,
     crc32,
 )
+from agentlife.stores._base import StepUsage
 
 pytestmark = pytest.mark.anyio
 
@@ -534,7 +534,7 @@ async def test_has_free_connection_follows_open_and_close(backend: Backend) -> N
     await store.close()  # twice is fine
 
 
-# -- the step's one commit: checkpoint, conversation rows, usage, heartbeat -----------------------------------
+# -- the step's one commit: checkpoint, conversation rows, usage, heartbeat ---------------------------
 
 
 async def test_checkpoint_write_adds_the_steps_usage_and_beats_in_the_same_commit(
