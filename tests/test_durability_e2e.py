@@ -399,8 +399,10 @@ def test_stale_attempt_is_fenced_and_never_touches_the_row(
     row = _must_row(pg_url, "job-fence")
     assert (row["attempt"], row["status"], row["checkpoint_id"]) == (2, "RUNNING", b_checkpoint)
     assert _history(pg_url, "job-fence")[-1] == (b_checkpoint, 1)
-    # Usage: attempt 1's calls of steps 0-2 (made before the takeover) and attempt 2's call of step 2.
-    assert row["tokens_consumed"]["input"] == (400 if llm == "1" else 0)
+    # Usage is counted by each step's checkpoint (one commit per step): attempt 1's steps 0-1. Its call
+    # in step 2 went with the checkpoint the fence refused (a fenced process writes nothing, usage
+    # included), and attempt 2's call of step 2 waits for attempt 2's checkpoint of it.
+    assert row["tokens_consumed"]["input"] == (200 if llm == "1" else 0)
     assert "1 3" not in _lines(work / "steps")  # attempt 1's step loop stopped
 
     (work / "gate-2").touch()
@@ -408,7 +410,7 @@ def test_stale_attempt_is_fenced_and_never_touches_the_row(
     row = _must_row(pg_url, "job-fence")
     assert (row["status"], row["attempt"]) == ("COMPLETED", 2)
     assert row["result"] == {"steps": [0, 1, 2, 3, 4, 5], "by_attempt": 2}
-    assert row["tokens_consumed"]["input"] == (700 if llm == "1" else 0)
+    assert row["tokens_consumed"]["input"] == (600 if llm == "1" else 0)  # + attempt 2's steps 2-5
     assert all(cid.startswith("0002-") for cid, step in _history(pg_url, "job-fence") if step >= 2)
 
 

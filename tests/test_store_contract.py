@@ -29,6 +29,7 @@ from agentlife.stores import (
     TableNames,
     crc32,
 )
+from agentlife.stores._base import StepUsage
 
 pytestmark = pytest.mark.anyio
 
@@ -531,3 +532,51 @@ async def test_has_free_connection_follows_open_and_close(backend: Backend) -> N
         await store.close()
     assert not store.has_free_connection()
     await store.close()  # twice is fine
+
+
+# -- the step's one commit: checkpoint, conversation rows, usage, heartbeat ---------------------------
+
+
+async def test_checkpoint_write_adds_the_steps_usage_and_beats_in_the_same_commit(
+    store: CheckpointStore,
+) -> None:
+    await _running_job(store)
+    await store.add_usage("job-1", 1, 5, 1, 0.25)
+    await store.write_checkpoint(
+        "job-1", 1, "cp-1", 0, b"s0", [(0, b'"m0"'), (1, b'"m1"')], StepUsage(100, 7, 0.5)
+    )
+    await store.write_checkpoint(
+        "job-1", 1, "cp-2", 1, b"s1", [(2, b'"m2"')], StepUsage()
+    )  # no calls: unchanged
+
+    job = await store.get_job("job-1")
+    assert job.tokens_consumed == {"input": 105, "output": 8, "cost_usd": pytest.approx(0.75)}
+    assert job.heartbeat_at is not None and abs(job.heartbeat_at - time.time()) < 60
+    assert await store.load_conversation("job-1", 3) == [b'"m0"', b'"m1"', b'"m2"']
+
+
+async def test_a_fenced_checkpoint_write_adds_no_usage_and_no_rows(make_store: StoreFactory) -> None:
+    first, second = await make_store(), await make_store()
+    await _running_job(first)
+    await second.claim("job-1", 2)
+    with pytest.raises(AttemptFenced):
+        await first.write_checkpoint("job-1", 1, "cp-1", 0, b"s0", [(0, b'"m0"')], StepUsage(100, 7, 0.5))
+
+    job = await second.get_job("job-1")
+    assert job.checkpoint_id is None and job.tokens_consumed.get("input", 0) == 0
+    assert await second.load_conversation("job-1", 5) == []
+
+
+async def test_usage_of_a_hand_made_tokens_consumed_counts_from_zero(
+    backend: Backend, store: CheckpointStore
+) -> None:
+    await _running_job(store)
+    value = '{"input": "lots", "output": [1], "cost_usd": null}'
+    if backend.kind == "sqlite":
+        await backend.raw("UPDATE job SET tokens_consumed = ? WHERE id = ?", value, "job-1")
+    else:
+        await backend.raw("UPDATE job SET tokens_consumed = $1::jsonb WHERE id = $2", value, "job-1")
+    await store.write_checkpoint("job-1", 1, "cp-1", 0, b"s0", (), StepUsage(3, 2, 0.1))
+
+    job = await store.get_job("job-1")
+    assert job.tokens_consumed == {"input": 3, "output": 2, "cost_usd": pytest.approx(0.1)}

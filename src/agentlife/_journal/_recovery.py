@@ -328,6 +328,7 @@ _STEP_TYPES = frozenset(
         EventType.REPLAY_DISCARDED,
         EventType.WAIT_STARTED,
         EventType.WAIT_COMPLETED,
+        EventType.USAGE_COUNTED,
     }
 )
 
@@ -389,6 +390,8 @@ class ReplayMap:
         waits: call number -> `WaitRecord`.
         discarded: call numbers whose records a ``REPLAY_DISCARDED`` voided; a side-effecting tool with
             ``verify`` is still asked before it runs again at one of them.
+        uncounted: LLM calls whose usage no commit counted yet (``usage_deferred`` and no later
+            ``USAGE_COUNTED``): the step that replays them counts them with its checkpoint.
         events: the step's raw events, oldest first (see `events_for_carry_forward`).
     """
 
@@ -399,6 +402,7 @@ class ReplayMap:
     waits: dict[int, WaitRecord] = field(default_factory=dict)
     discarded: set[int] = field(default_factory=set)
     events: list[Event] = field(default_factory=list)
+    uncounted: set[int] = field(default_factory=set)
 
     def llm_result(self, call: int) -> Any | None:
         """The recorded response of LLM call ``call``, or None when it must be issued."""
@@ -465,6 +469,10 @@ def build_replay(events: Iterable[Mapping[str, Any]], step: int) -> ReplayMap:
         if event.get("type") not in _STEP_TYPES or _as_int(event.get("step")) != step:
             continue
         replay.events.append(dict(event))
+        if event.get("type") == EventType.USAGE_COUNTED:
+            calls = event.get("calls")
+            replay.uncounted.difference_update(calls if isinstance(calls, list) else ())
+            continue
         call = _as_int(event.get("call"))
         if call is None:
             continue
@@ -498,6 +506,10 @@ def _apply(replay: ReplayMap, event: Mapping[str, Any], call: int) -> None:
         return
     if type_ == EventType.LLM_COMPLETED:
         replay.llm[call] = event.get("response")
+        if event.get("usage_deferred") is True:
+            replay.uncounted.add(call)
+        else:  # written by a version that counted each call when it was made
+            replay.uncounted.discard(call)
         digest = _str_or_none(event.get("digest"))
         if digest is not None:
             replay.llm_digests[call] = digest

@@ -113,6 +113,10 @@ class EventType(enum.StrEnum):
     #: ``step, tool, tool_use_id, reason, error``: a ``tool_use`` of the model's that was not run (an
     #: unknown tool, invalid or unusable arguments, a refused final answer); the model got ``error`` back.
     TOOL_REFUSED = "TOOL_REFUSED"
+    #: ``step, calls``: the usage of these LLM calls of the step was added to ``tokens_consumed`` outside a
+    #: checkpoint (the step crashed, parked or was cut off); the attempt that replays them does not count
+    #: them again. An ``LLM_COMPLETED`` with ``usage_deferred`` is otherwise counted by its step's checkpoint.
+    USAGE_COUNTED = "USAGE_COUNTED"
     #: ``reason``.
     DRAIN_STARTED = "DRAIN_STARTED"
     #: ``exit_code``.

@@ -29,7 +29,7 @@ from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._exceptions import AgentlifeError, AttemptFenced, ParkRequested, StoreUnavailable, WaitParked
 from agentlife._journal._recovery import build_replay, scan_for_resume
-from agentlife._llm._protocol import LLMClient
+from agentlife._llm._protocol import CURRENT_CALL, LLMClient
 from agentlife._observe._telemetry_facade import TelemetryFacade
 from agentlife._redact import Redactor
 from agentlife._replay import check_replayable
@@ -41,6 +41,7 @@ from agentlife._step._context import CallEnv, StepContext
 from agentlife._step._host import Booted, RuntimeStats
 from agentlife.constants import Constants
 from agentlife.stores import JobStatus
+from agentlife.stores._base import StepUsage
 
 if TYPE_CHECKING:
     from agentlife._journal._recovery import ReplayMap
@@ -105,6 +106,9 @@ class StepRunner:
         self._scope: anyio.CancelScope | None = None
         self._rng = random.Random()
         self._drained_in_step: int | None = None  # the step a drain interrupted, if it came during one
+        #: The step's model calls not yet in ``tokens_consumed`` (call number -> usage): the checkpoint
+        #: write adds them, in its one commit.
+        self._uncounted: dict[int, StepUsage] = {}
         host.drain.add_listener(self._on_drain)
 
     def _on_drain(self, reason: str) -> None:
@@ -172,13 +176,19 @@ class StepRunner:
         host.notify("step_started", step=step)
         started = time.monotonic()
         outcome: Done | None = None
-        with self.scope() as scope, host.telemetry.step_span(step):
-            outcome = await self.agent.step(ctx)
+        self._uncounted = {}
+        try:
+            with self.scope() as scope, host.telemetry.step_span(step):
+                outcome = await self.agent.step(ctx)
+        except Exception:
+            await self.count_usage_now(step)  # the step ends without its checkpoint: a crash, a park
+            raise
         # A refusal ends the job whatever the step did after it (caught it, told a model, returned Done):
         # nothing of this step is checkpointed.
         hydrated.approvals.check()
         if scope.cancelled_caught:
             log.warning("step %s cancelled at the drain deadline; nothing checkpointed for it", step)
+            await self.count_usage_now(step)
             return None, doc
         if outcome is not None and not isinstance(outcome, Done):
             raise TypeError(
@@ -216,14 +226,48 @@ class StepRunner:
         s, store = booted.settings, booted.store
         data = doc.evolve(attempt=s.attempt, written_at=time.time()).encode()
         checkpoint_id = f"{s.attempt:04d}-{step:06d}-{uuid.uuid4().hex[:8]}"
+        usage = self._step_usage()
         crc = await self.retrying_store(
             "checkpoint write",
-            lambda: store.write_checkpoint(s.job_id, s.attempt, checkpoint_id, step, data, messages),
+            lambda: store.write_checkpoint(s.job_id, s.attempt, checkpoint_id, step, data, messages, usage),
         )
+        self._uncounted = {}
         self.checkpoint_id = checkpoint_id
         self.host.stats.checkpoints_written += 1
+        # Buffered, not flushed: the marker only saves the next attempt a replay of nothing. Lost with the
+        # process, the scan finds the store's checkpoint in no file and resumes from it (expected); any
+        # later durable event writes it out first, in order.
         booted.journal.append("CHECKPOINT_WRITTEN", step=step, checkpoint_id=checkpoint_id, crc=crc)
-        await booted.journal.flush(fsync=False)
+
+    def _step_usage(self) -> StepUsage:
+        total = StepUsage()
+        for usage in self._uncounted.values():
+            total = total.plus(usage.input_tokens, usage.output_tokens, usage.cost_usd)
+        return total
+
+    async def count_usage_now(self, step: int) -> None:
+        """Add the step's uncounted model calls to ``tokens_consumed`` when no checkpoint will.
+
+        For a step that crashed, parked or was cancelled at the drain deadline. ``USAGE_COUNTED`` then
+        tells the attempt that replays those calls not to count them again. Best effort: a fenced or
+        unreachable store leaves them uncounted (logged), never masks why the step ended.
+        """
+        if not self._uncounted:
+            return
+        usage, calls = self._step_usage(), sorted(self._uncounted)
+        self._uncounted = {}
+        store, s = self.booted.store, self.booted.settings
+        try:
+            budget = self.constants.drain.cleanup_budget_seconds
+            with anyio.CancelScope(shield=True), anyio.fail_after(budget):
+                await store.add_usage(
+                    s.job_id, s.attempt, usage.input_tokens, usage.output_tokens, usage.cost_usd
+                )
+        except Exception as exc:
+            why = self.host.redactor.redact(f"{type(exc).__name__}: {exc}")
+            log.warning("the usage of step %s's model calls %s was not counted: %s", step, calls, why)
+            return
+        self.booted.journal.append("USAGE_COUNTED", step=step, calls=calls)
 
     async def retrying_store(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
         """``call()``, retried with backoff while the store is unreachable, within the step budget."""
@@ -241,20 +285,23 @@ class StepRunner:
                 delay = min(delay * 2, self.constants.retry.transient_max_seconds)
 
     async def _add_usage(self, budget: Budget, reply: LLMReply) -> None:
-        """Add a call's usage to the job row and the in-memory budget.
+        """Count a model call of the step: in the budget now, in ``tokens_consumed`` with the checkpoint.
 
-        Retried like a checkpoint write while the store is unreachable: a short PostgreSQL outage must not
-        crash the step after its LLM call succeeded. A retry after a commit whose answer was lost counts the
-        call twice, which errs on the side of the budget.
+        The step's checkpoint write adds it in the same commit (no commit per call); a step that ends
+        without one counts it then (`count_usage_now`). Called for live calls and for replayed calls whose
+        usage the attempt that made them never counted.
         """
-        store, s, usage = self.booted.store, self.booted.settings, reply.usage
-        totals = await self.retrying_store(
-            "usage update",
-            lambda: store.add_usage(
-                s.job_id, s.attempt, usage.input_tokens, usage.output_tokens, reply.cost_usd
-            ),
+        usage, address = reply.usage, CURRENT_CALL.get()
+        spent = StepUsage(usage.input_tokens, usage.output_tokens, reply.cost_usd)
+        call = address.call if address is not None else -1 - len(self._uncounted)
+        self._uncounted[call] = spent
+        budget.add(
+            {
+                "input": budget.input_tokens + spent.input_tokens,
+                "output": budget.output_tokens + spent.output_tokens,
+                "cost_usd": budget.cost_usd + spent.cost_usd,
+            }
         )
-        budget.add(totals)
 
     async def park(self, doc: CheckpointDoc, parked: ParkRequested | None = None) -> Outcome:
         """Checkpoint a step parked at a call and let go of the row.

@@ -274,6 +274,8 @@ class StepContext:
             if replayed is not None:
                 log.info("LLM call %s of step %s replayed from the journal", call, self.step)
                 reply = LLMReply.from_json(replayed)
+                if self._env.replay is not None and call in self._env.replay.uncounted:
+                    await self._env.add_usage(reply)  # paid by an attempt whose step never counted it
                 if on_event is not None:
                     emit_reply(reply, on_event, "journal")
                 return reply
@@ -388,6 +390,7 @@ class StepContext:
             usage=reply.usage.to_json(),
             duration=round(time.monotonic() - started, 6),
             digest=digest,
+            usage_deferred=True,  # counted in tokens_consumed by the step's checkpoint, not now
         )
         await env.add_usage(reply)
         if on_event is not None and not streams:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import os
 import secrets
 import socket
@@ -26,6 +27,7 @@ __all__ = [
     "JobRecord",
     "JobStatus",
     "LoadedCheckpoint",
+    "StepUsage",
     "TableNames",
     "add_usage_totals",
     "claim_refusal",
@@ -156,6 +158,34 @@ class LoadedCheckpoint:
     """The step it was saved after, when known."""
 
 
+@dataclass(frozen=True, slots=True)
+class StepUsage:
+    """What a step's model calls used, added to ``tokens_consumed`` by the step's checkpoint write."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def __bool__(self) -> bool:
+        return bool(self.input_tokens or self.output_tokens or self.cost_usd)
+
+    def plus(self, input_tokens: int, output_tokens: int, cost_usd: float) -> StepUsage:
+        """This usage with one more call's."""
+        return StepUsage(
+            self.input_tokens + input_tokens, self.output_tokens + output_tokens, self.cost_usd + cost_usd
+        )
+
+    def added_to(self, totals: Any) -> dict[str, Any]:
+        """``tokens_consumed`` after adding this; a field that is not a number (a hand-made row) is 0."""
+        base = totals if isinstance(totals, dict) else {}
+        numbers = {k: v for k, v in base.items() if _is_number(v)}
+        return add_usage_totals(numbers, self.input_tokens, self.output_tokens, self.cost_usd)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @runtime_checkable
 class CheckpointStore(Protocol):
     """Durable job state. Every write after `claim` is fenced by the process's attempt.
@@ -206,11 +236,14 @@ class CheckpointStore(Protocol):
         step: int,
         data: bytes,
         messages: Sequence[tuple[int, bytes]] = (),
+        usage: StepUsage | None = None,
     ) -> int:
         """Store ``data`` exactly, with its CRC-32, and append it to history; returns the CRC.
 
         ``messages`` (``(position, encoded message)``, the conversation's new messages) are stored in the
-        same transaction, replacing any row at the same position (left by a checkpoint that was lost).
+        same transaction, replacing any row at the same position (left by a checkpoint that was lost);
+        ``usage`` (the step's model calls) is added to ``tokens_consumed`` in it too, and ``heartbeat_at``
+        is set: a checkpoint is the step's one commit.
         """
 
     async def load_conversation(self, job_id: str, length: int) -> list[bytes]:

@@ -8,12 +8,20 @@ __all__ = ["NOTIFY_PAYLOAD_LIMIT", "channel_prefix", "notify_call", "write_check
 
 
 def write_checkpoint_sql(t: TableNames, fence: str = "") -> str:
-    """The fenced checkpoint write: job row, history entry and history trim in one statement.
+    """The fenced checkpoint write: the step's whole durable record in one statement, one round trip.
+
+    Parameters: ``$1`` job id, ``$2`` attempt, ``$3`` bytes, ``$4`` CRC, ``$5`` checkpoint id, ``$6`` step,
+    ``$7``/``$8``/``$9`` the step's input tokens, output tokens and cost (added to ``tokens_consumed``),
+    ``$10``/``$11`` the conversation's new rows (sequence numbers, messages); the claim token follows in
+    ``fence``. The job row (checkpoint, usage, ``heartbeat_at``), the history entry, the history trim and
+    the conversation rows commit together or not at all: a statement is atomic without a transaction
+    block, which would cost a round trip for ``BEGIN`` and one for ``COMMIT``.
 
     All CTEs see the same snapshot, so the trim cannot see the entry being inserted: it keeps the newest
     ``HISTORY_KEEP - 1`` *other* entries, which with the new one makes ``HISTORY_KEEP``. It deletes what is
     older than the oldest entry to keep (a row comparison against one index-ordered probe: about half the
-    cost of ``NOT IN (... LIMIT n)``). Nothing happens to the history when the fenced UPDATE matched no row.
+    cost of ``NOT IN (... LIMIT n)``). Nothing else happens when the fenced UPDATE matched no row.
+    ``tokens_consumed`` fields that are not numbers (a row written by hand) count from 0.
     """
     h = t.checkpoint_history
     if HISTORY_KEEP > 1:
@@ -24,7 +32,13 @@ def write_checkpoint_sql(t: TableNames, fence: str = "") -> str:
         older_than_kept = ""
     return f"""
         WITH fenced AS (
-            UPDATE {t.job} SET checkpoint = $3, checkpoint_crc = $4, checkpoint_id = $5, updated_at = now()
+            UPDATE {t.job} SET checkpoint = $3, checkpoint_crc = $4, checkpoint_id = $5, updated_at = now(),
+                heartbeat_at = now(),
+                tokens_consumed = CASE WHEN $7::bigint = 0 AND $8::bigint = 0 AND $9::float8 = 0
+                    THEN tokens_consumed ELSE jsonb_build_object(
+                        'input', {_counted("input")} + $7::bigint,
+                        'output', {_counted("output")} + $8::bigint,
+                        'cost_usd', round({_counted("cost_usd")} + $9::float8::numeric, 6)) END
             WHERE id = $1 AND attempt = $2{fence}
             RETURNING id
         ), appended AS (
@@ -39,9 +53,24 @@ def write_checkpoint_sql(t: TableNames, fence: str = "") -> str:
             WHERE job_id = $1 AND checkpoint_id <> $5 AND EXISTS (SELECT 1 FROM fenced)
               {older_than_kept}
             RETURNING 1
+        ), saved AS (
+            INSERT INTO {t.conversation} (job_id, seq, step, message)
+            SELECT $1, rows.seq, $6, rows.message
+            FROM unnest($10::integer[], $11::bytea[]) AS rows(seq, message)
+            WHERE EXISTS (SELECT 1 FROM fenced)
+            ON CONFLICT (job_id, seq) DO UPDATE SET step = EXCLUDED.step, message = EXCLUDED.message
+            RETURNING 1
         )
         SELECT count(*) FROM fenced
     """
+
+
+def _counted(key: str) -> str:
+    """``tokens_consumed.key`` as a number, 0 when it is missing or not a number."""
+    return (
+        f"(CASE WHEN jsonb_typeof(tokens_consumed -> '{key}') = 'number'"
+        f" THEN (tokens_consumed ->> '{key}')::numeric ELSE 0 END)"
+    )
 
 
 # -- notifications: SQL text only, so a module reachable on SQLite can name them without the listener

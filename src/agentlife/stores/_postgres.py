@@ -26,6 +26,7 @@ from agentlife.stores._base import (
     JobRecord,
     JobStatus,
     LoadedCheckpoint,
+    StepUsage,
     TableNames,
     add_usage_totals,
     claim_refusal,
@@ -33,15 +34,16 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
-from agentlife.stores._events import PostgresEventOps, pg_event_schema
+from agentlife.stores._events import PostgresEventOps
 from agentlife.stores._jobs import TERMINAL, expected_statuses
-from agentlife.stores._pg_jobs import JOB_COLUMNS, PostgresJobOps, pg_job_schema
+from agentlife.stores._pg_jobs import JOB_COLUMNS, PostgresJobOps
 from agentlife.stores._pg_jobs import dumps as _dumps
 from agentlife.stores._pg_jobs import loads as _loads
 from agentlife.stores._pg_jobs import record as _record
 from agentlife.stores._pg_listen import PgListener, notify_call
+from agentlife.stores._pg_schema import pg_schema as _schema
 from agentlife.stores._pg_statements import write_checkpoint_sql
-from agentlife.stores._waits import PostgresWaitOps, pg_wait_schema
+from agentlife.stores._waits import PostgresWaitOps
 
 __all__ = ["PostgresStore"]
 
@@ -78,7 +80,6 @@ class _Sql:
     heartbeat: str
     is_delivered: str
     record_delivery: str
-    save_messages: str
     load_messages: str
 
     @classmethod
@@ -123,7 +124,7 @@ class _Sql:
                 f"SELECT checkpoint_id, checkpoint, crc, step FROM {h} WHERE job_id = $1"
                 " ORDER BY created_at DESC, step DESC"
             ),
-            write_checkpoint=write_checkpoint_sql(t, _LIVE + fence(7)),
+            write_checkpoint=write_checkpoint_sql(t, _LIVE + fence(12)),
             # $6: the statuses the write expects to find (never a terminal one unless asked).
             set_status=(
                 f"UPDATE {t.job} SET status = $3, result = COALESCE($4::jsonb, result),"
@@ -146,68 +147,8 @@ class _Sql:
                 f"INSERT INTO {t.delivery} (key, job_id, channel, delivered_at) VALUES ($1, $2, $3, now())"
                 " ON CONFLICT (key) DO NOTHING"
             ),
-            save_messages=(
-                f"INSERT INTO {t.conversation} (job_id, seq, step, message) VALUES ($1, $2, $3, $4)"
-                " ON CONFLICT (job_id, seq) DO UPDATE SET step = EXCLUDED.step, message = EXCLUDED.message"
-            ),
             load_messages=f"SELECT message FROM {t.conversation} WHERE job_id = $1 AND seq < $2 ORDER BY seq",
         )
-
-
-def _schema(t: TableNames) -> tuple[str, ...]:
-    schemas = sorted(
-        {
-            name.split(".")[0]
-            for name in (t.job, t.checkpoint_history, t.delivery, t.conversation)
-            if "." in name
-        }
-    )
-    history_index = t.checkpoint_history.split(".")[-1] + "_job_created_idx"
-    return (
-        *(f"CREATE SCHEMA IF NOT EXISTS {schema}" for schema in schemas),
-        f"""CREATE TABLE IF NOT EXISTS {t.job} (
-            id text PRIMARY KEY,
-            agent_id text NOT NULL,
-            status text NOT NULL DEFAULT 'PENDING',
-            payload jsonb,
-            attempt integer NOT NULL DEFAULT 0,
-            checkpoint bytea,
-            checkpoint_crc bigint,
-            checkpoint_id text,
-            heartbeat_at timestamptz,
-            tokens_consumed jsonb NOT NULL DEFAULT '{{"input": 0, "output": 0, "cost_usd": 0.0}}',
-            token_budget jsonb,
-            error jsonb NOT NULL DEFAULT '[]',
-            result jsonb,
-            updated_at timestamptz NOT NULL DEFAULT now(),
-            owner text
-        )""",
-        # The claim token, added to a job table made before it existed (or by a control plane).
-        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS owner text",
-        f"""CREATE TABLE IF NOT EXISTS {t.checkpoint_history} (
-            job_id text NOT NULL,
-            checkpoint_id text NOT NULL,
-            step integer NOT NULL,
-            checkpoint bytea NOT NULL,
-            crc bigint NOT NULL,
-            created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-            PRIMARY KEY (job_id, checkpoint_id)
-        )""",
-        f"CREATE INDEX IF NOT EXISTS {history_index} ON {t.checkpoint_history} (job_id, created_at DESC)",
-        f"""CREATE TABLE IF NOT EXISTS {t.delivery} (
-            key text PRIMARY KEY,
-            job_id text NOT NULL,
-            channel text NOT NULL,
-            delivered_at timestamptz NOT NULL DEFAULT now()
-        )""",
-        f"""CREATE TABLE IF NOT EXISTS {t.conversation} (
-            job_id text NOT NULL, seq integer NOT NULL, step integer NOT NULL, message bytea NOT NULL,
-            PRIMARY KEY (job_id, seq)
-        )""",
-        *pg_job_schema(t),
-        *pg_wait_schema(t),
-        *pg_event_schema(t),
-    )
 
 
 class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps):
@@ -554,26 +495,36 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps):
         step: int,
         data: bytes,
         messages: Sequence[tuple[int, bytes]] = (),
+        usage: StepUsage | None = None,
     ) -> int:
         """Store ``data`` exactly, with its CRC-32, and append it to history; returns the CRC.
 
-        ``messages`` (the conversation's new rows) are stored in the same transaction.
+        ``messages`` (the conversation's new rows) and ``usage`` (the step's model calls, added to
+        ``tokens_consumed``) are stored by the same statement, which also sets ``heartbeat_at``: one round
+        trip, one commit.
 
         Raises:
             AttemptFenced: a later attempt owns the job; nothing was written.
             StoreUnavailable: the server could not be reached (the runtime may retry within its step budget).
         """
         crc = crc32(data)
-        args = (job_id, attempt, data, crc, checkpoint_id, step, *self._fence_args)
+        spent = usage or StepUsage()
+        args = (
+            job_id,
+            attempt,
+            data,
+            crc,
+            checkpoint_id,
+            step,
+            spent.input_tokens,
+            spent.output_tokens,
+            spent.cost_usd,
+            [seq for seq, _ in messages],
+            [message for _, message in messages],
+            *self._fence_args,
+        )
         async with self._connection() as conn:
-            if not messages:  # one statement, one round trip
-                written = await conn.fetchval(self._sql.write_checkpoint, *args)
-            else:
-                async with conn.transaction():
-                    written = await conn.fetchval(self._sql.write_checkpoint, *args)
-                    if written:
-                        rows = [(job_id, seq, step, message) for seq, message in messages]
-                        await conn.executemany(self._sql.save_messages, rows)
+            written = await conn.fetchval(self._sql.write_checkpoint, *args)
         if not written:
             raise AttemptFenced(
                 f"job {job_id}: write by attempt {attempt} refused, a later attempt owns the row"

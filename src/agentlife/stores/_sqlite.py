@@ -22,6 +22,7 @@ from agentlife.stores._base import (
     JobRecord,
     JobStatus,
     LoadedCheckpoint,
+    StepUsage,
     TableNames,
     add_usage_totals,
     claim_refusal,
@@ -432,6 +433,7 @@ class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps):
         step: int,
         data: bytes,
         messages: Sequence[tuple[int, bytes]] = (),
+        usage: StepUsage | None = None,
     ) -> int:
         crc = crc32(data)
 
@@ -441,10 +443,12 @@ class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps):
             try:
                 cursor = conn.execute(
                     f"UPDATE {self.tables.job} SET checkpoint = ?, checkpoint_crc = ?, checkpoint_id = ?,"
-                    f" updated_at = ? WHERE id = ? AND {_FENCE} AND {_LIVE}",
-                    (data, crc, checkpoint_id, now, job_id, attempt, self.owner),
+                    f" updated_at = ?, heartbeat_at = ? WHERE id = ? AND {_FENCE} AND {_LIVE}",
+                    (data, crc, checkpoint_id, now, now, job_id, attempt, self.owner),
                 )
                 self._fenced(conn, cursor, job_id, attempt)
+                if usage:
+                    self._add_step_usage(conn, job_id, usage)
                 h = self.tables.checkpoint_history
                 conn.execute(
                     f"INSERT OR REPLACE INTO {h} (job_id, checkpoint_id, step, checkpoint, crc, created_at)"
@@ -470,6 +474,18 @@ class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps):
             return crc
 
         return await self._run(write)
+
+    def _add_step_usage(self, conn: sqlite3.Connection, job_id: str, usage: StepUsage) -> None:
+        job = self.tables.job
+        row = conn.execute(f"SELECT tokens_consumed FROM {job} WHERE id = ?", (job_id,)).fetchone()
+        try:
+            totals = _loads(row[0]) if row else None
+        except ValueError:  # not JSON (a hand-made row): count from 0 rather than lose the step
+            totals = None
+        conn.execute(
+            f"UPDATE {self.tables.job} SET tokens_consumed = ? WHERE id = ?",
+            (_dumps(usage.added_to(totals)), job_id),
+        )
 
     async def load_conversation(self, job_id: str, length: int) -> list[bytes]:
         def load(conn: sqlite3.Connection) -> list[bytes]:
