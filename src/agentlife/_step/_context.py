@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -18,10 +17,8 @@ from agentlife._agent import BudgetView, Footprint, Job
 from agentlife._budget import Budget, estimate_input_tokens
 from agentlife._exceptions import (
     BackgroundOperationRestricted,
-    PermanentError,
     PolicyUnavailable,
     ReplayMismatch,
-    ToolTimeout,
     UnreplayableValue,
 )
 from agentlife._journal._conversation import Conversation, ConversationLog
@@ -36,6 +33,7 @@ from agentlife._retry import RetryEvent, classify, retry_call
 from agentlife._step._stepllm import StepLLM
 from agentlife._step._streaming import emit_reply, is_streaming_adapter, retry_event
 from agentlife._step._toolcalls import Registry, run_tool_calls, tool_registry
+from agentlife._step._toolrun import call_with_timeout, read_only, recorded_refusal
 from agentlife._step._waits import sleep, sleep_until, wait_for_event
 from agentlife._tools import NOT_DONE, ToolSpec, tool
 
@@ -408,7 +406,7 @@ class StepContext:
         if replay is not None and replay.status == "completed":
             log.info("tool %s (%s) replayed from the journal", spec.name, invocation_id)
             if replay.refused:  # the effect happened; the journal kept the error its result raised
-                raise _recorded_refusal(replay)
+                raise recorded_refusal(replay)
             return replay.result
         if self._may_have_run(spec, call, replay) and spec.verify is not None:
             verified = await spec.verify(invocation_id)
@@ -470,7 +468,7 @@ class StepContext:
             self._check_call_kind(call, "tool", f"tool {spec.name} ({digest})")
         if record is None or record.status == "failed":
             return record
-        if record.status == "pending" and _read_only(record, spec):
+        if record.status == "pending" and read_only(record, spec):
             # Started, never finished, and without effects: nothing is recorded to return or to verify, so
             # the call runs with this attempt's arguments (a timestamp, a remaining budget) unchecked.
             return None
@@ -520,7 +518,7 @@ class StepContext:
         started = time.monotonic()
         try:
             with host.telemetry.tool_span(spec.name, invocation_id):
-                result = await _call_with_timeout(spec, args, timeout)
+                result = await call_with_timeout(spec, args, timeout)
         except Exception as exc:
             duration = time.monotonic() - started
             host.stats.tool_calls += 1
@@ -621,81 +619,3 @@ class StepContext:
             if not allowed:
                 raise BackgroundOperationRestricted(f"policy refused tool {spec.name}")
             return
-
-
-def _read_only(record: ToolRecord, spec: ToolSpec[..., Any]) -> bool:
-    """Whether a recorded call was to a tool without side effects.
-
-    The record says so itself; a journal older than that field is trusted only for the same tool.
-    """
-    if record.side_effects is not None:
-        return not record.side_effects
-    return record.tool == spec.name and not spec.side_effects
-
-
-def _recorded_refusal(record: ToolRecord) -> Exception:
-    """The error a completed call's refused result was recorded with, raised again on replay."""
-    message = record.error or f"tool {record.tool}'s result was refused by the journal"
-    if record.error_class == "UnreplayableValue":
-        return UnreplayableValue(message)
-    return PermanentError(f"{record.error_class}: {message}")
-
-
-async def _call_with_timeout(spec: ToolSpec[..., Any], args: dict[str, Any], timeout: float) -> Any:
-    """Run the tool under its timeout; what it raises that is not an `Exception` becomes a `PermanentError`.
-
-    A tool that raises `SystemExit` (a click command run in-process), `KeyboardInterrupt`,
-    `GeneratorExit`, another `BaseException`, or a `CancelledError` of its own while nobody cancelled it,
-    would otherwise tear through the step loop and skip the crash record and the cleanup. A cancellation
-    that came from outside (the drain, the tool's timeout) is ours and goes on.
-    """
-    try:
-        return await _call_tool_fn(spec, args, timeout)
-    except Exception:
-        raise
-    except BaseException as exc:
-        if isinstance(exc, asyncio.CancelledError) and _being_cancelled():
-            raise
-        raise _not_an_exception(spec, exc) from exc
-
-
-def _not_an_exception(spec: ToolSpec[..., Any], exc: BaseException) -> PermanentError:
-    return PermanentError(
-        f"tool {spec.name!r} raised {type(exc).__name__}({_short(exc)}), which is not an Exception"
-    )
-
-
-def _run_sync_tool(spec: ToolSpec[..., Any], args: dict[str, Any]) -> Any:
-    """Run a sync tool on its worker thread, converting a BaseException before it reaches the loop.
-
-    A GeneratorExit raised into a coroutine breaks the coroutine itself.
-    """
-    try:
-        return spec.fn(**args)
-    except Exception:
-        raise
-    except BaseException as exc:
-        raise _not_an_exception(spec, exc) from exc
-
-
-def _being_cancelled() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
-def _short(exc: BaseException) -> str:
-    return ", ".join(repr(arg) for arg in exc.args)[:200]
-
-
-async def _call_tool_fn(spec: ToolSpec[..., Any], args: dict[str, Any], timeout: float) -> Any:
-    try:
-        with anyio.fail_after(timeout):
-            if spec.is_async:
-                return await spec.fn(**args)
-            # A sync tool that ignores cancellation is abandoned on its worker thread at the deadline;
-            # the process-level hard deadline guarantees it cannot hold the exit.
-            return await anyio.to_thread.run_sync(_run_sync_tool, spec, args, abandon_on_cancel=True)
-    except TimeoutError as exc:
-        if isinstance(exc, ToolTimeout):
-            raise
-        raise ToolTimeout(spec.name, timeout) from None
