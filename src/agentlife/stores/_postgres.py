@@ -33,6 +33,7 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
+from agentlife.stores._childjobs import PostgresChildOps, pg_child_schema
 from agentlife.stores._events import PostgresEventOps, pg_event_schema
 from agentlife.stores._jobs import TERMINAL, expected_statuses
 from agentlife.stores._pg_jobs import JOB_COLUMNS, PostgresJobOps, pg_job_schema
@@ -207,10 +208,11 @@ def _schema(t: TableNames) -> tuple[str, ...]:
         *pg_job_schema(t),
         *pg_wait_schema(t),
         *pg_event_schema(t),
+        *pg_child_schema(t),
     )
 
 
-class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps):
+class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresChildOps):
     """`CheckpointStore` over PostgreSQL (``postgresql://user:password@host:port/db``), via an asyncpg pool.
 
     Args:
