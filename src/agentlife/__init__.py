@@ -20,6 +20,7 @@ from agentlife._exceptions import (
     BudgetExhausted,
     CallError,
     CheckpointCorrupt,
+    ChildJobError,
     ConfigError,
     InvalidTransition,
     InvariantViolation,
@@ -42,6 +43,7 @@ from agentlife._exceptions import (
     TransientError,
     UnreplayableValue,
 )
+from agentlife._jobrefs import JobHandle, JobOutcome
 from agentlife._llm._protocol import LLMClient, LLMReply, StreamEvent, StreamTimeouts, Usage
 from agentlife._state import State
 from agentlife._tools import NOT_DONE, ToolSpec, tool
@@ -110,6 +112,7 @@ __all__ = [
     "BudgetView",
     "CallError",
     "CheckpointCorrupt",
+    "ChildJobError",
     "CircuitBreaker",
     "ConfigError",
     "Conversation",
@@ -121,7 +124,9 @@ __all__ = [
     "InvalidTransition",
     "InvariantViolation",
     "Job",
+    "JobHandle",
     "JobNotFound",
+    "JobOutcome",
     "JobStateConflict",
     "LLMClient",
     "LLMConfigurationError",

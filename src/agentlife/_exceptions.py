@@ -5,7 +5,8 @@
     AgentlifeError
     ├── ConfigError                      bad environment, CLI input or agent definition (exit 2 / 1)
     │   ├── InvariantViolation           constants that break one of their invariants
-    │   └── ScheduleError                a schedule refused by `Schedule`
+    │   ├── ScheduleError                a schedule refused by `Schedule`
+    │   └── ChildJobError                a child job not this job's (an id taken, a wait on a stranger)
     ├── InvalidTransition                a lifecycle transition outside the allowed table
     ├── StoreError                       the checkpoint store failed
     │   ├── StoreUnavailable             unreachable after retries
@@ -44,6 +45,7 @@ __all__ = [
     "BudgetExhausted",
     "CallError",
     "CheckpointCorrupt",
+    "ChildJobError",
     "ConfigError",
     "InvalidTransition",
     "InvariantViolation",
@@ -82,6 +84,15 @@ class InvariantViolation(ConfigError):
 
 class ScheduleError(ConfigError):
     """A schedule was refused; the message names the limit and the offending value."""
+
+
+class ChildJobError(ConfigError):
+    """A child job this job may not use: the id is another job's, or a wait names a job it did not start.
+
+    ``ctx.start_job(job_id=...)`` with the id of a job that some other job or call created, and
+    ``ctx.wait_for_jobs`` on a job that is not a child of the waiting job (or does not exist). The step
+    fails at once, before anything is journaled or written.
+    """
 
 
 class InvalidTransition(AgentlifeError):

@@ -42,6 +42,7 @@ from agentlife.stores import (
     WaitState,
     store_from_url,
 )
+from agentlife.stores._childjobs import cancel_with_children, job_ids_waited_for
 from agentlife.stores._events import check_event
 from agentlife.stores._jobs import is_crash
 from agentlife.stores._rows import JSON_COLUMNS
@@ -57,6 +58,8 @@ DEFAULT_EVENTS = 15
 #: The most rows ``job list --limit`` asks for (what every store's LIMIT takes).
 MAX_LIMIT = MAX_ATTEMPT
 _T = TypeVar("_T")
+#: How many child jobs ``job show`` names on one line.
+_SHOWN_CHILDREN = 10
 
 
 def register(sub: Any) -> None:
@@ -107,7 +110,12 @@ def register(sub: Any) -> None:
     reject = _command(commands, "reject", "refuse a parked job: it ends FAILED", _reject)
     reject.add_argument("id", metavar="ID")
     reject.add_argument("--reason", default="approval rejected", help="recorded in the crash history")
-    cancel = _command(commands, "cancel", "end a job that has not finished: FAILED, attempt + 1", _cancel)
+    cancel = _command(
+        commands,
+        "cancel",
+        "end a job that has not finished, and its child jobs not detached: FAILED, attempt + 1",
+        _cancel,
+    )
     cancel.add_argument("id", metavar="ID")
     cancel.add_argument("--reason", default="cancelled by an operator", help="recorded in the crash history")
     retry = _command(commands, "retry", "run a FAILED or DEAD_LETTER job again", _retry)
@@ -272,6 +280,7 @@ async def _show(args: argparse.Namespace) -> int:
     if row.result is not None or shown["result"]:
         out.append(f"  result      {shown['result'] or _json(row.result)}")
     out += _approval_lines(approval) + _wait_lines(wait) + _kept_lines(kept)
+    out += await _family_lines(args, row.id)
     out.append(f"crash history ({len(row.error)})")
     out += [f"  {_history_line(entry)}" for entry in row.error] or ["  (none)"]
     out += _journal_tail(args.id, args.events)
@@ -323,11 +332,36 @@ def _wait_lines(state: WaitState | None) -> list[str]:
     events = what.get("events")
     if isinstance(events, list) and events:
         kind += " " + ", ".join(repr(e) for e in events if isinstance(e, str))
+    jobs = job_ids_waited_for(what)
+    if jobs:
+        kind += " " + ", ".join(jobs[:_SHOWN_CHILDREN]) + _more(len(jobs))
     call = what.get("invocation_id")
     at = f" ({call})" if isinstance(call, str) else ""
     until = what.get("until", state.until)
     end = f"until {_utc(until)}" if isinstance(until, int | float) else "(no timeout)"
     return [f"  waits for   {kind} {end}{at}"]
+
+
+async def _family_lines(args: argparse.Namespace, job_id: str) -> list[str]:
+    """The job's parent, and the children it started, when it has any."""
+    try:
+        family = await _with_store(args, lambda store: store.get_family(job_id))
+    except StoreError:  # a PostgreSQL table that predates child jobs (``db init`` adds the columns)
+        return []
+    if family is None:
+        return []
+    out = []
+    if family.parent_id is not None:
+        detached = ", detached" if family.detached else ""
+        out.append(f"  parent      {family.parent_id} ({family.spawned_by}{detached})")
+    if family.children:
+        shown = [f"{c} {status}" for c, status, _ in family.children[:_SHOWN_CHILDREN]]
+        out.append(f"  children    {', '.join(shown)}{_more(len(family.children))}")
+    return out
+
+
+def _more(count: int) -> str:
+    return f" and {count - _SHOWN_CHILDREN} more" if count > _SHOWN_CHILDREN else ""
 
 
 def _approval_lines(state: ApprovalState | None) -> list[str]:
@@ -455,11 +489,13 @@ async def _reject(args: argparse.Namespace) -> int:
 
 
 async def _cancel(args: argparse.Namespace) -> int:
-    row = await _with_store(args, lambda store: store.cancel(args.id, args.reason))
+    row, children = await _with_store(args, lambda store: cancel_with_children(store, args.id, args.reason))
     sys.stdout.write(
         f"job {row.id} cancelled: {row.status}, attempt {row.attempt}"
         " (a process still running it is fenced out)\n"
     )
+    for child in children:
+        sys.stdout.write(f"  child job {child.id} cancelled: {child.status}, attempt {child.attempt}\n")
     return 0
 
 

@@ -30,6 +30,7 @@ from agentlife._logging import log_fields
 from agentlife._mcp._server import resolve_tool_ref
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
 from agentlife._retry import RetryEvent, classify, retry_call
+from agentlife._step._childjobs import ChildJobCalls
 from agentlife._step._stepllm import StepLLM
 from agentlife._step._streaming import emit_reply, is_streaming_adapter, retry_event
 from agentlife._step._toolcalls import Registry, run_tool_calls, tool_registry
@@ -70,7 +71,7 @@ class CallEnv:
     step_started: float = field(default_factory=anyio.current_time)
 
 
-class StepContext:
+class StepContext(ChildJobCalls):
     """What a step sees: its number, the saved state, the job, memories and guarded calls.
 
     Attributes:

@@ -115,10 +115,12 @@ async def durable_wait(
     on_mismatch: Callable[[int, str, str], None],
     check: Check | None = None,
     waiting_for: dict[str, Any] | None = None,
+    on_timeout: Callable[[], Awaitable[Any]] | None = None,
 ) -> Any:
     """Wait until ``check`` says the wait is over or ``until`` (unix time; None: no end) as a journaled call.
 
-    Returns the outcome: ``check``'s, `TIMED_OUT` when ``until`` came first, None for a plain timer.
+    Returns the outcome: ``check``'s, `TIMED_OUT` when ``until`` came first (or what ``on_timeout``
+    returns then), None for a plain timer.
     ``on_mismatch(call, recorded, current)`` handles a journal that recorded another wait at this call
     number: it raises, or voids the record and returns. See the module docstring.
 
@@ -148,6 +150,8 @@ async def durable_wait(
         left = math.inf if until is None else until - time.time()
         if not over and left <= 0:
             over, outcome = True, (None if check is None else TIMED_OUT)
+            if on_timeout is not None:
+                outcome = await on_timeout()
         if over:
             await journal.append_durable("WAIT_COMPLETED", **_fields(wait), outcome=outcome)
             return outcome
@@ -218,6 +222,7 @@ async def _run_wait(
     *,
     checker: Callable[[str], Check] | None = None,
     waiting_for: dict[str, Any] | None = None,
+    on_timeout: Callable[[], Awaitable[Any]] | None = None,
 ) -> Any:
     """One wait of the step: its call number and invocation id, then `durable_wait`."""
     env = ctx._env
@@ -235,6 +240,7 @@ async def _run_wait(
             on_mismatch=ctx._replay_mismatch,
             check=None if checker is None else checker(wait.invocation_id),
             waiting_for=waiting_for,
+            on_timeout=on_timeout,
         )
     finally:
         ctx._calls.current = None

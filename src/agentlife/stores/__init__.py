@@ -20,6 +20,7 @@ from agentlife.stores._base import (
     TableNames,
     crc32,
 )
+from agentlife.stores._childjobs import JobFamily
 from agentlife.stores._jobs import ReapDecision
 from agentlife.stores._sqlite import SQLiteStore
 from agentlife.stores._waits import WaitState
@@ -32,6 +33,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalState",
     "CheckpointStore",
+    "JobFamily",
     "JobRecord",
     "JobStatus",
     "LoadedCheckpoint",

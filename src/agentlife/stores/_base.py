@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from agentlife._exceptions import CheckpointCorrupt, ConfigError
 
 if TYPE_CHECKING:
+    from agentlife._jobrefs import JobOutcome
     from agentlife.constants import Constants
     from agentlife.stores._approval import ApprovalRequest, ApprovalState
+    from agentlife.stores._childjobs import JobFamily
     from agentlife.stores._jobs import ReapDecision
     from agentlife.stores._waits import WaitState
 
@@ -446,6 +448,37 @@ class CheckpointStore(Protocol):
         Raises:
             AttemptFenced: the row is another attempt's.
         """
+
+    async def start_child(
+        self,
+        parent_id: str,
+        attempt: int,
+        job_id: str,
+        agent_id: str,
+        payload: Any,
+        *,
+        invocation_id: str,
+        detached: bool = False,
+    ) -> bool:
+        """Create the PENDING row of a child job unless it exists; True when this call created it.
+
+        The row records its parent, the starting call (``invocation_id``) and ``detached``. Keyed on the id:
+        asked again (a start re-run after a crash) it finds the row this call created and changes nothing.
+
+        Raises:
+            ChildJobError: a job ``job_id`` exists that another job or call created, or of another agent.
+            AttemptFenced: the parent row is not held by ``attempt`` (and this store's claim).
+        """
+
+    async def child_outcomes(self, parent_id: str, job_ids: Sequence[str]) -> list[JobOutcome]:
+        """Each job's status, result and error, in the order of ``job_ids``.
+
+        Raises:
+            ChildJobError: one of them does not exist or is not a child of ``parent_id``.
+        """
+
+    async def get_family(self, job_id: str) -> JobFamily | None:
+        """The job's parent and the children it started; None when there is no such job."""
 
 
 def first_valid_checkpoint(job_id: str, history: list[tuple[Any, ...]]) -> LoadedCheckpoint:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agentlife.stores._base import TableNames
+from agentlife.stores._childjobs import pg_child_schema
 from agentlife.stores._events import pg_event_schema
 from agentlife.stores._pg_jobs import pg_job_schema
 from agentlife.stores._waits import pg_wait_schema
@@ -64,4 +65,5 @@ def pg_schema(t: TableNames) -> tuple[str, ...]:
         *pg_job_schema(t),
         *pg_wait_schema(t),
         *pg_event_schema(t),
+        *pg_child_schema(t),
     )

@@ -34,6 +34,7 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
+from agentlife.stores._childjobs import PostgresChildOps
 from agentlife.stores._events import PostgresEventOps
 from agentlife.stores._jobs import TERMINAL, expected_statuses
 from agentlife.stores._pg_jobs import JOB_COLUMNS, PostgresJobOps
@@ -151,7 +152,7 @@ class _Sql:
         )
 
 
-class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps):
+class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresChildOps):
     """`CheckpointStore` over PostgreSQL (``postgresql://user:password@host:port/db``), via an asyncpg pool.
 
     Args:

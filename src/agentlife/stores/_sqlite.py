@@ -30,6 +30,7 @@ from agentlife.stores._base import (
     first_valid_checkpoint,
     new_owner,
 )
+from agentlife.stores._childjobs import SQLiteChildOps, sqlite_child_columns, sqlite_child_schema
 from agentlife.stores._events import SQLiteEventOps, sqlite_event_schema
 from agentlife.stores._jobs import RUNNABLE, TERMINAL, expected_statuses
 from agentlife.stores._rows import JSON_COLUMNS, job_record
@@ -135,7 +136,7 @@ def _history_index(table: str) -> str:
     return f"CREATE INDEX IF NOT EXISTS {name} ON {base} (job_id, created_at DESC)"
 
 
-class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps):
+class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps, SQLiteChildOps):
     """`CheckpointStore` over one SQLite file (``sqlite:///path``), the embedded default.
 
     sqlite3 blocks, so every statement runs on a worker thread; a lock serialises them on the single
@@ -309,7 +310,14 @@ class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps):
                 conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN approval TEXT")
             if "waiting" not in names:  # what a WAITING job waits for (durable waits)
                 conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN waiting TEXT")
-            for statement in [*sqlite_job_schema(self.tables), *sqlite_event_schema(self.tables)]:
+            for column, kind in sqlite_child_columns():  # who started a child job (child jobs)
+                if column not in names:
+                    conn.execute(f"ALTER TABLE {self.tables.job} ADD COLUMN {column} {kind}")
+            for statement in [
+                *sqlite_job_schema(self.tables),
+                *sqlite_event_schema(self.tables),
+                *sqlite_child_schema(self.tables),
+            ]:
                 conn.execute(statement)
 
         await self._run(create)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from agentlife.stores._base import JobStatus, TableNames
+from agentlife.stores._childjobs import job_ids_waited_for, pg_children_done, sqlite_children_done
 from agentlife.stores._pg_statements import notify_call
 
 __all__ = ["PostgresWaitOps", "SQLiteWaitOps", "WaitState", "pg_wait_schema"]
@@ -80,7 +81,7 @@ class SQLiteWaitOps:
         """RUNNING (held by ``attempt``) -> WAITING until ``until``; False when the row was not that."""
         data = orjson.dumps(waiting_for).decode()
 
-        names = _event_names(waiting_for)
+        names, jobs = _event_names(waiting_for), job_ids_waited_for(waiting_for)
 
         def act(conn: sqlite3.Connection) -> bool:
             now, due = time.time(), until
@@ -91,6 +92,8 @@ class SQLiteWaitOps:
                 ).fetchone()
             ):
                 due = now  # sent while the job was parking: runnable at once
+            if jobs and sqlite_children_done(conn, self.tables.job, jobs):
+                due = now  # its children ended while it was parking: runnable at once
             cursor = conn.execute(
                 f"UPDATE {self.tables.job} SET status = ?, owner = NULL, not_before = ?, waiting = ?,"
                 " updated_at = ? WHERE id = ? AND attempt = ? AND status = ?",
@@ -129,7 +132,7 @@ class PostgresWaitOps:
         A wait already over when it parks (a drain during a short wait's last moment) wakes a listening
         worker in the same statement.
         """
-        j, names = self.tables.job, _event_names(waiting_for)
+        j, names, jobs = self.tables.job, _event_names(waiting_for), job_ids_waited_for(waiting_for)
         statement = (
             f"UPDATE {j} SET status = 'WAITING', owner = NULL, not_before = to_timestamp($3),"
             " waiting = $4::jsonb, updated_at = now() WHERE id = $1 AND attempt = $2 AND status = 'RUNNING'"
@@ -144,6 +147,8 @@ class PostgresWaitOps:
             await conn.execute(f"SELECT 1 FROM {j} WHERE id = $1 FOR UPDATE", job_id)
             if names and await conn.fetchval(sent, job_id, names):
                 until = 0.0  # sent while the job was parking: runnable at once
+            if jobs and await pg_children_done(conn, j, jobs):
+                until = 0.0  # its children ended while it was parking: runnable at once
             found = await conn.fetchrow(statement, job_id, attempt, until, orjson.dumps(waiting_for).decode())
         return found is not None
 
