@@ -123,13 +123,20 @@ POINTS = {
 }
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
-@pytest.mark.parametrize("point", list(POINTS))
+#: Every point and signal on SQLite; on PostgreSQL every SIGKILL and the SIGTERM during the wake.
+_KILL_CASES = [
+    pytest.param(store, point, sig, id=f"{store}-{point}-{'kill' if sig == signal.SIGKILL else 'term'}")
+    for store in ("sqlite", "postgresql")
+    for point in POINTS
+    for sig in (signal.SIGKILL, signal.SIGTERM)
+    if store == "sqlite" or sig == signal.SIGKILL or point == "during-wake"
+]
+
+
+@pytest.mark.parametrize(("db_url", "point", "sig"), _KILL_CASES, indirect=["db_url"])
 def test_a_signal_at_each_point_of_a_fan_out_leaves_every_effect_and_every_child_once(
     family: object, point: str, sig: int, db_url: str
 ) -> None:
-    if db_url.startswith("postgresql") and sig == signal.SIGTERM and point != "during-wake":
-        pytest.skip("SIGTERM at each point runs on SQLite; PostgreSQL keeps one of them and every SIGKILL")
     w = family(**POINTS[point])  # type: ignore[operator]
     w.create("p", "family")
     w.keep_up()
@@ -169,12 +176,18 @@ BAD_LINES = {
 _STORE_BAD = ("taken-id", "wait-stranger", "wait-unknown")
 
 
-@pytest.mark.parametrize("bad", list(BAD_LINES))
+_BAD_CASES = [
+    pytest.param(store, bad, id=f"{store}-{bad}")
+    for store in ("sqlite", "postgresql")
+    for bad in BAD_LINES
+    if store == "sqlite" or bad in _STORE_BAD
+]
+
+
+@pytest.mark.parametrize(("db_url", "bad"), _BAD_CASES, indirect=["db_url"])
 def test_a_bad_child_job_call_fails_the_step_with_one_line_and_leaves_nothing(
     family: object, bad: str, db_url: str
 ) -> None:
-    if db_url.startswith("postgresql") and bad not in _STORE_BAD:
-        pytest.skip("checked before the store is asked: SQLite shows it")
     w = family(FAMILY_BAD=bad)  # type: ignore[operator]
     w.create("stranger", "family-child")
     w.create("p", "family")
