@@ -1,7 +1,7 @@
 """A tool-using agent for the console tests: a conversation with a tool call, hostile text and a secret.
 
 `Chatty` asks its scripted model once; the model calls ``lookup`` with a query holding HTML and a script,
-and an ``api_key`` argument holding ``CONSOLE_TEST_SECRET`` (a value the console's environment names as a
+and an ``api_key`` argument holding ``CONSOLE_TEST_VALUE`` (a value the console's environment names as a
 secret and the agent's does not, so only the console's own masking stands between it and the page); the
 second turn answers with text that holds an ``<img onerror>``.
 """
@@ -33,7 +33,7 @@ class Chatty(ToolAgent):
     max_turns = 4
 
     def make_llm(self) -> LLMClient:
-        secret = os.environ.get("CONSOLE_TEST_SECRET", "none")
+        secret = os.environ.get("CONSOLE_TEST_VALUE", "none")
         call = ScriptedTurn.reply(
             [
                 {"type": "text", "text": "Let me look that up."},
