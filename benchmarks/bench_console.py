@@ -24,6 +24,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import emit
+
 from agentlife._console._data import ListQuery, list_jobs
 from agentlife.stores import SQLiteStore
 
@@ -69,7 +70,7 @@ def queries(rows: int) -> dict[str, ListQuery]:
         return {
             "console_first_page": ListQuery(),
             "console_deep_page": ListQuery(after=(1e9 + 59, "job-000059")),
-            "console_filtered_page": ListQuery(status="COMPLETED", agent=None, after=(1e9 + 99, "job-000099")),
+            "console_filtered_page": ListQuery(status="COMPLETED", after=(1e9 + 99, "job-000099")),
         }
     deep = rows // 10  # newest first: 90 % of the way down
     return {

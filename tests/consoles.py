@@ -6,6 +6,9 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -45,8 +48,6 @@ def request(
     url: str, data: Mapping[str, str] | None = None, headers: Mapping[str, str] | None = None
 ) -> tuple[int, str, dict[str, str]]:
     """GET (or POST a form when ``data`` is given) without following redirects: (status, body, headers)."""
-    import urllib.parse
-
     body = urllib.parse.urlencode(data).encode() if data is not None else None
     req = urllib.request.Request(url, data=body, headers=dict(headers or {}))
 
