@@ -18,6 +18,7 @@ EXPECTED = {
     "budget",
     "manifest",
     "schedule",
+    "console",
 }
 
 
@@ -41,6 +42,17 @@ def test_each_command_module_registers_exactly_its_own_subcommands() -> None:
         assert not mine & seen, f"{module.__name__} registers {mine & seen} again"
         seen |= mine
     assert seen == EXPECTED
+
+
+def test_the_console_loads_its_web_stack_only_when_it_runs() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, agentlife._cli;"
+        " sys.exit(('aiohttp' in sys.modules) + 2 * ('agentlife._console' in sys.modules))"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
 def test_domain_modules_hold_no_command_line_code() -> None:

@@ -4,7 +4,8 @@ A module's layer is the folder it lives in, lowest first: the vocabulary (the mo
 root, the names everyone speaks) <- storage (``stores/``, ``_journal/``) <- clients of
 models and tool servers (``_llm/``, ``_mcp/``) <-
 observability (``_observe/``) <- the step API (``_step/``) <- the engine (``_runtime/``) <- tools
-(``_cli/``, ``testing/`` and ``__main__``). Only imports under ``if TYPE_CHECKING:`` are free. A
+(``_cli/``, ``_console/``, ``testing/`` and ``__main__``). Only imports under ``if TYPE_CHECKING:`` are
+free. A
 function-level import of an agentlife module is allowed only where it keeps a module off the boot path
 (each listed in `DEFERRED`, with its reason), plus the documented edges from the agent API up to its
 defaults and to the command line (`UPWARD`).
@@ -26,7 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("observability", ("_observe",)),
     ("step API", ("_step",)),
     ("engine", ("_runtime",)),
-    ("tools", ("_cli", "testing", "__main__")),
+    ("tools", ("_cli", "_console", "testing", "__main__")),
 )
 LAYER_NAMES = tuple(name for name, _ in LAYERS)
 
@@ -56,6 +57,7 @@ DEFERRED: dict[tuple[str, str], str] = {
     ): "the demo's engine loads for demo, not for --help or job",
     ("agentlife._cli._worker", "agentlife._runtime._worker"): "the engine loads for worker, not for --help",
     ("agentlife._cli._manifest", "agentlife._schedule"): "only with --schedule",
+    ("agentlife._cli._console", "agentlife._console._server"): "aiohttp and the pages load for console only",
     ("agentlife._cli._manifest", "agentlife.stores._policy"): "only with --from-journals",
     ("agentlife._cli._common", "agentlife._runtime._signals"): "installed first thing; anyio loads with it",
     (

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from agentlife._cli import (
     _budget,
     _check,
+    _console,
     _db,
     _demo,
     _job,
@@ -40,7 +41,20 @@ from agentlife._runtime._entry import load_agent_class
 __all__ = ["build_parser", "exit_now", "load_agent_class", "main", "run_agent_main"]
 
 #: Every subcommand, in the order ``--help`` lists them.
-COMMANDS = (_run, _worker, _check, _db, _job, _reap, _demo, _journal, _budget, _manifest, _schedule)
+COMMANDS = (
+    _run,
+    _worker,
+    _check,
+    _db,
+    _job,
+    _reap,
+    _demo,
+    _journal,
+    _budget,
+    _manifest,
+    _schedule,
+    _console,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

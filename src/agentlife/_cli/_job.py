@@ -47,7 +47,7 @@ from agentlife.stores._events import check_event
 from agentlife.stores._jobs import is_crash
 from agentlife.stores._rows import JSON_COLUMNS
 
-__all__ = ["EXIT_CONFLICT", "EXIT_NOT_FOUND", "open_store", "register"]
+__all__ = ["EXIT_CONFLICT", "EXIT_NOT_FOUND", "approve_parked", "open_store", "register"]
 
 #: ``job`` exit code: the job row does not exist.
 EXIT_NOT_FOUND = 3
@@ -456,26 +456,33 @@ def _as_json(row: JobRecord) -> dict[str, Any]:
 # -- approve, reject, cancel, retry ---------------------------------------------------------------------
 
 
-async def _approve(args: argparse.Namespace) -> int:
-    async def approve(store: CheckpointStore) -> tuple[JobRecord, Any]:
-        # Approve exactly the call read here: if the job asks for another one meanwhile, the store refuses.
-        state = await store.get_approval(args.id)
-        request = state.request if state is not None else None
-        if request is None:
-            if args.call is not None:
-                raise JobStateConflict(
-                    f"cannot approve job {args.id}: it records no call waiting to be approved"
-                )
-            return await store.approve(args.id), None
-        if args.call is not None and args.call != request.get("invocation_id"):
-            # The given id is not echoed: it is the operator's text and may not even be printable.
-            raise JobStateConflict(
-                f"cannot approve job {args.id}: it waits for {_call(request)}, not the call given by --call"
-            )
-        row = await store.approve(args.id, invocation_id=request["invocation_id"], digest=request["digest"])
-        return row, request
+async def approve_parked(
+    store: CheckpointStore, job_id: str, call: str | None = None, *, given_by: str = "--call"
+) -> tuple[JobRecord, Any]:
+    """Approve the call ``job_id`` is parked on (only if it is ``call``, when given): (the row, the request).
 
-    row, request = await _with_store(args, approve)
+    Raises:
+        JobStateConflict: the job is not parked, or waits for another call than ``call``.
+        JobNotFound: there is no such job.
+    """
+    # Approve exactly the call read here: if the job asks for another one meanwhile, the store refuses.
+    state = await store.get_approval(job_id)
+    request = state.request if state is not None else None
+    if request is None:
+        if call is not None:
+            raise JobStateConflict(f"cannot approve job {job_id}: it records no call waiting to be approved")
+        return await store.approve(job_id), None
+    if call is not None and call != request.get("invocation_id"):
+        # The given id is not echoed: it is the operator's text and may not even be printable.
+        raise JobStateConflict(
+            f"cannot approve job {job_id}: it waits for {_call(request)}, not the call given by {given_by}"
+        )
+    row = await store.approve(job_id, invocation_id=request["invocation_id"], digest=request["digest"])
+    return row, request
+
+
+async def _approve(args: argparse.Namespace) -> int:
+    row, request = await _with_store(args, lambda store: approve_parked(store, args.id, args.call))
     how = "the parked process takes it" if row.status == JobStatus.RUNNING else "the next run resumes it"
     what = _call(request) if request is not None else "no call recorded: the job asks again, naming it"
     sys.stdout.write(f"job {row.id} approved: {row.status} ({how}): {what}\n")

@@ -314,9 +314,18 @@ class CheckpointStore(Protocol):
         """
 
     async def list_jobs(
-        self, status: str | None = None, agent_id: str | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        agent_id: str | None = None,
+        limit: int = 100,
+        *,
+        after: tuple[float, str] | None = None,
     ) -> list[JobRecord]:
-        """Job rows, most recently updated first, filtered by status and agent."""
+        """Job rows, most recently updated first (ties by id), filtered by status and agent.
+
+        ``after`` is a page's cursor: the ``(updated_at, id)`` of the last row of the page before; the rows
+        that follow it in that order come back (keyset paging: an index range, as fast deep as at the top).
+        """
 
     @property
     def notifies(self) -> bool:

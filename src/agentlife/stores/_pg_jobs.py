@@ -17,7 +17,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -83,6 +83,7 @@ _RUNNABLE = f"status IN ({', '.join(repr(str(s)) for s in RUNNABLE)})"
 _DUE = "(not_before IS NULL OR not_before <= now())"
 #: Wake this long after a timer's time, so that the claim that follows finds the row due.
 _DUE_MARGIN_SECONDS = 0.02
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def pg_job_schema(t: TableNames) -> tuple[str, ...]:
@@ -99,6 +100,10 @@ def pg_job_schema(t: TableNames) -> tuple[str, ...]:
         f" WHERE {_RUNNABLE}",
         f"CREATE INDEX IF NOT EXISTS {base}_agent_due_idx ON {t.job}"
         f" (agent_id, not_before NULLS FIRST, id) WHERE {_RUNNABLE}",
+        # `list_jobs` pages by (updated_at, id) from a cursor: each of its orders is one index range.
+        f"CREATE INDEX IF NOT EXISTS {base}_listed_idx ON {t.job} (updated_at DESC, id)",
+        f"CREATE INDEX IF NOT EXISTS {base}_status_listed_idx ON {t.job} (status, updated_at DESC, id)",
+        f"CREATE INDEX IF NOT EXISTS {base}_agent_listed_idx ON {t.job} (agent_id, updated_at DESC, id)",
     )
 
 
@@ -107,7 +112,6 @@ class _JobSql:
     claim_any: str
     claim_agent: str
     get: str
-    list: str
     count_runnable: str
     next_due: str
     lock_row: str
@@ -152,10 +156,6 @@ class _JobSql:
             claim_any=claim(""),
             claim_agent=claim("agent_id = $2 AND "),
             get=f"SELECT {_COLUMNS} FROM {j} WHERE id = $1",
-            list=(
-                f"SELECT {_COLUMNS} FROM {j} WHERE ($1::text IS NULL OR status = $1)"
-                " AND ($2::text IS NULL OR agent_id = $2) ORDER BY updated_at DESC, id LIMIT $3"
-            ),
             # The index of runnable rows ends the scan at the first row not yet due: a row parked at a
             # timer (WAITING) or backing off (RETRYING) of this agent, its time as seconds from now.
             next_due=(
@@ -298,11 +298,33 @@ class PostgresJobOps:
         return None
 
     async def list_jobs(
-        self, status: str | None = None, agent_id: str | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        agent_id: str | None = None,
+        limit: int = 100,
+        *,
+        after: tuple[float, str] | None = None,
     ) -> list[JobRecord]:
-        """Job rows, most recently updated first, filtered by status and agent."""
+        """Job rows, most recently updated first, filtered by status and agent, after the cursor ``after``."""
+        # One statement per shape, not ``$1 IS NULL OR ...``: a generic plan of that form cannot use the
+        # index range a page needs.
+        clauses: list[str] = []
+        args: list[Any] = []
+        for column, value in (("status", status), ("agent_id", agent_id)):
+            if value is not None:
+                args.append(value)
+                clauses.append(f"{column} = ${len(args)}")
+        if after is not None:
+            # The cursor's exact microseconds: a float's own rounding must not skip or repeat a row.
+            args += [_EPOCH + timedelta(microseconds=round(after[0] * 1_000_000)), after[1]]
+            at, key = f"${len(args) - 1}", f"${len(args)}"
+            clauses.append(f"updated_at <= {at} AND (updated_at < {at} OR id > {key})")
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        args.append(limit)
+        order = f"ORDER BY updated_at DESC, id LIMIT ${len(args)}"
+        sql = f"SELECT {_COLUMNS} FROM {self.tables.job}{where} {order}"
         async with self._ops() as conn:
-            rows = await conn.fetch(self._jobs_sql.list, status, agent_id, limit)
+            rows = await conn.fetch(sql, *args)
         return [record(row) for row in rows]
 
     @property

@@ -78,6 +78,10 @@ def sqlite_job_schema(t: TableNames) -> list[str]:
         f"CREATE INDEX IF NOT EXISTS {prefix}{base}_due ON {base} (not_before, id) WHERE {_RUNNABLE}",
         f"CREATE INDEX IF NOT EXISTS {prefix}{base}_agent_due ON {base} (agent_id, not_before, id)"
         f" WHERE {_RUNNABLE}",
+        # `list_jobs` pages by (updated_at, id) from a cursor: each of its orders is one index range.
+        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_listed ON {base} (updated_at DESC, id)",
+        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_status_listed ON {base} (status, updated_at DESC, id)",
+        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_agent_listed ON {base} (agent_id, updated_at DESC, id)",
     ]
 
 
@@ -166,18 +170,28 @@ class SQLiteJobOps:
         return claimed
 
     async def list_jobs(
-        self, status: str | None = None, agent_id: str | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        agent_id: str | None = None,
+        limit: int = 100,
+        *,
+        after: tuple[float, str] | None = None,
     ) -> list[JobRecord]:
-        """Job rows, most recently updated first, filtered by status and agent."""
+        """Job rows, most recently updated first, filtered by status and agent, after the cursor ``after``."""
 
         def select(conn: sqlite3.Connection) -> list[JobRecord]:
-            clauses, args = [], []
+            clauses: list[str] = []
+            args: list[Any] = []
             if status is not None:
                 clauses.append("status = ?")
                 args.append(status)
             if agent_id is not None:
                 clauses.append("agent_id = ?")
                 args.append(agent_id)
+            if after is not None:
+                # The first term bounds the index range; the second skips the cursor's own ties.
+                clauses.append("updated_at <= ? AND (updated_at < ? OR id > ?)")
+                args += [after[0], after[0], after[1]]
             where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
             rowids = conn.execute(
                 f"SELECT rowid FROM {self.tables.job}{where} ORDER BY updated_at DESC, id LIMIT ?",

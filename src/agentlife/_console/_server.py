@@ -1,0 +1,302 @@
+"""The console's aiohttp application: routes, the store it reads, the security rules and ``serve``.
+
+Read-only unless started with an action token. An action is a POST of a form carrying that token
+(compared in constant time), refused from another origin (``Origin``, ``Sec-Fetch-Site``), and made
+through the same store calls and rules as the ``job`` commands, so a page can do nothing the command
+line could not. Every response carries a CSP that allows only the console's own script and stylesheet,
+and ``frame-ancestors 'none'``. A request the console cannot serve gets a page that says why with its
+status: 400 for a malformed one, 404 for an unknown job, 409 for an action the job's status does not
+allow, 503 when the store cannot be reached (opened again on the next request), never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from agentlife._cli._job import approve_parked
+from agentlife._console._data import MAX_ID, BadRequest, list_jobs, load_job, parse_list_query
+from agentlife._console._render import FLASHES, error_page, job_page, list_page, version
+from agentlife._console._timeline import build_timeline
+from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError, describe_error
+from agentlife._redact import Redactor
+from agentlife.stores import CheckpointStore, store_from_url
+
+__all__ = ["ConsoleConfig", "create_app", "serve"]
+
+log = logging.getLogger("agentlife.console")
+
+#: The longest query string served; a longer one is refused (414) before anything parses it.
+MAX_QUERY = 4096
+#: The largest action form accepted.
+MAX_FORM = 64 * 1024
+#: The longest reason an operator may give (it goes into the crash history).
+MAX_REASON = 500
+#: The header a script may carry the token in instead of the form's ``token`` field.
+TOKEN_HEADER = "X-Agentlife-Token"
+_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self';"
+    " form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+_HEADERS = {
+    "Content-Security-Policy": _CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    # not no-referrer: with it a browser sends "Origin: null" on its own form posts, and the check fails
+    "Referrer-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+_STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
+_SAME_SITE = frozenset({"same-origin", "none"})
+_ACTIONS = frozenset(FLASHES)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleConfig:
+    """What ``console`` serves: the store's URL, where to listen, the action token (None: read-only).
+
+    ``data_dir`` holds the session journals (default: ``AGENTLIFE_DATA_DIR``, as for ``job show``).
+    """
+
+    url: str
+    host: str = "127.0.0.1"
+    port: int = 8765
+    token: str | None = None
+    data_dir: Path | None = None
+
+
+class _Store:
+    """One store, opened on first use; dropped after a failure so the next request opens it again."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._store: CheckpointStore | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> CheckpointStore:
+        async with self._lock:
+            if self._store is None:
+                store = store_from_url(self._url, must_exist=True)
+                await store.open()
+                self._store = store
+            return self._store
+
+    async def drop(self) -> None:
+        async with self._lock:
+            store, self._store = self._store, None
+        if store is not None:
+            try:
+                await store.close()
+            except (StoreError, OSError) as exc:
+                log.debug("closing the store after a failure: %s", type(exc).__name__)
+
+
+class _Console:
+    def __init__(self, config: ConsoleConfig) -> None:
+        self.config = config
+        self.actions = config.token is not None
+        self.store = _Store(config.url)
+        # The token's variable is named like a secret, and the URL's password is found in it: both masked.
+        self.redactor = Redactor.from_env({**os.environ, "AGENTLIFE_CONSOLE_DATABASE_URL": config.url})
+        self.data_dir = config.data_dir or Path(os.environ.get("AGENTLIFE_DATA_DIR") or ".agentlife")
+        files = resources.files("agentlife._console").joinpath("static")
+        self.static = {name: files.joinpath(name).read_bytes() for name in _STATIC}
+
+    def page(self, status: int, title: str, message: str) -> web.Response:
+        text = error_page(status, title, self.redactor.redact(message), actions=self.actions)
+        return web.Response(status=status, text=text, content_type="text/html")
+
+    # -- pages ------------------------------------------------------------------------------------------
+
+    async def index(self, request: web.Request) -> web.Response:
+        query = parse_list_query(request.query)
+        result = await list_jobs(await self.store.get(), query)
+        text = list_page(query, result, actions=self.actions, now=time.time())
+        return web.Response(text=text, content_type="text/html")
+
+    async def job(self, request: web.Request) -> web.Response:
+        job_id = _job_id(request.query.get("id"))
+        view = await load_job(await self.store.get(), job_id, self.data_dir, self.redactor)
+        if view is None:
+            return self.page(404, "Not Found", f"There is no job {job_id!r} in this store.")
+        flash = request.query.get("done")
+        timeline = build_timeline(view.sessions, view.row.error)
+        text = job_page(view, timeline, actions=self.actions, flash=flash, now=time.time())
+        return web.Response(text=text, content_type="text/html")
+
+    async def state(self, request: web.Request) -> web.Response:
+        job_id = _job_id(request.query.get("id"))
+        row = await (await self.store.get()).get_job(job_id)
+        if row is None:
+            return web.json_response({"error": "no such job"}, status=404)
+        return web.json_response({"status": row.status, "version": version(row)})
+
+    async def static_file(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in self.static:
+            return self.page(404, "Not Found", "There is no such file.")
+        return web.Response(body=self.static[name], content_type=_STATIC[name], charset="utf-8")
+
+    # -- actions ----------------------------------------------------------------------------------------
+
+    async def action(self, request: web.Request) -> web.StreamResponse:
+        if self.config.token is None:
+            return self.page(403, "Forbidden", "Actions are off: the console was started without them.")
+        if not _same_origin(request):
+            return self.page(403, "Forbidden", "Actions are only accepted from the console's own pages.")
+        if request.content_type != "application/x-www-form-urlencoded":
+            return self.page(415, "Unsupported Media Type", "An action is a form (x-www-form-urlencoded).")
+        form = await request.post()
+        given = request.headers.get(TOKEN_HEADER) or form.get("token")
+        if not isinstance(given, str) or not hmac.compare_digest(
+            given.encode("utf-8", "surrogatepass"), self.config.token.encode("utf-8", "surrogatepass")
+        ):
+            return self.page(403, "Forbidden", "A valid console token is required for an action.")
+        action, job_id = form.get("action"), _job_id(_text(form.get("id")))
+        if action not in _ACTIONS:
+            raise BadRequest("action must be one of " + ", ".join(sorted(_ACTIONS)))
+        await self._act(str(action), job_id, form)
+        log.info("console: %s of job %s", action, self.redactor.redact(job_id))
+        raise web.HTTPSeeOther(f"/job?{urlencode({'id': job_id, 'done': action})}")
+
+    async def _act(self, action: str, job_id: str, form: Any) -> None:
+        store = await self.store.get()
+        if action == "approve":
+            call = _text(form.get("call")) or None
+            await approve_parked(store, job_id, call, given_by="the page")
+        elif action == "retry":
+            await store.retry(job_id)
+        else:
+            default = "approval rejected" if action == "reject" else "cancelled by an operator"
+            reason = _reason(_text(form.get("reason"))) or default
+            await (store.reject if action == "reject" else store.cancel)(job_id, reason)
+
+
+def _same_origin(request: web.Request) -> bool:
+    """False for a request a browser says came from another site (``Sec-Fetch-Site``, ``Origin``)."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None and site not in _SAME_SITE:
+        return False
+    origin = request.headers.get("Origin")
+    return origin is None or origin == f"{request.scheme}://{request.host}"
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadRequest("a form field is not text")
+    return value
+
+
+def _job_id(value: str | None) -> str:
+    if not value:
+        raise BadRequest("a job id is required (?id=...)")
+    if len(value) > MAX_ID or "\x00" in value:
+        raise BadRequest(f"a job id is at most {MAX_ID} characters, without NUL")
+    return value
+
+
+def _reason(value: str) -> str:
+    value = value.strip()
+    if len(value) > MAX_REASON:
+        raise BadRequest(f"the reason must be at most {MAX_REASON} characters")
+    if not value.isprintable():
+        raise BadRequest("the reason must be printable text on one line")
+    return value
+
+
+# -- the application -----------------------------------------------------------------------------------------
+
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def create_app(config: ConsoleConfig) -> web.Application:
+    """The console as an aiohttp application (the store opens on the first request)."""
+    console = _Console(config)
+
+    @web.middleware
+    async def guard(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        response = await _answer(console, request, handler)
+        response.headers.update(_HEADERS)
+        return response
+
+    app = web.Application(middlewares=[guard], client_max_size=MAX_FORM)
+    app.router.add_get("/", console.index)
+    app.router.add_get("/job", console.job)
+    app.router.add_get("/job/state", console.state)
+    app.router.add_post("/job/action", console.action)
+    app.router.add_get("/static/{name}", console.static_file)
+
+    async def close(_: web.Application) -> None:
+        await console.store.drop()
+
+    app.on_cleanup.append(close)
+    return app
+
+
+async def _answer(console: _Console, request: web.Request, handler: _Handler) -> web.StreamResponse:
+    """The handler's response, or the page that says why there is none."""
+    if len(request.query_string) > MAX_QUERY:
+        return console.page(414, "URI Too Long", f"The query string is longer than {MAX_QUERY} characters.")
+    try:
+        return await handler(request)
+    except BadRequest as exc:
+        return console.page(400, "Bad Request", str(exc))
+    except JobNotFound as exc:
+        return console.page(404, "Not Found", str(exc))
+    except JobStateConflict as exc:
+        return console.page(409, "Conflict", str(exc))
+    except web.HTTPRedirection:
+        raise
+    except web.HTTPException as exc:
+        return console.page(exc.status, exc.reason, exc.text or exc.reason)
+    except (StoreError, OSError, ConfigError) as exc:
+        await console.store.drop()
+        log.warning("console: the store failed: %s", console.redactor.redact(describe_error(exc)))
+        return console.page(503, "Store Unavailable", f"The job store cannot be read: {describe_error(exc)}")
+    except Exception as exc:  # a bug: one line in the log, a page without a traceback
+        log.error("console: internal error: %s", console.redactor.redact(describe_error(exc)))
+        return console.page(500, "Internal Error", "The console failed on this request; see its log.")
+
+
+def serve(config: ConsoleConfig) -> int:
+    """Serve until a signal ends the process (the CLI's handlers exit 143 or 130)."""
+    return asyncio.run(_serve(config))
+
+
+async def _serve(config: ConsoleConfig) -> int:
+    runner = web.AppRunner(create_app(config), access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.host, config.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}"
+            ) from None
+        host, port = runner.addresses[0][:2]
+        mode = "actions allowed" if config.token is not None else "read-only"
+        print(f"agentlife console at http://{_url_host(host)}:{port}/ ({mode})", flush=True)
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+    return 0
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

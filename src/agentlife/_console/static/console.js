@@ -1,0 +1,47 @@
+// agentlife console: a running job's page refreshes itself while the job moves. Bounded polling: every
+// few seconds, at most MAX_POLLS times, and only while the tab is visible; the page works without it.
+"use strict";
+(function () {
+  var main = document.getElementById("main");
+  if (!main || !main.dataset.live) { return; }
+  var MAX_POLLS = 900, INTERVAL_MS = 2000, polls = 0, busy = false;
+  var version = main.dataset.version;
+
+  function editing() {
+    var active = document.activeElement;
+    return active && active.closest && active.closest("form") !== null;
+  }
+
+  function refresh() {
+    return fetch(window.location.href, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (text) {
+        if (text === null) { return; }
+        var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("main");
+        if (!fresh) { return; }
+        main.replaceChildren.apply(main, Array.prototype.slice.call(fresh.childNodes).map(function (n) {
+          return document.importNode(n, true);
+        }));
+        version = fresh.dataset.version;
+        if (!fresh.dataset.live) { delete main.dataset.live; }
+        main.dataset.version = version || "";
+      });
+  }
+
+  function poll() {
+    if (!main.dataset.live || polls >= MAX_POLLS) { return; }
+    polls += 1;
+    if (document.hidden || busy || editing()) { window.setTimeout(poll, INTERVAL_MS); return; }
+    busy = true;
+    fetch(main.dataset.live, { credentials: "same-origin", headers: { "Accept": "application/json" } })
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (state) {
+        if (state && state.version !== version) { return refresh(); }
+        return null;
+      })
+      .catch(function () { return null; })
+      .then(function () { busy = false; window.setTimeout(poll, INTERVAL_MS); });
+  }
+
+  window.setTimeout(poll, INTERVAL_MS);
+})();

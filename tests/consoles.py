@@ -1,0 +1,75 @@
+"""Helpers for the console tests: a real ``python -m agentlife console`` process and rows written by hand."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+
+import orjson
+
+from procs import REPO
+
+TOKEN = "console-token-0123456789abcdef"
+
+
+def start_console(env: Mapping[str, str], *args: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the console on a free port: (the process, its base URL ending in ``/``)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentlife", "console", "--port", "0", *args],
+        env=dict(env),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    if "http://" not in line:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"the console did not start: {line!r} {err.decode(errors='replace')}")
+    return proc, "http://" + line.split("http://", 1)[1].split()[0]
+
+
+def stop(proc: subprocess.Popen[bytes]) -> str:
+    """SIGTERM the console; its stderr."""
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    return err.decode(errors="replace")
+
+
+def request(
+    url: str, data: Mapping[str, str] | None = None, headers: Mapping[str, str] | None = None
+) -> tuple[int, str, dict[str, str]]:
+    """GET (or POST a form when ``data`` is given) without following redirects: (status, body, headers)."""
+    body = urllib.parse.urlencode(data).encode() if data is not None else None
+    req = urllib.request.Request(url, data=body, headers=dict(headers or {}))
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: object, **kwargs: object) -> None:
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(req, timeout=30) as response:
+            return response.status, response.read().decode(), dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace"), dict(exc.headers)
+
+
+def insert_row(db: Path, job_id: str, agent_id: str, payload: object, status: str = "PENDING") -> None:
+    """A job row written straight into the SQLite table, as another tool would (no id validation)."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute(
+            "INSERT INTO job (id, agent_id, status, payload, attempt, updated_at) VALUES (?, ?, ?, ?, 0, ?)",
+            (job_id, agent_id, status, orjson.dumps(payload).decode(), time.time()),
+        )
+    finally:
+        conn.close()
