@@ -2,19 +2,56 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+
 import nox
 
-nox.options.sessions = ["tests", "lint", "typecheck"]
+# lint and typecheck first: the browser install (below) overlaps them, and the tests wait for it.
+nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
 
 PYTHON = "3.11"
+BROWSER = ("/usr/bin/chromium", "/usr/bin/chromedriver")
+
+
+def _start_browser_install() -> subprocess.Popen[bytes] | None:
+    """Install Debian's chromium and chromium-driver in the background when missing and we may (root).
+
+    The console's tests drive a real headless Chromium and fail, never skip, without it: on a fresh
+    machine the README's test command installs it, as CI does.
+    """
+    if all(os.access(path, os.X_OK) for path in BROWSER):
+        return None
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return None  # the tests say what is missing
+    script = "apt-get update -qq && apt-get install -y -qq chromium chromium-driver"
+    log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"), "agentlife-chromium-install.log"), "wb")  # noqa: SIM115
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    return subprocess.Popen(["sh", "-c", script], stdout=log, stderr=log, env=env)
+
+
+# Plain ``nox`` (the README's command, CI) starts it now, to overlap lint and typecheck; ``nox -s tests``
+# installs it when the session starts.
+_BROWSER_INSTALL = _start_browser_install() if sys.argv[1:] == [] else None
+
+
+def _wait_for_browser(session: nox.Session) -> None:
+    install = _BROWSER_INSTALL or _start_browser_install()
+    if install is not None and install.wait() != 0:
+        session.warn(
+            "installing chromium failed (see agentlife-chromium-install.log): the console tests will fail"
+        )
 
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """The whole test suite, against real PostgreSQL, Qdrant local mode, anthropic SDK and processes."""
     session.install("-e", ".[all,test,docs]")  # docs: the suite builds the site in strict mode
+    _wait_for_browser(session)
     # One pytest worker per core: most tests wait on processes, servers and timers, so two cores run the
     # suite in about half the time. Each worker starts its own PostgreSQL. A part (posargs) runs serially.
     parallel = [] if session.posargs else ["-n", "auto", "--dist", "worksteal"]

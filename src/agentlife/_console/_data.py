@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._cli._job import _approval_lines, _history_line, _row_and_approval, _wait_lines
+from agentlife._cli._job import _approval_lines, _history_line, _kept_lines, _row_and_approval, _wait_lines
 from agentlife._config import JOB_ID_PATTERN
 from agentlife._console._timeline import Session
 from agentlife._exceptions import CheckpointCorrupt, ConfigError
@@ -167,7 +167,7 @@ class JobView:
 
 async def load_job(store: CheckpointStore, job_id: str, data_dir: Path, redactor: Redactor) -> JobView | None:
     """The job's page, or None when the store has no such row."""
-    row, approval, wait = await _row_and_approval(store, job_id)
+    row, approval, wait, kept = await _row_and_approval(store, job_id)
     if row is None:
         return None
     request = None
@@ -180,7 +180,10 @@ async def load_job(store: CheckpointStore, job_id: str, data_dir: Path, redactor
         payload=bound(redactor.redact_obj(row.payload)),
         result=bound(redactor.redact_obj(row.result)),
         history=[redactor.redact(_history_line(entry)) for entry in row.error[-200:]],
-        waits_for=[redactor.redact(line.strip()) for line in _approval_lines(approval) + _wait_lines(wait)],
+        waits_for=[
+            redactor.redact(line.strip())
+            for line in _approval_lines(approval) + _wait_lines(wait) + _kept_lines(kept)
+        ],
         request=request,
     )
     await _conversation(store, view, redactor)
