@@ -203,3 +203,35 @@ def test_a_bad_child_job_call_fails_the_step_with_one_line_and_leaves_nothing(
     assert (stranger.status, stranger.payload) == ("PENDING", None)  # untouched
     kinds = {(e["type"], e.get("tool") or e.get("kind")) for e in w.journal("p")}
     assert not any(t in ("TOOL_STARTED", "WAIT_STARTED") for t, _ in kinds) or bad == "taken-id", kinds
+
+
+def test_job_cancel_cancels_the_children_but_not_a_detached_one_and_show_names_them(
+    family: object, db_url: str
+) -> None:
+    w = family(FAMILY_DETACHED="0")  # type: ignore[operator]
+    w.create("p", "family")
+    code, out = w.finish(w.run("p"))  # `run`: no worker runs the children, so the parent parks on them
+    assert code == 0, out
+    assert w.row("p").status == "WAITING"
+    shown = w.job("show", "p").stdout
+    assert "  waits for   jobs p.0.1, p.0.2, p.0.3 (no timeout) (p/0/4)" in shown, shown
+    assert "  children    p.0.1 PENDING, p.0.2 PENDING, p.0.3 PENDING" in shown, shown
+    assert "  parent      p (p/0/1, detached)" in w.job("show", "p.0.1").stdout
+    assert "  parent      p (p/0/2)" in w.job("show", "p.0.2").stdout
+    cancelled = w.job("cancel", "p")
+    assert cancelled.returncode == 0, cancelled.stderr
+    statuses = {job: w.row(job).status for job in ("p", "p.0.1", "p.0.2", "p.0.3")}
+    assert statuses == {"p": "FAILED", "p.0.1": "PENDING", "p.0.2": "FAILED", "p.0.3": "FAILED"}
+    again = w.job("cancel", "p")  # the parent has ended: refused, and the detached child still untouched
+    assert again.returncode == 4 and w.row("p.0.1").status == "PENDING", again.stderr
+
+
+def test_a_wait_for_jobs_with_timeout_zero_returns_their_state_at_once(family: object, db_url: str) -> None:
+    w = family(FAMILY_TIMEOUT="0")  # type: ignore[operator]
+    w.create("p", "family")
+    code, out = w.finish(w.run("p"))
+    assert code == 0, out
+    row = w.row("p")
+    assert (row.status, row.result) == ("COMPLETED", {"sum": 0, "statuses": ["PENDING"] * 3}), row
+    assert w.effect_ids("after") == ["p/0/5"]  # the step went on past the wait, once
+    assert {w.row(f"p.0.{i}").status for i in (1, 2, 3)} == {"PENDING"}  # the children live on

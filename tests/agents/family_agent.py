@@ -9,6 +9,7 @@ parent's wait has returned, ``child-{n}-{attempt}`` when a child is inside its t
 - `Parent` (``family``): ``before``, ``FAMILY_CHILDREN`` (default 3) children of `Child` numbered from 0,
   ``started-*``, ``FAMILY_PAUSE`` seconds, ``ctx.wait_for_jobs`` (timeout ``FAMILY_TIMEOUT`` when set),
   ``waking-*``, ``FAMILY_WAKE_PAUSE`` seconds, ``after``, then ``{"sum": ..., "statuses": [...]}``.
+  ``FAMILY_DETACHED=n`` starts child ``n`` detached.
   ``FAMILY_BAD`` instead makes one bad call (see `BAD`) and records nothing else.
 - `Child` (``family-child``): its tool (``CHILD_PAUSE`` seconds inside it) and ``{"square": n * n}``;
   ``CHILD_FAIL=n`` makes child ``n`` end FAILED.
@@ -111,7 +112,11 @@ class Parent(AgentProcess):
             return Done({"bad": "accepted"})
         await ctx.call_tool(before)
         count = int(os.environ.get("FAMILY_CHILDREN", "3"))
-        handles = [await ctx.start_job("family-child", payload={"n": n}) for n in range(count)]
+        detached = os.environ.get("FAMILY_DETACHED")  # this child's number is started detached
+        handles = [
+            await ctx.start_job("family-child", payload={"n": n}, detached=str(n) == detached)
+            for n in range(count)
+        ]
         _dir().joinpath(f"started-{_attempt()}").touch()
         await anyio.sleep(float(os.environ.get("FAMILY_PAUSE", "0")))
         raw = os.environ.get("FAMILY_TIMEOUT")
