@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from _common import child_env, emit, free_port, median
+from _common import child_env, compile_sources, emit, free_port, median
 
 RUNS = 9
 KEY = "sk-ant-bench-0123456789"
@@ -109,6 +109,7 @@ def process_seconds(code: str) -> float:
 
 
 def main() -> None:
+    compile_sources()
     base: list[float] = []
     latency: dict[str, list[float]] = {"anthropic": [], "openai": []}
     rss: dict[str, list[int]] = {"anthropic": [], "openai": []}

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+from pathlib import Path
 
-from agentlife._cli import COMMANDS, build_parser
+from agentlife._cli import COMMANDS, build_parser, command_module
+from procs import REPO, agent_env
 
 EXPECTED = {
     "run",
@@ -32,16 +36,41 @@ def test_every_subcommand_is_registered() -> None:
 
 
 def test_each_command_module_registers_exactly_its_own_subcommands() -> None:
-    seen: set[str] = set()
-    for module in COMMANDS:
+    for name in COMMANDS:
         parser = argparse.ArgumentParser()
         sub = parser.add_subparsers()
-        module.register(sub)
-        mine = set(sub.choices)
-        assert len(mine) == 1, (module.__name__, mine)
-        assert not mine & seen, f"{module.__name__} registers {mine & seen} again"
-        seen |= mine
-    assert seen == EXPECTED
+        command_module(name).register(sub)
+        assert set(sub.choices) == {name}, (COMMANDS[name], set(sub.choices))
+    assert set(COMMANDS) == EXPECTED
+
+
+def test_a_named_command_builds_its_parser_alone_and_anything_else_builds_them_all() -> None:
+    assert _subcommands(build_parser(["job", "list"])) == {"job"}
+    assert _subcommands(build_parser(["--help"])) == EXPECTED
+    assert _subcommands(build_parser(["nosuch"])) == EXPECTED
+    assert _subcommands(build_parser([])) == EXPECTED
+
+
+def test_running_one_command_imports_no_other_command_module(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from agentlife._cli import main\n"
+        "main(['schedule', 'next', '*/5 * * * *', '--after', '2026-01-01T00:00:00Z'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('agentlife._cli.')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=agent_env(tmp_path),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = done.stdout.splitlines()[-1]
+    assert "agentlife._cli._schedule" in loaded
+    for other in ("_job", "_worker", "_budget", "_manifest", "_journal", "_check", "_demo"):
+        assert f"agentlife._cli.{other}'" not in loaded, loaded
 
 
 def test_the_console_loads_its_web_stack_only_when_it_runs() -> None:

@@ -30,6 +30,7 @@ import anyio.to_thread
 import orjson
 
 from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
+from agentlife._llm._tls import tls_context
 from agentlife._redact import Redactor
 from agentlife._retry import classify, error_for_http_status
 from agentlife._version import __version__
@@ -388,7 +389,7 @@ class MessagesHTTP:
             LLMConfigurationError: the base URL is not ``http(s)://host``.
         """
         if self._http is None:
-            # Importing httpx (~0.1 s) and building its client (a TLS context) on a worker thread.
+            # Importing httpx (~0.1 s) and building its client (see `tls_context`) on a worker thread.
             spare = self._keep(*await anyio.to_thread.run_sync(self._make_client))
             if spare is not None:
                 await spare.aclose()
@@ -422,13 +423,15 @@ class MessagesHTTP:
             timeout = httpx.Timeout(_READ_TIMEOUT, connect=_CONNECT_TIMEOUT)
         else:
             timeout = httpx.Timeout(self._http_timeout)
+        # A proxy from the environment must not catch requests to a server on this machine.
+        trust_env = not _is_loopback(parts.hostname)
         client = httpx.AsyncClient(
             headers=headers,
             timeout=timeout,
             limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
             follow_redirects=False,
-            # A proxy from the environment must not catch requests to a server on this machine.
-            trust_env=not _is_loopback(parts.hostname),
+            trust_env=trust_env,
+            verify=tls_context(parts.scheme, trust_env=trust_env),
         )
         return httpx, client
 

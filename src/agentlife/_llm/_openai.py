@@ -9,7 +9,7 @@ which closes the response on a timeout or a cancellation so the server sees the 
 Requests and replies are translated to and from agentlife's Anthropic-shaped content blocks by
 `agentlife._llm._openai_format`, so tools, ``ctx.run_tool_calls``, the journal and replay work unchanged.
 
-httpx is imported, and its client built (a TLS context: ~50 ms), on a worker thread at the first call.
+httpx is imported, and its client built (see `agentlife._llm._tls`), on a worker thread at the first call.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from agentlife._llm._openai_format import (
 )
 from agentlife._llm._pricing import PriceTable
 from agentlife._llm._protocol import CURRENT_CALL, INVOCATION_HEADER, LLMReply, OnEvent, StreamTimeouts
+from agentlife._llm._tls import tls_context
 from agentlife._redact import Redactor
 from agentlife._retry import classify
 
@@ -208,10 +209,14 @@ class OpenAICompatibleLLM:
         headers = {"accept": "text/event-stream"}
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
-        host = urllib.parse.urlsplit(self._base_url).hostname or ""
+        parts = urllib.parse.urlsplit(self._base_url)
         # A proxy from the environment must not catch requests to a server on this machine.
+        trust_env = not _is_loopback(parts.hostname or "")
         client = httpx.AsyncClient(
-            headers=headers, timeout=self._http_timeout, trust_env=not _is_loopback(host)
+            headers=headers,
+            timeout=self._http_timeout,
+            trust_env=trust_env,
+            verify=tls_context(parts.scheme, trust_env=trust_env),
         )
         return httpx, client
 
