@@ -38,7 +38,7 @@ _PATTERNS = (
 )
 # Case-insensitive scans cost ~40-80 ns a character in ``re``, so a pattern runs only when the text holds
 # what it cannot match without (`_shapes_in`). Every text a pattern of _PATTERNS matches also matches this,
-# under the same case folding: the check for non-ASCII text, where folding reaches beyond ASCII (``ſ`` is
+# under the same case folding: the check for non-ASCII text, where folding reaches beyond ASCII (the long s is
 # an ``s``, the Kelvin sign a ``k``).
 _MAYBE_SHAPE = re.compile(r"(?i)bearer|[spr]k-|passw|pwd|token|api[_-]?key|secret")
 _KEYWORDS = ("passw", "pwd", "token", "key", "secret")
