@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from agentlife._redact import MASK, Redactor, spellings, url_password
+from agentlife._redact import _PATTERNS, MASK, Redactor, _mask_match, spellings, url_password
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MEGABYTE = 1_000_000
@@ -225,6 +225,70 @@ def test_masking_any_text_never_raises_and_masking_twice_changes_nothing(text: s
     assert isinstance(once, str)
     assert r.redact(once) == once
     assert "tok-123456" not in once and ":s p@ce d@" not in once
+
+
+# Pieces of every shape the patterns look for, in mixed case and with the characters that fold onto ASCII
+# letters under (?i): the long s, the Kelvin sign, dotted and dotless i.
+_shape_pieces = st.sampled_from(
+    [
+        "Bearer ",
+        "bEaReR\t",
+        "sk-ant-",
+        "SK-",
+        "pk-",
+        "rK-",
+        "Pk\u212a-",
+        "\u017fk-",
+        "k-",
+        "PassWord",
+        "passwd",
+        "PWD",
+        "ToKeN",
+        "api_key",
+        "API-KEY",
+        "apikey",
+        "secret",
+        "\u017fecret",
+        "ap\u0131_key",
+        "AP\u0130KEY",
+        "=",
+        ":",
+        " : ",
+        "0123456789abcdefXYZ",
+        "-",
+        "_",
+        "\u00e9",
+        "\U0001f600",
+        " ",
+        "\n",
+    ]
+)
+
+
+@given(text=st.lists(st.one_of(_shape_pieces, _fragments, st.text(max_size=6)), max_size=40).map("".join))
+@PROPERTY
+@example(text="\u017fk-" + "a" * 20)
+@example(text="x \u017fecret=abcdef")  # no ASCII "secret" once lowered, yet (?i) matches it
+@example(text="id pk-" + "a" * 20 + " rK-" + "b" * 16)
+@example(text="bearerk-" + "a" * 20 + " Token : x")
+def test_the_fast_path_masks_exactly_what_every_pattern_would(text: str) -> None:
+    # Only the patterns a text could match are run (and short texts are remembered): the result must be
+    # the one of running all of them, on a text that holds their shapes in every case and folding.
+    r = Redactor(["tok-123456"])
+    expected = r._mask_needles_and_urls(text)
+    for pattern in _PATTERNS:
+        expected = pattern.sub(_mask_match, expected)
+    assert r.redact(text) == expected
+    assert r.redact(text) == expected  # the remembered answer too
+    assert r.redact_obj({text: [text, 1, 2.5, True, None]}) == {expected: [expected, 1, 2.5, True, None]}
+
+
+def test_the_memory_of_short_texts_stays_bounded() -> None:
+    r = Redactor(["tok-123456"])
+    for i in range(20_000):
+        assert r.redact(f"key {i} tok-123456") == f"key {i} {MASK}"
+    assert len(r._short) <= 4096
+    assert r.redact("token=abcdef") == f"token={MASK}"
 
 
 # -- cost: a megabyte of what was quadratic -------------------------------------------------------------

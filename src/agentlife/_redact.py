@@ -36,6 +36,15 @@ _PATTERNS = (
     re.compile(r"(?i)\b(sk|pk|rk)-[A-Za-z0-9_-]{16,}"),
     re.compile(r"(?i)((?:password|passwd|pwd|token|api[_-]?key|secret)\s*[=:]\s*)[^\s&;,'\"]+"),
 )
+# Case-insensitive scans cost ~40-80 ns a character in ``re``, so a pattern runs only when the text holds
+# what it cannot match without (`_shapes_in`). Every text a pattern of _PATTERNS matches also matches this,
+# under the same case folding: the check for non-ASCII text, where folding reaches beyond ASCII (the long s is
+# an ``s``, the Kelvin sign a ``k``).
+_MAYBE_SHAPE = re.compile(r"(?i)bearer|[spr]k-|passw|pwd|token|api[_-]?key|secret")
+_KEYWORDS = ("passw", "pwd", "token", "key", "secret")
+# Short texts (dict keys, model names, tool names) recur in every event: their masked form is remembered.
+_CACHED_LEN = 64
+_CACHE_SIZE = 4096
 # In free text a URL ends at whitespace or a quote (``repr`` and JSON put quotes around it).
 _WORD_END = re.compile(r"[\s'\"]")
 # The user of ``scheme://user:password@`` ends at the first of these, which must be the ":": it holds no
@@ -71,6 +80,7 @@ class Redactor:
                     needles[spelled] = MASK
         # Longest first, so a secret that contains another is replaced whole.
         self._needles = sorted(needles.items(), key=lambda item: len(item[0]), reverse=True)
+        self._short: dict[str, str] = {}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], extra: Iterable[str] = ()) -> Redactor:
@@ -81,13 +91,28 @@ class Redactor:
 
     def redact(self, text: str) -> str:
         """``text`` with every secret masked."""
+        if len(text) > _CACHED_LEN:
+            return self._mask(text)
+        short = self._short
+        masked = short.get(text)
+        if masked is None:
+            masked = self._mask(text)
+            if len(short) >= _CACHE_SIZE:  # bounded: tool results can bring any number of distinct keys
+                short.clear()
+            short[text] = masked
+        return masked
+
+    def _mask(self, text: str) -> str:
+        text = self._mask_needles_and_urls(text)
+        for pattern in _shapes_in(text):
+            text = pattern.sub(_mask_match, text)
+        return text
+
+    def _mask_needles_and_urls(self, text: str) -> str:
         for needle, replacement in self._needles:
             if needle in text:
                 text = text.replace(needle, replacement)
-        text = _mask_url_passwords(text)
-        for pattern in _PATTERNS:
-            text = pattern.sub(_mask_match, text)
-        return text
+        return _mask_url_passwords(text)
 
     def redact_obj(self, value: Any) -> Any:
         """A copy of a JSON-like value with every string redacted (keys included); never raises.
@@ -100,6 +125,9 @@ class Redactor:
         return self._walk(value, 0, set())
 
     def _walk(self, value: Any, depth: int, open_ids: set[int]) -> Any:
+        cls = type(value)
+        if cls is int or cls is float or cls is bool or value is None:  # before the slower ABC check
+            return value
         if isinstance(value, str):
             return self.redact(value)
         if not isinstance(value, (Mapping, list, tuple)):
@@ -198,6 +226,26 @@ def _url_password_spans(text: str) -> Iterator[tuple[int, int]]:
             continue
         yield user_end.end(), last_at
         pos = last_at + 1
+
+
+def _shapes_in(text: str) -> tuple[re.Pattern[str], ...]:
+    """The patterns of `_PATTERNS` that could match ``text``: a superset of those that do, in order.
+
+    For ASCII text, ``lower()`` folds case exactly as the patterns' ``(?i)`` does, so each needs a plain
+    substring: ``bearer``, ``k-``, or a keyword together with a ``=`` or ``:``. Masking by one pattern only
+    puts ``***`` where a run was, which creates none of these, so the set also holds for the patterns after
+    it.
+    """
+    if not text.isascii():
+        return _PATTERNS if _MAYBE_SHAPE.search(text) else ()
+    lowered = text.lower()
+    bearer, key, word = _PATTERNS[0], (_PATTERNS[1], _PATTERNS[2]), _PATTERNS[3]
+    found: tuple[re.Pattern[str], ...] = (bearer,) if "bearer" in lowered else ()
+    if "k-" in lowered:
+        found += key
+    if ("=" in text or ":" in text) and any(keyword in lowered for keyword in _KEYWORDS):
+        found += (word,)
+    return found
 
 
 def _mask_match(match: re.Match[str]) -> str:

@@ -245,7 +245,7 @@ class _IoOutcome:
     error: OSError | None
 
 
-def _write_all(fd: int, data: bytes) -> tuple[int, OSError | None]:
+def _write_all(fd: int, data: bytes | bytearray) -> tuple[int, OSError | None]:
     """Write ``data``; returns how much the kernel took, and the error that stopped it.
 
     The count survives the error: after a short write on a full disk, what was written must not be
@@ -306,8 +306,10 @@ class Journal:
         self.path = path
         self._fd: int | None = fd
         self._redactor = redactor
-        self._buffer: list[bytes] = []
-        self._buffered_bytes = 0
+        # One growing bytearray, not a list of lines: each line is copied in and orjson's output freed at
+        # once. Holding orjson's outputs themselves measured 3-5x slower per event (their allocations
+        # stay live until the flush), and a list of exact-size copies costs a join at the flush.
+        self._buffer = bytearray()
         self._carry = b""  # bytes a failed write left unwritten; they go out first next time
         self._next_seq = 0
         self._written_seq = -1
@@ -400,22 +402,15 @@ class Journal:
             fields = self._redactor.redact_obj(fields)
         seq = self._next_seq
         self._next_seq = seq + 1
-        # Header and fields are dumped apart and joined instead of merged into one dict: measured faster,
-        # and the joined line is a small exact-size object, cheaper to hold than orjson's output buffer.
-        head = orjson.dumps(
-            {"v": FORMAT_VERSION, "ts": time.time(), "seq": seq, "type": type}, default=_safe_str
-        )
-        if fields:
-            try:
-                body = orjson.dumps(fields, default=str, option=orjson.OPT_APPEND_NEWLINE)
-            except orjson.JSONEncodeError:  # non-string keys, huge ints, cycles
-                body = _dumps(fields)
-            line = head[:-1] + b"," + body[1:]
-        else:
-            line = head + b"\n"
-        self._buffer.append(line)
-        self._buffered_bytes += len(line)
-        if self._buffered_bytes >= _WAKE_BYTES and self._wake is not None:
+        # One dict, one orjson call (two calls and a join measured slower); the header keys come first.
+        record = {"v": FORMAT_VERSION, "ts": time.time(), "seq": seq, "type": type, **fields}
+        try:
+            line = orjson.dumps(record, default=str, option=orjson.OPT_APPEND_NEWLINE)
+        except orjson.JSONEncodeError:  # non-string keys, huge ints, cycles, an unprintable type
+            line = _dumps(record)
+        buffer = self._buffer
+        buffer += line
+        if len(buffer) >= _WAKE_BYTES and self._wake is not None:
             self._wake.set()
         return seq
 
@@ -507,10 +502,12 @@ class Journal:
         fd = self._fd
         if fd is None:
             return
-        data = self._carry + b"".join(self._buffer)
+        # The buffer is handed over whole and replaced, so nothing appends to it while the thread writes it.
+        data: bytes | bytearray = self._buffer
+        if self._carry:
+            data = self._carry + data
         last_seq = self._next_seq - 1
-        self._buffer = []
-        self._buffered_bytes = 0
+        self._buffer = bytearray()
         self._carry = b""
         need_sync = fsync and (bool(data) or self._synced_seq < self._written_seq)
         if not data and not need_sync:
@@ -521,7 +518,7 @@ class Journal:
         if outcome.error is not None:
             raise outcome.error
 
-    def _do_io(self, fd: int, data: bytes, sync: bool, sync_dir: bool) -> _IoOutcome:
+    def _do_io(self, fd: int, data: bytes | bytearray, sync: bool, sync_dir: bool) -> _IoOutcome:
         """Runs on a worker thread: write, then fsync; reports errors instead of raising them."""
         written, error = _write_all(fd, data) if data else (0, None)
         if error is not None:
@@ -535,12 +532,12 @@ class Journal:
             return _IoOutcome(written, False, exc)
         return _IoOutcome(written, sync, None)
 
-    def _account(self, data: bytes, last_seq: int, outcome: _IoOutcome, sync_dir: bool) -> None:
+    def _account(self, data: bytes | bytearray, last_seq: int, outcome: _IoOutcome, sync_dir: bool) -> None:
         self.bytes_written += outcome.written
         self.events_written += data.count(b"\n", 0, outcome.written)
         if outcome.written < len(data):
             # Keep the rest; as we are the only writer, writing it later completes the torn line.
-            self._carry = data[outcome.written :] + self._carry
+            self._carry = bytes(data[outcome.written :]) + self._carry
             return
         if outcome.error is None:
             self._written_seq = max(self._written_seq, last_seq)

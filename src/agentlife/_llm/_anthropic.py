@@ -244,13 +244,18 @@ def _parse_tool_input(raw: str, block: Mapping[str, Any]) -> tuple[Any, str | No
 
 def anthropic_stream_event(event: Mapping[str, Any]) -> StreamEvent:
     """Classify one Messages API stream event."""
+    # Runs once per chunk of ``ctx.llm.stream``: the exact-type checks skip the slower ABC check and
+    # ``str()`` for what the wire gives (dicts and strings).
     if event.get("type") == "content_block_delta":
         delta = event.get("delta")
-        if isinstance(delta, Mapping):
-            if delta.get("type") == "text_delta":
-                return StreamEvent("text", str(delta.get("text", "")), event)
-            if delta.get("type") == "thinking_delta":
-                return StreamEvent("thinking", str(delta.get("thinking", "")), event)
+        if type(delta) is dict or isinstance(delta, Mapping):
+            kind = delta.get("type")
+            if kind == "text_delta":
+                text = delta.get("text", "")
+                return StreamEvent("text", text if type(text) is str else str(text), event)
+            if kind == "thinking_delta":
+                thinking = delta.get("thinking", "")
+                return StreamEvent("thinking", thinking if type(thinking) is str else str(thinking), event)
     return StreamEvent("other", "", event)
 
 
