@@ -387,6 +387,11 @@ async def test_postgres_table_without_owner_still_works_and_db_init_adds_it(
             " integer NOT NULL, checkpoint bytea NOT NULL, crc bigint NOT NULL, created_at timestamptz NOT"
             " NULL DEFAULT clock_timestamp(), PRIMARY KEY (job_id, checkpoint_id))"
         )
+        # The durable conversation's table (0.2): a checkpoint writes its rows in the same statement.
+        await conn.execute(
+            "CREATE TABLE conversation (job_id text NOT NULL, seq integer NOT NULL, step integer NOT NULL,"
+            " message bytea NOT NULL, PRIMARY KEY (job_id, seq))"
+        )
         await conn.execute("INSERT INTO job (id, agent_id) VALUES ('j', 'a')")
         old = PostgresStore(postgres_url)
         await old.open()
