@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -147,14 +148,33 @@ def _not_pwned(driver: object) -> None:
 
 
 def _shot(driver: object, name: str) -> None:
-    if os.environ.get("CONSOLE_SCREENSHOTS", "1") == "1":
-        driver.save_screenshot(str(DOCS / name))  # type: ignore[attr-defined]
+    """Screenshot the page for the docs: written into docs/ with ``CONSOLE_SCREENSHOTS=1``, else only
+    taken (a test run must not rewrite the source tree) and checked to be a picture."""
+    png: bytes = driver.get_screenshot_as_png()  # type: ignore[attr-defined]
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000, len(png)
+    if os.environ.get("CONSOLE_SCREENSHOTS") == "1":
+        (DOCS / name).write_bytes(png)
 
 
 def _rows(driver: object) -> list[str]:
     from selenium.webdriver.common.by import By
 
     return [a.text for a in driver.find_elements(By.CSS_SELECTOR, "table.jobs tbody td:first-child a")]  # type: ignore[attr-defined]
+
+
+def _wait(driver: object, until: Any, timeout: float = 30) -> Any:
+    """Wait until ``until(driver)`` is truthy: a page still loading after a submit, or its polling
+    replacing the content, leaves elements found a moment before stale; look again."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    ignored = (NoSuchElementException, StaleElementReferenceException)
+    return WebDriverWait(driver, timeout, ignored_exceptions=ignored).until(until)
+
+
+def _rows_become(driver: object, expected: list[str]) -> None:
+    _wait(driver, lambda d: _rows(d) == expected)
+    assert _rows(driver) == expected
 
 
 def test_the_list_filters_by_status_and_agent_and_finds_a_job_by_id(world: World, browser: object) -> None:
@@ -168,14 +188,14 @@ def test_the_list_filters_by_status_and_agent_and_finds_a_job_by_id(world: World
     _shot(d, "console-jobs.png")
     Select(d.find_element(By.ID, "f-status")).select_by_value("COMPLETED")  # type: ignore[attr-defined]
     d.find_element(By.CSS_SELECTOR, "form.filters button").click()  # type: ignore[attr-defined]
-    assert _rows(d) == ["chat-1"]
+    _rows_become(d, ["chat-1"])
     d.get(world.url + "?agent=deployer")  # type: ignore[attr-defined]
-    assert _rows(d) == ["park-1"]
+    _rows_become(d, ["park-1"])
     d.get(world.url)  # type: ignore[attr-defined]
     box = d.find_element(By.ID, "f-id")  # type: ignore[attr-defined]
     box.send_keys("crash-1")
     box.submit()
-    assert _rows(d) == ["crash-1"]
+    _rows_become(d, ["crash-1"])
 
 
 def test_a_job_page_shows_its_steps_and_calls_in_order_with_secrets_masked(
@@ -235,7 +255,6 @@ def test_approve_from_the_page_resumes_the_parked_job_and_the_page_follows_it(
     world: World, browser: object
 ) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     d: object = browser
     page = world.url + "job?id=park-1"
@@ -244,18 +263,20 @@ def test_approve_from_the_page_resumes_the_parked_job_and_the_page_follows_it(
     _shot(d, "console-approval.png")
     d.find_element(By.ID, "approve-token").send_keys("not-the-token-at-all")  # type: ignore[attr-defined]
     d.find_element(By.CSS_SELECTOR, "button[value=approve]").click()  # type: ignore[attr-defined]
-    WebDriverWait(d, 30).until(lambda drv: drv.current_url.endswith("/job/action"))  # type: ignore[attr-defined]
+    _wait(d, timeout=30, until=lambda drv: drv.current_url.endswith("/job/action"))  # type: ignore[attr-defined]
     assert d.find_element(By.TAG_NAME, "h1").text == "403 Forbidden"  # type: ignore[attr-defined]
     _wait_status(world.env, "park-1", "WAITING_FOR_APPROVAL", timeout=5)
     d.get(page)  # type: ignore[attr-defined]
     d.find_element(By.ID, "approve-token").send_keys(TOKEN)  # type: ignore[attr-defined]
     d.find_element(By.CSS_SELECTOR, "button[value=approve]").click()  # type: ignore[attr-defined]
-    WebDriverWait(d, 30).until(lambda drv: "done=approve" in drv.current_url)  # type: ignore[attr-defined]
+    _wait(d, timeout=30, until=lambda drv: "done=approve" in drv.current_url)  # type: ignore[attr-defined]
     assert "Approved" in d.find_element(By.CSS_SELECTOR, ".flash").text  # type: ignore[attr-defined]
     assert TOKEN not in d.page_source  # type: ignore[attr-defined]
     assert world.parked.wait(timeout=60) == 0
     # No reload: the page's own polling sees the job finish.
-    WebDriverWait(d, 30).until(
-        lambda drv: "COMPLETED" in drv.find_element(By.CSS_SELECTOR, "dl.summary").text  # type: ignore[attr-defined]
+    _wait(
+        d,
+        timeout=30,
+        until=lambda drv: "COMPLETED" in drv.find_element(By.CSS_SELECTOR, "dl.summary").text,  # type: ignore[attr-defined]
     )
     _not_pwned(d)
