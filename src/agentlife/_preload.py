@@ -51,7 +51,7 @@ class Preloader:
             try:
                 call()
             except Exception as exc:  # the client does the same at its first call, and reports it there
-                log.debug("preload warm-up failed: %s: %s", type(exc).__name__, exc)
+                log.debug("preload warm-up failed: %s", type(exc).__name__)
 
     def wait(self, module: str, timeout: float | None = None) -> bool:
         """Block until ``module`` was imported (or failed); False on timeout. Unknown modules return True."""
