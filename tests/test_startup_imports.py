@@ -26,7 +26,7 @@ NOT_AT_BOOT = (
     "openai",
     "mcp",  # an agent's MCP servers
     "croniter",  # schedules
-    "h2",  # httpx's HTTP/2, never used (but httpcore imports it when installed)
+    "h2",  # httpx's HTTP/2, never used
     "opentelemetry.exporter",  # only with OTEL_*_EXPORTER
     "agentlife.stores._postgres",
     "agentlife.stores._policy",  # crash records and the budget command
@@ -67,8 +67,6 @@ def test_the_first_step_starts_without_the_clients_of_unused_features(
     modules = _modules_at_first_step(tmp_path, **provider_env)
     assert "agentlife._runtime._lifecycle" in modules  # the dump did come from a running job
     loaded = {name: _loaded(modules, name) for name in NOT_AT_BOOT}
-    if "httpcore" in modules:  # preloaded for the model client: it imports h2 whenever h2 is installed
-        loaded.pop("h2")
     assert not {name: found for name, found in loaded.items() if found}
     assert {m for m in modules if m.startswith("agentlife._cli")} == CLI_FOR_RUN
 

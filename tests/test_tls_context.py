@@ -1,21 +1,14 @@
-"""The model clients' TLS context: none to load for a loopback http:// server, one per process otherwise.
-
-The default client's is built while the process boots (on the preload thread), so its first call finds it.
-"""
+"""The model clients' TLS context: none to load for a loopback http:// server, one per process otherwise."""
 
 from __future__ import annotations
 
-import importlib
 import ssl
 import threading
 
 import certifi
 import pytest
 
-from agentlife._llm._default import default_llm
-from agentlife._llm._tls import tls_context, warm
-from agentlife._preload import Preloader
-from agentlife._providers import PROVIDERS
+from agentlife._llm._tls import tls_context
 
 
 def _roots(context: ssl.SSLContext) -> int:
@@ -67,69 +60,3 @@ def test_first_calls_on_two_threads_build_one_context() -> None:
     for thread in threads:
         thread.join()
     assert len(seen) == 4 and all(context is seen[0] for context in seen)
-
-
-def _pool_context(client: object) -> ssl.SSLContext:
-    return client._transport._pool._ssl_context  # type: ignore[attr-defined,no-any-return]
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("provider", ["anthropic", "openai"])
-@pytest.mark.parametrize(
-    ("url", "trust_env"),
-    [
-        ("https://api.example.test", True),
-        ("http://127.0.0.1:9", False),  # loopback: no proxy, so no TLS ever
-        ("http://[::1]:9", False),
-        ("http://localhost:9", False),
-        ("http://models.example.test", True),  # a proxy from the environment could speak TLS
-    ],
-)
-async def test_the_boot_warm_up_builds_the_context_the_default_client_then_uses(
-    provider: str, url: str, trust_env: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
-    row = PROVIDERS[provider]
-    env = {"AGENTLIFE_LLM_PROVIDER": provider, "ANTHROPIC_API_KEY": "sk-ant-test"}
-    env.update({"ANTHROPIC_BASE_URL": url} if provider == "anthropic" else {"OPENAI_BASE_URL": url + "/v1"})
-    assert row.warm is not None
-    module, _, function = row.warm.partition(":")
-    getattr(importlib.import_module(module), function)(env)
-    warmed = tls_context(url.split(":")[0], trust_env=trust_env)
-    client = default_llm(env)
-    http = client._http if provider == "anthropic" else client  # type: ignore[attr-defined]
-    _, pool = http._make_client()
-    try:
-        assert _pool_context(pool) is warmed  # the first call finds it built: nothing loaded after READY
-    finally:
-        await pool.aclose()
-
-
-@pytest.mark.parametrize(
-    "url", ["", "not a url", "ftp://example.com", "http://", "http://[::1", "https://h:x/"]
-)
-def test_a_warm_up_of_a_url_no_client_accepts_builds_nothing_or_fails_harmlessly(url: str) -> None:
-    try:
-        warm(url)
-    except ValueError:  # urlsplit's own refusal: the preloader swallows it, the first call reports it
-        assert url == "http://[::1"
-
-
-def test_a_failing_warm_up_neither_stops_the_others_nor_reaches_the_boot() -> None:
-    ran: list[str] = []
-
-    def fails() -> None:
-        raise ValueError("Invalid IPv6 URL")
-
-    preloader = Preloader(["json"], [fails, lambda: ran.append("second")]).start()
-    assert preloader.wait("json", 30)
-    preloader._thread.join(30)
-    assert ran == ["second"] and not preloader._thread.is_alive()
-
-
-def test_the_warm_up_runs_after_the_imports_even_without_modules() -> None:
-    ran = threading.Event()
-    preloader = Preloader([], [ran.set]).start()
-    assert ran.wait(30)
-    preloader._thread.join(30)

@@ -1,10 +1,8 @@
 """Importing the heavy clients on a background thread during boot.
 
-``anthropic`` alone costs about two seconds of imports, httpx about 0.1 s. Started in BOOTING, this thread
-overlaps those imports with store connection and hydration, so neither READY nor the first LLM call waits
-for the whole sum. A module that fails to import is remembered and re-raised where it is really used. After
-the imports it runs the warm-up calls it was given (a model client's TLS context); one that fails costs
-nothing but a debug line, and the client builds the same thing at its first call.
+``anthropic`` alone costs about two seconds of imports. Started in BOOTING, this thread overlaps those
+imports with store connection and hydration, so neither READY nor the first LLM call waits for the whole
+sum. A module that fails to import is remembered and re-raised where it is really used.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 __all__ = ["Preloader"]
 
@@ -21,11 +19,10 @@ log = logging.getLogger("agentlife.preload")
 
 
 class Preloader:
-    """Imports ``modules`` in order on a daemon thread, then calls ``then``; `wait` blocks until one is in."""
+    """Imports ``modules`` in order on one daemon thread; `wait` blocks (off the loop) until one is in."""
 
-    def __init__(self, modules: Sequence[str], then: Sequence[Callable[[], object]] = ()) -> None:
+    def __init__(self, modules: Sequence[str]) -> None:
         self.modules = tuple(dict.fromkeys(modules))
-        self.then = tuple(then)
         self.durations: dict[str, float] = {}
         self.errors: dict[str, str] = {}
         self._done: dict[str, threading.Event] = {m: threading.Event() for m in self.modules}
@@ -33,7 +30,7 @@ class Preloader:
 
     def start(self) -> Preloader:
         """Start importing; returns at once."""
-        if self.modules or self.then:
+        if self.modules:
             self._thread.start()
         return self
 
@@ -47,11 +44,6 @@ class Preloader:
             finally:
                 self.durations[module] = time.perf_counter() - started
                 self._done[module].set()
-        for call in self.then:
-            try:
-                call()
-            except Exception as exc:  # the client does the same at its first call, and reports it there
-                log.debug("preload warm-up failed: %s", type(exc).__name__)
 
     def wait(self, module: str, timeout: float | None = None) -> bool:
         """Block until ``module`` was imported (or failed); False on timeout. Unknown modules return True."""

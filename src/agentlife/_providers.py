@@ -1,9 +1,7 @@
 """The model providers ``AGENTLIFE_LLM_PROVIDER`` can name: one row each, read by every part that differs.
 
 A row says where the provider's adapter lives (loaded only when chosen), which variable must be set before
-a call can succeed, which modules to import and what to build off the event loop while the process boots
-(the adapter, httpx and the TLS context of the default client: its first request need not wait for
-them), and the name its
+a call can succeed, which modules to import off the event loop while the process boots, and the name its
 calls carry in telemetry (``gen_ai.provider.name``). Adding a provider is its adapter module, one row
 here, and a fake server for its tests.
 """
@@ -27,15 +25,9 @@ class Provider:
     """The variable without which no call can succeed (None: a local server may need none)."""
     preload: tuple[str, ...] = ()
     """Modules imported on a thread while the process boots, when the key is set."""
-    warm: str | None = None
-    """``module:function`` called as ``function(env)`` on that thread after the imports, when the key is set:
-    builds ahead what the default client's first call needs (its TLS context)."""
     hint: str = ""
     """What else to set, for the error that names a missing key."""
 
-
-#: What a client's first call imports: httpx imports its transport (httpcore) only when a client is built.
-_HTTP = ("httpx", "httpcore")
 
 PROVIDERS: dict[str, Provider] = {
     row.name: row
@@ -44,17 +36,9 @@ PROVIDERS: dict[str, Provider] = {
             "anthropic",
             "agentlife._llm._anthropic:AnthropicLLM",
             key_variable="ANTHROPIC_API_KEY",
-            preload=("agentlife._llm._anthropic", *_HTTP),
-            warm="agentlife._llm._anthropic:warm",
             hint="plus ANTHROPIC_BASE_URL for a proxy or a fake server",
         ),
-        Provider(
-            "openai",
-            "agentlife._llm._openai:OpenAICompatibleLLM",
-            key_variable=None,
-            preload=("agentlife._llm._openai", *_HTTP),
-            warm="agentlife._llm._openai:warm",
-        ),
+        Provider("openai", "agentlife._llm._openai:OpenAICompatibleLLM", key_variable=None),
     )
 }
 DEFAULT_PROVIDER = "anthropic"

@@ -30,10 +30,8 @@ from typing import Any
 import orjson
 
 from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
-from agentlife._llm import _tls
 from agentlife._llm._guard import guard_stream, stream_timeouts_from_env
 from agentlife._llm._messages_http import (
-    DEFAULT_BASE_URL,
     MessagesHTTP,
     ResponseHolder,
     describe,
@@ -70,16 +68,9 @@ __all__ = [
     "error_for_status",
     "parse_retry_after",
     "sse_events",
-    "warm",
 ]
 
 _log = logging.getLogger("agentlife.llm")
-
-
-def warm(env: Mapping[str, str]) -> None:
-    """Build ahead, on the boot preload thread, the TLS context the default client's first call needs."""
-    _tls.warm(env.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL)
-
 
 _NO_KEY = (
     "ANTHROPIC_API_KEY is not set: export it (and ANTHROPIC_BASE_URL for a proxy), pass api_key= to "

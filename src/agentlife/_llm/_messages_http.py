@@ -17,6 +17,7 @@ Redirects are not followed: the ``x-api-key`` header would go to whatever host t
 from __future__ import annotations
 
 import email.utils
+import ipaddress
 import logging
 import math
 import time
@@ -29,7 +30,7 @@ import anyio.to_thread
 import orjson
 
 from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
-from agentlife._llm._tls import is_loopback, tls_context
+from agentlife._llm._tls import tls_context
 from agentlife._redact import Redactor
 from agentlife._retry import classify, error_for_http_status
 from agentlife._version import __version__
@@ -423,7 +424,7 @@ class MessagesHTTP:
         else:
             timeout = httpx.Timeout(self._http_timeout)
         # A proxy from the environment must not catch requests to a server on this machine.
-        trust_env = not is_loopback(parts.hostname)
+        trust_env = not _is_loopback(parts.hostname)
         client = httpx.AsyncClient(
             headers=headers,
             timeout=timeout,
@@ -436,6 +437,13 @@ class MessagesHTTP:
 
     def _redact(self, text: str) -> str:
         return self._redactor.redact(text)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _origin(url: str) -> str:

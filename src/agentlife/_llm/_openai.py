@@ -14,6 +14,7 @@ httpx is imported, and its client built (see `agentlife._llm._tls`), on a worker
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import urllib.parse
@@ -26,7 +27,6 @@ import anyio.to_thread
 import orjson
 
 from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
-from agentlife._llm import _tls
 from agentlife._llm._anthropic import parse_retry_after
 from agentlife._llm._guard import guard_stream, stream_timeouts_from_env
 from agentlife._llm._openai_format import (
@@ -38,11 +38,11 @@ from agentlife._llm._openai_format import (
 )
 from agentlife._llm._pricing import PriceTable
 from agentlife._llm._protocol import CURRENT_CALL, INVOCATION_HEADER, LLMReply, OnEvent, StreamTimeouts
-from agentlife._llm._tls import is_loopback, tls_context
+from agentlife._llm._tls import tls_context
 from agentlife._redact import Redactor
 from agentlife._retry import classify
 
-__all__ = ["DEFAULT_OPENAI_BASE_URL", "OpenAICompatibleLLM", "key_required", "sse_chunks", "warm"]
+__all__ = ["DEFAULT_OPENAI_BASE_URL", "OpenAICompatibleLLM", "key_required", "sse_chunks"]
 
 _log = logging.getLogger("agentlife.llm")
 
@@ -57,11 +57,6 @@ _NO_KEY = (
 _MAX_ERROR_BODY = 2000
 
 
-def warm(env: Mapping[str, str]) -> None:
-    """Build ahead, on the boot preload thread, the TLS context the default client's first call needs."""
-    _tls.warm(env.get("OPENAI_BASE_URL") or DEFAULT_OPENAI_BASE_URL)
-
-
 def key_required(base_url: str) -> bool:
     """Whether a server needs an API key: OpenAI's own API does; local and self-hosted servers may not.
 
@@ -71,6 +66,13 @@ def key_required(base_url: str) -> bool:
     """
     host = (urllib.parse.urlsplit(base_url).hostname or "").lower()
     return host == "openai.com" or host.endswith(".openai.com")
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class OpenAICompatibleLLM:
@@ -209,7 +211,7 @@ class OpenAICompatibleLLM:
             headers["authorization"] = f"Bearer {self._api_key}"
         parts = urllib.parse.urlsplit(self._base_url)
         # A proxy from the environment must not catch requests to a server on this machine.
-        trust_env = not is_loopback(parts.hostname or "")
+        trust_env = not _is_loopback(parts.hostname or "")
         client = httpx.AsyncClient(
             headers=headers,
             timeout=self._http_timeout,

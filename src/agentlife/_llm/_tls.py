@@ -10,20 +10,15 @@ CPU on the way to the first model request. `tls_context` avoids that cost where 
   ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` when ``trust_env`` is on), built once per process for each
   value of those and shared by its clients. Every client of agentlife speaks HTTP/1.1, so the ALPN list
   httpcore sets on the context for each connection is the same for all of them.
-
-`warm` builds the context of the default client's base URL ahead of its first call, on the thread that
-preloads modules while the process boots: loading the bundle releases the GIL, so it overlaps hydration.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import ssl
 import threading
-import urllib.parse
 
-__all__ = ["is_loopback", "tls_context", "warm"]
+__all__ = ["tls_context"]
 
 _lock = threading.Lock()
 _contexts: dict[tuple[bool, str, str], ssl.SSLContext] = {}
@@ -53,22 +48,3 @@ def tls_context(scheme: str, *, trust_env: bool) -> ssl.SSLContext:
 
             context = _contexts[(trust_env, *where)] = httpx.create_ssl_context(trust_env=trust_env)
         return context
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is this machine (a loopback address or ``localhost``): no proxy applies to it."""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
-def warm(base_url: str) -> None:
-    """Build the context a client of ``base_url`` will ask for, so its first call finds it cached.
-
-    The adapters choose ``trust_env`` the same way: off for a loopback host. A URL no client would accept
-    is left for the client to refuse with its own message.
-    """
-    parts = urllib.parse.urlsplit(base_url)
-    if parts.scheme in ("http", "https") and parts.hostname:
-        tls_context(parts.scheme, trust_env=not is_loopback(parts.hostname))

@@ -7,8 +7,6 @@ the telemetry, a worker's store) belongs to the process (`ProcessShell`) and is 
 
 from __future__ import annotations
 
-import functools
-import importlib
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -76,17 +74,14 @@ class JobServices:
     def preload(self, settings: Settings) -> None:
         """Import the optional clients this job will use on a thread, overlapping boot."""
         modules: list[str] = []
-        then: list[Callable[[], object]] = []
         if settings.control_plane_url:
             modules.append("httpx")
         provider = PROVIDERS[settings.llm_provider]
         if provider.key_variable is None or self.env.get(provider.key_variable):
             modules.extend(provider.preload)
-            if provider.warm is not None:
-                then.append(functools.partial(_call, provider.warm, self.env))
         if settings.qdrant_url or (settings.data_dir / "qdrant").exists():
             modules.append("qdrant_client")
-        self._preloader = Preloader(modules, then).start()
+        self._preloader = Preloader(modules).start()
 
     def open_journal(self, settings: Settings) -> Journal:
         """This attempt's session journal, with its first event; every transition is journaled from now."""
@@ -229,9 +224,3 @@ class JobServices:
             "llmCallsTotal": stats.llm_calls,
             "toolCallsTotal": stats.tool_calls,
         }
-
-
-def _call(target: str, env: Mapping[str, str]) -> object:
-    """Call ``module:function`` with ``env`` (a provider row's warm-up)."""
-    module, _, function = target.partition(":")
-    return getattr(importlib.import_module(module), function)(env)
