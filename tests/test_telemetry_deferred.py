@@ -146,3 +146,26 @@ def test_a_failed_build_drops_the_buffer_and_the_scrape_serves_the_core_gauges(
     assert render() is None  # the probe serves its core gauges instead
     facade.step_completed(0.1)
     assert facade.telemetry is None and facade._pending == []
+
+
+def test_a_transition_recorded_while_the_buffer_is_replayed_is_not_overwritten_by_an_older_one(
+    settings: Settings, board: StatusBoard
+) -> None:
+    # The deferred build often lands at the end of a one-step job, while it drains: the replay of READY
+    # and EXECUTING must not come after DRAINING and leave the gauge in the past.
+    facade = TelemetryFacade()
+    replaying = threading.Event()
+    facade.record_transition(Transition(State.BOOTING, State.HYDRATING, "test", time.time()))
+    facade._record(lambda t: (replaying.set(), time.sleep(0.3)))
+    facade.record_transition(Transition(State.HYDRATING, State.READY, "test", time.time()))
+    facade.record_transition(Transition(State.READY, State.EXECUTING, "test", time.time()))
+    facade.start_building(settings, board, {})
+    facade.step_completed(0.1)
+    assert replaying.wait(30)
+    facade.record_transition(Transition(State.EXECUTING, State.DRAINING, "test", time.time()))
+    _built(facade)
+    assert facade.telemetry is not None
+    text = facade.telemetry.prometheus_text()
+    assert _sample(text, "agent_lifecycle_state", state="DRAINING") == 1
+    assert _sample(text, "agent_lifecycle_state", state="EXECUTING") == 0
+    facade.telemetry.shutdown(5.0)

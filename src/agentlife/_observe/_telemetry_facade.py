@@ -125,12 +125,18 @@ class TelemetryFacade:
         return None if telemetry is None else telemetry.prometheus_text()
 
     def _attach(self, telemetry: Telemetry) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, []
-            self._telemetry = telemetry
-        for context, record in pending:
-            # Replayed in the context it was recorded in: the job it belongs to, not the builder thread's.
-            context.run(self._safely, record, telemetry)
+        # Replayed in order, and attached only once the buffer is empty under the lock: a record made while
+        # the replay runs joins the buffer behind the older ones, so a late transition is never overwritten
+        # by an earlier one replayed after it.
+        while True:
+            with self._lock:
+                pending, self._pending = self._pending, []
+                if not pending:
+                    self._telemetry = telemetry
+                    return
+            for context, record in pending:
+                # In the context it was recorded in: the job it belongs to, not the builder thread's.
+                context.run(self._safely, record, telemetry)
 
     def _record(self, fn: Callable[[Telemetry], object]) -> None:
         with self._lock:
