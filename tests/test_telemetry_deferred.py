@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentlife._config import Settings
 from agentlife._observe import _telemetry as telemetry_module
+from agentlife._observe._probes import ProbeServer
 from agentlife._observe._status import StatusBoard
 from agentlife._observe._telemetry_export import exporters_configured
 from agentlife._observe._telemetry_facade import BUILD_AFTER_RECORDS, TelemetryFacade
@@ -99,21 +103,67 @@ def test_without_an_exporter_the_first_step_end_builds_it_and_nothing_is_lost(
     facade.telemetry.shutdown(5.0)
 
 
+@pytest.fixture
+def probes(board: StatusBoard) -> Iterator[int]:
+    server = ProbeServer(board, "127.0.0.1", 0, blocked_threshold=30.0)
+    server.start()
+    port = server.wait_started(timeout=30)
+    assert port is not None
+    yield port
+    server.stop()
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    answer = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=30.0)
+    return answer.status_code, answer.text
+
+
 def test_a_scrape_before_any_step_builds_it_and_answers_with_what_was_buffered(
-    settings: Settings, board: StatusBoard
+    settings: Settings, board: StatusBoard, probes: int
 ) -> None:
     facade = TelemetryFacade()
     _ready(facade)
     facade.start_building(settings, board, {})
-    assert board.metrics_text is not None and facade.telemetry is None
-    answers: list[str | None] = []
-    scrapers = [threading.Thread(target=lambda: answers.append(board.metrics_text())) for _ in range(3)]
+    assert facade.telemetry is None
+    answers: list[tuple[int, str]] = []
+    scrapers = [threading.Thread(target=lambda: answers.append(_get(probes, "/metrics"))) for _ in range(3)]
     for scraper in scrapers:  # three scrapes at once: one build, each waits for it
         scraper.start()
     for scraper in scrapers:
-        scraper.join(30)
-    assert len(answers) == 3 and all(a is not None for a in answers)
-    assert {_sample(a or "", "agent_lifecycle_state", state="READY") for a in answers} == {1}
+        scraper.join(60)
+    assert [status for status, _ in answers] == [200, 200, 200]
+    assert {_sample(text, "agent_lifecycle_state", state="READY") for _, text in answers} == {1}
+    assert all("target_info" in text for _, text in answers)  # the SDK's rendering, not the core gauges
+    assert facade.telemetry is not None and board.metrics_ready is None
+    facade.telemetry.shutdown(5.0)
+
+
+def test_a_scrape_waiting_for_the_build_does_not_hold_up_the_liveness_probe(
+    settings: Settings, board: StatusBoard, probes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+    real = telemetry_module.Telemetry
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        assert release.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(telemetry_module, "Telemetry", held)
+    facade = TelemetryFacade()
+    _ready(facade)
+    board.update(state=State.READY)
+    facade.start_building(settings, board, {})
+    scraped: list[tuple[int, str]] = []
+    scraper = threading.Thread(target=lambda: scraped.append(_get(probes, "/metrics")))
+    scraper.start()
+    while facade._thread is None:  # the scrape has started the build, which is held
+        time.sleep(0.01)
+    assert _get(probes, "/healthz")[0] == 200  # answered while the build (and the scrape) still wait
+    assert _get(probes, "/readyz")[0] == 200
+    assert scraped == []
+    release.set()
+    scraper.join(60)
+    assert scraped[0][0] == 200 and _sample(scraped[0][1], "agent_lifecycle_state", state="READY") == 1
     assert facade.telemetry is not None
     facade.telemetry.shutdown(5.0)
 
@@ -141,8 +191,9 @@ def test_a_failed_build_drops_the_buffer_and_the_scrape_serves_the_core_gauges(
     monkeypatch.setattr(telemetry_module, "Telemetry", broken)
     facade = TelemetryFacade()
     facade.start_building(settings, board, {})
-    render = board.metrics_text
-    assert render is not None
+    render, ready = board.metrics_text, board.metrics_ready
+    assert render is not None and ready is not None
+    ready()
     assert render() is None  # the probe serves its core gauges instead
     facade.step_completed(0.1)
     assert facade.telemetry is None and facade._pending == []

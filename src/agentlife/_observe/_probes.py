@@ -526,6 +526,10 @@ class ProbeServer:
             return b"", False  # closed, idle or too slow: hang up without an answer
         except RequestError as exc:
             return self._refusal(exc.status, str(exc)), False
+        ready = self._board.metrics_ready
+        if ready is not None and request.path == "/metrics":
+            # The telemetry is being built for this scrape: wait on a worker thread, not on this loop.
+            await asyncio.to_thread(ready)
         return self._render(request), request.keep_alive
 
     def _render(self, request: HttpRequest) -> bytes:

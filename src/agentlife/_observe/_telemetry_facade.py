@@ -100,6 +100,7 @@ class TelemetryFacade:
             self._attach(telemetry)
             telemetry.follow_board(board)
             board.metrics_text = telemetry.prometheus_text
+            board.metrics_ready = None
 
         self._build = build
         self._eager = exporters_configured(env)
@@ -107,6 +108,7 @@ class TelemetryFacade:
             self._start_build()
         else:
             board.metrics_text = self._metrics_text
+            board.metrics_ready = self._wait_built
 
     def _start_build(self) -> threading.Thread | None:
         """The build's thread, started by the first caller (loop or probe thread); None before READY."""
@@ -116,13 +118,19 @@ class TelemetryFacade:
                 self._thread.start()
             return self._thread
 
-    def _metrics_text(self) -> str | None:
-        """``/metrics`` before the deferred build: start it, wait (bounded), render; None: not built."""
+    def _wait_built(self) -> None:
+        """Start the deferred build and wait for it, at most `SCRAPE_WAIT_SECONDS` (a ``/metrics`` scrape)."""
         thread = self._start_build()
         if thread is not None and thread is not threading.current_thread():
             thread.join(SCRAPE_WAIT_SECONDS)
+
+    def _metrics_text(self) -> str | None:
+        """``/metrics`` before the build is attached: None (the core gauges), and the build started."""
         telemetry = self._telemetry
-        return None if telemetry is None else telemetry.prometheus_text()
+        if telemetry is None:
+            self._start_build()
+            return None
+        return telemetry.prometheus_text()
 
     def _attach(self, telemetry: Telemetry) -> None:
         # Replayed in order, and attached only once the buffer is empty under the lock: a record made while
