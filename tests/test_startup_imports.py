@@ -8,9 +8,11 @@ the boot path fails here on any machine.
 from __future__ import annotations
 
 import importlib.util
+import socket
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from procs import agent_env, run_cli
 
@@ -74,3 +76,39 @@ def test_the_list_names_modules_that_exist() -> None:
     for name in NOT_AT_BOOT:
         if name.startswith("agentlife."):
             assert importlib.util.find_spec(name) is not None, name
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): float(s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_without_an_exporter_the_telemetry_sdk_waits_until_the_first_step_is_done(tmp_path: Path) -> None:
+    # The SDK's ~45 ms of imports would compete with the first model request; nothing is exported, so it
+    # is built once the first step ends, and /metrics (scraped here while step 1 runs) still has it all.
+    modules_file, metrics_file = tmp_path / "modules.txt", tmp_path / "metrics.txt"
+    env = agent_env(
+        tmp_path / "data",
+        AGENTLIFE_JOB_ID="deferred-telemetry",
+        AGENTLIFE_HEALTH_PORT=str(_free_port()),
+        TEST_MODULES_FILE=str(modules_file),
+        TEST_METRICS_FILE=str(metrics_file),
+    )
+    done = run_cli("run", "agents.modules_agent:ScrapingModulesAgent", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    modules = set(modules_file.read_text(encoding="utf-8").split())
+    assert not _loaded(modules, "opentelemetry.sdk")
+    samples = _samples(metrics_file.read_text(encoding="utf-8"))
+    assert samples[("agent_steps_completed_total", frozenset())] == 1  # step 0, replayed into the SDK
+    assert samples[("agent_lifecycle_state", frozenset({("state", "EXECUTING")}))] == 1
+    for phase in ("claim", "checkpoint", "journal_scan"):
+        assert samples[("agent_hydration_duration_seconds_count", frozenset({("phase", phase)}))] == 1

@@ -151,7 +151,7 @@ class ProbeRouter:
         text = self.board_metrics() if render is None else self._render(render)
         return ProbeResponse(200, (text + self.worker_metrics() + self.probe_metrics()).encode(), _PROMETHEUS)
 
-    def _render(self, render: Callable[[], str]) -> str:
+    def _render(self, render: Callable[[], str | None]) -> str:
         try:
             text = render()
         except Exception as exc:
@@ -162,6 +162,8 @@ class ProbeRouter:
                 exc,
                 extra=log_fields(event="metrics_render_failed"),
             )
+            return self.board_metrics()
+        if text is None:  # the telemetry could not be built (in time): the core gauges stand in
             return self.board_metrics()
         return text if not text or text.endswith("\n") else text + "\n"
 
@@ -524,6 +526,10 @@ class ProbeServer:
             return b"", False  # closed, idle or too slow: hang up without an answer
         except RequestError as exc:
             return self._refusal(exc.status, str(exc)), False
+        ready = self._board.metrics_ready
+        if ready is not None and request.path == "/metrics":
+            # The telemetry is being built for this scrape: wait on a worker thread, not on this loop.
+            await asyncio.to_thread(ready)
         return self._render(request), request.keep_alive
 
     def _render(self, request: HttpRequest) -> bytes:

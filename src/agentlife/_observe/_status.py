@@ -110,8 +110,11 @@ class StatusBoard:
         )
         #: Liveness signal from the store ("pool has a free connection"); set once the store is open.
         self.store_has_free_connection: Callable[[], bool] | None = None
-        #: Renders ``/metrics``; set by telemetry once it is configured.
-        self.metrics_text: Callable[[], str] | None = None
+        #: Renders ``/metrics``; set by telemetry once it is configured. None from it: serve the core gauges.
+        self.metrics_text: Callable[[], str | None] | None = None
+        #: Set while telemetry is not built yet: blocks (bounded) until it is. The probe server calls it off
+        #: its loop before rendering ``/metrics``, so a scrape that waits for it never delays ``/healthz``.
+        self.metrics_ready: Callable[[], object] | None = None
 
     def snapshot(self) -> StatusSnapshot:
         """A consistent copy."""

@@ -18,7 +18,13 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor
 
 
-__all__ = ["meter_provider", "metric_readers", "resource_attributes", "span_processors"]
+__all__ = [
+    "exporters_configured",
+    "meter_provider",
+    "metric_readers",
+    "resource_attributes",
+    "span_processors",
+]
 
 _log = logging.getLogger("agentlife.telemetry")
 
@@ -28,6 +34,15 @@ _log = logging.getLogger("agentlife.telemetry")
 def _exporter_names(env: Mapping[str, str], variable: str) -> list[str]:
     names = [n.strip().lower() for n in env.get(variable, "none").split(",") if n.strip()]
     return [] if "none" in names else names
+
+
+def exporters_configured(env: Mapping[str, str]) -> bool:
+    """Whether ``OTEL_METRICS_EXPORTER`` or ``OTEL_TRACES_EXPORTER`` asks for something to send data to.
+
+    ``prometheus`` is served by the probe server's ``/metrics`` and sends nothing, so it does not count.
+    """
+    metrics = [n for n in _exporter_names(env, "OTEL_METRICS_EXPORTER") if n != "prometheus"]
+    return bool(metrics or _exporter_names(env, "OTEL_TRACES_EXPORTER"))
 
 
 def _otlp_endpoint(env: Mapping[str, str], signal: str) -> str:

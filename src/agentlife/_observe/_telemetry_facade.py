@@ -1,9 +1,17 @@
 """A stand-in for `Telemetry` until the OpenTelemetry SDK has been imported off the boot path.
 
-The SDK's imports (~120 ms) would compete with boot for the GIL, so the real `Telemetry` is built on a
-thread once the process is READY. Until it is attached, what happens is buffered and replayed into it, so
-no transition or hydration timing is lost. (A process drained before READY never builds it: its probes
-still serve the core gauges.)
+The SDK's imports (~45 ms of CPU, more on a busy node) would compete with boot and with the first model
+request for the GIL. Until the real `Telemetry` is attached, what happens is buffered and replayed into it,
+so no transition, hydration timing or first-step measurement is lost. When it is built:
+
+* with an exporter configured (``OTEL_METRICS_EXPORTER`` / ``OTEL_TRACES_EXPORTER``), on a thread as soon as
+  the process is READY, so its spans and periodic exports cover the whole job;
+* without one (the default: Prometheus scrapes ``/metrics``), only once something needs it: the end of the
+  first step, a buffer of `BUILD_AFTER_RECORDS` records, or the first ``/metrics`` scrape, which waits for
+  the build (bounded) so it answers with the job's metrics, at TERMINATED too. Nothing is exported, so the
+  spans of the first step, which nothing would receive, are not missed.
+
+A process drained before READY never builds it: its probes still serve the core gauges.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from agentlife._observe._telemetry_export import exporters_configured
+
 if TYPE_CHECKING:
     from agentlife._config import Settings
     from agentlife._llm._protocol import LLMReply, Usage
@@ -22,9 +32,14 @@ if TYPE_CHECKING:
     from agentlife._observe._telemetry import Telemetry
     from agentlife._state import Transition
 
-__all__ = ["TelemetryFacade"]
+__all__ = ["BUILD_AFTER_RECORDS", "SCRAPE_WAIT_SECONDS", "TelemetryFacade"]
 
 log = logging.getLogger("agentlife.telemetry")
+
+#: Records buffered before a deferred build starts anyway (a long first step must not grow the buffer).
+BUILD_AFTER_RECORDS = 256
+#: How long a ``/metrics`` scrape waits for the build; past it, the probe serves its core gauges.
+SCRAPE_WAIT_SECONDS = 5.0
 
 
 class _NullSpan:
@@ -42,7 +57,10 @@ class TelemetryFacade:
         self._lock = threading.Lock()
         self._telemetry: Telemetry | None = None
         self._pending: list[tuple[contextvars.Context, Callable[[Telemetry], object]]] = []
+        self._build: Callable[[], None] | None = None
         self._thread: threading.Thread | None = None
+        self._eager = False
+        self._disabled = False
 
     @property
     def telemetry(self) -> Telemetry | None:
@@ -52,13 +70,13 @@ class TelemetryFacade:
     def start_building(
         self, settings: Settings, board: StatusBoard, env: dict[str, str], *, one_job: bool = True
     ) -> None:
-        """Build `Telemetry` on a daemon thread and attach it when done.
+        """Build `Telemetry` on a daemon thread now (an exporter is configured) or when first needed.
 
-        Once per process: the jobs of a worker share the telemetry it built at boot. ``one_job``: the
-        process runs one job, whose id and attempt are resource attributes; a worker's resource names no
-        job (each span and measurement names its own, see `agentlife._logging.job_attributes`).
+        Once per process: the jobs of a worker share the telemetry it built. ``one_job``: the process runs
+        one job, whose id and attempt are resource attributes; a worker's resource names no job (each span
+        and measurement names its own, see `agentlife._logging.job_attributes`).
         """
-        if self._thread is not None:
+        if self._build is not None:
             return
 
         def build() -> None:
@@ -76,28 +94,68 @@ class TelemetryFacade:
                 )
             except Exception as exc:
                 log.warning("telemetry disabled: %s: %s", type(exc).__name__, exc)
+                with self._lock:
+                    self._disabled, self._pending = True, []
                 return
             self._attach(telemetry)
             telemetry.follow_board(board)
             board.metrics_text = telemetry.prometheus_text
+            board.metrics_ready = None
 
-        self._thread = threading.Thread(target=build, name="agentlife-telemetry", daemon=True)
-        self._thread.start()
+        self._build = build
+        self._eager = exporters_configured(env)
+        if self._eager:
+            self._start_build()
+        else:
+            board.metrics_text = self._metrics_text
+            board.metrics_ready = self._wait_built
+
+    def _start_build(self) -> threading.Thread | None:
+        """The build's thread, started by the first caller (loop or probe thread); None before READY."""
+        with self._lock:
+            if self._thread is None and self._build is not None:
+                self._thread = threading.Thread(target=self._build, name="agentlife-telemetry", daemon=True)
+                self._thread.start()
+            return self._thread
+
+    def _wait_built(self) -> None:
+        """Start the deferred build and wait for it, at most `SCRAPE_WAIT_SECONDS` (a ``/metrics`` scrape)."""
+        thread = self._start_build()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(SCRAPE_WAIT_SECONDS)
+
+    def _metrics_text(self) -> str | None:
+        """``/metrics`` before the build is attached: None (the core gauges), and the build started."""
+        telemetry = self._telemetry
+        if telemetry is None:
+            self._start_build()
+            return None
+        return telemetry.prometheus_text()
 
     def _attach(self, telemetry: Telemetry) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, []
-            self._telemetry = telemetry
-        for context, record in pending:
-            # Replayed in the context it was recorded in: the job it belongs to, not the builder thread's.
-            context.run(self._safely, record, telemetry)
+        # Replayed in order, and attached only once the buffer is empty under the lock: a record made while
+        # the replay runs joins the buffer behind the older ones, so a late transition is never overwritten
+        # by an earlier one replayed after it.
+        while True:
+            with self._lock:
+                pending, self._pending = self._pending, []
+                if not pending:
+                    self._telemetry = telemetry
+                    return
+            for context, record in pending:
+                # In the context it was recorded in: the job it belongs to, not the builder thread's.
+                context.run(self._safely, record, telemetry)
 
     def _record(self, fn: Callable[[Telemetry], object]) -> None:
         with self._lock:
             telemetry = self._telemetry
-            if telemetry is None:
+            if telemetry is None and not self._disabled:
                 self._pending.append((contextvars.copy_context(), fn))
-                return
+            buffered = len(self._pending)
+        if telemetry is None:
+            if buffered >= BUILD_AFTER_RECORDS:
+                self._start_build()
+            return
         self._safely(fn, telemetry)
 
     @staticmethod
@@ -117,6 +175,8 @@ class TelemetryFacade:
 
     def step_completed(self, seconds: float) -> None:
         self._record(lambda t: t.step_completed(seconds))
+        # The first step's model request has gone out: the SDK's imports no longer delay it.
+        self._start_build()
 
     def llm_call(self, model: str, outcome: str, usage: Usage | None) -> None:
         self._record(lambda t: t.llm_call(model, outcome, usage))
@@ -167,7 +227,16 @@ class TelemetryFacade:
             yield
 
     async def ashutdown(self, timeout: float) -> None:
-        """Flush exporters without blocking the loop (an OTLP export can take seconds)."""
+        """Flush exporters without blocking the loop (an OTLP export can take seconds).
+
+        With an exporter, a build still in flight is waited for (bounded): a short job's data is flushed,
+        not dropped. Without one there is nothing to flush, and a later scrape builds what it renders.
+        """
+        thread = self._thread
+        if self._eager and thread is not None and thread.is_alive():
+            import anyio.to_thread
+
+            await anyio.to_thread.run_sync(thread.join, timeout, abandon_on_cancel=True)
         telemetry = self._telemetry
         if telemetry is not None:
             try:
