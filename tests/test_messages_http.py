@@ -208,7 +208,9 @@ async def test_a_redirect_to_another_host_is_not_followed_so_the_key_stays_here(
     assert "token=abc" not in str(caught.value)
 
 
-@pytest.mark.parametrize("url", ["localhost:8080", "ftp://example.com", "http://"])
+@pytest.mark.parametrize(
+    "url", ["localhost:8080", "ftp://example.com", "http://", "http://[::1", "http://h:99999"]
+)
 async def test_a_base_url_that_is_not_http_is_a_configuration_error_before_any_request(url: str) -> None:
     with pytest.raises(LLMConfigurationError, match="is not an http:// or https:// URL"):
         await ask(url)

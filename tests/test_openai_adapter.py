@@ -584,3 +584,13 @@ def test_arguments_are_either_exactly_what_was_sent_or_flagged(raw: object, stop
     elif problem is None:
         assert block["input"] == (orjson.loads(raw) if raw and raw.strip() else {})
         assert isinstance(block["input"], dict)
+
+
+@pytest.mark.parametrize(
+    "url", ["localhost:8080/v1", "ftp://example.com", "http://", "http://[::1", "http://h:99999"]
+)
+async def test_a_base_url_that_is_not_http_is_a_configuration_error_before_any_request(url: str) -> None:
+    llm = OpenAICompatibleLLM(base_url=url, env={})
+    with pytest.raises(LLMConfigurationError, match="is not an http:// or https:// URL"):
+        await ask(llm)
+    assert key_required(url) is False  # never an error of its own

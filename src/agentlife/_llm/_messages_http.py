@@ -403,8 +403,12 @@ class MessagesHTTP:
         return None
 
     def _make_client(self) -> tuple[Any, Any]:
-        parts = urllib.parse.urlsplit(self._base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urllib.parse.urlsplit(self._base_url)
+            valid = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+        except ValueError:  # "http://[::1" or a port out of range
+            valid = False
+        if not valid:
             raise LLMConfigurationError(
                 self._redact(
                     f"ANTHROPIC_BASE_URL {self._base_url!r} is not an http:// or https:// URL of the API root"

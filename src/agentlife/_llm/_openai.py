@@ -64,7 +64,10 @@ def key_required(base_url: str) -> bool:
     ``OPENAI_API_KEY`` is only an error up front for ``*.openai.com``; elsewhere the request goes without
     an ``Authorization`` header and a server that wants one answers 401 (`LLMConfigurationError`).
     """
-    host = (urllib.parse.urlsplit(base_url).hostname or "").lower()
+    try:
+        host = (urllib.parse.urlsplit(base_url).hostname or "").lower()
+    except ValueError:  # "http://[::1": the first call says what is wrong with it
+        return False
     return host == "openai.com" or host.endswith(".openai.com")
 
 
@@ -209,7 +212,15 @@ class OpenAICompatibleLLM:
         headers = {"accept": "text/event-stream"}
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
-        parts = urllib.parse.urlsplit(self._base_url)
+        try:
+            parts = urllib.parse.urlsplit(self._base_url)
+            valid = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+        except ValueError:  # "http://[::1" or a port out of range
+            valid = False
+        if not valid:
+            raise LLMConfigurationError(
+                self._redactor.redact(f"OPENAI_BASE_URL {self._base_url!r} is not an http:// or https:// URL")
+            )
         # A proxy from the environment must not catch requests to a server on this machine.
         trust_env = not _is_loopback(parts.hostname or "")
         client = httpx.AsyncClient(
