@@ -428,7 +428,7 @@ class MessagesHTTP:
         else:
             timeout = httpx.Timeout(self._http_timeout)
         # A proxy from the environment must not catch requests to a server on this machine.
-        trust_env = not _is_loopback(parts.hostname)
+        trust_env = not _is_loopback(parts.hostname or "")
         client = httpx.AsyncClient(
             headers=headers,
             timeout=timeout,
