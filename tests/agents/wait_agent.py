@@ -15,8 +15,9 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
+from typing import Any
 
-from agentlife import AgentProcess, Done, StepContext, tool
+from agentlife import NOT_DONE, AgentProcess, Done, StepContext, tool
 
 
 def _dir() -> Path:
@@ -36,14 +37,26 @@ def _attempt() -> str:
     return os.environ.get("AGENTLIFE_ATTEMPT", "1")
 
 
-@tool(side_effects=True)
+def _verify(name: str) -> Any:
+    """``verify`` for an effect: its line names the invocation id. Without one, a kill between the
+    effect and its journaled completion runs it again (at least once), as documented."""
+
+    async def verify(invocation_id: str) -> Any:
+        path = _dir() / name
+        lines = path.read_text().splitlines() if path.exists() else []
+        return name if any(line.split()[0] == invocation_id for line in lines) else NOT_DONE
+
+    return verify
+
+
+@tool(side_effects=True, verify=_verify("before"))
 async def before(invocation_id: str) -> str:
     """The effect before the sleep."""
     _append("before", f"{invocation_id} {_attempt()}")
     return "before"
 
 
-@tool(side_effects=True)
+@tool(side_effects=True, verify=_verify("after"))
 async def after(invocation_id: str) -> str:
     """The effect after the sleep."""
     _append("after", f"{invocation_id} {_attempt()}")
