@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -518,6 +519,22 @@ async def test_job_heartbeat_updates_heartbeat_at_every_interval(store: SQLiteSt
     assert abs(second - time.time()) < 5
     assert beat.failures == 0
     assert board.snapshot().heartbeats["job"]["ok"] is True
+
+
+async def test_a_heartbeat_started_after_a_claim_first_beats_one_interval_later(store: SQLiteStore) -> None:
+    # The claim has just written heartbeat_at: a beat at once would be a commit saying nothing new.
+    board = StatusBoard(job_id="job-1", agent_id="reviewer", attempt=1)
+    beat = JobHeartbeat(store, "job-1", 1, 0.5, board)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(beat.run, beat_now=False))
+        await anyio.sleep(0.2)
+        assert beat.beats == 0
+        assert board.snapshot().heartbeats["job"]["ok"] is True  # the claim's write stands for it
+        with anyio.fail_after(5.0):
+            while beat.beats < 1:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert beat.failures == 0
 
 
 async def test_job_heartbeat_counts_failures_and_keeps_going(store: SQLiteStore) -> None:

@@ -66,9 +66,17 @@ class JobHeartbeat:
         self.beats = 0
         self.fenced: AttemptFenced | None = None
 
-    async def run(self) -> None:
-        """Beat now and then every interval until cancelled or fenced."""
+    async def run(self, *, beat_now: bool = True) -> None:
+        """Beat now, then every interval until cancelled or fenced.
+
+        ``beat_now=False`` waits one interval before the first beat, for a row whose ``heartbeat_at`` was
+        written a moment ago (by the claim): a beat at once would be a commit that says nothing new.
+        """
         next_at = anyio.current_time()
+        if not beat_now:
+            self._record(ok=True)
+            next_at += self.interval
+            await anyio.sleep(self.interval)
         while True:
             await self.beat_once()
             if self.fenced is not None:

@@ -7,6 +7,7 @@ the telemetry, a worker's store) belongs to the process (`ProcessShell`) and is 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -161,7 +162,7 @@ class JobServices:
             on_fenced=on_fenced,
             redactor=self.redactor,
         )
-        tasks.start_soon(beat.run)
+        tasks.start_soon(functools.partial(beat.run, beat_now=False))  # the claim has just set heartbeat_at
 
     async def open_memory(self, settings: Settings) -> QdrantMemory:
         """The memory client, opened on first use (its import overlapped boot on the preload thread)."""
