@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import IO
 
 import orjson
+import pytest
 
 from agentlife.constants import Constants
 from agentlife.stores import JobStatus
@@ -172,6 +173,7 @@ class Pool:
             waiter.join(timeout=10)
 
 
+@pytest.mark.slow(15)
 def test_a_worker_pool_survives_seeded_kills_with_every_job_done_once(
     tmp_path: Path, postgres_url: str
 ) -> None:
@@ -366,6 +368,7 @@ def start_fake_model(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Po
     return server, server.stdout.readline().strip()
 
 
+@pytest.mark.slow(45)
 def test_concurrent_workers_running_a_tool_agent_survive_seeded_kills_with_every_effect_once(
     tmp_path: Path, postgres_url: str
 ) -> None:
