@@ -87,7 +87,7 @@ def _reissued_per_attempt(records: list[tuple[str, int]]) -> Counter[int]:
     return repeats
 
 
-@pytest.mark.slow
+@pytest.mark.slow(14)
 def test_sigkill_with_verify_runs_each_side_effect_exactly_once(tmp_path: Path) -> None:
     kills, logs = _run_until_done(tmp_path, verify=True, seed=1234)
     assert kills == KILLS_PER_JOB
@@ -98,7 +98,7 @@ def test_sigkill_with_verify_runs_each_side_effect_exactly_once(tmp_path: Path) 
     assert max(_reissued_per_attempt(_lines(logs / "llm")).values(), default=0) <= 1
 
 
-@pytest.mark.slow
+@pytest.mark.slow(12)
 def test_sigkill_without_verify_reruns_at_most_one_call_per_kill(tmp_path: Path) -> None:
     kills, logs = _run_until_done(tmp_path, verify=False, seed=5678)
     effects = _lines(logs / "effects")

@@ -14,6 +14,7 @@ import pytest
 
 from agentlife.stores import CheckpointStore, store_from_url
 from procs import agent_env, run_cli
+from world import init_schema
 
 EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFLICT = 2, 3, 4
 
@@ -90,9 +91,8 @@ def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
     else:
         url = request.getfixturevalue("postgres_url")
     env = agent_env(data_dir, AGENTLIFE_DATABASE_URL=url)
-    cli = Cli(url, data_dir, env)
-    assert cli("db", "init").returncode == 0
-    return cli
+    init_schema(url)  # `db init` in this process; the command's own test is below
+    return Cli(url, data_dir, env)
 
 
 def _one_line_error(proc: Any, code: int, *needles: str) -> None:
@@ -245,27 +245,26 @@ def test_wrong_status_exits_conflict_naming_the_status(cli: Cli) -> None:
     _one_line_error(cli("job", "cancel", "j-1"), EXIT_CONFLICT, "it is COMPLETED")
 
 
-@pytest.mark.parametrize(
-    ("args", "stdin", "needle"),
-    [
-        (("--payload", "{bad"), None, "--payload is not valid JSON"),
-        (("--payload", "NaN"), None, "not a JSON number"),
-        (("--payload", "-"), "[1, 2", "stdin is not valid JSON"),
-        (("--payload-file", "/nonexistent/p.json"), None, "payload file not found"),
-        (("--payload", "{}", "--payload-file", "x"), None, "not allowed with argument"),
-        (("--max-cost-usd", "-1"), None, "must be a finite number > 0"),
-        (
-            ("--max-input-tokens", str(2**64)),
-            None,
-            "--max-input-tokens 18446744073709551616 must be >= 1 and <=",
-        ),
-    ],
-)
-def test_malformed_payloads_are_usage_errors(
-    cli: Cli, args: tuple[str, ...], stdin: str | None, needle: str
-) -> None:
-    _one_line_error(cli("job", "create", "reviewer", *args, stdin=stdin), EXIT_USAGE, needle)
-    assert cli("job", "list", "--json").stdout == ""
+MALFORMED = [
+    (("--payload", "{bad"), None, "--payload is not valid JSON"),
+    (("--payload", "NaN"), None, "not a JSON number"),
+    (("--payload", "-"), "[1, 2", "stdin is not valid JSON"),
+    (("--payload-file", "/nonexistent/p.json"), None, "payload file not found"),
+    (("--payload", "{}", "--payload-file", "x"), None, "not allowed with argument"),
+    (("--max-cost-usd", "-1"), None, "must be a finite number > 0"),
+    (
+        ("--max-input-tokens", str(2**64)),
+        None,
+        "--max-input-tokens 18446744073709551616 must be >= 1 and <=",
+    ),
+]
+
+
+def test_malformed_payloads_are_usage_errors(cli: Cli) -> None:
+    # One test per store, not one per case: each case is its own process and error line all the same.
+    for args, stdin, needle in MALFORMED:
+        _one_line_error(cli("job", "create", "reviewer", *args, stdin=stdin), EXIT_USAGE, needle)
+    assert cli("job", "list", "--json").stdout == ""  # nothing of any of them was kept
 
 
 def test_a_postgres_table_from_before_job_operations_asks_for_db_init(
@@ -342,9 +341,9 @@ def test_create_takes_job_id_and_refuses_an_agent_id_no_worker_could_claim(cli: 
     }
 
 
-@pytest.mark.parametrize("limit", ["0", "-1", str(2**31), str(2**63), str(2**64)])
-def test_list_limit_out_of_range_is_a_usage_error(cli: Cli, limit: str) -> None:
-    _one_line_error(cli("job", "list", "--limit", limit), EXIT_USAGE, f"--limit {limit} must be >= 1")
+def test_list_limit_out_of_range_is_a_usage_error(cli: Cli) -> None:
+    for limit in ("0", "-1", str(2**31), str(2**63), str(2**64)):
+        _one_line_error(cli("job", "list", "--limit", limit), EXIT_USAGE, f"--limit {limit} must be >= 1")
 
 
 def test_list_takes_the_largest_limit(cli: Cli) -> None:

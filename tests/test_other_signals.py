@@ -22,7 +22,7 @@ def test_sighup_drains_like_sigterm_with_143(tmp_path: Path) -> None:
     wait_for(tmp_path / "markers" / "step-5-done")
     code, elapsed, out = terminate(proc, signal.SIGHUP)
     assert code == 143, out
-    assert elapsed < 2.0
+    assert elapsed < 10.0  # between 5 ms steps: no 45 s step deadline waited for
     assert any("drained by SIGHUP" in str(line.get("msg")) for line in json_lines(out)), out
 
 
@@ -46,6 +46,6 @@ def test_sigquit_dumps_the_stacks_and_quits_at_once_without_a_drain(tmp_path: Pa
     started = time.monotonic()
     code, _, out = terminate(proc, signal.SIGQUIT)
     assert code == -signal.SIGQUIT
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 10.0  # generous: a loaded machine's exit, not a drain's deadlines
     assert "Thread 0x" in out or "Current thread" in out
     assert not any("DRAINING" in str(line.get("msg")) for line in json_lines(out))

@@ -332,34 +332,33 @@ def test_blocked_threshold_is_written_to_the_board_so_both_sides_agree() -> None
     assert board.snapshot().blocked_threshold_seconds == 0.7
 
 
-def test_import_is_light_and_start_does_not_wait_for_aiohttp() -> None:
+def test_import_is_light_and_start_does_not_wait_for_the_server() -> None:
+    # The probe server speaks HTTP itself: aiohttp (hundreds of ms of import) is never loaded, before or
+    # after it serves. A ratio of start() to ready timings used to stand for this; on a loaded machine a
+    # thread's start cost half of the (now light) server's, and proved nothing either way.
     script = textwrap.dedent(
         """
-        import sys, time
+        import sys
         from agentlife._observe._probes import ProbeServer
         from agentlife._observe._lag import run_lag_monitor
         from agentlife._observe._status import StatusBoard
         assert "aiohttp" not in sys.modules, "aiohttp imported at module level"
         board = StatusBoard(job_id="j", agent_id="a", attempt=1)
         server = ProbeServer(board, "127.0.0.1", 0, blocked_threshold=5.0)
-        t0 = time.perf_counter()
         server.start()
-        start_cost = time.perf_counter() - t0
         bound_before_return = server.port is not None
         port = server.wait_started(60)
-        ready_cost = time.perf_counter() - t0
         server.stop()
-        print(start_cost, ready_cost, bound_before_return, port is not None)
+        print("aiohttp" in sys.modules, bound_before_return, port is not None)
         """
     )
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=90, check=True
     )
-    start_cost, ready_cost, bound_before_return, bound = out.stdout.split()
+    aiohttp_loaded, bound_before_return, bound = out.stdout.split()
     assert bound == "True"
-    assert bound_before_return == "False"
-    # start() only spawns a thread; the aiohttp import (hundreds of ms) happens after it returned.
-    assert float(start_cost) < float(ready_cost) / 4
+    assert bound_before_return == "False"  # start() only spawned the server's thread
+    assert aiohttp_loaded == "False"
 
 
 # -- the blocked loop ---------------------------------------------------------------------------------

@@ -207,9 +207,9 @@ async def test_a_retry_after_beyond_the_deadline_fails_at_once() -> None:
     flaky = Flaky(error)
     started = time.monotonic()
     with pytest.raises(TransientError) as caught:
-        await retry_call(flaky, initial=0.01, deadline=anyio.current_time() + 1.0)
+        await retry_call(flaky, initial=0.01, deadline=anyio.current_time() + 10.0)
     assert caught.value is error
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 5.0  # at once: neither the 30 s asked for nor the 10 s deadline
 
 
 @pytest.mark.anyio

@@ -172,6 +172,7 @@ def test_sigterm_during_the_label_call_resumes_identically(tmp_path: Path, serve
     _sigterm_during_the_label_call(tmp_path, server, uninterrupted(tmp_path, server))
 
 
+@pytest.mark.slow(12)
 @pytest.mark.parametrize(("server", "shard"), KILL_SHARDS, indirect=["server"])
 def test_seeded_sigkills_end_identically(tmp_path: Path, server: FakeServer, shard: int) -> None:
     _seeded_sigkills(tmp_path, server, uninterrupted(tmp_path, server), shard)

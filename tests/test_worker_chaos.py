@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import IO
 
 import orjson
+import pytest
 
 from agentlife.constants import Constants
 from agentlife.stores import JobStatus
@@ -172,6 +173,7 @@ class Pool:
             waiter.join(timeout=10)
 
 
+@pytest.mark.slow(15)
 def test_a_worker_pool_survives_seeded_kills_with_every_job_done_once(
     tmp_path: Path, postgres_url: str
 ) -> None:
@@ -200,7 +202,12 @@ def test_a_worker_pool_survives_seeded_kills_with_every_job_done_once(
     sent: list[tuple[float, int, int]] = []
     deadline = time.monotonic() + 60 + JOBS * 0.5
     pool.keep_up()
-    time.sleep(1.0)  # the first workers boot
+    # The first workers boot: faults start once a job runs. After a fixed second instead, a loaded machine's
+    # slow boots met every kill, no job was running in a killed worker and no reaper had anything to take.
+    while not (traces / "steps").exists() or not (traces / "steps").stat().st_size:
+        assert time.monotonic() < deadline, "no worker ran a step"
+        pool.keep_up()
+        time.sleep(0.05)
     next_event = time.monotonic() + rng.uniform(0.1, 0.4)
     try:
         while True:
@@ -366,6 +373,7 @@ def start_fake_model(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Po
     return server, server.stdout.readline().strip()
 
 
+@pytest.mark.slow(45)
 def test_concurrent_workers_running_a_tool_agent_survive_seeded_kills_with_every_effect_once(
     tmp_path: Path, postgres_url: str
 ) -> None:
