@@ -150,7 +150,11 @@ def package(session: nox.Session) -> None:
         python,
         "-c",
         "import agentlife, pathlib; assert 'site-packages' in agentlife.__file__; "
-        "assert (pathlib.Path(agentlife.__file__).parent / 'py.typed').exists()",
+        "assert (pathlib.Path(agentlife.__file__).parent / 'py.typed').exists(); "
+        # The console's page and its script and style ship in the wheel (no build step, no CDN).
+        "console = pathlib.Path(agentlife.__file__).parent / '_console'; "
+        "assert (console / 'templates' / 'base.html').exists(); "
+        "assert {p.suffix for p in (console / 'static').iterdir()} >= {'.js', '.css'}",
         external=True,
     )
     session.chdir(str(work))
