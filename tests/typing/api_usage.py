@@ -8,8 +8,11 @@ from typing import Any, TypedDict
 from agentlife import (
     NOT_DONE,
     AgentProcess,
+    AnthropicLLM,
     Conversation,
     Done,
+    JobHandle,
+    JobOutcome,
     LLMReply,
     StepContext,
     StepLLM,
@@ -45,6 +48,13 @@ class Reviewer(AgentProcess):
         await ctx.sleep(1.5)
         await ctx.sleep_until(datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC))
         ctx.state["answer"] = await ctx.wait_for_event("answer", timeout=60)
+        children: list[JobHandle] = [
+            await ctx.start_job("reviewer-part", payload={"part": n}) for n in range(3)
+        ]
+        audit: JobHandle = await ctx.start_job("auditor", job_id="audit-1", detached=True)
+        outcomes: list[JobOutcome] = await ctx.wait_for_jobs(children, timeout=3600)
+        ctx.state["parts"] = [o.result for o in outcomes if o.ok and not o.timed_out]
+        ctx.state["audit"] = audit.job_id
         reply: LLMReply = await ctx.llm.complete(
             model="m", max_tokens=10, messages=[{"role": "user", "content": text}]
         )
@@ -112,3 +122,8 @@ async def hand_written_loop(ctx: StepContext) -> Done | None:
 
 def scripted_by_call() -> ScriptedLLM:
     return ScriptedLLM({(0, 0): ScriptedTurn.tool_use("read_file", {"path": "x"}), (1, 0): "done"})
+
+
+def own_sdk_client(client: Any) -> AnthropicLLM:
+    """An `anthropic.AsyncAnthropic` the user built is used as it is (the SDK path)."""
+    return AnthropicLLM(client=client)
