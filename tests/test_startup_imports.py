@@ -25,6 +25,8 @@ NOT_AT_BOOT = (
     "anthropic",  # the SDK transport, only for a client the user passes
     "openai",
     "mcp",  # an agent's MCP servers
+    "agentlife._mcp",  # our side of them: loaded when an `MCPServer` is made
+    "agentlife._runtime._mcp_tools",
     "croniter",  # schedules
     "h2",  # httpx's HTTP/2, never used
     "opentelemetry.exporter",  # only with OTEL_*_EXPORTER
