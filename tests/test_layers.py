@@ -50,6 +50,11 @@ DEFERRED: dict[tuple[str, str], str] = {
     ): "7 ms, imported as the probe thread starts",
     ("agentlife._runtime._services", "agentlife._memory"): "only when a memory store exists",
     ("agentlife._runtime._finish", "agentlife.stores._policy"): "6 ms, only for a crash record",
+    ("agentlife._step._stepllm", "agentlife._step._structured"): "only for structured replies, not at boot",
+    (
+        "agentlife._runtime._services",
+        "agentlife._runtime._mcp_tools",
+    ): "5 ms, only for an agent with MCP servers",
     ("agentlife._cli._run", "agentlife._runtime._lifecycle"): "the engine loads for run, not for --help",
     (
         "agentlife._cli._demo",

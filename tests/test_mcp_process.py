@@ -183,3 +183,16 @@ def test_the_hard_exit_kills_a_group_only_while_its_leader_is_still_a_child_lead
             _children.forget_group(proc.pid)
             proc.kill()
             proc.wait()
+
+
+def test_a_server_made_by_a_property_on_first_access_is_started(tmp_path: Path) -> None:
+    # The agent's module never imports MCPServer, so no MCP code is loaded when the runtime looks for its
+    # servers: skipping the MCP step because "nothing made a server yet" would fail the step's calls.
+    state = tmp_path / "server"
+    state.mkdir()
+    env = agent_env(tmp_path / "data", MCP_STATE=str(state))
+    done = run_cli("run", "agents.lazy_mcp_agent:LazyServerAgent", "--job-id", "lazy-1", env=env)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert [e["title"] for e in effects(state)] == ["disk full"]
+    row = run_cli("job", "show", "lazy-1", env=env)
+    assert row.returncode == 0 and "COMPLETED" in row.stdout, row.stdout

@@ -25,6 +25,10 @@ NOT_AT_BOOT = (
     "anthropic",  # the SDK transport, only for a client the user passes
     "openai",
     "mcp",  # an agent's MCP servers
+    "agentlife._mcp",  # our side of them: loaded when an `MCPServer` is made
+    "agentlife._runtime._mcp_tools",
+    "hashlib",  # OpenSSL's start-up (about 2 ms): digests import it when first computed
+    "agentlife._step._structured",  # structured replies, at the first ``output_type=``
     "croniter",  # schedules
     "h2",  # httpx's HTTP/2, never used
     "opentelemetry.exporter",  # only with OTEL_*_EXPORTER

@@ -7,7 +7,6 @@ and the checks of what a step may pass (`check_child_agent`, `check_child_payloa
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,6 +140,8 @@ def child_job_id(parent_id: str, step: int, call: int) -> str:
     plain = f"{parent_id}{suffix}"
     if len(plain) <= _MAX_ID and JOB_ID_PATTERN.fullmatch(plain):
         return plain
+    import hashlib  # not on the boot path: OpenSSL's start-up costs about 2 ms
+
     digest = hashlib.sha256(parent_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     keep = max(1, _MAX_ID - len(suffix) - len(digest) - 1)
     return validate_job_id(f"{parent_id[:keep]}.{digest}{suffix}")

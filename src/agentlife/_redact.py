@@ -17,7 +17,6 @@ from every position. ``tests/test_regex_cost.py`` holds every pattern of the pac
 
 from __future__ import annotations
 
-import json
 import re
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
@@ -150,6 +149,8 @@ class Redactor:
 
 def spellings(secret: str) -> set[str]:
     """``secret`` as it is and as it reads once percent-encoded, decoded, or escaped by ``repr`` or JSON."""
+    import json  # only once there is a secret: a job without one does not load it at boot
+
     # surrogatepass: an environment value may hold lone surrogates (undecodable bytes); never raise on them.
     quoted = urllib.parse.quote(secret, safe="", errors="surrogatepass")
     out = {

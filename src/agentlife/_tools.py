@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, ParamSpec, TypeVar, overload
 
 from agentlife._schema import tool_definition
 
-__all__ = ["NOT_DONE", "NotDone", "ToolSpec", "tool"]
+__all__ = ["NOT_DONE", "NotDone", "ToolSpec", "loaded_mcp", "tool"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -182,3 +183,12 @@ def tool(
         )
 
     return wrap(fn) if fn is not None else wrap
+
+
+def loaded_mcp() -> Any:
+    """The MCP server module when something has imported it, else None.
+
+    An `MCPServer` or a tool reference of one can only exist once its module is imported, so a job whose
+    agent lists no server never loads the MCP code: start-up is paid by every job.
+    """
+    return sys.modules.get("agentlife._mcp._server")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import time
@@ -151,6 +150,8 @@ def _parse_payload(raw: str | None) -> Any:
     """Parse ``--payload`` exactly: orjson would turn an int beyond 64 bits into a rounded float."""
     if raw is None:
         return None
+    import json  # only with --payload: not on the boot path of a plain run
+
     try:
         payload = json.loads(raw, parse_constant=_refuse_constant)
     except ValueError as exc:

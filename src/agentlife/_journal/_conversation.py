@@ -11,7 +11,6 @@ cancelled leaves nothing behind, like ``ctx.state``.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -27,6 +26,8 @@ _EMPTY_DIGEST = ""
 
 def rolling_digest(previous: str, message: bytes) -> str:
     """The digest of a history after ``message`` was appended to one whose digest is ``previous``."""
+    import hashlib  # at the first model call, not at boot: OpenSSL's start-up costs about 2 ms
+
     return hashlib.blake2b(previous.encode() + message, digest_size=16).hexdigest()
 
 

@@ -22,7 +22,6 @@ after the marker into a `ReplayMap` for the resumed step.
 from __future__ import annotations
 
 import enum
-import hashlib
 import logging
 import os
 import re
@@ -232,6 +231,8 @@ def args_digest(args: Mapping[str, Any]) -> str:
     Equal arguments give equal digests on every attempt, so a resumed step can tell that a pending call
     is the same call.
     """
+    import hashlib  # at the first tool call, not at boot: OpenSSL's start-up costs about 2 ms
+
     return hashlib.sha256(_dumps(args, orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)).hexdigest()
 
 

@@ -42,9 +42,8 @@ from agentlife._runtime._drain import Drain
 from agentlife._runtime._events import JobBoard, JobEvents, Observer, board_log_context
 from agentlife._runtime._finish import Finisher, cleanup, record_crash
 from agentlife._runtime._hydration import Hydrator
-from agentlife._runtime._mcp_tools import MCPTools
 from agentlife._runtime._process import ProcessShell, ShellOptions, constants_or_default
-from agentlife._runtime._services import JobServices
+from agentlife._runtime._services import JobServices, mcp_tools_for
 from agentlife._runtime._steps import JobHost, StepRunner
 from agentlife._state import State
 from agentlife._step._approvals import Approvals
@@ -235,7 +234,7 @@ class Runtime:
         memories = await hydrator.fetch_memories(
             doc, job=job, agent=self.agent, open_memory=lambda: self.services.open_memory(booted.settings)
         )
-        mcp = self.services.mcp_tools = MCPTools.for_agent(self.agent)
+        mcp = self.services.mcp_tools = mcp_tools_for(self.agent)
         if mcp is not None:  # the optional MCP step: this job's servers, started and listed
             await mcp.hydrate(booted, tasks, replay, redactor=redactor, telemetry=telemetry)
         resume = Resume(doc, checkpoint_id, replay, memories, conversation)

@@ -29,6 +29,7 @@ from agentlife._runtime._events import JobEvents
 from agentlife._runtime._process import quietly
 from agentlife._state import State, Transition
 from agentlife._step._host import Booted
+from agentlife._tools import loaded_mcp
 from agentlife.constants import Constants
 from agentlife.stores import store_from_url
 
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from agentlife._runtime._mcp_tools import MCPTools
     from agentlife.stores import CheckpointStore
 
-__all__ = ["JobServices"]
+__all__ = ["JobServices", "mcp_tools_for"]
 
 log = logging.getLogger("agentlife.runtime")
 
@@ -225,3 +226,13 @@ class JobServices:
             "llmCallsTotal": stats.llm_calls,
             "toolCallsTotal": stats.tool_calls,
         }
+
+
+def mcp_tools_for(agent: AgentProcess) -> MCPTools | None:
+    """The agent's MCP servers, not yet started; None (and nothing of MCP imported) when it lists none."""
+    listed = (getattr(agent, "tools", ()), getattr(agent, "mcp_servers", ()))  # a property may make one now
+    if loaded_mcp() is None or not any(listed):  # no `MCPServer` was ever made: the agent lists none
+        return None
+    from agentlife._runtime._mcp_tools import MCPTools
+
+    return MCPTools.for_agent(agent)

@@ -27,7 +27,6 @@ from agentlife._journal._writer import args_digest
 from agentlife._llm._guard import stream_timeouts_from_constants
 from agentlife._llm._protocol import CURRENT_CALL, CallAddress, LLMClient, LLMReply, OnEvent, provider_name
 from agentlife._logging import log_fields
-from agentlife._mcp._server import resolve_tool_ref
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
 from agentlife._retry import RetryEvent, classify, retry_call
 from agentlife._step._childjobs import ChildJobCalls
@@ -36,7 +35,7 @@ from agentlife._step._streaming import emit_reply, is_streaming_adapter, retry_e
 from agentlife._step._toolcalls import Registry, run_tool_calls, tool_registry
 from agentlife._step._toolrun import call_with_timeout, read_only, recorded_refusal
 from agentlife._step._waits import sleep, sleep_until, wait_for_event
-from agentlife._tools import NOT_DONE, ToolSpec, tool
+from agentlife._tools import NOT_DONE, ToolSpec, loaded_mcp, tool
 
 if TYPE_CHECKING:
     from agentlife._journal._writer import Journal
@@ -136,7 +135,9 @@ class StepContext(ChildJobCalls):
                 FAILED whatever the step does next.
             PolicyUnavailable: the policy check kept failing until the step budget ran out.
         """
-        fn = resolve_tool_ref(fn)  # an MCP server's tool: the job's live one
+        mcp = loaded_mcp()
+        if mcp is not None:
+            fn = mcp.resolve_tool_ref(fn)  # an MCP server's tool: the job's live one
         spec: ToolSpec[..., Any] = fn if isinstance(fn, ToolSpec) else tool(fn)
         call = self._claim_call()
         invocation_id = self._invocation_id(call)

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from agentlife._llm._protocol import LLMReply, OnEvent
 from agentlife._step._streaming import LLMStream
-from agentlife._step._structured import StructuredReply, complete_structured
 from agentlife._step._toolcalls import offered_tools, refuse
 
 if TYPE_CHECKING:
     from agentlife._step._context import StepContext
+    from agentlife._step._structured import StructuredReply
 
 __all__ = ["StepLLM"]
 
@@ -124,6 +124,8 @@ class StepLLM:
 
         def refused(block: Mapping[str, Any], reason: str, message: str) -> dict[str, Any]:
             return refuse(self._ctx, block, reason, message)
+
+        from agentlife._step._structured import complete_structured  # only for output_type=: not at boot
 
         return await complete_structured(
             call,

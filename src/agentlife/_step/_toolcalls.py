@@ -34,10 +34,9 @@ from agentlife._exceptions import (
 )
 from agentlife._llm._protocol import CUT_OFF, cut_off_tool_use
 from agentlife._logging import log_fields
-from agentlife._mcp._server import live_tool_specs
 from agentlife._replay import utf8_safe
 from agentlife._schema import validate_arguments
-from agentlife._tools import ToolSpec, tool
+from agentlife._tools import ToolSpec, loaded_mcp, tool
 
 if TYPE_CHECKING:
     from agentlife._llm._protocol import LLMReply
@@ -78,7 +77,8 @@ def offered_tools(tools: Iterable[Any], registry: Registry) -> list[Any]:
             if name:
                 registry.setdefault(name, None)  # a function offered for that name still wins
             continue
-        served = live_tool_specs(item)  # an MCP server: the tools it serves this job
+        mcp = loaded_mcp()
+        served = None if mcp is None else mcp.live_tool_specs(item)  # an MCP server: the tools it serves
         if served is not None:
             for mcp_tool in served:
                 registry[mcp_tool.name] = mcp_tool

@@ -6,7 +6,6 @@ import enum
 import logging
 import math
 import os
-import secrets
 import socket
 import zlib
 from collections.abc import Sequence
@@ -555,7 +554,7 @@ def new_owner() -> str:
     process apart (the test harness runs agents in one interpreter).
     """
     pid = os.getpid()
-    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or '-'}:{secrets.token_hex(4)}:{namespace_id()}"
+    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or '-'}:{os.urandom(4).hex()}:{namespace_id()}"
 
 
 def owner_is_gone(owner: str) -> bool:

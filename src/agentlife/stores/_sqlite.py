@@ -296,6 +296,23 @@ class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps, SQLiteChildOps):
 
     async def init_schema(self) -> None:
         def create(conn: sqlite3.Connection) -> None:
+            # A new database is made in one transaction: one fsync instead of one per statement (about 6 ms
+            # of every fresh pod's boot). IMMEDIATE takes the write lock first, so a second process making
+            # the same file waits for the first and then finds every table there.
+            fresh = not self._has_job_table(conn)
+            if not fresh:
+                make(conn)
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                make(conn)
+            except BaseException:
+                if conn.in_transaction:  # SQLite may have rolled back already (a full disk)
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+        def make(conn: sqlite3.Connection) -> None:
             for statement in _schema(self.tables):
                 conn.execute(statement)
             # A database made before the claim token existed gets its column here (db init, or any open).
