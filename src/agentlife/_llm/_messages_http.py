@@ -17,7 +17,6 @@ Redirects are not followed: the ``x-api-key`` header would go to whatever host t
 from __future__ import annotations
 
 import email.utils
-import ipaddress
 import logging
 import math
 import time
@@ -29,7 +28,8 @@ import anyio
 import anyio.to_thread
 import orjson
 
-from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
+from agentlife._exceptions import CallError, PermanentError, TransientError
+from agentlife._llm._http import ResponseHolder, http_base_url, is_loopback
 from agentlife._llm._tls import tls_context
 from agentlife._redact import Redactor
 from agentlife._retry import classify, error_for_http_status
@@ -256,21 +256,6 @@ def _decode_event(name: str | None, data: list[str]) -> dict[str, Any] | None:
     return event
 
 
-class ResponseHolder:
-    """The HTTP response of one call once its headers arrived, so the guard can close it."""
-
-    __slots__ = ("response",)
-
-    def __init__(self) -> None:
-        self.response: Any = None
-
-    async def aclose(self) -> None:
-        """Close the response, once (the server sees the disconnect at once)."""
-        response, self.response = self.response, None
-        if response is not None:
-            await response.aclose()
-
-
 # --- the transport ------------------------------------------------------------------------------------
 
 
@@ -403,17 +388,7 @@ class MessagesHTTP:
         return None
 
     def _make_client(self) -> tuple[Any, Any]:
-        try:
-            parts = urllib.parse.urlsplit(self._base_url)
-            valid = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
-        except ValueError:  # "http://[::1" or a port out of range
-            valid = False
-        if not valid:
-            raise LLMConfigurationError(
-                self._redact(
-                    f"ANTHROPIC_BASE_URL {self._base_url!r} is not an http:// or https:// URL of the API root"
-                )
-            )
+        parts = http_base_url(self._base_url, "ANTHROPIC_BASE_URL", self._redact)
         import httpx
 
         headers = {
@@ -428,7 +403,7 @@ class MessagesHTTP:
         else:
             timeout = httpx.Timeout(self._http_timeout)
         # A proxy from the environment must not catch requests to a server on this machine.
-        trust_env = not _is_loopback(parts.hostname or "")
+        trust_env = not is_loopback(parts.hostname or "")
         client = httpx.AsyncClient(
             headers=headers,
             timeout=timeout,
@@ -441,13 +416,6 @@ class MessagesHTTP:
 
     def _redact(self, text: str) -> str:
         return self._redactor.redact(text)
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def _origin(url: str) -> str:

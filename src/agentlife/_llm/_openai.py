@@ -14,7 +14,6 @@ httpx is imported, and its client built (see `agentlife._llm._tls`), on a worker
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import urllib.parse
@@ -29,6 +28,7 @@ import orjson
 from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
 from agentlife._llm._anthropic import parse_retry_after
 from agentlife._llm._guard import guard_stream, stream_timeouts_from_env
+from agentlife._llm._http import ResponseHolder, http_base_url, is_loopback
 from agentlife._llm._openai_format import (
     ChatAssembler,
     chat_request,
@@ -69,13 +69,6 @@ def key_required(base_url: str) -> bool:
     except ValueError:  # "http://[::1": the first call says what is wrong with it
         return False
     return host == "openai.com" or host.endswith(".openai.com")
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 class OpenAICompatibleLLM:
@@ -169,7 +162,7 @@ class OpenAICompatibleLLM:
         address = CURRENT_CALL.get()
         if address is not None:
             headers.setdefault(INVOCATION_HEADER, str(address))
-        holder = _ResponseHolder()
+        holder = ResponseHolder()
         assembler = ChatAssembler(model)
         source = self._chunks(http, httpx, holder, body, headers)
         async with aclosing(guard_stream(source, timeouts or self.timeouts, close=holder.aclose)) as stream:
@@ -212,17 +205,9 @@ class OpenAICompatibleLLM:
         headers = {"accept": "text/event-stream"}
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
-        try:
-            parts = urllib.parse.urlsplit(self._base_url)
-            valid = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
-        except ValueError:  # "http://[::1" or a port out of range
-            valid = False
-        if not valid:
-            raise LLMConfigurationError(
-                self._redactor.redact(f"OPENAI_BASE_URL {self._base_url!r} is not an http:// or https:// URL")
-            )
+        parts = http_base_url(self._base_url, "OPENAI_BASE_URL", self._redactor.redact)
         # A proxy from the environment must not catch requests to a server on this machine.
-        trust_env = not _is_loopback(parts.hostname or "")
+        trust_env = not is_loopback(parts.hostname or "")
         client = httpx.AsyncClient(
             headers=headers,
             timeout=self._http_timeout,
@@ -235,7 +220,7 @@ class OpenAICompatibleLLM:
         self,
         http: Any,
         httpx: Any,
-        holder: _ResponseHolder,
+        holder: ResponseHolder,
         body: dict[str, Any],
         headers: dict[str, str],
     ) -> AsyncIterator[Mapping[str, Any]]:
@@ -303,20 +288,6 @@ class OpenAICompatibleLLM:
 
 #: What `sse_chunks` yields for ``data: [DONE]``: the stream is over.
 _DONE: Mapping[str, Any] = {"object": "agentlife.done"}
-
-
-class _ResponseHolder:
-    """The HTTP response of one call once its headers arrived, so the guard can close it."""
-
-    __slots__ = ("response",)
-
-    def __init__(self) -> None:
-        self.response: Any = None
-
-    async def aclose(self) -> None:
-        response, self.response = self.response, None
-        if response is not None:
-            await response.aclose()
 
 
 async def sse_chunks(response: Any) -> AsyncIterator[Mapping[str, Any]]:
