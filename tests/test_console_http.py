@@ -252,3 +252,26 @@ def test_a_cursor_lists_what_follows_it_in_the_console(store_env: dict[str, str]
         path = body.split('rel="next" href="/', 1)[1].split('"', 1)[0].replace("&amp;", "&")
     assert sorted(seen) == [f"row-{n:03d}" for n in range(120)]
     assert len(seen) == 120
+
+
+def test_cancel_from_the_page_cancels_the_children_as_job_cancel_does(
+    store_env: dict[str, str], console: str
+) -> None:
+    url = store_env["AGENTLIFE_DATABASE_URL"]
+
+    async def family() -> None:
+        store = store_from_url(url)
+        await store.open()
+        try:
+            await store.create_job("p", "family", None)
+            await store.claim("p", 1)
+            await store.start_child("p", 1, "p.0.1", "kid", {"n": 1}, invocation_id="p/0/1")
+            await store.start_child("p", 1, "p.0.2", "kid", {"n": 2}, invocation_id="p/0/2", detached=True)
+        finally:
+            await store.close()
+
+    anyio.run(family)
+    assert _act(console, "p", "cancel")[0] == 303
+    assert _status(store_env, "p")[0] == "FAILED"
+    assert _status(store_env, "p.0.1")[0] == "FAILED"  # cancelled with its parent
+    assert _status(store_env, "p.0.2")[0] == "PENDING"  # started detached: it lives on

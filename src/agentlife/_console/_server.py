@@ -179,10 +179,13 @@ class _Console:
             await approve_parked(store, job_id, call, given_by="the page")
         elif action == "retry":
             await store.retry(job_id)
-        else:
-            default = "approval rejected" if action == "reject" else "cancelled by an operator"
-            reason = _reason(_text(form.get("reason"))) or default
-            await (store.reject if action == "reject" else store.cancel)(job_id, reason)
+        elif action == "reject":
+            await store.reject(job_id, _reason(_text(form.get("reason"))) or "approval rejected")
+        else:  # as `job cancel`: the job, then its children that were not started detached
+            from agentlife.stores._childjobs import cancel_with_children
+
+            reason = _reason(_text(form.get("reason"))) or "cancelled by an operator"
+            await cancel_with_children(store, job_id, reason)
 
 
 def _same_origin(request: web.Request) -> bool:
