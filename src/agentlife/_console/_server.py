@@ -32,6 +32,7 @@ from agentlife._console._timeline import build_timeline
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError, describe_error
 from agentlife._redact import Redactor
 from agentlife.stores import CheckpointStore, store_from_url
+from agentlife.stores._childjobs import cancel_with_children
 
 __all__ = ["ConsoleConfig", "create_app", "serve"]
 
@@ -182,8 +183,6 @@ class _Console:
         elif action == "reject":
             await store.reject(job_id, _reason(_text(form.get("reason"))) or "approval rejected")
         else:  # as `job cancel`: the job, then its children that were not started detached
-            from agentlife.stores._childjobs import cancel_with_children
-
             reason = _reason(_text(form.get("reason"))) or "cancelled by an operator"
             await cancel_with_children(store, job_id, reason)
 
