@@ -1,4 +1,4 @@
-"""What the two HTTP model clients share: the base URL check, the loopback test, the response holder."""
+"""What the two HTTP model clients share: base URL check, loopback test, lazy client, response holder."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+import anyio
+import anyio.to_thread
+
 from agentlife._exceptions import LLMConfigurationError
 
-__all__ = ["ResponseHolder", "http_base_url", "is_loopback"]
+__all__ = ["LazyClient", "ResponseHolder", "http_base_url", "is_loopback"]
 
 
 def http_base_url(url: str, variable: str, redact: Callable[[str], str]) -> urllib.parse.SplitResult:
@@ -52,3 +55,41 @@ class ResponseHolder:
         response, self.response = self.response, None
         if response is not None:
             await response.aclose()
+
+
+class LazyClient:
+    """An adapter's ``httpx.AsyncClient``, built once, on first use, on a worker thread.
+
+    Importing httpx (~0.1 s) and building its client (see `agentlife._llm._tls.tls_context`) would
+    otherwise block the loop, and a job that never calls the model never pays for them.
+
+    Args:
+        build: returns ``(httpx module, client)``; raises what the first call should raise (a bad base URL).
+    """
+
+    def __init__(self, build: Callable[[], tuple[Any, Any]]) -> None:
+        self._build = build
+        self._httpx: Any = None
+        self._http: Any = None
+
+    async def get(self) -> tuple[Any, Any]:
+        """``(client, httpx module)``, building them on the first call."""
+        if self._http is None:
+            spare = self._keep(*await anyio.to_thread.run_sync(self._build))
+            if spare is not None:
+                await spare.aclose()
+        return self._http, self._httpx
+
+    def _keep(self, httpx: Any, http: Any) -> Any:
+        """Keep a client just built, or hand it back when a concurrent first call built one already."""
+        if self._http is not None:
+            return http
+        self._httpx, self._http = httpx, http
+        return None
+
+    async def aclose(self) -> None:
+        """Close the client and its connection pool (idempotent)."""
+        http, self._http = self._http, None
+        if http is not None:
+            with anyio.move_on_after(5.0, shield=True):
+                await http.aclose()

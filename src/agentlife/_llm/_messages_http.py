@@ -24,12 +24,10 @@ import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import anyio
-import anyio.to_thread
 import orjson
 
 from agentlife._exceptions import CallError, PermanentError, TransientError
-from agentlife._llm._http import ResponseHolder, http_base_url, is_loopback
+from agentlife._llm._http import LazyClient, ResponseHolder, http_base_url, is_loopback
 from agentlife._llm._tls import tls_context
 from agentlife._redact import Redactor
 from agentlife._retry import classify, error_for_http_status
@@ -278,8 +276,7 @@ class MessagesHTTP:
         self._base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
         self._http_timeout = http_timeout
         self._redactor = redactor
-        self._http: Any = None
-        self._httpx: Any = None
+        self._client_holder = LazyClient(self._make_client)
 
     @property
     def where(self) -> str:
@@ -362,10 +359,7 @@ class MessagesHTTP:
 
     async def aclose(self) -> None:
         """Close the HTTP client and its connection pool (idempotent)."""
-        http, self._http = self._http, None
-        if http is not None:
-            with anyio.move_on_after(5.0, shield=True):
-                await http.aclose()
+        await self._client_holder.aclose()
 
     async def prepare(self) -> tuple[Any, Any]:
         """Import httpx and build the client, once; the adapter awaits it before the connect clock runs.
@@ -373,19 +367,7 @@ class MessagesHTTP:
         Raises:
             LLMConfigurationError: the base URL is not ``http(s)://host``.
         """
-        if self._http is None:
-            # Importing httpx (~0.1 s) and building its client (see `tls_context`) on a worker thread.
-            spare = self._keep(*await anyio.to_thread.run_sync(self._make_client))
-            if spare is not None:
-                await spare.aclose()
-        return self._http, self._httpx
-
-    def _keep(self, httpx: Any, http: Any) -> Any:
-        """Keep a client just built, or hand it back when a concurrent first call built one already."""
-        if self._http is not None:
-            return http
-        self._httpx, self._http = httpx, http
-        return None
+        return await self._client_holder.get()
 
     def _make_client(self) -> tuple[Any, Any]:
         parts = http_base_url(self._base_url, "ANTHROPIC_BASE_URL", self._redact)

@@ -21,14 +21,12 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
-import anyio
-import anyio.to_thread
 import orjson
 
 from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
 from agentlife._llm._anthropic import parse_retry_after
 from agentlife._llm._guard import guard_stream, stream_timeouts_from_env
-from agentlife._llm._http import ResponseHolder, http_base_url, is_loopback
+from agentlife._llm._http import LazyClient, ResponseHolder, http_base_url, is_loopback
 from agentlife._llm._openai_format import (
     ChatAssembler,
     chat_request,
@@ -117,8 +115,7 @@ class OpenAICompatibleLLM:
         self.timeouts = timeouts if timeouts is not None else stream_timeouts_from_env(env)
         self._http_timeout = 600.0 if http_timeout is None else http_timeout
         self._redactor = Redactor([self._api_key] if self._api_key else [])
-        self._http: Any = None
-        self._httpx: Any = None
+        self._client_holder = LazyClient(self._make_client)
 
     def __repr__(self) -> str:
         key = "'***'" if self._api_key else "None"
@@ -178,26 +175,12 @@ class OpenAICompatibleLLM:
 
     async def aclose(self) -> None:
         """Close the HTTP client and its connection pool (idempotent)."""
-        http, self._http = self._http, None
-        if http is not None:
-            with anyio.move_on_after(5.0, shield=True):
-                await http.aclose()
+        await self._client_holder.aclose()
 
     async def _client(self) -> tuple[Any, Any]:
-        if self._http is None:
-            if not self._api_key and key_required(self._base_url):
-                raise LLMConfigurationError(_NO_KEY)
-            spare = self._keep(*await anyio.to_thread.run_sync(self._make_client))
-            if spare is not None:
-                await spare.aclose()
-        return self._http, self._httpx
-
-    def _keep(self, httpx: Any, http: Any) -> Any:
-        """Keep a client just built, or hand it back when a concurrent first call built one already."""
-        if self._http is not None:
-            return http
-        self._httpx, self._http = httpx, http
-        return None
+        if not self._api_key and key_required(self._base_url):
+            raise LLMConfigurationError(_NO_KEY)
+        return await self._client_holder.get()
 
     def _make_client(self) -> tuple[Any, Any]:
         import httpx
