@@ -113,12 +113,8 @@ def test_approve_while_the_job_is_parked_lets_the_live_process_carry_on(
     assert [line.split()[0] for line in world.lines("effects")] == ["job-1/0/1"]
 
 
-def test_a_parked_process_killed_before_the_approval_loses_nothing(
-    tmp_path: Path, db_url: str, procs: list[subprocess.Popen[bytes]]
-) -> None:
-    # SIGKILL while parked (no idle timeout, no drain: no park checkpoint), then the approval. The park is
-    # on the row from its first moment, so the approval binds to the call, the job becomes runnable at once
-    # (the parked process is provably gone), and the next attempt runs the approved call without asking.
+def _parked_then_killed(tmp_path: Path, db_url: str, procs: list[subprocess.Popen[bytes]]) -> World:
+    """A world whose job-1 parked on its approval, and whose parked process was then SIGKILLed."""
     world = World(tmp_path, db_url)
     world.create("job-1")
     parked = world.run("job-1")
@@ -126,6 +122,16 @@ def test_a_parked_process_killed_before_the_approval_loses_nothing(
     world.wait_for_status("job-1", "WAITING_FOR_APPROVAL")
     parked.kill()
     parked.communicate()
+    return world
+
+
+def test_a_parked_process_killed_before_the_approval_loses_nothing(
+    tmp_path: Path, db_url: str, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    # SIGKILL while parked (no idle timeout, no drain: no park checkpoint), then the approval. The park is
+    # on the row from its first moment, so the approval binds to the call, the job becomes runnable at once
+    # (the parked process is provably gone), and the next attempt runs the approved call without asking.
+    world = _parked_then_killed(tmp_path, db_url, procs)
     approved = world.job("approve", "job-1")
     assert approved.returncode == 0, approved.stderr
     assert approved.stdout.startswith(
@@ -147,13 +153,7 @@ def test_an_approval_survives_an_owner_that_cannot_be_judged_and_the_reaper(
     # The parked process dies in another pod (another host, or a pid namespace this one cannot see): the
     # approval cannot tell it is gone and hands it the row RUNNING. The reaper takes the row once its
     # heartbeat is stale; the worker that resumes the job finds the grant and runs the call without asking.
-    world = World(tmp_path, db_url)
-    world.create("job-1")
-    parked = world.run("job-1")
-    procs.append(parked)
-    world.wait_for_status("job-1", "WAITING_FOR_APPROVAL")
-    parked.kill()
-    parked.communicate()
+    world = _parked_then_killed(tmp_path, db_url, procs)
     foreign = f"pod-b:4242:99:0a0b0c0d:{uuid.uuid4()}.4026531836"
     if db_url.startswith("sqlite"):
         world.sql("UPDATE job SET owner = $1, heartbeat_at = $2 WHERE id = 'job-1'", foreign, time.time())
