@@ -30,7 +30,7 @@ def test_a_signal_while_the_agent_module_imports_ends_the_process_at_once_with_1
     wait_for(marker)
     code, elapsed, out = terminate(proc, sig)
     assert code == 143, out
-    assert elapsed < 2.0  # not the 25 s the import would take, nor for ever
+    assert elapsed < 5.0  # at once (the signal repeats every 0.1 s): not the 25 s the import would take
     assert f"drained by {sig.name} while importing" in out
     assert not (tmp_path / "data" / "agentlife.db").exists()  # nothing of the job was touched
 

@@ -61,7 +61,7 @@ def test_sigterm_inside_a_tool_that_finishes_in_time(tmp_path: Path) -> None:
     assert code == 143, output
     assert (tmp_path / "markers" / "tool-finished-job-p_2_0").exists()
     assert _checkpoint(tmp_path / "data", "job-p")["next_step"] == 3
-    assert elapsed < 4.0
+    assert elapsed < 5.0  # the promise: inside the 5 s step deadline (the tool needed 0.6 s of it)
     exit_line = next(line for line in json_lines(output) if str(line.get("msg", "")).startswith("exit 143"))
     assert (
         exit_line["msg"] == "exit 143: drained by SIGTERM during step 2, which finished and was checkpointed"
