@@ -580,3 +580,40 @@ async def test_usage_of_a_hand_made_tokens_consumed_counts_from_zero(
 
     job = await store.get_job("job-1")
     assert job.tokens_consumed == {"input": 3, "output": 2, "cost_usd": pytest.approx(0.1)}
+
+
+@pytest.mark.parametrize(
+    ("waiting", "woken"),
+    [
+        ('{"kind": "jobs", "jobs": ["kid-1"]}', True),  # the parent waits for this child alone: woken
+        ('{"kind": "jobs", "jobs": ["kid-1", "kid-2"]}', False),  # another child still runs
+        ("not json {", False),  # written by someone else: never woken by it, and the child's end stands
+        ('{"kind": "jobs", "jobs": "kid-1"}', False),  # a string where the list belongs
+        ('{"kind": "jobs", "jobs": [1, null, {"x": 2}]}', False),
+    ],
+)
+async def test_a_childs_end_wakes_its_waiting_parent_only_on_a_sound_waiting_column(
+    backend: Backend, store: CheckpointStore, waiting: str, woken: bool
+) -> None:
+    # The trigger runs inside the child's status write: whatever the parent's row holds, that write must
+    # succeed, and only a parent whose waiting column names the ended child (and no child still running) is
+    # made runnable.
+    await _running_job(store, "parent")
+    assert await store.start_child("parent", 1, "kid-1", "agent-a", None, invocation_id="parent/0/1")
+    assert await store.start_child("parent", 1, "kid-2", "agent-a", None, invocation_id="parent/0/2")
+    far = "9999999999" if backend.kind == "sqlite" else "to_timestamp(9999999999)"
+    sql_waiting = waiting if backend.kind == "sqlite" else waiting.replace("'", "''")
+    cast = "" if backend.kind == "sqlite" else "::jsonb"
+    if cast and waiting.startswith("not json"):
+        return  # jsonb refuses it on PostgreSQL: no such row can exist there
+    await backend.raw(
+        f"UPDATE {backend.tables.job} SET status = 'WAITING', not_before = {far},"
+        f" waiting = '{sql_waiting}'{cast} WHERE id = 'parent'"
+    )
+    ended = await store.cancel("kid-1", "done with it")
+    assert ended.status == "FAILED"
+    parent = await store.get_job("parent")
+    assert parent is not None and parent.status == "WAITING"
+    due = "not_before" if backend.kind == "sqlite" else "EXTRACT(EPOCH FROM not_before)::float8"
+    ((not_before,),) = await backend.raw(f"SELECT {due} FROM {backend.tables.job} WHERE id = 'parent'")
+    assert (float(not_before) < time.time() + 60) is woken, not_before

@@ -138,11 +138,20 @@ def sqlite_child_schema(t: TableNames) -> list[str]:
     """The parent index and the trigger that wakes a parent when its last child ends (SQLite)."""
     schema, _, base = t.job.rpartition(".")
     prefix = f"{schema}." if schema else ""
-    # Trigger bodies take unqualified names; a column that is not JSON reads as waiting for nothing.
-    jobs = "json_each(CASE WHEN json_valid(waiting) THEN waiting ELSE '{}' END, '$.jobs')"
+    # Trigger bodies take unqualified table names. The parent's column is named with its table: bare, inside
+    # the subquery that joins the children it would be the child's. A column that is not JSON, or whose
+    # ``jobs`` is not a list, reads as waiting for nothing (CASE, not AND: json_type refuses bad JSON).
+    waiting = f"{base}.waiting"
+    jobs = (
+        f"json_each(CASE WHEN NOT json_valid({waiting}) THEN '{{}}'"
+        f" WHEN json_type({waiting}, '$.jobs') = 'array' THEN {waiting} ELSE '{{}}' END, '$.jobs')"
+    )
     return [
         f"CREATE INDEX IF NOT EXISTS {prefix}{base}_parent ON {base} (parent_id) WHERE parent_id IS NOT NULL",
-        f"""CREATE TRIGGER IF NOT EXISTS {prefix}{base}_child_ended AFTER UPDATE OF status ON {base}
+        # The first version of this trigger read the child's column in its second check (so a parent woke
+        # while another child still ran, and replayed only to park again): replaced, under a new name so
+        # the two never leave a moment without one.
+        f"""CREATE TRIGGER IF NOT EXISTS {prefix}{base}_wakes_parent AFTER UPDATE OF status ON {base}
         WHEN NEW.parent_id IS NOT NULL AND NEW.status IN ({_TERMINAL_SQL})
             AND OLD.status IS NOT NEW.status
         BEGIN
@@ -154,6 +163,7 @@ def sqlite_child_schema(t: TableNames) -> list[str]:
                     WHERE c.status NOT IN ({_TERMINAL_SQL})
                 );
         END""",
+        f"DROP TRIGGER IF EXISTS {prefix}{base}_child_ended",
     ]
 
 
