@@ -157,9 +157,13 @@ def _shot(driver: object, name: str) -> None:
 
 
 def _rows(driver: object) -> list[str]:
-    from selenium.webdriver.common.by import By
-
-    return [a.text for a in driver.find_elements(By.CSS_SELECTOR, "table.jobs tbody td:first-child a")]  # type: ignore[attr-defined]
+    # One script, one snapshot: element handles read one by one go stale while a submitted page loads
+    # ("Node with given id does not belong to the document").
+    script = (
+        "return Array.from(document.querySelectorAll('table.jobs tbody td:first-child a'))"
+        ".map(a => a.textContent.trim())"
+    )
+    return list(driver.execute_script(script))  # type: ignore[attr-defined]
 
 
 def _wait(driver: object, until: Any, timeout: float = 30) -> Any:
@@ -170,6 +174,13 @@ def _wait(driver: object, until: Any, timeout: float = 30) -> Any:
 
     ignored = (NoSuchElementException, StaleElementReferenceException)
     return WebDriverWait(driver, timeout, ignored_exceptions=ignored).until(until)
+
+
+def _text(driver: object, css: str) -> str:
+    """The rendered text of the first ``css`` element, read in one script once it is there: a page still
+    loading, or re-rendered by its polling, leaves element handles stale between finding and reading."""
+    script = "const e = document.querySelector(arguments[0]); return e === null ? null : e.innerText"
+    return str(_wait(driver, lambda d: d.execute_script(script, css)))
 
 
 def _rows_become(driver: object, expected: list[str]) -> None:
@@ -225,30 +236,28 @@ def test_a_job_page_shows_its_steps_and_calls_in_order_with_secrets_masked(
 
 
 def test_crashed_and_drained_jobs_show_their_history(world: World, browser: object) -> None:
-    from selenium.webdriver.common.by import By
 
     d: object = browser
     d.get(world.url + "job?id=crash-1")  # type: ignore[attr-defined]
-    text = d.find_element(By.TAG_NAME, "main").text  # type: ignore[attr-defined]
+    text = _text(d, "main")
     assert "RuntimeError: boom in step 1" in text and "Crash history (1)" in text
     d.get(world.url + "job?id=drain-1")  # type: ignore[attr-defined]
-    text = d.find_element(By.TAG_NAME, "main").text  # type: ignore[attr-defined]
+    text = _text(d, "main")
     assert "drain:" in text and "exit code 143" in text
     assert "draining (execution)" in text and "hydrating (bootstrap)" in text
 
 
 def test_hostile_ids_and_payloads_are_text_and_never_run(world: World, browser: object) -> None:
-    from selenium.webdriver.common.by import By
 
     d: object = browser
     d.get(world.url + "job?id=" + quote(HOSTILE_ID, safe=""))  # type: ignore[attr-defined]
-    assert d.find_element(By.CSS_SELECTOR, "h1 .id").text == HOSTILE_ID  # type: ignore[attr-defined]
+    assert _text(d, "h1 .id") == HOSTILE_ID  # type: ignore[attr-defined]
     _not_pwned(d)
     d.get(world.url + "job?id=big-1")  # type: ignore[attr-defined]
     _not_pwned(d)
     assert len(d.page_source) < 400_000  # type: ignore[attr-defined]
     d.get(world.url + "job?id=no-such-job")  # type: ignore[attr-defined]
-    assert d.find_element(By.TAG_NAME, "h1").text == "404 Not Found"  # type: ignore[attr-defined]
+    assert _text(d, "h1") == "404 Not Found"  # type: ignore[attr-defined]
 
 
 def test_approve_from_the_page_resumes_the_parked_job_and_the_page_follows_it(
@@ -259,18 +268,18 @@ def test_approve_from_the_page_resumes_the_parked_job_and_the_page_follows_it(
     d: object = browser
     page = world.url + "job?id=park-1"
     d.get(page)  # type: ignore[attr-defined]
-    assert "deploy (park-1/0/1" in d.find_element(By.CSS_SELECTOR, "ul.waits").text  # type: ignore[attr-defined]
+    assert "deploy (park-1/0/1" in _text(d, "ul.waits")
     _shot(d, "console-approval.png")
     d.find_element(By.ID, "approve-token").send_keys("not-the-token-at-all")  # type: ignore[attr-defined]
     d.find_element(By.CSS_SELECTOR, "button[value=approve]").click()  # type: ignore[attr-defined]
     _wait(d, timeout=30, until=lambda drv: drv.current_url.endswith("/job/action"))  # type: ignore[attr-defined]
-    assert d.find_element(By.TAG_NAME, "h1").text == "403 Forbidden"  # type: ignore[attr-defined]
+    assert _text(d, "h1") == "403 Forbidden"  # type: ignore[attr-defined]
     _wait_status(world.env, "park-1", "WAITING_FOR_APPROVAL", timeout=5)
     d.get(page)  # type: ignore[attr-defined]
     d.find_element(By.ID, "approve-token").send_keys(TOKEN)  # type: ignore[attr-defined]
     d.find_element(By.CSS_SELECTOR, "button[value=approve]").click()  # type: ignore[attr-defined]
     _wait(d, timeout=30, until=lambda drv: "done=approve" in drv.current_url)  # type: ignore[attr-defined]
-    assert "Approved" in d.find_element(By.CSS_SELECTOR, ".flash").text  # type: ignore[attr-defined]
+    assert "Approved" in _text(d, ".flash")
     assert TOKEN not in d.page_source  # type: ignore[attr-defined]
     assert world.parked.wait(timeout=60) == 0
     # No reload: the page's own polling sees the job finish.
