@@ -188,6 +188,61 @@ async def test_a_wait_ends_when_a_timer_of_its_agent_comes_due(store: PostgresSt
     assert await store.wait_for_work("another-agent", 0.3) is False  # another agent's timer wakes nobody
 
 
+def _count_statements(store: PostgresStore) -> list[int]:
+    """Count the pooled connections the store takes from now on (each job operation takes one)."""
+    taken = [0]
+    ops = store._ops
+
+    def counted() -> Any:
+        taken[0] += 1
+        return ops()
+
+    store._ops = counted  # type: ignore[method-assign]
+    return taken
+
+
+async def test_an_idle_claim_tells_the_wait_when_the_next_timer_is_due(store: PostgresStore) -> None:
+    """The claim that finds nothing brings the next due time back: the idle wait asks nothing more."""
+    await store.create_job("h", AGENT, None)
+    row = await store.claim_next(AGENT)
+    assert row is not None
+    await store.release("h", row.attempt, JobStatus.RETRYING, delay_seconds=0.5)
+    await _listening(store)
+    taken = _count_statements(store)
+    assert await store.claim_next(AGENT) is None  # backing off: nothing to claim, its due time learnt
+    assert taken == [1]
+    assert await store.wait_for_work(AGENT, LONG) is True  # woken at the backoff's end, not at LONG
+    assert taken == [1]  # the wait ran no statement of its own
+    assert (await store.claim_next(AGENT)) is not None
+
+
+async def test_a_due_time_learnt_for_another_agent_or_too_long_ago_is_asked_again(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    other = await _open(postgres_url)
+    try:
+        await _listening(store)
+        assert await store.claim_next("another-agent") is None  # learns only of another agent's rows
+        await other.create_job("g", AGENT, None)
+        row = await other.claim_next(AGENT)
+        assert row is not None
+        await other.release("g", row.attempt, JobStatus.RETRYING, delay_seconds=0.3)
+        taken = _count_statements(store)
+        assert await store.wait_for_work(AGENT, LONG) is True  # asked, and woken at the backoff's end
+        assert taken == [1]
+
+        await other.create_job("s", AGENT, None)
+        assert await store.claim_next(AGENT) is not None  # "s" claimed
+        assert await store.claim_next(AGENT) is None  # nothing due now, none later: learnt
+        await anyio.sleep(0.6)  # and too long ago to stand for now
+        row = await other.claim_next(AGENT)  # "g", due again
+        assert row is not None and row.id == "g"
+        await other.release("g", row.attempt, JobStatus.RETRYING, delay_seconds=0.3)
+        assert await store.wait_for_work(AGENT, LONG) is True  # the stale answer was not trusted
+    finally:
+        await other.close()
+
+
 async def test_an_approval_that_leaves_the_row_pending_wakes_the_workers(
     store: PostgresStore, postgres_url: str
 ) -> None:

@@ -83,6 +83,8 @@ _RUNNABLE = f"status IN ({', '.join(repr(str(s)) for s in RUNNABLE)})"
 _DUE = "(not_before IS NULL OR not_before <= now())"
 #: Wake this long after a timer's time, so that the claim that follows finds the row due.
 _DUE_MARGIN_SECONDS = 0.02
+#: How long the next due time a fruitless claim returned stands in for asking again.
+_DUE_HINT_SECONDS = 0.5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -146,6 +148,21 @@ class _JobSql:
                 f" FROM next WHERE id = next.next_id RETURNING {_COLUMNS}"
             )
 
+        # One row always: the claimed job's columns, or NULLs and the seconds until the agent's next row
+        # not yet due (a timer's end) comes due, which the idle wait after a fruitless claim needs. One
+        # round trip where there were two: an idle worker's only statements are its fallback polls. The
+        # due time is looked up only when nothing was claimed (an uncorrelated NOT EXISTS: a one-time filter).
+        next_due_when_idle = (
+            f"SELECT EXTRACT(EPOCH FROM min(not_before) - now())::float8 FROM {j}"
+            f" WHERE agent_id = $2 AND {_RUNNABLE} AND not_before > now()"
+            " AND NOT EXISTS (SELECT 1 FROM claimed)"
+        )
+        claim_agent = (
+            f"WITH claimed AS ({claim('agent_id = $2 AND ')})"
+            f" SELECT claimed.*, ({next_due_when_idle}) AS next_due FROM (SELECT 1) AS one"
+            " LEFT JOIN claimed ON true"
+        )
+
         # The appended entry gets the row's attempt as it was before this statement.
         append = (
             "error = COALESCE(error, '[]'::jsonb) || jsonb_build_array($2::jsonb"
@@ -154,7 +171,7 @@ class _JobSql:
         history = "error = COALESCE(error, '[]'::jsonb) || jsonb_build_array($2::jsonb)"
         return cls(
             claim_any=claim(""),
-            claim_agent=claim("agent_id = $2 AND "),
+            claim_agent=claim_agent,
             get=f"SELECT {_COLUMNS} FROM {j} WHERE id = $1",
             # The index of runnable rows ends the scan at the first row not yet due: a row parked at a
             # timer (WAITING) or backing off (RETRYING) of this agent, its time as seconds from now.
@@ -244,6 +261,8 @@ class PostgresJobOps:
     _job_sql_cache: _JobSql
     _listener: PgListener | None
     _pool: Any
+    #: What the last fruitless claim learnt: (agent id, monotonic time, seconds until its next row is due).
+    _due_hint: tuple[str, float, float | None] | None = None
 
     if TYPE_CHECKING:
 
@@ -278,12 +297,16 @@ class PostgresJobOps:
         one is tried, up to `SET_ASIDE_PER_CLAIM` of them per call.
         """
         sql = self._jobs_sql
+        self._due_hint = None
         async with self._ops() as conn:
             for _ in range(SET_ASIDE_PER_CLAIM):
                 if agent_id is None:
                     row = await conn.fetchrow(sql.claim_any, self.owner)
                 else:
                     row = await conn.fetchrow(sql.claim_agent, self.owner, agent_id)
+                    if row["id"] is None:
+                        self._due_hint = (agent_id, time.monotonic(), row["next_due"])
+                        return None
                 if row is None:
                     return None
                 claimed = record(row)
@@ -354,7 +377,16 @@ class PostgresJobOps:
         return await self._listener.wait(agent_id, timeout)
 
     async def _next_due_in(self, agent_id: str) -> float | None:
-        """Seconds until the next row of ``agent_id`` not yet due comes due; None if none or unknown."""
+        """Seconds until the next row of ``agent_id`` not yet due comes due; None if none or unknown.
+
+        Taken from the claim that just found nothing when there was one (the worker's idle loop claims, then
+        waits), so that an idle wait costs no statement of its own; asked of the server otherwise.
+        """
+        hint, self._due_hint = self._due_hint, None
+        if hint is not None and hint[0] == agent_id:
+            age = time.monotonic() - hint[1]
+            if 0 <= age < _DUE_HINT_SECONDS:
+                return None if hint[2] is None else max(hint[2] - age, 0.0)
         try:
             async with self._ops() as conn:
                 due = await conn.fetchval(self._jobs_sql.next_due, agent_id)
