@@ -1,4 +1,8 @@
-"""The OpenAI-compatible adapter: real httpx against `FakeOpenAIServer` on 127.0.0.1."""
+"""The OpenAI-compatible adapter against `FakeOpenAIServer`, over both transports.
+
+On 127.0.0.1 the adapter speaks through agentlife's own loopback client; on this machine's other address,
+through httpx, as it speaks to a remote server.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _net import PROXY_VARIABLES, non_loopback_address
 from agentlife import (
     ConfigError,
     LLMConfigurationError,
@@ -39,9 +44,17 @@ MESSAGES = [{"role": "user", "content": "Label issue 7."}]
 MODEL = "gpt-4o-mini"
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer(api_key=KEY) as fake:
+@pytest.fixture(params=["loopback", "httpx"])
+async def server(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[FakeOpenAIServer]:
+    """The server on 127.0.0.1 (agentlife's own client) or on this machine's other address (httpx)."""
+    host = "127.0.0.1"
+    if request.param == "httpx":
+        host = non_loopback_address()
+        for variable in PROXY_VARIABLES:
+            monkeypatch.delenv(variable, raising=False)
+    async with FakeOpenAIServer(api_key=KEY, host=host) as fake:
         yield fake
 
 
@@ -54,6 +67,18 @@ async def llm(server: FakeOpenAIServer) -> AsyncIterator[OpenAICompatibleLLM]:
 
 async def ask(llm: OpenAICompatibleLLM, **params: object) -> LLMReply:
     return await llm.complete(model=MODEL, messages=MESSAGES, max_tokens=256, **params)  # type: ignore[arg-type]
+
+
+async def test_a_server_on_127_0_0_1_is_reached_without_httpx_any_other_through_it(
+    server: FakeOpenAIServer, llm: OpenAICompatibleLLM
+) -> None:
+    server.enqueue(ScriptedTurn.text("Labelled.", chunks=2))
+    reply = await ask(llm)
+    assert reply.text == "Labelled." and len(server.requests) == 1
+    http, module = await llm._client_holder.get()
+    loopback = server.base_url.startswith("http://127.0.0.1:")
+    assert module.__name__ == ("agentlife._llm._loopback_http" if loopback else "httpx")
+    assert type(http).__module__.startswith("agentlife." if loopback else "httpx")
 
 
 async def test_a_text_stream_gives_text_usage_cost_and_events(

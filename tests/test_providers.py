@@ -105,4 +105,5 @@ async def test_a_process_on_a_providers_default_client_never_imports_a_model_sdk
             proc = await anyio.run_process(command, env=env, cwd=REPO, check=False)
         assert proc.returncode == 0, (proc.stdout + proc.stderr).decode()
         assert len(server.requests) == 1
-    assert (tmp_path / "modules").read_text() == "httpx"  # the call went out over httpx, no SDK loaded
+    # A server on this machine is reached without httpx, and no SDK was loaded either.
+    assert (tmp_path / "modules").read_text() == ""

@@ -3,7 +3,7 @@
 Most tests stream a `ScriptedLLM` (the real adapter's stream guard and assembler over scripted events)
 through a `StepContext` on a real journal; the runs that need the whole process around the step (a
 crash and a resume, a drain) use `AgentHarness`; two stream `AnthropicLLM` from `FakeAnthropicServer` over
-HTTP, each over both transports: agentlife's own httpx client and a real ``anthropic.AsyncAnthropic``.
+HTTP, each over every transport: agentlife's loopback client, httpx and a real ``anthropic.AsyncAnthropic``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
+from _net import PROXY_VARIABLES, non_loopback_address
 from agentlife import (
     AgentProcess,
     AnthropicLLM,
@@ -307,21 +308,36 @@ async def test_a_drain_during_a_stream_cancels_the_step_like_complete(agent_harn
     assert "DRAIN_STARTED" in types and "LLM_STARTED" in types and "LLM_COMPLETED" not in types
 
 
-@pytest.fixture(params=["httpx", "sdk"])
-async def anthropic_llm(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    """Builds an `AnthropicLLM` for a base URL over this run's transport (an SDK client is closed after)."""
-    sdks: list[Any] = []
+class Transport:
+    """Where a test's `FakeAnthropicServer` listens (``host``), and the `AnthropicLLM` that reaches it."""
 
-    def make(base_url: str) -> AnthropicLLM:
-        if request.param == "httpx":
+    def __init__(self, name: str, host: str) -> None:
+        self.name, self.host = name, host
+        self.sdks: list[Any] = []
+
+    def __call__(self, base_url: str) -> AnthropicLLM:
+        if self.name != "sdk":
             return AnthropicLLM(api_key=KEY, base_url=base_url)
         import anthropic
 
-        sdks.append(anthropic.AsyncAnthropic(api_key=KEY, base_url=base_url))
-        return AnthropicLLM(client=sdks[-1])
+        self.sdks.append(anthropic.AsyncAnthropic(api_key=KEY, base_url=base_url))
+        return AnthropicLLM(client=self.sdks[-1])
 
-    yield make
-    for sdk in sdks:
+
+@pytest.fixture(params=["loopback", "httpx", "sdk"])
+async def anthropic_llm(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Any]:
+    """The default client on 127.0.0.1 (agentlife's loopback client), on this machine's other address
+    (httpx, as a remote server is reached), or a real ``anthropic.AsyncAnthropic`` (closed after)."""
+    host = "127.0.0.1"
+    if request.param == "httpx":
+        host = non_loopback_address()
+        for variable in PROXY_VARIABLES:
+            monkeypatch.delenv(variable, raising=False)
+    transport = Transport(request.param, host)
+    yield transport
+    for sdk in transport.sdks:
         await sdk.close()
 
 
@@ -337,7 +353,7 @@ async def test_a_real_stream_hands_deltas_on_before_the_server_finished_sending(
         delay=0.02,
         usage=Usage(input_tokens=10, output_tokens=8),
     )
-    async with FakeAnthropicServer([turn], api_key=KEY) as server:
+    async with FakeAnthropicServer([turn], api_key=KEY, host=anthropic_llm.host) as server:
         seen_completed: list[int] = []
         agent = Streamer(
             anthropic_llm(server.base_url),
@@ -372,7 +388,8 @@ async def test_leaving_a_real_stream_early_closes_the_connection(tmp_path: Path,
                     break
             return Done(result={"reply": s.reply is not None})
 
-    async with FakeAnthropicServer([ScriptedTurn.stall("a b c d", after_chunks=2)], api_key=KEY) as server:
+    stall = ScriptedTurn.stall("a b c d", after_chunks=2)
+    async with FakeAnthropicServer([stall], api_key=KEY, host=anthropic_llm.host) as server:
         agent = Quitter(anthropic_llm(server.base_url))
         run = await AgentHarness(tmp_path / "a").run(
             agent, env={"AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS": "60000"}

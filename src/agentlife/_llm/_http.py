@@ -11,8 +11,9 @@ import anyio
 import anyio.to_thread
 
 from agentlife._exceptions import LLMConfigurationError
+from agentlife._llm import _loopback_http
 
-__all__ = ["LazyClient", "ResponseHolder", "http_base_url", "is_loopback"]
+__all__ = ["LazyClient", "ResponseHolder", "http_base_url", "is_loopback", "loopback_client"]
 
 
 def http_base_url(url: str, variable: str, redact: Callable[[str], str]) -> urllib.parse.SplitResult:
@@ -40,6 +41,25 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
+
+
+def loopback_client(
+    parts: urllib.parse.SplitResult,
+    headers: dict[str, str],
+    *,
+    connect_timeout: float | None,
+    read_timeout: float | None,
+) -> tuple[Any, Any] | None:
+    """The `agentlife._llm._loopback_http` module and client for a plain ``http://`` server on this machine.
+
+    Such a server needs none of httpx (no TLS, no proxy, no redirect). None for any other base URL.
+    """
+    if parts.scheme != "http" or not is_loopback(parts.hostname or ""):
+        return None
+    client = _loopback_http.Client(
+        headers=headers, connect_timeout=connect_timeout, read_timeout=read_timeout
+    )
+    return _loopback_http, client
 
 
 class ResponseHolder:

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from agentlife._exceptions import CallError, PermanentError, TransientError
-from agentlife._llm._http import LazyClient, ResponseHolder, http_base_url, is_loopback
+from agentlife._llm._http import LazyClient, ResponseHolder, http_base_url, is_loopback, loopback_client
 from agentlife._llm._tls import tls_context
 from agentlife._redact import Redactor
 from agentlife._retry import classify, error_for_http_status
@@ -371,8 +371,6 @@ class MessagesHTTP:
 
     def _make_client(self) -> tuple[Any, Any]:
         parts = http_base_url(self._base_url, "ANTHROPIC_BASE_URL", self._redact)
-        import httpx
-
         headers = {
             "x-api-key": self._api_key,
             "anthropic-version": API_VERSION,
@@ -380,6 +378,14 @@ class MessagesHTTP:
             "accept": "application/json",
             "user-agent": f"agentlife/{__version__}",
         }
+        connect, read = (
+            (_CONNECT_TIMEOUT, _READ_TIMEOUT) if self._http_timeout is None else (self._http_timeout,) * 2
+        )
+        local = loopback_client(parts, headers, connect_timeout=connect, read_timeout=read)
+        if local is not None:
+            return local
+        import httpx
+
         if self._http_timeout is None:
             timeout = httpx.Timeout(_READ_TIMEOUT, connect=_CONNECT_TIMEOUT)
         else:

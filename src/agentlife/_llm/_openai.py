@@ -26,7 +26,7 @@ import orjson
 from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
 from agentlife._llm._anthropic import parse_retry_after
 from agentlife._llm._guard import guard_stream, stream_timeouts_from_env
-from agentlife._llm._http import LazyClient, ResponseHolder, http_base_url, is_loopback
+from agentlife._llm._http import LazyClient, ResponseHolder, http_base_url, is_loopback, loopback_client
 from agentlife._llm._openai_format import (
     ChatAssembler,
     chat_request,
@@ -183,12 +183,16 @@ class OpenAICompatibleLLM:
         return await self._client_holder.get()
 
     def _make_client(self) -> tuple[Any, Any]:
-        import httpx
-
         headers = {"accept": "text/event-stream"}
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
         parts = http_base_url(self._base_url, "OPENAI_BASE_URL", self._redactor.redact)
+        timeout = self._http_timeout
+        local = loopback_client(parts, headers, connect_timeout=timeout, read_timeout=timeout)
+        if local is not None:
+            return local
+        import httpx
+
         # A proxy from the environment must not catch requests to a server on this machine.
         trust_env = not is_loopback(parts.hostname or "")
         client = httpx.AsyncClient(
