@@ -35,6 +35,25 @@ def test_a_signal_while_the_agent_module_imports_ends_the_process_at_once_with_1
     assert not (tmp_path / "data" / "agentlife.db").exists()  # nothing of the job was touched
 
 
+def test_an_import_that_never_lets_python_see_the_signal_ends_at_the_cleanup_budget(tmp_path: Path) -> None:
+    """The main thread cannot run the handler: the signal is seen from C, and the budget still holds."""
+    marker = tmp_path / "importing"
+    env = agent_env(
+        tmp_path / "data",
+        AGENTLIFE_JOB_ID="job-m",
+        AGENTLIFE_DRAIN_CLEANUP_BUDGET_SECONDS="1",
+        SLOW_IMPORT="masked",
+        SLOW_IMPORT_MARKER=str(marker),
+    )
+    proc = spawn("agents.slow_import_agent:SlowImportAgent", env)
+    wait_for(marker)
+    code, elapsed, out = terminate(proc, signal.SIGTERM)
+    assert code == 143, out
+    assert elapsed < 15.0  # the 1 s budget, with room for a loaded machine: not the 25 s import
+    assert "drain budget of 1.0s exceeded" in out
+    assert not (tmp_path / "data" / "agentlife.db").exists()
+
+
 @pytest.mark.parametrize("status", ["0", "7"])
 def test_an_agent_module_calling_sys_exit_at_import_is_a_usage_error(tmp_path: Path, status: str) -> None:
     env = agent_env(tmp_path / "data", AGENTLIFE_JOB_ID="job-x", EXIT_AT_IMPORT=status)

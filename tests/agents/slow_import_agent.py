@@ -1,11 +1,13 @@
-"""An agent module whose import takes long (``SLOW_IMPORT=sleep``), spins (``SLOW_IMPORT=spin``) or
+"""An agent module whose import takes long (``SLOW_IMPORT=sleep``), spins (``SLOW_IMPORT=spin``),
 swallows the first interruption of its long sleep (``SLOW_IMPORT=swallow``), as a retry loop catching
-``BaseException`` would."""
+``BaseException`` would, or never lets Python see a drain signal (``SLOW_IMPORT=masked``), as native code
+that does not return to the interpreter."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -15,6 +17,8 @@ Path(os.environ["SLOW_IMPORT_MARKER"]).touch()
 if os.environ.get("SLOW_IMPORT") == "spin":
     while True:
         pass
+if os.environ.get("SLOW_IMPORT") == "masked":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
 if os.environ.get("SLOW_IMPORT") == "swallow":
     with contextlib.suppress(BaseException):  # the first interruption is lost, as in a retry loop
         time.sleep(25)

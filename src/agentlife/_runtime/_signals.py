@@ -206,34 +206,31 @@ class EarlySignal:
         """While the agent's module imports, a signal abandons the import (`SignalDuringImport`).
 
         An import may take 25 s or never return; nothing of the job exists yet, so there is nothing to
-        save and no reason to wait. Should the import sit in native code that never returns to Python,
-        a timer exits 143 after ``budget`` seconds.
+        save and no reason to wait. Python runs the handler only when the main thread is back between two
+        bytecodes, which a blocking call may delay for as long as it blocks (a signal that lands just
+        before a ``sleep`` starts does not interrupt it; a C extension may retry on ``EINTR``). So a thread
+        reading the signal wakeup fd takes over at once: it sends the signal to the main thread again every
+        0.1 s until the import gives way, and past ``budget`` seconds exits 143 itself.
         """
         if self.is_set():
             raise SignalDuringImport(self.name)
         self._import_budget = budget
+        stop_watching = self._watch_during_import(budget)
         try:
             yield
         finally:
             self._import_budget = None
             self._abandoning.set()  # stops the repeats: the import is over, one way or the other
+            stop_watching()
 
     def install(self) -> EarlySignal:
         """Take over SIGTERM and SIGINT until the runtime's receiver replaces this handler."""
 
         def handler(signum: int, frame: object) -> None:
             self.name = signal.Signals(signum).name
-            first = not self._event.is_set()
             self._event.set()
-            budget = self._import_budget
-            if budget is None:
-                return
-            if first:
-                timer = threading.Timer(budget, _hard_exit, args=(EXIT_DRAINED, budget))
-                timer.daemon = True
-                timer.start()
-                self._repeat_until_abandoned(signum)
-            raise SignalDuringImport(self.name)
+            if self._import_budget is not None:
+                raise SignalDuringImport(self.name)
 
         for signum in DRAIN_SIGNALS:
             signal.signal(signum, handler)
@@ -241,23 +238,50 @@ class EarlySignal:
         signal.signal(signal.SIGQUIT, _dump_stacks_and_quit)
         return self
 
-    def _repeat_until_abandoned(self, signum: int) -> None:
-        """Deliver ``signum`` to the main thread again every 0.1 s until the import is abandoned.
-
-        Python runs a handler wherever the main thread happens to be: inside a ``__del__`` or a weakref
-        callback its exception is printed and dropped, and an agent module may itself catch
-        ``BaseException`` around a slow call. One raise is then lost and the import would sleep on.
-        """
+    def _watch_during_import(self, budget: float) -> Callable[[], None]:
+        """Start the thread that sees a drain signal from C, wherever the main thread is; returns its stop."""
         main = threading.main_thread().ident
-        if main is None:
-            return
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        try:
+            previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread (an embedding caller): the handler alone must do
+            os.close(read_fd)
+            os.close(write_fd)
+            return lambda: None
+        drain_signals = {int(signum) for signum in DRAIN_SIGNALS}
 
-        def repeat() -> None:
-            while not self._abandoning.wait(0.1):
-                with contextlib.suppress(OSError, ValueError):
-                    signal.pthread_kill(main, signum)
+        def watch() -> None:
+            try:
+                while data := os.read(read_fd, 64):  # b"" once the write end is closed
+                    signum = next((b for b in data if b in drain_signals), None)
+                    if signum is not None and main is not None:
+                        self._repeat_until_abandoned(main, signum, budget)
+                        return
+            finally:
+                os.close(read_fd)
 
-        threading.Thread(target=repeat, name="agentlife-import-abandon", daemon=True).start()
+        threading.Thread(target=watch, name="agentlife-import-signal", daemon=True).start()
+
+        def stop() -> None:
+            signal.set_wakeup_fd(previous)
+            os.close(write_fd)
+
+        return stop
+
+    def _repeat_until_abandoned(self, main: int, signum: int, budget: float) -> None:
+        """Deliver ``signum`` to the main thread every 0.1 s until the import is abandoned, for ``budget`` s.
+
+        Each delivery interrupts a blocking call there and runs the handler, which raises. One raise may
+        still be lost (inside a ``__del__`` Python prints and drops it; a module may catch ``BaseException``
+        around a slow call), and the next delivery raises again.
+        """
+        deadline = time.monotonic() + budget
+        while not self._abandoning.wait(0.1):
+            if time.monotonic() >= deadline:
+                _hard_exit(EXIT_DRAINED, budget)
+            with contextlib.suppress(OSError, ValueError):
+                signal.pthread_kill(main, signum)
 
 
 def _dump_stacks_on_sigusr1() -> None:
