@@ -3,9 +3,14 @@
 `LLMStream` runs the call in a task of its own task group, owned by the ``async with`` block, and hands the
 adapter's events to the block through a queue (the adapter calls its ``on_event`` synchronously, under the
 stream guard, so it cannot wait for a slow reader; a reply is finite, so the queue is unbounded). The
-queue is a deque plus one future the reader waits on when it is empty, not an anyio memory object stream:
-the stream's ``receive`` passes through the event loop once more per item, which measured 2.7x the guard
-alone per chunk against 2.05x for the deque (benchmarks/bench_streaming.py). Everything else is
+queue is a deque, not an anyio memory object stream (whose ``receive`` passes through the event loop once
+more per item: 2.7x the guard alone per chunk in benchmarks/bench_streaming.py). A reader that finds it
+empty first lets the loop pass once, which is all a call that reads one event per pass needs; when that
+brought nothing it waits on a future the next event wakes, and keeps doing so (trying a pass again every
+16 waits), so a silent call leaves the loop idle. Per chunk that is 1.7x the guard alone over a source
+that suspends on every event (2.0x when every wait took a future), about the floor of a hand-off between
+two tasks; reading the call from the block's own task would break the guard's clocks and the nesting of
+cancel scopes (see the benchmark's docstring). Everything else is
 ``complete``'s: the call number, the request digest (``on_event`` is not a request parameter), the budget
 check, ``LLM_STARTED`` / ``LLM_COMPLETED``, retries and telemetry.
 
