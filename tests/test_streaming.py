@@ -8,6 +8,7 @@ HTTP, each over every transport: agentlife's loopback client, httpx and a real `
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ from agentlife import (
     Usage,
     tool,
 )
+from agentlife._llm._anthropic import anthropic_stream_event, collect_reply
+from agentlife._llm._openai_format import chat_stream_event
 from agentlife._replay import llm_request_digest
 from agentlife._runtime._lifecycle import Runtime
 from agentlife.testing import AgentHarness, FakeAnthropicServer
@@ -232,6 +235,164 @@ async def test_leaving_the_block_early_cancels_the_call_and_the_next_call_goes_o
         ("LLM_STARTED", 1),
         ("LLM_COMPLETED", 1),
     ]
+
+
+# --- the hand-off between the call's task and the block -------------------------------------------------
+
+
+class PerPass:
+    """An adapter whose stream suspends once per event, like network I/O that always has the next one ready.
+
+    The real loop (`collect_reply`: the stream guard and the assembler) over ``deltas`` text deltas;
+    ``stall`` leaves it silent after them instead of ending the message. ``closed`` tells whether the
+    source was closed.
+    """
+
+    streams_events = True
+
+    def __init__(self, deltas: int, *, stall: bool = False) -> None:
+        self.deltas = deltas
+        self.stall = stall
+        self.closed = False
+
+    async def _events(self) -> AsyncIterator[Mapping[str, Any]]:
+        try:
+            start = {
+                "id": "m",
+                "model": MODEL,
+                "content": [],
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            }
+            yield {"type": "message_start", "message": start}
+            yield {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+            for i in range(self.deltas):
+                await anyio.sleep(0)
+                yield {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": f"{i} "},
+                }
+            if self.stall:
+                await anyio.sleep_forever()
+            yield {"type": "content_block_stop", "index": 0}
+            yield {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 9},
+            }
+            yield {"type": "message_stop"}
+        finally:
+            self.closed = True
+
+    async def complete(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        max_tokens: int,
+        timeouts: StreamTimeouts | None = None,
+        on_event: Any = None,
+        **params: Any,
+    ) -> LLMReply:
+        assert timeouts is not None
+        return await collect_reply(self._events(), timeouts, model=model, on_event=on_event)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_call_that_hands_on_an_event_per_loop_pass_is_read_in_order_without_waiting(
+    make_ctx: MakeCtx,
+) -> None:
+    ctx, journal = await make_ctx(PerPass(300))
+    async with ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64) as s:
+        texts = [text async for text in s.text_stream]
+        reply = await s.get_final_reply()
+    assert texts == [f"{i} " for i in range(300)] and reply.text == "".join(texts)
+    # Each delta was in the queue after one pass of the loop: the reader parked on a future at most
+    # before the first one, not once per delta.
+    assert s._waits <= 2
+    assert _types(await journal_events(journal)).count("LLM_COMPLETED") == 1
+
+
+async def test_a_reader_of_a_paced_call_gets_every_delta_and_parks_while_the_call_is_silent(
+    make_ctx: MakeCtx,
+) -> None:
+    paced = ScriptedTurn.text("".join(f"{i:02d} " for i in range(40)), chunks=40, delay=0.002)
+    stalled = ScriptedTurn.stall("one two three", after_chunks=2, chunks=3)
+    ctx, journal = await make_ctx(
+        ScriptedLLM([paced, stalled]), AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS="60000"
+    )
+    async with ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64) as s:
+        texts = [text async for text in s.text_stream]
+    assert len(texts) == 40 and "".join(texts) == "".join(f"{i:02d} " for i in range(40))
+    assert s.reply is not None and s.reply.text == "".join(texts)
+
+    silent: list[str] = []
+
+    async def watch(stream: Any, scope: anyio.CancelScope) -> None:
+        with anyio.fail_after(10):
+            while len(silent) < 2 or stream._waiter is None:  # read both deltas, waiting for a third
+                await anyio.sleep(0.001)
+        waiter = stream._waiter
+        for _ in range(20):  # a reader passing the loop over and over would drop or replace its future
+            await anyio.sleep(0.002)
+            assert stream._waiter is waiter and not waiter.done()
+        scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        with anyio.CancelScope() as scope:
+            async with ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64) as s:
+                tg.start_soon(watch, s, scope)
+                async for text in s.text_stream:
+                    silent.append(text)
+    assert scope.cancelled_caught
+    assert len(silent) == 2 and "one two three".startswith("".join(silent))
+    assert s.reply is None
+    types = _types(await journal_events(journal))
+    assert types.count("LLM_STARTED") == 2 and types.count("LLM_COMPLETED") == 1
+
+
+async def test_an_enclosing_cancel_scope_stops_the_reader_mid_stream_and_cancels_the_call(
+    make_ctx: MakeCtx,
+) -> None:
+    llm = PerPass(1000, stall=True)
+    ctx, journal = await make_ctx(llm, AGENTLIFE_LLM_INTER_CHUNK_TIMEOUT_SECONDS="60000")
+    texts: list[str] = []
+    with anyio.CancelScope() as scope:
+        async with ctx.llm.stream(model=MODEL, messages=MESSAGES, max_tokens=64) as s:
+            async for text in s.text_stream:
+                texts.append(text)
+                if len(texts) == 10:
+                    scope.cancel()  # delivered where the reader next waits for a delta
+    assert scope.cancelled_caught
+    assert texts[:10] == [f"{i} " for i in range(10)] and len(texts) < 1000
+    assert s.reply is None and llm.closed  # the guard closed the source
+    with pytest.raises(RuntimeError, match="left before its reply completed"):
+        await s.get_final_reply()
+    types = _types(await journal_events(journal))
+    assert "LLM_STARTED" in types and "LLM_COMPLETED" not in types
+
+
+def test_the_events_adapters_build_are_ordinary_stream_events() -> None:
+    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hm"}}
+    chunk = {"choices": [{"index": 0, "delta": {"content": "hi"}}]}
+    built = [
+        anthropic_stream_event(delta),
+        chat_stream_event(chunk),
+        anthropic_stream_event({"type": "ping"}),
+    ]
+    expected = [
+        StreamEvent("thinking", "hm", delta),
+        StreamEvent("text", "hi", chunk),
+        StreamEvent("other", "", {"type": "ping"}),
+    ]
+    assert built == expected and [repr(e) for e in built] == [repr(e) for e in expected]
+    assert all(type(e) is StreamEvent for e in built)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built[0].text = "changed"  # type: ignore[misc]
+    assert dataclasses.replace(built[1], text="ho") == StreamEvent("text", "ho", chunk)
+    assert dataclasses.asdict(built[0]) == {"kind": "thinking", "text": "hm", "raw": delta}
 
 
 # --- the whole process: crash and replay, drain, the real SDK -----------------------------------------

@@ -55,6 +55,7 @@ from agentlife._llm._protocol import (
     Usage,
     cut_off_tool_use,
     json_kind,
+    stream_event,
 )
 from agentlife._redact import Redactor, url_password
 from agentlife._retry import classify
@@ -252,11 +253,11 @@ def anthropic_stream_event(event: Mapping[str, Any]) -> StreamEvent:
             kind = delta.get("type")
             if kind == "text_delta":
                 text = delta.get("text", "")
-                return StreamEvent("text", text if type(text) is str else str(text), event)
+                return stream_event("text", text if type(text) is str else str(text), event)
             if kind == "thinking_delta":
                 thinking = delta.get("thinking", "")
-                return StreamEvent("thinking", thinking if type(thinking) is str else str(thinking), event)
-    return StreamEvent("other", "", event)
+                return stream_event("thinking", thinking if type(thinking) is str else str(thinking), event)
+    return stream_event("other", "", event)
 
 
 async def collect_reply(

@@ -27,7 +27,15 @@ import orjson
 
 from agentlife._exceptions import CallError, PermanentError, TransientError
 from agentlife._llm._pricing import PriceTable
-from agentlife._llm._protocol import CUT_OFF, LLMReply, StreamEvent, Usage, cut_off_tool_use, json_kind
+from agentlife._llm._protocol import (
+    CUT_OFF,
+    LLMReply,
+    StreamEvent,
+    Usage,
+    cut_off_tool_use,
+    json_kind,
+    stream_event,
+)
 from agentlife._retry import error_for_http_status
 
 __all__ = [
@@ -257,11 +265,11 @@ def chat_stream_event(chunk: Mapping[str, Any]) -> StreamEvent:
         if isinstance(delta, Mapping):
             content = delta.get("content")
             if isinstance(content, str) and content:
-                return StreamEvent("text", content, chunk)
+                return stream_event("text", content, chunk)
             thinking = _reasoning(delta)
             if thinking:
-                return StreamEvent("thinking", thinking, chunk)
-    return StreamEvent("other", "", chunk)
+                return stream_event("thinking", thinking, chunk)
+    return stream_event("other", "", chunk)
 
 
 class ChatAssembler:

@@ -351,8 +351,8 @@ class StepContext(ChildJobCalls):
         events = {"on_event": on_event} if streams else {}
         on_retry = self._on_retry("llm", model, call)
 
-        async def attempt() -> LLMReply:
-            return await env.llm_client.complete(
+        def attempt() -> Awaitable[LLMReply]:  # the adapter's coroutine itself: no frame between per chunk
+            return env.llm_client.complete(
                 model=model, messages=messages, max_tokens=max_tokens, timeouts=timeouts, **events, **params
             )
 
