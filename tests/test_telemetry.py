@@ -94,6 +94,49 @@ def test_a_fresh_process_exposes_every_instrument(telemetry: Telemetry) -> None:
     assert [s.value for s in found["agent_steps_completed"].samples] == [0.0]
 
 
+def test_with_nothing_to_export_no_span_or_exemplar_is_made_and_every_count_still_is(
+    telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spans and exemplars reach only an exporter: without one they are not made (most of a call's cost)."""
+    with telemetry.tool_span("read_file", "job-1/0/0") as span, telemetry.step_span(0) as outer:
+        assert not span.is_recording() and not outer.is_recording()
+        telemetry.tool_call("read_file", "ok", 0.01)
+    assert ("agent_tool_calls_total", {"outcome": "ok", "tool": "read_file"}, 1.0) in samples(
+        telemetry.prometheus_text(), "agent_tool_calls_total"
+    )
+    data = telemetry._reader.get_metrics_data()
+    points = [
+        p
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        for p in m.data.data_points
+    ]
+    assert points and not any(getattr(p, "exemplars", None) for p in points)
+
+    # Asked for by name, exemplars are offered all the same.
+    asked = Telemetry("reviewer", {}, env={"OTEL_METRICS_EXEMPLAR_FILTER": "always_on"})
+    try:
+        asked.tool_call("read_file", "ok", 0.01)
+        data = asked._reader.get_metrics_data()
+        assert any(
+            getattr(p, "exemplars", None)
+            for rm in data.resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            for p in m.data.data_points
+        )
+    finally:
+        asked.shutdown(2.0)
+
+
+def test_a_span_processor_makes_spans_record(traced: tuple[Telemetry, InMemorySpanExporter]) -> None:
+    t, exporter = traced
+    with t.tool_span("read_file", "job-1/0/0") as span:
+        assert span.is_recording()
+    assert [s.name for s in exporter.get_finished_spans()] == ["execute_tool read_file"]
+
+
 def test_recorded_values_come_out_in_prometheus_text(telemetry: Telemetry) -> None:
     telemetry.record_transition(Transition(State.READY, State.EXECUTING, "", time.time()))
     telemetry.step_completed(0.3)

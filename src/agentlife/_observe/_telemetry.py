@@ -337,12 +337,17 @@ class Telemetry:
         self.resource: Resource = Resource.create(resource_attributes(service_name, attributes or {}, env))
         self._reader = InMemoryMetricReader()
         readers = [self._reader, *env_metric_readers(env), *metric_readers]
+        keys = {spec.name: spec.attributes for spec in INSTRUMENTS}
+        # Exemplars reach nobody through /metrics: only an exporter's reader sees them.
         self.meter_provider: MeterProvider = meter_provider(
-            self.resource, readers, {spec.name: spec.attributes for spec in INSTRUMENTS}, env
+            self.resource, readers, keys, env, exemplars=len(readers) > 1
         )
         self.tracer_provider: TracerProvider = TracerProvider(resource=self.resource)
-        for processor in [*env_span_processors(env), *span_processors]:
+        processors = [*env_span_processors(env), *span_processors]
+        for processor in processors:
             self.tracer_provider.add_span_processor(processor)
+        # Without a processor a span reaches nobody either: none is made (a third of a tool call's cost).
+        self._tracing = bool(processors)
         self.meter: Meter = self.meter_provider.get_meter("agentlife")
         self._tracer = self.tracer_provider.get_tracer("agentlife")
         self._lag_source: Callable[[], float] | None = None
@@ -479,8 +484,11 @@ class Telemetry:
 
     @contextmanager
     def _span(self, name: str, attributes: Mapping[str, Any], kind: Any = None) -> Iterator[Span]:
-        from opentelemetry.trace import SpanKind
+        from opentelemetry.trace import INVALID_SPAN, SpanKind
 
+        if not self._tracing:
+            yield INVALID_SPAN
+            return
         with self._tracer.start_as_current_span(
             name, kind=kind or SpanKind.INTERNAL, attributes={**_job(), **attributes}
         ) as span:

@@ -176,13 +176,17 @@ def meter_provider(
     readers: list[MetricReader],
     attribute_keys: Mapping[str, Sequence[str]],
     env: Mapping[str, str],
+    *,
+    exemplars: bool = True,
 ) -> MeterProvider:
     """The `MeterProvider`: each instrument of ``attribute_keys`` aggregated by those attributes only.
 
     A measurement may carry more (a worker's ``job.id`` and ``job.attempt``); the views leave them out of
     the series, so none grows per job, and the exemplars keep them (``filtered_attributes`` in an OTLP
-    export). Every measurement is offered as an exemplar unless ``OTEL_METRICS_EXEMPLAR_FILTER`` says
-    otherwise; an SDK without exemplars (before 1.27) just drops them.
+    export). With ``exemplars`` (an exporter's reader is among ``readers``) every measurement is offered
+    as an exemplar, without none is (``/metrics`` shows no exemplar, and offering one is most of a
+    measurement's cost), unless ``OTEL_METRICS_EXEMPLAR_FILTER`` says otherwise; an SDK without exemplars
+    (before 1.27) just drops them.
     """
     from opentelemetry.sdk import metrics
     from opentelemetry.sdk.metrics import MeterProvider
@@ -195,12 +199,13 @@ def meter_provider(
         "always_off": getattr(metrics, "AlwaysOffExemplarFilter", None),
         "trace_based": getattr(metrics, "TraceBasedExemplarFilter", None),
     }
-    chosen = env.get("OTEL_METRICS_EXEMPLAR_FILTER", "").strip().lower() or "always_on"
+    default = "always_on" if exemplars else "always_off"
+    chosen = env.get("OTEL_METRICS_EXEMPLAR_FILTER", "").strip().lower() or default
     if chosen not in filters:
         _log.warning(
             "OTEL_METRICS_EXEMPLAR_FILTER=%r is not always_on, always_off or trace_based", chosen[:40]
         )
-        chosen = "always_on"
+        chosen = default
     exemplar_filter = filters[chosen]
     if exemplar_filter is None:
         return MeterProvider(**kwargs)
