@@ -13,6 +13,7 @@ import json
 import secrets
 import traceback
 import urllib.parse
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -331,3 +332,66 @@ def test_url_password_and_from_env_read_a_megabyte_value() -> None:
     assert url_password(value) == "p q" * (MEGABYTE // 3)
     r = Redactor.from_env({"DSN": value, "RUN": "acgt" * (MEGABYTE // 4)})
     assert r.redact(value) == f"postgresql://u:{MASK}@h/x"
+
+
+# -- the walk of redact_obj ---------------------------------------------------------------------------------
+
+_leaves = st.one_of(
+    st.lists(st.one_of(_shape_pieces, _fragments, st.text(max_size=6)), max_size=8).map("".join),
+    st.sampled_from(["tok-123456", "x tok-123456 y", "Bearer abcdefgh", "token", "ok"]),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.none(),
+)
+_keys = st.one_of(st.text(max_size=12), st.sampled_from(["tok-123456", "token=abcdef", "k"]), st.integers())
+_json_like = st.recursive(
+    _leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=4).map(tuple),
+        st.dictionaries(_keys, inner, max_size=4),
+    ),
+    max_leaves=20,
+)
+
+
+def _reference_walk(r: Redactor, value: Any) -> Any:
+    """What redact_obj promises, spelled out: every string masked, keys included, containers copied."""
+    if isinstance(value, str):
+        return r.redact(value)
+    if isinstance(value, dict):
+        return {r.redact(str(k)): _reference_walk(r, v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_reference_walk(r, v) for v in value]
+    return value
+
+
+@given(value=_json_like)
+@PROPERTY
+def test_redact_obj_masks_every_string_and_key_as_redact_does(value: Any) -> None:
+    # The walk looks remembered short texts up itself; cold and warm it must give what redact gives.
+    expected = _reference_walk(Redactor(["tok-123456"]), value)
+    r = Redactor(["tok-123456"])
+    assert r.redact_obj(value) == expected
+    assert r.redact_obj(value) == expected
+    assert "tok-123456" not in json.dumps(expected)
+
+
+def test_redact_obj_bounds_cycles_and_depth_and_keeps_shared_values() -> None:
+    r = Redactor(["tok-123456"])
+    loop: list[Any] = ["tok-123456"]
+    loop.append(loop)
+    assert r.redact_obj({"a": loop}) == {"a": [MASK, "<cycle: list>"]}
+    shared = {"k": "tok-123456"}  # met twice, not inside itself: no cycle
+    assert r.redact_obj([shared, (shared,)]) == [{"k": MASK}, [{"k": MASK}]]
+    deep: Any = "tok-123456"
+    for _ in range(300):
+        deep = {"d": deep}
+    out = r.redact_obj(deep)
+    for _ in range(254):
+        out = out["d"]
+    assert out == "<nested too deep: dict>"
+    assert r.redact_obj({"str key": {1: "tok-123456", None: ["tok-123456 x"]}}) == {
+        "str key": {"1": MASK, "None": [f"{MASK} x"]}
+    }

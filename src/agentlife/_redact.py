@@ -125,6 +125,8 @@ class Redactor:
 
     def _walk(self, value: Any, depth: int, open_ids: set[int]) -> Any:
         cls = type(value)
+        if cls is str:
+            return self.redact(value)
         if cls is int or cls is float or cls is bool or value is None:  # before the slower ABC check
             return value
         if isinstance(value, str):
@@ -138,13 +140,35 @@ class Redactor:
         open_ids.add(id(value))
         try:
             if isinstance(value, Mapping):
-                return {
-                    self.redact(k if isinstance(k, str) else str(k)): self._walk(v, depth + 1, open_ids)
-                    for k, v in value.items()
-                }
-            return [self._walk(v, depth + 1, open_ids) for v in value]
+                return self._walk_mapping(value, depth + 1, open_ids)
+            return [self._walk_item(v, depth + 1, open_ids) for v in value]
         finally:
             open_ids.discard(id(value))
+
+    def _walk_mapping(self, value: Mapping[Any, Any], depth: int, open_ids: set[int]) -> dict[str, Any]:
+        # Keys are short and recur in every event: their cached masked form is looked up here, without a
+        # call to `redact` (a journaled event is mostly keys, small numbers and short strings).
+        short = self._short
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            key = short.get(k) if type(k) is str else None
+            if key is None:
+                key = self.redact(k if isinstance(k, str) else str(k))
+            out[key] = self._walk_item(v, depth, open_ids)
+        return out
+
+    def _walk_item(self, value: Any, depth: int, open_ids: set[int]) -> Any:
+        """`_walk` for a container's item: a short string or a plain scalar costs no further call."""
+        cls = type(value)
+        if cls is str:
+            if len(value) <= _CACHED_LEN:
+                masked = self._short.get(value)
+                if masked is not None:
+                    return masked
+            return self.redact(value)
+        if cls is int or cls is float or cls is bool or value is None:
+            return value
+        return self._walk(value, depth, open_ids)
 
 
 def spellings(secret: str) -> set[str]:
