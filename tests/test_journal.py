@@ -439,6 +439,36 @@ async def test_lone_surrogates_in_fields_nothing_replays_are_escaped_never_raise
 
 
 @pytest.mark.anyio
+async def test_a_secret_inside_a_dataclass_a_set_or_an_objects_str_never_reaches_the_file(
+    tmp_path: Path,
+) -> None:
+    """orjson writes a dataclass itself and anything else it cannot write as its str(): both are masked."""
+    import dataclasses
+
+    secret = "sk-secret-in-an-object-0123456789"
+
+    @dataclasses.dataclass
+    class Reply:
+        text: str
+        nested: dict[str, Any]
+
+    class Opaque:
+        def __str__(self) -> str:
+            return f"Opaque(token={secret})"
+
+    journal = Journal.create(tmp_path, 1, redactor=Redactor([secret]))
+    journal.append("TOOL_COMPLETED", step=0, result=Reply(f"key {secret}", {"k": [secret]}))
+    journal.append("TOOL_COMPLETED", step=1, result=Opaque(), seen={secret})
+    journal.append("TOOL_COMPLETED", step=2, result={2**70: Opaque()})  # the sanitising path too
+    await journal.aclose()
+    assert secret not in journal.path.read_text()
+    first, second, third = lines_on_disk(journal.path)
+    assert first["result"] == {"text": "key ***", "nested": {"k": ["***"]}}  # still the fields' object
+    assert second["result"].startswith("Opaque(token=***") and "***" in second["seen"]
+    assert third["result"][str(2**70)].startswith("Opaque(token=***")
+
+
+@pytest.mark.anyio
 async def test_a_refused_tool_call_is_shown_even_when_its_fields_are_odd(tmp_path: Path) -> None:
     from agentlife._journal._show import format_timeline
 

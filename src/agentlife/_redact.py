@@ -17,6 +17,7 @@ from every position. ``tests/test_regex_cost.py`` holds every pattern of the pac
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
@@ -132,7 +133,10 @@ class Redactor:
         if isinstance(value, str):
             return self.redact(value)
         if not isinstance(value, (Mapping, list, tuple)):
-            return value
+            if not hasattr(cls, "__dataclass_fields__") or isinstance(value, type):
+                return value
+            # orjson writes a dataclass as the object of its fields: walk them as that object.
+            value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         if id(value) in open_ids:
             return f"<cycle: {type(value).__name__}>"
         if depth >= MAX_DEPTH:

@@ -26,7 +26,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -188,17 +188,20 @@ def list_sessions(session_dir: Path) -> list[Path]:
 # ------------------------------------------------------------------------------------------- serialising
 
 
-def _dumps(record: Mapping[str, Any], option: int = _OPTIONS) -> bytes:
-    """Serialise with ``default=str``; what orjson still refuses is sanitised first.
+def _dumps(
+    record: Mapping[str, Any], option: int = _OPTIONS, stringify: Callable[[Any], str] | None = None
+) -> bytes:
+    """Serialise with ``default=stringify`` (``str``); what orjson still refuses is sanitised first.
 
     That is huge ints, cycles, nesting orjson refuses and strings with lone surrogates: the line is then
     written with a stand-in, never refused. Results that replay returns are checked before they get here
     (`check_replayable`), so a stand-in only ever lands in a field that nothing replays.
     """
+    stringify = stringify or _safe_str
     try:
-        return orjson.dumps(record, default=str, option=option)
+        return orjson.dumps(record, default=stringify, option=option)
     except orjson.JSONEncodeError:
-        return orjson.dumps(_sanitise(record, 0), default=_safe_str, option=option)
+        return orjson.dumps(_sanitise(record, 0, stringify), default=stringify, option=option)
 
 
 def _safe_str(value: Any) -> str:
@@ -208,7 +211,7 @@ def _safe_str(value: Any) -> str:
         return f"<unprintable {type(value).__name__}>"
 
 
-def _sanitise(value: Any, depth: int) -> Any:
+def _sanitise(value: Any, depth: int, stringify: Callable[[Any], str]) -> Any:
     """A JSON-safe copy: oversized ints, lone surrogates and anything too deep (or cyclic) become strings."""
     if depth > _MAX_SANITISE_DEPTH:
         return f"<nested too deep: {type(value).__name__}>"
@@ -219,10 +222,10 @@ def _sanitise(value: Any, depth: int) -> Any:
     if isinstance(value, int):
         return value if -(2**63) <= value < 2**64 else str(value)
     if isinstance(value, Mapping):
-        return {utf8_safe(_safe_str(k)): _sanitise(v, depth + 1) for k, v in value.items()}
+        return {utf8_safe(stringify(k)): _sanitise(v, depth + 1, stringify) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [_sanitise(v, depth + 1) for v in value]
-    return utf8_safe(_safe_str(value))
+        return [_sanitise(v, depth + 1, stringify) for v in value]
+    return utf8_safe(stringify(value))
 
 
 def args_digest(args: Mapping[str, Any]) -> str:
@@ -307,6 +310,10 @@ class Journal:
         self.path = path
         self._fd: int | None = fd
         self._redactor = redactor
+        # What orjson cannot write is written as its str(), masked like every other string.
+        self._stringify: Callable[[Any], str] = (
+            _safe_str if redactor is None else lambda value: redactor.redact(_safe_str(value))
+        )
         # One growing bytearray, not a list of lines: each line is copied in and orjson's output freed at
         # once. Holding orjson's outputs themselves measured 3-5x slower per event (their allocations
         # stay live until the flush), and a list of exact-size copies costs a join at the flush.
@@ -406,9 +413,9 @@ class Journal:
         # One dict, one orjson call (two calls and a join measured slower); the header keys come first.
         record = {"v": FORMAT_VERSION, "ts": time.time(), "seq": seq, "type": type, **fields}
         try:
-            line = orjson.dumps(record, default=str, option=orjson.OPT_APPEND_NEWLINE)
+            line = orjson.dumps(record, default=self._stringify, option=orjson.OPT_APPEND_NEWLINE)
         except orjson.JSONEncodeError:  # non-string keys, huge ints, cycles, an unprintable type
-            line = _dumps(record)
+            line = _dumps(record, stringify=self._stringify)
         buffer = self._buffer
         buffer += line
         if len(buffer) >= _WAKE_BYTES and self._wake is not None:
