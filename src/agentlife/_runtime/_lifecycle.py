@@ -215,7 +215,10 @@ class Runtime:
         redactor, telemetry = self.shell.redactor, self.shell.telemetry
         hydrator = Hydrator(booted, redactor=redactor, telemetry=telemetry)
         self.events.notify("hydration_started")
-        job_row = await hydrator.claim_job(create=self.options.create_job, payload=self.options.payload)
+        options = self.options
+        job_row = await hydrator.claim_job(
+            create=options.create_job, payload=options.payload, claimed=options.claimed
+        )
         host = JobHost(self.agent, self.constants, self.drain, redactor, telemetry, self.events)
         runner = self._runner = StepRunner(host, booted)
         self.services.start_job_heartbeat(tasks, booted, runner.fenced_out)

@@ -107,6 +107,7 @@ def job_run(agent: AgentProcess, worker: Worker, store: CheckpointStore, row: Jo
     options = RunOptions(
         job_id=row.id,
         attempt=row.attempt,
+        claimed=row,
         handle_signals=False,
         json_logs=False,
         hard_exit=False,

@@ -74,6 +74,7 @@ class _Sql:
     load: str
     history: str
     write_checkpoint: str
+    write_checkpoint_alone: str
     set_status: str
     fenced_status: str
     lock_usage: str
@@ -126,6 +127,7 @@ class _Sql:
                 " ORDER BY created_at DESC, step DESC"
             ),
             write_checkpoint=write_checkpoint_sql(t, _LIVE + fence(12)),
+            write_checkpoint_alone=write_checkpoint_sql(t, _LIVE + fence(10), conversation=False),
             # $6: the statuses the write expects to find (never a terminal one unless asked).
             set_status=(
                 f"UPDATE {t.job} SET status = $3, result = COALESCE($4::jsonb, result),"
@@ -510,7 +512,7 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresC
         """
         crc = crc32(data)
         spent = usage or StepUsage()
-        args = (
+        args: tuple[Any, ...] = (
             job_id,
             attempt,
             data,
@@ -520,12 +522,14 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresC
             spent.input_tokens,
             spent.output_tokens,
             spent.cost_usd,
-            [seq for seq, _ in messages],
-            [message for _, message in messages],
-            *self._fence_args,
         )
+        if messages:
+            sql = self._sql.write_checkpoint
+            args += ([seq for seq, _ in messages], [message for _, message in messages])
+        else:
+            sql = self._sql.write_checkpoint_alone
         async with self._connection() as conn:
-            written = await conn.fetchval(self._sql.write_checkpoint, *args)
+            written = await conn.fetchval(sql, *args, *self._fence_args)
         if not written:
             raise AttemptFenced(
                 f"job {job_id}: write by attempt {attempt} refused, a later attempt owns the row"
