@@ -39,6 +39,13 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'agentlife.db'}"
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'agentlife.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
 @pytest.fixture
 def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
@@ -172,6 +179,23 @@ def test_sigterm_drains_every_running_job_inside_one_grace_period_and_each_row_r
     code, out = finish(spawn_worker(env, "--concurrency", "3", "--max-jobs", "3"))
     assert code == 0, out
     assert {(r.status, r.attempt) for r in rows(sqlite_url).values()} == {(JobStatus.COMPLETED, 2)}
+
+
+def test_free_slots_claim_one_at_a_time_so_max_jobs_below_the_slots_runs_that_many(
+    tmp_path: Path, any_url: str
+) -> None:
+    # Four free slots at boot, five queued jobs, --max-jobs 2: each slot's claim comes after the one before
+    # and counts, so the third slot finds the limit reached instead of a third row.
+    ids = [f"few-{i}" for i in range(5)]
+    create_jobs(any_url, *ids)
+    env = worker_env(tmp_path, any_url, WORKER_STEP_SECONDS="0.2", WORKER_STEPS="1")
+    code, out = finish(spawn_worker(env, "--concurrency", "4", "--max-jobs", "2"))
+    assert code == 0, out
+    assert "ran 2 jobs (--max-jobs)" in out
+    statuses = sorted((r.status, r.attempt) for r in rows(any_url).values())
+    assert statuses == [(JobStatus.COMPLETED, 1)] * 2 + [(JobStatus.PENDING, 0)] * 3, statuses
+    claimed = [line for line in json_lines(out) if str(line.get("msg", "")).startswith("claimed job")]
+    assert len(claimed) == 2
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "1025", "2**63", "1.5", ""])
