@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from agentlife._config import Settings
 from agentlife._exceptions import ConfigError, describe_error
@@ -302,6 +303,9 @@ class Worker:
                 return opts.poll_interval  # a sign of work: claim at once, and poll briskly after
             return min(delay * 2, cap)
         self._wake_idle_slots()  # there may be more: idle slots try too
+        # The job's boot runs on the loop without awaiting for a while: let the next slot's claim go out
+        # first, so its round trip overlaps this boot instead of following it.
+        await anyio.lowlevel.cancel_shielded_checkpoint()  # no cancel point: the row is claimed
         await self._run_job(store, row)
         return opts.poll_interval
 
