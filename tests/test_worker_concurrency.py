@@ -21,6 +21,7 @@ from agentlife.constants import Constants
 from agentlife.stores import JobStatus
 from procs import json_lines, run_cli, wait_for
 from test_worker import (
+    AGENT,
     TARGET,
     create_jobs,
     finish,
@@ -196,6 +197,47 @@ def test_free_slots_claim_one_at_a_time_so_max_jobs_below_the_slots_runs_that_ma
     assert statuses == [(JobStatus.COMPLETED, 1)] * 2 + [(JobStatus.PENDING, 0)] * 3, statuses
     claimed = [line for line in json_lines(out) if str(line.get("msg", "")).startswith("claimed job")]
     assert len(claimed) == 2
+
+
+@pytest.mark.slow(14)
+def test_woken_slots_claim_one_at_a_time_and_a_drain_behind_a_stalled_claim_exits_143(
+    tmp_path: Path, postgres_url: str, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    # Sixteen idle slots, then a sign of work while the job table refuses writes: every slot wakes to claim,
+    # but only one claim reaches the store (and fails at its statement timeout); the others wait their turn
+    # and the drain ends that wait, so no claim is made after SIGTERM.
+    import anyio
+    import asyncpg
+
+    create_jobs(postgres_url)
+    worker = spawn_worker(worker_env(tmp_path, postgres_url), "--concurrency", "16")
+    procs.append(worker)
+
+    async def stall_wake_and_drain() -> None:
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            oid = await conn.fetchval("SELECT 'job'::regclass::oid")
+            await anyio.sleep(2)  # the worker is up and idle
+            lock = conn.transaction()
+            await lock.start()
+            await conn.execute("LOCK TABLE job IN EXCLUSIVE MODE")  # reads pass, claims wait
+            notifier = await asyncpg.connect(postgres_url)
+            try:  # its own transaction: the notification is sent now, the lock stays held
+                await notifier.execute(f"SELECT pg_notify('agentlife_job_{oid}', '{AGENT}')")
+            finally:
+                await notifier.close()
+            await anyio.sleep(1.5)  # the woken slots are lined up behind the one stalled claim
+            worker.send_signal(signal.SIGTERM)
+            await anyio.to_thread.run_sync(lambda: worker.wait(timeout=60))
+            await lock.rollback()
+        finally:
+            await conn.close()
+
+    anyio.run(stall_wake_and_drain)
+    code, out = finish(worker)
+    assert code == 143, out
+    failed = [line for line in json_lines(out) if str(line.get("msg", "")).startswith("claim failed")]
+    assert len(failed) == 1, failed  # sixteen claims racing for the same rows would each have failed
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "1025", "2**63", "1.5", ""])
