@@ -328,3 +328,52 @@ async def test_misuse_is_not_reported_as_an_outage(postgres_url: str) -> None:
         await store.heartbeat("job-1", 1)
     finally:
         await store.close()
+
+
+async def _sessions(url: str, application: str) -> int:
+    conn = await asyncpg.connect(url)
+    try:
+        count = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", application
+        )
+    finally:
+        await conn.close()
+    return int(count)
+
+
+async def test_warm_opens_that_many_connections_at_open_and_no_more(postgres_url: str) -> None:
+    url = f"{postgres_url}&application_name=warm-{time.monotonic_ns()}"
+    application = url.rsplit("=", 1)[1]
+    store = await _open(url, max_size=8, warm=5)
+    try:
+        # Open before the first statement needs them (a worker's slots), and the pool keeps them.
+        assert await _sessions(postgres_url, application) == 5
+        await store.create_job("job-1", "agent", None)
+        assert await _sessions(postgres_url, application) == 5
+    finally:
+        await store.close()
+    cold = await _open(url, max_size=8)
+    try:
+        assert await _sessions(postgres_url, application) == 1  # without it: one, the rest when needed
+    finally:
+        await cold.close()
+
+
+async def test_warm_beyond_the_connection_limit_opens_what_it_may_and_the_store_works(
+    postgres_server: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = f"warm_limited_{time.monotonic_ns()}"
+    postgres_server.execute(f"CREATE ROLE {name} LOGIN PASSWORD 'pw-{name}' CONNECTION LIMIT 2")
+    postgres_server.execute(f"CREATE DATABASE {name} OWNER {name}")
+    url = f"postgresql://{name}:pw-{name}@127.0.0.1:{postgres_server.port}/{name}"
+    caplog.set_level(logging.WARNING, logger="agentlife.store")
+    store = PostgresStore(url, max_size=6, warm=5, create_schema=True)
+    await store.open()  # a boot never fails for want of spare connections
+    try:
+        warned = [r.getMessage() for r in caplog.records if "connections at once" in r.getMessage()]
+        assert len(warned) == 1 and "opened 2 of 5" in warned[0], warned
+        assert f"pw-{name}" not in warned[0]
+        await store.create_job("job-1", "agent", {"n": 1})
+        assert (await store.get_job("job-1")).payload == {"n": 1}
+    finally:
+        await store.close()

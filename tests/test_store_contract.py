@@ -253,6 +253,27 @@ async def test_crc_is_over_the_exact_stored_bytes(store: CheckpointStore) -> Non
     assert (job.checkpoint_crc, job.checkpoint_id) == (crc, "cp-1")
 
 
+async def test_checkpoints_with_and_without_conversation_rows_keep_the_rows_and_the_fence(
+    store: CheckpointStore,
+) -> None:
+    # A step that adds no message writes without the rows (another statement on PostgreSQL); the rows of
+    # the steps that did stay, and both forms are refused to an attempt that lost the row.
+    await _running_job(store)
+    await store.write_checkpoint("job-1", 1, "cp-1", 1, b"one")
+    await store.write_checkpoint("job-1", 1, "cp-2", 2, b"two", [(0, b"m0"), (1, b"m1")])
+    await store.write_checkpoint("job-1", 1, "cp-3", 3, b"three")
+    assert await store.load_conversation("job-1", 2) == [b"m0", b"m1"]
+    loaded = await store.load_checkpoint("job-1")
+    assert loaded is not None and (loaded.data, loaded.checkpoint_id) == (b"three", "cp-3")
+    await store.claim("job-1", 2)
+    for messages in ([], [(2, b"late")]):
+        with pytest.raises(AttemptFenced):
+            await store.write_checkpoint("job-1", 1, "cp-late", 4, b"late", messages)
+    assert await store.load_conversation("job-1", 3) == [b"m0", b"m1"]
+    loaded = await store.load_checkpoint("job-1")
+    assert loaded is not None and loaded.checkpoint_id == "cp-3"
+
+
 async def test_fresh_job_has_no_checkpoint(store: CheckpointStore) -> None:
     await _running_job(store)
     assert await store.load_checkpoint("job-1") is None

@@ -21,6 +21,7 @@ from agentlife.constants import Constants
 from agentlife.stores import JobStatus
 from procs import json_lines, run_cli, wait_for
 from test_worker import (
+    AGENT,
     TARGET,
     create_jobs,
     finish,
@@ -37,6 +38,13 @@ from test_worker import (
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'agentlife.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'agentlife.db'}"
+    return str(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture
@@ -172,6 +180,64 @@ def test_sigterm_drains_every_running_job_inside_one_grace_period_and_each_row_r
     code, out = finish(spawn_worker(env, "--concurrency", "3", "--max-jobs", "3"))
     assert code == 0, out
     assert {(r.status, r.attempt) for r in rows(sqlite_url).values()} == {(JobStatus.COMPLETED, 2)}
+
+
+def test_free_slots_claim_one_at_a_time_so_max_jobs_below_the_slots_runs_that_many(
+    tmp_path: Path, any_url: str
+) -> None:
+    # Four free slots at boot, five queued jobs, --max-jobs 2: each slot's claim comes after the one before
+    # and counts, so the third slot finds the limit reached instead of a third row.
+    ids = [f"few-{i}" for i in range(5)]
+    create_jobs(any_url, *ids)
+    env = worker_env(tmp_path, any_url, WORKER_STEP_SECONDS="0.2", WORKER_STEPS="1")
+    code, out = finish(spawn_worker(env, "--concurrency", "4", "--max-jobs", "2"))
+    assert code == 0, out
+    assert "ran 2 jobs (--max-jobs)" in out
+    statuses = sorted((r.status, r.attempt) for r in rows(any_url).values())
+    assert statuses == [(JobStatus.COMPLETED, 1)] * 2 + [(JobStatus.PENDING, 0)] * 3, statuses
+    claimed = [line for line in json_lines(out) if str(line.get("msg", "")).startswith("claimed job")]
+    assert len(claimed) == 2
+
+
+@pytest.mark.slow(14)
+def test_woken_slots_claim_one_at_a_time_and_a_drain_behind_a_stalled_claim_exits_143(
+    tmp_path: Path, postgres_url: str, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    # Sixteen idle slots, then a sign of work while the job table refuses writes: every slot wakes to claim,
+    # but only one claim reaches the store (and fails at its statement timeout); the others wait their turn
+    # and the drain ends that wait, so no claim is made after SIGTERM.
+    import anyio
+    import asyncpg
+
+    create_jobs(postgres_url)
+    worker = spawn_worker(worker_env(tmp_path, postgres_url), "--concurrency", "16")
+    procs.append(worker)
+
+    async def stall_wake_and_drain() -> None:
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            oid = await conn.fetchval("SELECT 'job'::regclass::oid")
+            await anyio.sleep(2)  # the worker is up and idle
+            lock = conn.transaction()
+            await lock.start()
+            await conn.execute("LOCK TABLE job IN EXCLUSIVE MODE")  # reads pass, claims wait
+            notifier = await asyncpg.connect(postgres_url)
+            try:  # its own transaction: the notification is sent now, the lock stays held
+                await notifier.execute(f"SELECT pg_notify('agentlife_job_{oid}', '{AGENT}')")
+            finally:
+                await notifier.close()
+            await anyio.sleep(1.5)  # the woken slots are lined up behind the one stalled claim
+            worker.send_signal(signal.SIGTERM)
+            await anyio.to_thread.run_sync(lambda: worker.wait(timeout=60))
+            await lock.rollback()
+        finally:
+            await conn.close()
+
+    anyio.run(stall_wake_and_drain)
+    code, out = finish(worker)
+    assert code == 143, out
+    failed = [line for line in json_lines(out) if str(line.get("msg", "")).startswith("claim failed")]
+    assert len(failed) == 1, failed  # sixteen claims racing for the same rows would each have failed
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "1025", "2**63", "1.5", ""])

@@ -17,7 +17,7 @@ from agentlife._runtime._signals import EarlySignal
 from agentlife._state import State
 from agentlife._step._approvals import Approvals
 from agentlife.constants import Constants
-from agentlife.stores import JobStatus
+from agentlife.stores import JobRecord, JobStatus
 
 if TYPE_CHECKING:
     from agentlife._journal._recovery import ReplayMap
@@ -56,6 +56,9 @@ class RunOptions:
         early_signal: a signal caught before the runtime started (see `EarlySignal`).
         attempt: the attempt a worker claimed (overrides ``AGENTLIFE_ATTEMPT``); the environment's
             ``AGENTLIFE_PREVIOUS_EXIT_CODE`` is then the worker container's, not the job's, and is ignored.
+        claimed: the row a worker's claim (``claim_next``) returned for ``attempt``: hydration takes it as
+            this attempt's claim instead of reading and claiming the row again (five round trips). Every
+            write after it is fenced by attempt and owner all the same.
     """
 
     job_id: str | None = None
@@ -69,6 +72,7 @@ class RunOptions:
     log_stream: Any = None
     early_signal: EarlySignal | None = None
     attempt: int | None = None
+    claimed: JobRecord | None = None
 
 
 @dataclass(slots=True)

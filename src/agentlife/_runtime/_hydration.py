@@ -61,15 +61,23 @@ class Hydrator:
                 await anyio.sleep(self.constants.checkpoint_backoff_seconds)
         raise AssertionError("unreachable")
 
-    async def claim_job(self, *, create: bool = False, payload: Any = None) -> JobRecord:
+    async def claim_job(
+        self, *, create: bool = False, payload: Any = None, claimed: JobRecord | None = None
+    ) -> JobRecord:
         """Find (or create) the job row and claim it for this attempt.
 
         Args:
             create: create a missing row on PostgreSQL too (SQLite always creates it).
             payload: the payload of a row this process creates.
+            claimed: the row a worker already claimed for this attempt; taken as it is.
         """
         s = self.settings
         started = time.monotonic()
+        if claimed is not None:
+            if claimed.id != s.job_id or claimed.attempt != s.attempt:
+                handed = f"{claimed.id} attempt {claimed.attempt}"
+                raise BootFailure(f"job {s.job_id} attempt {s.attempt}: handed the claim of {handed}")
+            return self._claimed(claimed, started)
 
         async def find_or_create() -> JobRecord:
             row = await self.store.get_job(s.job_id)
@@ -91,6 +99,9 @@ class Hydrator:
             row: JobRecord = await self._with_store_retries("claim", find_or_create)
         except JobNotFound as exc:
             raise BootFailure(str(exc)) from None
+        return self._claimed(row, started)
+
+    def _claimed(self, row: JobRecord, started: float) -> JobRecord:
         if row.unreadable:
             # Its payload, budget or history would be guessed: a row written by another client that
             # agentlife cannot read is never run (a worker sets it aside at its claim).

@@ -215,7 +215,8 @@ class Runtime:
         redactor, telemetry = self.shell.redactor, self.shell.telemetry
         hydrator = Hydrator(booted, redactor=redactor, telemetry=telemetry)
         self.events.notify("hydration_started")
-        job_row = await hydrator.claim_job(create=self.options.create_job, payload=self.options.payload)
+        o = self.options
+        job_row = await hydrator.claim_job(create=o.create_job, payload=o.payload, claimed=o.claimed)
         host = JobHost(self.agent, self.constants, self.drain, redactor, telemetry, self.events)
         runner = self._runner = StepRunner(host, booted)
         self.services.start_job_heartbeat(tasks, booted, runner.fenced_out)

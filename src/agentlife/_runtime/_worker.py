@@ -8,7 +8,10 @@ with the worker's shell and store lent to it) on a fresh agent instance, in its 
 log context. A job's crash, budget failure or replay mismatch ends that job only.
 
 Idle slots wait together: one of them asks the store (``wait_for_work``, racing the worker's own wake
-event) and wakes the others when there is a sign of work; a claim that finds a job wakes them too. A
+event) and wakes the others when there is a sign of work; a claim that finds a job wakes them too. The
+slots claim one at a time: concurrent claims of one worker would race for the same head of the queue (each
+skipping the rows the others lock) and hold a connection each, so a burst of free slots would open every
+connection of the pool at once; one after another, each takes the next row on a connection already open. A
 drained job is handed back (RUNNING -> PENDING, runnable at once by another worker); a crashed job gets
 the verdict of `agentlife.should_retry_after_crash` (RETRYING, or DEAD_LETTER / FAILED) and the slot goes
 on, so a poison job cannot take the pool down. Exit codes: 143 after a drain (SIGTERM, busy or idle), 0
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from agentlife._config import Settings
 from agentlife._exceptions import ConfigError, describe_error
@@ -107,6 +111,7 @@ def job_run(agent: AgentProcess, worker: Worker, store: CheckpointStore, row: Jo
     options = RunOptions(
         job_id=row.id,
         attempt=row.attempt,
+        claimed=row,
         handle_signals=False,
         json_logs=False,
         hard_exit=False,
@@ -164,6 +169,7 @@ class Worker:
         #: Every job this process ran: (job id, attempt, exit code).
         self.history: list[tuple[str, int, int]] = []
         self._claimed = 0
+        self._claim_lock: anyio.Lock | None = None  # one claim in flight per worker (see the module doc)
         self._wake: anyio.Event | None = None
         self._store_waiter = False  # an idle slot is asking the store for work: the others wait on _wake
         self._idle_since = time.monotonic()
@@ -179,6 +185,7 @@ class Worker:
     async def run(self) -> int:
         """Boot, take jobs until drained, idle or done, close everything; return the exit code."""
         self._wake = anyio.Event()
+        self._claim_lock = anyio.Lock()
         self.drain.open()
         async with self.shell:
             code, reason = await self._serve()
@@ -214,9 +221,12 @@ class Worker:
             pod_name=settings.pod_name,
             blocked_threshold_seconds=self.constants.probe.blocked_threshold_seconds,
         )
-        # Every slot may hold a connection at once, beside the reaper's and the gauge's.
-        connections = max(DEFAULT_POOL_SIZE, self.options.concurrency + 2)
-        store = store_from_url(settings.resolved_database_url, connections=connections)
+        # Every slot may hold a connection at once, beside the reaper's and the gauge's. The slots' ones are
+        # opened at boot: the first burst of jobs would otherwise start a session each on its way, every
+        # one a few milliseconds of the server's time and of this loop's.
+        slots = self.options.concurrency
+        connections = max(DEFAULT_POOL_SIZE, slots + 2)
+        store = store_from_url(settings.resolved_database_url, connections=connections, warm=slots)
         try:
             try:
                 await store.open()
@@ -285,16 +295,17 @@ class Worker:
     async def _slot_pass(self, store: CheckpointStore, delay: float, cap: float) -> float:
         """Claim one job and run it, or wait for work; the next wait's length."""
         opts = self.options
-        if opts.max_jobs is not None and self._claimed >= opts.max_jobs:
-            self._stop_all(EXIT_IDLE, f"ran {opts.max_jobs} jobs (--max-jobs)")
-            return delay
         row = await self._claim(store)
         if row is None:
+            if self.drain.draining or self._stop:
+                return delay
             if await self._wait_for_work(store, delay):
                 return opts.poll_interval  # a sign of work: claim at once, and poll briskly after
             return min(delay * 2, cap)
-        self._claimed += 1
         self._wake_idle_slots()  # there may be more: idle slots try too
+        # The job's boot runs on the loop without awaiting for a while: let the next slot's claim go out
+        # first, so its round trip overlaps this boot instead of following it.
+        await anyio.lowlevel.cancel_shielded_checkpoint()  # no cancel point: the row is claimed
         await self._run_job(store, row)
         return opts.poll_interval
 
@@ -359,7 +370,30 @@ class Worker:
                 self._wake = anyio.Event()
 
     async def _claim(self, store: CheckpointStore) -> JobRecord | None:
-        """The next job, or None; a failed claim makes the worker unready until a claim works again."""
+        """The next job, or None; one claim of this worker at a time (see the module docstring).
+
+        A slot waiting for its turn gives way to the drain at once; once its turn comes, a drain, a stop or
+        ``max_jobs`` reached meanwhile means no claim. A failed claim makes the worker unready until a claim
+        works again.
+        """
+        lock = self._claim_lock
+        assert lock is not None
+        with anyio.CancelScope() as turn, self.drain.cancelled(turn):
+            await lock.acquire()
+        if turn.cancelled_caught:
+            return None
+        try:
+            return await self._claim_now(store)
+        finally:
+            lock.release()
+
+    async def _claim_now(self, store: CheckpointStore) -> JobRecord | None:
+        opts = self.options
+        if self.drain.draining or self._stop:
+            return None
+        if opts.max_jobs is not None and self._claimed >= opts.max_jobs:
+            self._stop_all(EXIT_IDLE, f"ran {opts.max_jobs} jobs (--max-jobs)")
+            return None
         try:
             row = await store.claim_next(self.agent_id)
         except Exception as exc:  # an outage, or a row no store code foresaw: the pool goes on either way
@@ -368,6 +402,8 @@ class Worker:
             self.board.update_worker(claim_error=why)
             return None
         self.board.update_worker(claim_error=None)
+        if row is not None:
+            self._claimed += 1
         return row
 
     async def _run_job(self, store: CheckpointStore, row: JobRecord) -> None:

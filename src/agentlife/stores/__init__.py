@@ -48,7 +48,12 @@ __all__ = [
 
 
 def store_from_url(
-    url: str, *, tables: TableNames | None = None, must_exist: bool = False, connections: int | None = None
+    url: str,
+    *,
+    tables: TableNames | None = None,
+    must_exist: bool = False,
+    connections: int | None = None,
+    warm: int = 0,
 ) -> CheckpointStore:
     """The store for ``url`` (``sqlite:///path`` or ``postgresql://...``), not yet opened.
 
@@ -56,7 +61,8 @@ def store_from_url(
     no job table) is refused at `open` with ``no store at PATH`` (`agentlife.StoreError`) instead of being
     created empty. A PostgreSQL database without the schema is refused by its first query either way.
     ``connections``: the most connections a PostgreSQL store's pool opens (default 4); a worker running
-    several jobs at once asks for more, so its slots do not queue for a connection.
+    several jobs at once asks for more, so its slots do not queue for a connection, and ``warm``: how many
+    of them to open at once (best effort), so its first jobs do not each start a session.
 
     Raises:
         ConfigError: the scheme is not supported.
@@ -68,8 +74,8 @@ def store_from_url(
         from agentlife.stores._postgres import PostgresStore
 
         if connections is None:
-            return PostgresStore(url, tables=tables)
-        return PostgresStore(url, tables=tables, max_size=connections)
+            return PostgresStore(url, tables=tables, warm=warm)
+        return PostgresStore(url, tables=tables, max_size=connections, warm=warm)
     scheme = url.split(":", 1)[0] if ":" in url else url[:20]
     raise ConfigError(
         f"AGENTLIFE_DATABASE_URL scheme {scheme!r} is not supported (use sqlite:/// or postgresql://)"

@@ -7,13 +7,17 @@ from agentlife.stores._base import HISTORY_KEEP, TableNames
 __all__ = ["NOTIFY_PAYLOAD_LIMIT", "channel_prefix", "notify_call", "write_checkpoint_sql"]
 
 
-def write_checkpoint_sql(t: TableNames, fence: str = "") -> str:
+def write_checkpoint_sql(t: TableNames, fence: str = "", *, conversation: bool = True) -> str:
     """The fenced checkpoint write: the step's whole durable record in one statement, one round trip.
 
     Parameters: ``$1`` job id, ``$2`` attempt, ``$3`` bytes, ``$4`` CRC, ``$5`` checkpoint id, ``$6`` step,
     ``$7``/``$8``/``$9`` the step's input tokens, output tokens and cost (added to ``tokens_consumed``),
     ``$10``/``$11`` the conversation's new rows (sequence numbers, messages); the claim token follows in
-    ``fence``. The job row (checkpoint, usage, ``heartbeat_at``), the history entry, the history trim and
+    ``fence``. Without ``conversation`` (a step that added no conversation rows) there is no ``$10``/``$11``
+    and the claim token is ``$10``: the arrays' types are not built in to asyncpg, so each connection's
+    first statement that sends them costs a catalog query (about 3 ms of server time), which a worker's
+    freshly opened connections would otherwise pay for every step without a message.
+    The job row (checkpoint, usage, ``heartbeat_at``), the history entry, the history trim and
     the conversation rows commit together or not at all: a statement is atomic without a transaction
     block, which would cost a round trip for ``BEGIN`` and one for ``COMMIT``.
 
@@ -30,6 +34,18 @@ def write_checkpoint_sql(t: TableNames, fence: str = "") -> str:
                 ORDER BY created_at DESC, step DESC OFFSET {HISTORY_KEEP - 2} LIMIT 1)"""
     else:
         older_than_kept = ""
+    saved = (
+        f"""saved AS (
+            INSERT INTO {t.conversation} (job_id, seq, step, message)
+            SELECT $1, rows.seq, $6, rows.message
+            FROM unnest($10::integer[], $11::bytea[]) AS rows(seq, message)
+            WHERE EXISTS (SELECT 1 FROM fenced)
+            ON CONFLICT (job_id, seq) DO UPDATE SET step = EXCLUDED.step, message = EXCLUDED.message
+            RETURNING 1
+        )"""
+        if conversation
+        else ""
+    )
     return f"""
         WITH fenced AS (
             UPDATE {t.job} SET checkpoint = $3, checkpoint_crc = $4, checkpoint_id = $5, updated_at = now(),
@@ -53,14 +69,8 @@ def write_checkpoint_sql(t: TableNames, fence: str = "") -> str:
             WHERE job_id = $1 AND checkpoint_id <> $5 AND EXISTS (SELECT 1 FROM fenced)
               {older_than_kept}
             RETURNING 1
-        ), saved AS (
-            INSERT INTO {t.conversation} (job_id, seq, step, message)
-            SELECT $1, rows.seq, $6, rows.message
-            FROM unnest($10::integer[], $11::bytea[]) AS rows(seq, message)
-            WHERE EXISTS (SELECT 1 FROM fenced)
-            ON CONFLICT (job_id, seq) DO UPDATE SET step = EXCLUDED.step, message = EXCLUDED.message
-            RETURNING 1
-        )
+        ){"," if saved else ""}
+        {saved}
         SELECT count(*) FROM fenced
     """
 

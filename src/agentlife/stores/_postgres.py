@@ -74,6 +74,7 @@ class _Sql:
     load: str
     history: str
     write_checkpoint: str
+    write_checkpoint_alone: str
     set_status: str
     fenced_status: str
     lock_usage: str
@@ -126,6 +127,7 @@ class _Sql:
                 " ORDER BY created_at DESC, step DESC"
             ),
             write_checkpoint=write_checkpoint_sql(t, _LIVE + fence(12)),
+            write_checkpoint_alone=write_checkpoint_sql(t, _LIVE + fence(10), conversation=False),
             # $6: the statuses the write expects to find (never a terminal one unless asked).
             set_status=(
                 f"UPDATE {t.job} SET status = $3, result = COALESCE($4::jsonb, result),"
@@ -170,6 +172,10 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresC
         listen: `wait_for_work` waits on a dedicated ``LISTEN`` connection (one more per idle worker) and
             returns as soon as a job is made runnable; False to only sleep (e.g. behind a transaction-mode
             connection pooler, where ``LISTEN`` does not work).
+        warm: how many connections `open` opens at once (up to ``max_size``), best effort: a worker opens
+            one per slot at boot, so its first jobs' statements do not each start a session (a few
+            milliseconds of the server's time: authentication, a backend, its catalog caches). One that
+            cannot be opened now (``max_connections`` reached) is logged and opened when needed instead.
     """
 
     url_scheme = "postgresql"
@@ -187,6 +193,7 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresC
         command_timeout: float | None = 10.0,
         create_schema: bool = False,
         listen: bool = True,
+        warm: int = 0,
     ) -> None:
         if not (0 <= min_size <= max_size and max_size >= 1):
             raise ConfigError(
@@ -204,6 +211,7 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresC
         self._redactor = Redactor(secrets)
         self._min_size = min_size
         self._max_size = max_size
+        self._warm = min(warm, max_size)
         self._connect_tries = connect_tries
         self._connect_backoff = connect_backoff
         self._connect_timeout = connect_timeout
@@ -286,6 +294,31 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresC
         if self._create_schema:
             await self.init_schema()
         await self._detect_owner_column()
+        await self._open_warm_connections()
+
+    async def _open_warm_connections(self) -> None:
+        """Hold ``warm`` pooled connections at once (opening those missing), then hand them back."""
+        pool, held, failures = self._pool, [], []
+
+        async def take() -> None:
+            try:
+                held.append(await pool.acquire(timeout=self._connect_timeout))
+            except Exception as exc:  # best effort: the pool opens it when a statement needs it
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tasks:
+            for _ in range(self._warm):
+                tasks.start_soon(take)
+        for conn in held:
+            await pool.release(conn)
+        if failures:
+            _log.warning(
+                "PostgreSQL store %s: opened %s of %s connections at once (%s); the rest open when needed",
+                self._display_url,
+                len(held),
+                self._warm,
+                self._describe(failures[0]),
+            )
 
     async def _detect_owner_column(self) -> None:
         """Fall back to attempt-only fencing on a job table without ``owner`` (until ``db init`` adds it)."""
@@ -510,7 +543,7 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresC
         """
         crc = crc32(data)
         spent = usage or StepUsage()
-        args = (
+        args: tuple[Any, ...] = (
             job_id,
             attempt,
             data,
@@ -520,12 +553,14 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresC
             spent.input_tokens,
             spent.output_tokens,
             spent.cost_usd,
-            [seq for seq, _ in messages],
-            [message for _, message in messages],
-            *self._fence_args,
         )
+        if messages:
+            sql = self._sql.write_checkpoint
+            args += ([seq for seq, _ in messages], [message for _, message in messages])
+        else:
+            sql = self._sql.write_checkpoint_alone
         async with self._connection() as conn:
-            written = await conn.fetchval(self._sql.write_checkpoint, *args)
+            written = await conn.fetchval(sql, *args, *self._fence_args)
         if not written:
             raise AttemptFenced(
                 f"job {job_id}: write by attempt {attempt} refused, a later attempt owns the row"
