@@ -210,7 +210,10 @@ def test_woken_slots_claim_one_at_a_time_and_a_drain_behind_a_stalled_claim_exit
     import asyncpg
 
     create_jobs(postgres_url)
-    worker = spawn_worker(worker_env(tmp_path, postgres_url), "--concurrency", "16")
+    # The stalled claim fails at the server's statement timeout (2 s) rather than at the client's 10 s.
+    separator = "&" if "?" in postgres_url else "?"
+    stalling_url = f"{postgres_url}{separator}statement_timeout=2000"
+    worker = spawn_worker(worker_env(tmp_path, stalling_url), "--concurrency", "16")
     procs.append(worker)
 
     async def stall_wake_and_drain() -> None:
