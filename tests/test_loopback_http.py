@@ -11,7 +11,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import anyio
+import anyio.lowlevel
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentlife import TransientError
 from agentlife._llm import _loopback_http as wire
@@ -184,6 +187,44 @@ async def test_a_refused_connection_and_a_line_break_in_a_header_fail_before_any
         client.build_request("POST", "http://127.0.0.1:1/", headers={"x": "a\r\nx-injected: 1"})
     with pytest.raises(wire.HTTPError, match="not an http:// URL"):
         client.build_request("POST", "https://127.0.0.1:1/")
+
+
+async def _pieces(data: bytes, cuts: list[int]) -> AsyncIterator[bytes]:
+    start = 0
+    for cut in sorted(set(cuts)):
+        yield data[start:cut]
+        start = cut
+    yield data[start:]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(st.text(alphabet="ab\r\n é", max_size=12), max_size=8),
+    cuts=st.lists(st.integers(min_value=0, max_value=120), max_size=20),
+)
+def test_lines_split_the_same_however_the_bytes_are_cut(lines: list[str], cuts: list[int]) -> None:
+    data = "".join(lines).encode()
+
+    async def split() -> list[str]:
+        return [line async for line in wire.split_lines(_pieces(data, cuts), 1 << 20)]
+
+    assert anyio.run(split) == [line.decode() for line in data.splitlines()]
+
+
+async def test_a_long_line_sent_a_byte_at_a_time_costs_time_linear_in_its_length() -> None:
+    line = b"x" * 1_000_000 + b"\n"
+
+    async def bytes_one_by_one() -> AsyncIterator[bytes]:
+        for i in range(len(line)):
+            if i % 10_000 == 0:
+                await anyio.lowlevel.checkpoint()  # where the deadline below can land
+            yield line[i : i + 1]
+
+    with anyio.fail_after(60):  # gathered by joining the pieces once: a copy per byte would take hours
+        assert [len(x) async for x in wire.split_lines(bytes_one_by_one(), 1 << 21)] == [1_000_000]
+    with pytest.raises(wire.RemoteProtocolError, match="without an end"):
+        async for _ in wire.split_lines(_pieces(b"y" * 5000, [1000, 2000, 3000]), 4096):
+            pass
 
 
 def test_its_errors_are_sorted_as_httpx_errors_are() -> None:

@@ -40,6 +40,7 @@ __all__ = [
     "Response",
     "TimeoutException",
     "TransportError",
+    "split_lines",
 ]
 
 #: The longest line of a response's head (status line, a header, a chunk size) the client reads.
@@ -241,22 +242,8 @@ class Response:
         Raises:
             RemoteProtocolError: a line grew past `MAX_BODY_LINE_BYTES` without an end.
         """
-        pending = b""
-        after_cr = False
-        async for piece in self.aiter_bytes():
-            if after_cr and piece.startswith(b"\n"):
-                piece = piece[1:]  # the LF of a CRLF cut between two pieces
-            after_cr = piece.endswith(b"\r")
-            lines = (pending + piece).splitlines(keepends=True)
-            pending = lines.pop() if lines and not lines[-1].endswith((b"\n", b"\r")) else b""
-            if len(pending) > MAX_BODY_LINE_BYTES:
-                raise RemoteProtocolError(
-                    f"a line of the body passed {MAX_BODY_LINE_BYTES} bytes without an end"
-                )
-            for line in lines:
-                yield line.rstrip(b"\r\n").decode("utf-8", "replace")
-        if pending:
-            yield pending.decode("utf-8", "replace")
+        async for line in split_lines(self.aiter_bytes(), MAX_BODY_LINE_BYTES):
+            yield line
 
     async def aread(self) -> bytes:
         """The whole body.
@@ -386,6 +373,38 @@ class Response:
         if not line.endswith(b"\n"):
             raise RemoteProtocolError("the connection closed before the response's head or framing ended")
         return line
+
+
+async def split_lines(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator[str]:
+    """The lines of a byte stream, split at CRLF, LF or CR however the bytes arrive, decoded as UTF-8.
+
+    A line's parts are gathered in a list and joined once, so a line sent a byte at a time costs time
+    linear in its length.
+
+    Raises:
+        RemoteProtocolError: a line grew past ``limit`` bytes without an end.
+    """
+    parts: list[bytes] = []
+    size = 0
+    after_cr = False
+    async for piece in pieces:
+        if after_cr and piece.startswith(b"\n"):
+            piece = piece[1:]  # the LF of a CRLF cut between two pieces
+        if not piece:
+            continue
+        after_cr = piece.endswith(b"\r")
+        for segment in piece.splitlines(keepends=True):
+            if segment.endswith((b"\n", b"\r")):
+                parts.append(segment.rstrip(b"\r\n"))
+                yield b"".join(parts).decode("utf-8", "replace")
+                parts, size = [], 0
+            else:
+                parts.append(segment)
+                size += len(segment)
+                if size > limit:
+                    raise RemoteProtocolError(f"a line of the body passed {limit} bytes without an end")
+    if parts:
+        yield b"".join(parts).decode("utf-8", "replace")
 
 
 def _status(line: bytes) -> int:
