@@ -157,6 +157,8 @@ async def test_interim_responses_are_skipped_and_headers_read_without_regard_to_
         status, headers, body = await fetch(url)
     assert (status, body) == (429, b"until the end")  # no framing: the body runs to the close
     assert headers.get("retry-after") == "3" and headers["X-A"] == "1, 2" and "link" not in headers
+    repeated = wire.Headers([("x-big", "v" * 60_000)] * 256)  # the most a head may hold, one name
+    assert len(repeated["X-Big"]) == 256 * 60_000 + 255 * 2
     assert "3" not in repr(headers)  # names only: a value may be a secret
 
 

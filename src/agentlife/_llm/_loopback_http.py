@@ -80,10 +80,11 @@ class Headers(Mapping[str, str]):
     __slots__ = ("_fields",)
 
     def __init__(self, fields: Iterable[tuple[str, str]] = ()) -> None:
-        self._fields: dict[str, str] = {}
+        gathered: dict[str, list[str]] = {}
         for name, value in fields:
-            key = name.lower()
-            self._fields[key] = f"{self._fields[key]}, {value}" if key in self._fields else value
+            gathered.setdefault(name.lower(), []).append(value)
+        # Joined once per name: a server repeating one field cannot make this quadratic.
+        self._fields = {key: ", ".join(values) for key, values in gathered.items()}
 
     def __getitem__(self, name: str) -> str:
         return self._fields[name.lower()]
