@@ -34,13 +34,13 @@ from agentlife._llm._guard import guard_stream, stream_timeouts_from_env
 from agentlife._llm._messages_http import (
     MessagesHTTP,
     ResponseHolder,
+    checked_events,
     describe,
     error_details,
     error_for_event,
     error_for_status,
     not_a_stream,
     parse_retry_after,
-    raise_for_error_event,
     sse_events,
 )
 from agentlife._llm._pricing import PriceTable
@@ -58,7 +58,6 @@ from agentlife._llm._protocol import (
     stream_event,
 )
 from agentlife._redact import Redactor, url_password
-from agentlife._retry import classify
 
 __all__ = [
     "AnthropicLLM",
@@ -423,14 +422,8 @@ class AnthropicLLM:
         if "text/event-stream" not in content_type.lower():
             where = self._base_url or "the default endpoint"
             raise PermanentError(self._redact(not_a_stream(where, stream.response.status_code, content_type)))
-        try:
-            async for event in sse_events(stream.response):
-                raise_for_error_event(event, self._redactor)
-                yield event
-        except Exception as exc:
-            if isinstance(exc, CallError) or not classify(exc).retryable:
-                raise
-            raise TransientError(self._redact(f"the Anthropic stream broke: {describe(exc)}")) from exc
+        async for event in checked_events(stream.response, self._redactor):
+            yield event
 
     def _map_sdk_error(self, exc: Exception, module: Any) -> CallError:
         if isinstance(exc, module.APIStatusError):

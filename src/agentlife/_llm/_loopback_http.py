@@ -35,6 +35,7 @@ __all__ = [
     "ConnectError",
     "HTTPError",
     "Headers",
+    "LineTooLong",
     "RemoteProtocolError",
     "Request",
     "Response",
@@ -72,6 +73,10 @@ class RemoteProtocolError(TransportError):
 
 class TimeoutException(TimeoutError, TransportError):
     """A connect, a write or a read took longer than its timeout."""
+
+
+class LineTooLong(RemoteProtocolError):
+    """A line of a body grew past its limit without an end (`split_lines`)."""
 
 
 class Headers(Mapping[str, str]):
@@ -383,7 +388,7 @@ async def split_lines(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator
     linear in its length.
 
     Raises:
-        RemoteProtocolError: a line grew past ``limit`` bytes without an end.
+        LineTooLong: a line grew past ``limit`` bytes without an end.
     """
     parts: list[bytes] = []
     size = 0
@@ -403,7 +408,7 @@ async def split_lines(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator
                 parts.append(segment)
                 size += len(segment)
                 if size > limit:
-                    raise RemoteProtocolError(f"a line of the body passed {limit} bytes without an end")
+                    raise LineTooLong(f"a line of the body passed {limit} bytes without an end")
     if parts:
         yield b"".join(parts).decode("utf-8", "replace")
 

@@ -2,14 +2,17 @@
 
 ``import anthropic`` costs two to three seconds of CPU and ~65 MiB; a streaming ``POST /v1/messages`` needs
 none of it. `MessagesHTTP` sends the request with httpx (imported, and its client built, on a worker thread
-at the first call: ~0.1 s) with the headers the SDK sends (``x-api-key``, ``anthropic-version``), and
-hands the response to `sse_events`, the Server-Sent Events decoder both transports share.
+at the first call: ~0.1 s), or to a plain ``http://`` server on this machine with agentlife's loopback
+client (`agentlife._llm._loopback_http`), with the headers the SDK sends (``x-api-key``,
+``anthropic-version``), and hands the response to `sse_events`, the Server-Sent Events decoder both
+transports share.
 
 What the two transports share lives here too, so they cannot drift: the error for an HTTP status or a
 mid-stream ``error`` event (`error_for_status`, `error_for_event`), ``retry-after`` parsing, and the SSE
-decoder. The decoder splits lines on LF, CR and CRLF only, as the SSE format says (a
-U+2028 inside a JSON string is text, not a line break), keeps a line that arrives across many TCP writes
-whole at a cost linear in its length, and refuses an event larger than `MAX_EVENT_BYTES`.
+decoder with its error mapping (`checked_events`). The decoder splits lines on LF, CR and CRLF only, as
+the SSE format says (a U+2028 inside a JSON string is text, not a line break), keeps a line that arrives
+across many TCP writes whole at a cost linear in its length (`agentlife._llm._loopback_http.split_lines`),
+and refuses an event larger than `MAX_EVENT_BYTES`.
 
 Redirects are not followed: the ``x-api-key`` header would go to whatever host the redirect names.
 """
@@ -28,6 +31,7 @@ import orjson
 
 from agentlife._exceptions import CallError, PermanentError, TransientError
 from agentlife._llm._http import LazyClient, ResponseHolder, http_base_url, is_loopback, loopback_client
+from agentlife._llm._loopback_http import LineTooLong, split_lines
 from agentlife._llm._tls import tls_context
 from agentlife._redact import Redactor
 from agentlife._retry import classify, error_for_http_status
@@ -39,6 +43,7 @@ __all__ = [
     "MAX_EVENT_BYTES",
     "MessagesHTTP",
     "ResponseHolder",
+    "checked_events",
     "describe",
     "error_details",
     "error_for_event",
@@ -185,9 +190,36 @@ async def sse_events(response: Any) -> AsyncIterator[dict[str, Any]]:
     Raises:
         PermanentError: one event is larger than `MAX_EVENT_BYTES`.
     """
+    try:
+        async for event in _events_of(split_lines(response.aiter_bytes(), MAX_EVENT_BYTES)):
+            yield event
+    except LineTooLong:
+        raise PermanentError(
+            f"the Anthropic stream sent a line over {MAX_EVENT_BYTES // (1024 * 1024)} MiB "
+            "without an end: not an event of the Messages API"
+        ) from None
+
+
+async def checked_events(response: Any, redactor: Redactor) -> AsyncIterator[dict[str, Any]]:
+    """The events of a Messages stream over either transport (httpx's response or the SDK's).
+
+    `sse_events`, with an ``error`` event raised as its error (`raise_for_error_event`) and a stream that
+    broke raised as a `TransientError`.
+    """
+    try:
+        async for event in sse_events(response):
+            raise_for_error_event(event, redactor)
+            yield event
+    except Exception as exc:
+        if isinstance(exc, CallError) or not classify(exc).retryable:
+            raise
+        raise TransientError(redactor.redact(f"the Anthropic stream broke: {describe(exc)}")) from exc
+
+
+async def _events_of(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
     name: str | None = None
     data: list[str] = []
-    async for line in _lines(response.aiter_bytes()):
+    async for line in lines:
         if not line:
             if data:
                 event = _decode_event(name, data)
@@ -207,38 +239,6 @@ async def sse_events(response: Any) -> AsyncIterator[dict[str, Any]]:
         event = _decode_event(name, data)
         if event is not None:
             yield event
-
-
-async def _lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
-    """The lines of a byte stream, split at CRLF, LF or CR only, however the bytes arrive.
-
-    A line's parts are gathered in a list and joined once, so a line sent a byte at a time costs time
-    linear in its length.
-    """
-    parts: list[bytes] = []
-    size = 0
-    after_cr = False
-    async for chunk in chunks:
-        if after_cr and chunk.startswith(b"\n"):
-            chunk = chunk[1:]  # the \n of a \r\n cut between two writes
-        if not chunk:
-            continue
-        after_cr = chunk.endswith(b"\r")
-        for piece in chunk.splitlines(keepends=True):
-            if piece.endswith((b"\n", b"\r")):
-                parts.append(piece.rstrip(b"\r\n"))
-                yield b"".join(parts).decode("utf-8", "replace")
-                parts, size = [], 0
-            else:
-                parts.append(piece)
-                size += len(piece)
-                if size > MAX_EVENT_BYTES:
-                    raise PermanentError(
-                        f"the Anthropic stream sent a line over {MAX_EVENT_BYTES // (1024 * 1024)} MiB "
-                        "without an end: not an event of the Messages API"
-                    )
-    if parts:
-        yield b"".join(parts).decode("utf-8", "replace")
 
 
 def _decode_event(name: str | None, data: list[str]) -> dict[str, Any] | None:
@@ -322,14 +322,8 @@ class MessagesHTTP:
         content_type = str(response.headers.get("content-type", ""))
         if "text/event-stream" not in content_type.lower():
             raise PermanentError(self._redact(not_a_stream(self.where, response.status_code, content_type)))
-        try:
-            async for event in sse_events(response):
-                raise_for_error_event(event, self._redactor)
-                yield event
-        except Exception as exc:
-            if isinstance(exc, CallError) or not classify(exc).retryable:
-                raise
-            raise TransientError(self._redact(f"the Anthropic stream broke: {describe(exc)}")) from exc
+        async for event in checked_events(response, self._redactor):
+            yield event
 
     async def _status_error(self, response: Any) -> CallError:
         """The error for a status other than 2xx, from the API's JSON error body when there is one."""
