@@ -252,6 +252,30 @@ async def test_a_due_time_learnt_too_long_ago_is_asked_again(store: PostgresStor
     assert (await store.claim_next(AGENT)) is not None
 
 
+async def test_a_row_parked_until_infinity_by_another_client_stops_no_claim_and_no_wait(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    """PostgreSQL keeps 'infinity' as a timestamp, and cannot subtract it: the claim's next-due time must
+    not fail on it, or one row written by a control plane would fail every idle claim of its agent."""
+    await _listening(store)
+    conn = await asyncpg.connect(postgres_url)
+    try:
+        await conn.execute(
+            "INSERT INTO job (id, agent_id, status, attempt, updated_at, not_before)"
+            " VALUES ('forever', $1, 'WAITING', 1, now(), 'infinity')",
+            AGENT,
+        )
+    finally:
+        await conn.close()
+    assert await store.claim_next(AGENT) is None  # nothing runnable: no error either
+    assert await store.wait_for_work(AGENT, 0.3) is False  # its timer never comes due
+    store._due_hint = None
+    assert await store.wait_for_work(AGENT, 0.3) is False  # asked of the server: the same answer
+    await store.create_job("now", AGENT, None)
+    row = await store.claim_next(AGENT)
+    assert row is not None and row.id == "now"
+
+
 async def test_an_approval_that_leaves_the_row_pending_wakes_the_workers(
     store: PostgresStore, postgres_url: str
 ) -> None:

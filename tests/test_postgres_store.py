@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from _pg import PostgresServer
-from agentlife import ConfigError, StoreUnavailable
+from agentlife import AttemptFenced, ConfigError, StoreUnavailable
 from agentlife.stores import PostgresStore, TableNames, store_from_url
 
 pytestmark = pytest.mark.anyio
@@ -377,3 +377,32 @@ async def test_warm_beyond_the_connection_limit_opens_what_it_may_and_the_store_
         assert (await store.get_job("job-1")).payload == {"n": 1}
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize(("heartbeat", "taken"), [("-infinity", True), ("infinity", False)])
+async def test_a_heartbeat_at_infinity_written_by_another_client_is_judged_not_raised(
+    postgres_url: str, heartbeat: str, taken: bool
+) -> None:
+    """PostgreSQL refuses to subtract an infinite timestamp: the claim's liveness check must not fail on one
+    (the job would be stuck behind an error), but read it as a heartbeat for ever stale, or for ever fresh."""
+    first, second = await _open(postgres_url), await _open(postgres_url)
+    try:
+        await first.create_job("inf", "a", None)
+        await first.claim("inf", 1)
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            await conn.execute(
+                "UPDATE job SET owner = 'pod-b:4242:99:0a0b0c0d:x', heartbeat_at = $1::text::timestamptz"
+                " WHERE id = 'inf'",
+                heartbeat,
+            )
+        finally:
+            await conn.close()
+        if taken:
+            assert (await second.claim("inf", 1)).attempt == 1  # stale for ever: the claim takes over
+        else:
+            with pytest.raises(AttemptFenced):
+                await second.claim("inf", 1)  # fresh for ever: another process holds it
+    finally:
+        await first.close()
+        await second.close()

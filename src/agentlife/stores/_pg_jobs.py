@@ -61,6 +61,7 @@ from agentlife.stores._jobs import (
     retry_marker,
 )
 from agentlife.stores._pg_listen import PgListener, notify_call
+from agentlife.stores._pg_statements import HEARTBEAT_AGE
 from agentlife.stores._rows import (
     JSON_COLUMNS,
     SET_ASIDE_STATUS,
@@ -83,6 +84,10 @@ _RUNNABLE = f"status IN ({', '.join(repr(str(s)) for s in RUNNABLE)})"
 _DUE = "(not_before IS NULL OR not_before <= now())"
 #: Wake this long after a timer's time, so that the claim that follows finds the row due.
 _DUE_MARGIN_SECONDS = 0.02
+#: Seconds from now to the earliest ``not_before`` of the rows selected. Each side is taken as epoch seconds
+#: first: PostgreSQL keeps ``'infinity'`` as a timestamp (a row parked for ever by another client) and
+#: refuses to subtract it, while its epoch is the float infinity, a timer that never comes due.
+_SECONDS_TO_NEXT_DUE = "(EXTRACT(EPOCH FROM min(not_before)) - EXTRACT(EPOCH FROM now()))::float8"
 #: How long the next due time a fruitless claim returned stands in for asking again.
 _DUE_HINT_SECONDS = 0.5
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -153,7 +158,7 @@ class _JobSql:
         # round trip where there were two: an idle worker's only statements are its fallback polls. The
         # due time is looked up only when nothing was claimed (an uncorrelated NOT EXISTS: a one-time filter).
         next_due_when_idle = (
-            f"SELECT EXTRACT(EPOCH FROM min(not_before) - now())::float8 FROM {j}"
+            f"SELECT {_SECONDS_TO_NEXT_DUE} FROM {j}"
             f" WHERE agent_id = $2 AND {_RUNNABLE} AND not_before > now()"
             " AND NOT EXISTS (SELECT 1 FROM claimed)"
         )
@@ -176,7 +181,7 @@ class _JobSql:
             # The index of runnable rows ends the scan at the first row not yet due: a row parked at a
             # timer (WAITING) or backing off (RETRYING) of this agent, its time as seconds from now.
             next_due=(
-                f"SELECT EXTRACT(EPOCH FROM min(not_before) - now())::float8 FROM {j}"
+                f"SELECT {_SECONDS_TO_NEXT_DUE} FROM {j}"
                 f" WHERE agent_id = $1 AND {_RUNNABLE} AND not_before > now()"
             ),
             count_runnable=(
@@ -184,7 +189,7 @@ class _JobSql:
             ),
             lock_row=(
                 f"SELECT {_COLUMNS}, owner, approval,"
-                f" EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 AS heartbeat_age FROM {j}"
+                f" {HEARTBEAT_AGE} AS heartbeat_age FROM {j}"
                 " WHERE id = $1 FOR UPDATE"
             ),
             approve=(

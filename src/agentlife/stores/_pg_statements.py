@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from agentlife.stores._base import HISTORY_KEEP, TableNames
 
-__all__ = ["NOTIFY_PAYLOAD_LIMIT", "channel_prefix", "notify_call", "write_checkpoint_sql"]
+__all__ = ["HEARTBEAT_AGE", "NOTIFY_PAYLOAD_LIMIT", "channel_prefix", "notify_call", "write_checkpoint_sql"]
+
+
+#: Seconds since the row's ``heartbeat_at``, each side taken as epoch seconds first: PostgreSQL keeps
+#: ``'infinity'`` and ``'-infinity'`` as timestamps (a row written by another client) and refuses to
+#: subtract them, while their epochs are floats (a heartbeat for ever fresh, or for ever stale).
+HEARTBEAT_AGE = "(EXTRACT(EPOCH FROM now()) - EXTRACT(EPOCH FROM heartbeat_at))::float8"
 
 
 def write_checkpoint_sql(t: TableNames, fence: str = "", *, conversation: bool = True) -> str:

@@ -43,7 +43,7 @@ from agentlife.stores._pg_jobs import loads as _loads
 from agentlife.stores._pg_jobs import record as _record
 from agentlife.stores._pg_listen import PgListener, notify_call
 from agentlife.stores._pg_schema import pg_schema as _schema
-from agentlife.stores._pg_statements import write_checkpoint_sql
+from agentlife.stores._pg_statements import HEARTBEAT_AGE, write_checkpoint_sql
 from agentlife.stores._waits import PostgresWaitOps
 
 __all__ = ["PostgresStore"]
@@ -110,10 +110,7 @@ class _Sql:
                 f" WHERE id = $1 AND attempt <= $2 RETURNING {_JOB_COLUMNS}"
             ),
             owner=f"SELECT attempt FROM {t.job} WHERE id = $1",
-            lock_claim=(
-                f"SELECT attempt, owner, EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 FROM {t.job}"
-                " WHERE id = $1 FOR UPDATE"
-            ),
+            lock_claim=(f"SELECT attempt, owner, {HEARTBEAT_AGE} FROM {t.job} WHERE id = $1 FOR UPDATE"),
             take_claim=(
                 f"UPDATE {t.job} SET attempt = $2, owner = $3, heartbeat_at = now(), updated_at = now(),"
                 f" status = {_CLAIMED_STATUS}"
