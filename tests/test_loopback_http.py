@@ -229,6 +229,27 @@ async def test_a_long_line_sent_a_byte_at_a_time_costs_time_linear_in_its_length
             pass
 
 
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 200 OK\r\nx-echo authorization Bearer {key}\r\n\r\n",  # a field without its colon
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz {key}\r\n",  # a chunk size
+        b"HTTP/9 {key}\r\n\r\n",  # a status line
+        b"HTTP/1.1 200 OK\r\ncontent-length: 1, 2 {key}\r\n\r\n",  # a content-length
+        b"HTTP/1.1 200 OK\r\ncontent-encoding: x {key}\r\ncontent-length: 1\r\n\r\nx",  # an encoding
+    ],
+)
+async def test_no_piece_of_a_secret_a_server_echoes_reaches_an_error(head: bytes) -> None:
+    """A message that cut the server's line to fit would hand on a piece of the key no redactor can
+    recognise: none of the server's bytes are repeated, beyond a short word."""
+    key = "k3y-" + "q" * 12 + "-loopback-secret-0123456789"
+    async with raw_server(head.replace(b"{key}", key.encode())) as (url, *_):
+        with pytest.raises(wire.RemoteProtocolError) as caught:
+            await fetch(url)
+    message = str(caught.value)
+    assert not any(key[i : i + 6] in message for i in range(len(key) - 5)), message
+
+
 def test_its_errors_are_sorted_as_httpx_errors_are() -> None:
     assert classify(wire.TimeoutException("slow")) is ErrorClass.TIMEOUT
     assert classify(wire.RemoteProtocolError("cut")) is ErrorClass.TRANSIENT

@@ -17,6 +17,8 @@ bookkeeping, and no request ever meets a kept-alive connection the server closed
 length a server states is checked before it is trusted: the head is bounded (`MAX_HEAD_BYTES`,
 `MAX_HEADERS`), chunk sizes are plain hex of at most 16 digits, a body cut short of its ``content-length``
 or inside a chunk is an error, and a compressed body (none is asked for) is refused rather than inflated.
+Its error messages name what was wrong, never the server's bytes (beyond a short word such as an
+encoding's name): a piece of a line cut to fit a message could be a piece of a secret.
 """
 
 from __future__ import annotations
@@ -306,7 +308,7 @@ class Response:
             return None
         name, colon, value = line.decode("latin-1").partition(":")
         if not colon or not name or name != name.strip() or " " in name or "\t" in name:
-            raise RemoteProtocolError(f"not a header field: {line[:60]!r}")
+            raise RemoteProtocolError(f"not a header field (a line of {len(line)} bytes)")
         return name, value.strip()
 
     async def _body(self) -> AsyncIterator[bytes]:
@@ -315,12 +317,12 @@ class Response:
         encoding = self.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             raise RemoteProtocolError(
-                f"the server sent a {encoding!r}-encoded body though none was asked for"
+                f"the server sent a {_token(encoding)}-encoded body though none was asked for"
             )
         transfer = self.headers.get("transfer-encoding")
         if transfer is not None:
             if transfer.strip().lower() != "chunked":
-                raise RemoteProtocolError(f"unsupported transfer-encoding {transfer[:40]!r}")
+                raise RemoteProtocolError(f"unsupported transfer-encoding {_token(transfer)}")
             async for piece in self._chunked():
                 yield piece
             return
@@ -337,7 +339,7 @@ class Response:
             line = await self._line()
             size = line.split(b";", 1)[0].strip()
             if not size or len(size) > 16 or not _HEX.issuperset(size):
-                raise RemoteProtocolError(f"not a chunk size: {line[:40]!r}")
+                raise RemoteProtocolError(f"not a chunk size (a line of {len(line)} bytes)")
             if int(size, 16) == 0:
                 await self._fields("trailer")
                 return
@@ -413,6 +415,18 @@ async def split_lines(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator
         yield b"".join(parts).decode("utf-8", "replace")
 
 
+def _token(value: str) -> str:
+    """``value`` quoted when it is a short word (``'gzip'``), else its length.
+
+    A message never repeats more of what a server sent, and never a cut piece of it: a cut secret is one a
+    redactor cannot recognise.
+    """
+    word = value.strip()
+    if 0 < len(word) <= 24 and all(c.isascii() and (c.isalnum() or c in "-_., ") for c in word):
+        return repr(word.lower())
+    return f"({len(value)} characters)"
+
+
 def _status(line: bytes) -> int:
     version, _, rest = line.partition(b" ")
     code = rest[:3]
@@ -422,15 +436,15 @@ def _status(line: bytes) -> int:
         or not code.isdigit()
         or rest[3:4] not in (b"", b" ", b"\r", b"\n")
     ):
-        raise RemoteProtocolError(f"not an HTTP/1.x status line: {line[:40]!r}")
+        raise RemoteProtocolError(f"not an HTTP/1.x status line (a line of {len(line)} bytes)")
     return int(code)
 
 
 def _content_length(value: str) -> int:
     lengths = {v.strip() for v in value.split(",")}
     if len(lengths) != 1:
-        raise RemoteProtocolError(f"conflicting content-lengths {value[:40]!r}")
+        raise RemoteProtocolError(f"conflicting content-lengths ({len(lengths)} values)")
     length = lengths.pop()
     if not length.isascii() or not length.isdigit() or len(length) > 18:
-        raise RemoteProtocolError(f"not a content-length: {value[:40]!r}")
+        raise RemoteProtocolError(f"not a content-length ({len(value)} characters)")
     return int(length)
