@@ -1,3 +1,3 @@
 """The version of agentlife (read by the build backend and by ``python -m agentlife --version``)."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
