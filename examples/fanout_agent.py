@@ -9,9 +9,11 @@ Two agents in one module, each run by its own workers (one Deployment per agent)
 
 `FanOut` starts ``children`` jobs of `Square` (``ctx.start_job``: one journaled call each, so a resumed
 parent starts none twice) and waits for them with ``ctx.wait_for_jobs``: the parent parks WAITING and frees
-its worker; the end of its last child makes it runnable at once. Each `Square` appends one line to
-``{AGENTLIFE_DATA_DIR}/fanout-effects.log`` through a journaled tool with ``verify``, so the line is written
-exactly once whatever kills the worker, and ends with the square of its number. The parent's result is
+its worker; the end of its last child makes it runnable at once. Each `Square` appends one line to an
+effects file (``FANOUT_EFFECTS``, by default ``{AGENTLIFE_DATA_DIR}/fanout-effects.log``; stands for an
+external system, so with workers on several pods point it at a volume they share) through a journaled tool
+with ``verify``, so the line is written exactly once whatever kills the worker, and ends with the square of
+its number. The parent's result is
 ``{"sum": 0² + 1² + ... + (children-1)²}``.
 """
 
@@ -28,6 +30,9 @@ CHILD_AGENT = "fanout-square"
 
 def effects_file() -> Path:
     """Where the children's effect lines go: one ``invocation_id n`` line per effect."""
+    named = os.environ.get("FANOUT_EFFECTS")
+    if named:
+        return Path(named)
     return Path(os.environ.get("AGENTLIFE_DATA_DIR", ".agentlife")) / "fanout-effects.log"
 
 

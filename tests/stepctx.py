@@ -13,6 +13,7 @@ import orjson
 from agentlife import AgentProcess, Footprint, Job, LLMClient, LLMReply, StepContext
 from agentlife._budget import Budget
 from agentlife._config import Settings
+from agentlife._journal._steprecords import StepJournal
 from agentlife._journal._writer import Journal
 from agentlife._observe._telemetry_facade import TelemetryFacade
 from agentlife._redact import Redactor
@@ -37,9 +38,12 @@ async def step_contexts(tmp_path: Path, *, time_scale: float = 0.01) -> AsyncIte
         )
         store = SQLiteStore(tmp_path / "agentlife.db")
         await store.open()
-        journal = Journal.create(settings.session_dir, 1)
+        attempt = len(opened) + 1  # each context is the next attempt of the job, as a resume is
+        await store.create_job("job-s", "s", {})
+        await store.claim("job-s", attempt)  # the step's records go to the store, fenced like a real job's
+        journal = Journal.create(settings.session_dir, attempt)
         opened.append((journal, store))
-        job = Job("job-s", "s", 1, {})
+        job = Job("job-s", "s", attempt, {})
 
         class Host:
             agent = AgentProcess()
@@ -64,7 +68,7 @@ async def step_contexts(tmp_path: Path, *, time_scale: float = 0.01) -> AsyncIte
             host,
             Approvals(Booted(settings, store, journal), job, host, lambda: 0),
             no_usage,
-            journal,
+            StepJournal(journal, store, "job-s", attempt),
             None,
             Budget.build(constants.budget, None, None),
             llm,

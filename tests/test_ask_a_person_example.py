@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,26 @@ def test_no_answer_within_the_time_ends_the_job_failed_with_the_reason(tmp_path:
     env = agent_env(data, ANSWER_TIMEOUT_SECONDS="0.2")  # under park_after: it waits in the process
     done = _run(env, "--payload", PAYLOAD)
     assert done.returncode == 0, done.stderr[-2000:]
+    shown = _show(env)
+    assert "status      FAILED" in shown and "no answer within the time" in shown, shown
+    assert _lines(data, "deployments.jsonl") == []
+
+
+def test_an_approval_sent_after_the_deadline_never_deploys(tmp_path: Path) -> None:
+    # The job parks on a 1 s wait; the approval comes after the deadline, and the job resumes later still:
+    # "no answer within the time" came first, so it fails and deploys nothing.
+    data = tmp_path / "data"
+    env = agent_env(data, ANSWER_TIMEOUT_SECONDS="1", AGENTLIFE_PARK_AFTER_SECONDS="0.3")
+    first = _run(env, "--payload", PAYLOAD)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "status      WAITING" in _show(env)
+    time.sleep(1.2)
+    sent = run_cli(
+        "job", "send", "deploy-7", "answer", "--payload", '{"approve": true, "by": "ana"}', env=env
+    )
+    assert sent.returncode == 0, sent.stderr
+    late = _run(env)
+    assert late.returncode == 0, late.stderr[-2000:]
     shown = _show(env)
     assert "status      FAILED" in shown and "no answer within the time" in shown, shown
     assert _lines(data, "deployments.jsonl") == []

@@ -1,6 +1,7 @@
 """Child jobs end to end with real processes on SQLite and PostgreSQL: ``ctx.start_job`` and
 ``ctx.wait_for_jobs`` under SIGKILL and SIGTERM of the parent's worker before its row says WAITING, right
-after, while it wakes, and of the child's worker while a child runs. Every side effect happens once, every
+after, while it wakes, and of the child's worker while a child runs; each worker process on a disk of its
+own (a new pod). Every side effect happens once, every
 child is created once, and the parent ends with the right sum. Bad calls fail the step with one line and
 leave nothing behind."""
 
@@ -44,7 +45,7 @@ class World(world.World):
             with (self.logs / f"{slot}-{self.spawned}.log").open("wb") as log:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "agentlife", "worker", target, "--time-scale", SCALE, *more],
-                    env=self.env(AGENTLIFE_HEALTH_PORT="off"),
+                    env=self.env(pod=f"{slot}-{self.spawned}", AGENTLIFE_HEALTH_PORT="off"),
                     cwd=REPO,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -77,7 +78,8 @@ class World(world.World):
 
     def journal(self, job_id: str) -> list[dict[str, object]]:
         events = []
-        for session in sorted((self.data_dir / "sessions" / job_id).glob("session_*.jsonl")):
+        sessions = [path for d in self.session_dirs(job_id) for path in d.glob("session_*.jsonl")]
+        for session in sorted(sessions, key=lambda path: path.name):
             for line in session.read_text().splitlines():
                 try:
                     events.append(orjson.loads(line))

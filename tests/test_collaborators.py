@@ -20,6 +20,7 @@ from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._config import Settings
 from agentlife._exceptions import ApprovalRejected, ParkRequested
+from agentlife._journal._steprecords import StepJournal
 from agentlife._journal._writer import Journal
 from agentlife._llm._protocol import LLMReply
 from agentlife._observe._telemetry_facade import TelemetryFacade
@@ -193,8 +194,17 @@ async def test_a_step_context_runs_journaled_calls_against_a_small_host(booted: 
     async def add_usage(reply: LLMReply) -> None:
         usage.append(reply)
 
+    await booted.store.create_job(s.job_id, s.agent_id, {})
+    await booted.store.claim(s.job_id, s.attempt)  # a side effect's record goes to the store first
     env = CallEnv(
-        host, approvals, add_usage, booted.journal, None, budget, ScriptedLLM(["hello"]), random.Random(1)
+        host,
+        approvals,
+        add_usage,
+        StepJournal(booted.journal, booted.store, "job-c", 1),
+        None,
+        budget,
+        ScriptedLLM(["hello"]),
+        random.Random(1),
     )
     ctx = StepContext(step=0, state={}, job=job, memories=[], footprint=Footprint(), env=env)
     assert await ctx.call_tool(_record, text="x") == "job-c/0/0: x"

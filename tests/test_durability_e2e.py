@@ -253,6 +253,7 @@ def test_db_init_then_run_needs_create_job_then_budget_from_journals(
         (schema, "delivery"),
         (schema, "conversation"),
         (schema, "job_event"),
+        (schema, "step_record"),
     }
 
     missing = run_cli("run", AGENT, env=env)

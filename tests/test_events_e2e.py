@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,27 @@ def test_an_event_wait_with_a_timeout_returns_none_and_keeps_later_events(
     assert (sent.returncode, sent.stdout) == (4, ""), sent.stderr  # the job is COMPLETED: refused
     assert "cannot send 'answer' to job job-1: it is COMPLETED" in sent.stderr
     assert _taken(world) == []
+
+
+def test_an_answer_sent_after_the_deadline_is_not_taken_by_the_wait_resumed_late_on_another_pod(
+    tmp_path: Path, db_url: str
+) -> None:
+    # The first wait (1 s) parks; the answer comes after its deadline, and the job resumes after that on a
+    # pod that never ran it. What came first decides: the deadline, so the first wait times out, and the
+    # second wait, started after the answer was sent, takes it.
+    world = _world(tmp_path, db_url, EVENT_TIMEOUT="1", AGENTLIFE_PARK_AFTER_SECONDS="0.3")
+    code, out = world.finish(world.run("job-1", LISTENER))
+    assert code == 0 and world.row("job-1").status == "WAITING", out
+    until = world.wait("job-1").until
+    assert until is not None
+    time.sleep(max(0.0, until + 0.05 - time.time()))
+    assert _send(world, "answer", "--payload", '{"n": 1}').returncode == 0
+    code, out = world.finish(world.run("job-1", LISTENER, AGENTLIFE_ATTEMPT="2", pod="b"))
+    assert code == 0, out
+    row = world.row("job-1")
+    assert (row.status, row.result) == ("COMPLETED", {"got": [None, {"n": 1}]}), row
+    assert _taken(world) == [("answer", "job-1/0/2")]
+    assert world.effects() == (["job-1/0/0"], ["job-1/0/3"])
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """The fan-out example (examples/fanout_agent.py) run by three real workers, one of the parent agent and two
-of the child agent, under seeded SIGKILLs, on SQLite and PostgreSQL: the parent's sum is right, every
-child's effect happened exactly once, and every child was created exactly once."""
+of the child agent, under seeded SIGKILLs, on SQLite and PostgreSQL, each worker process on a disk of its
+own: the parent's sum is right, every child's effect happened exactly once, and every child was created
+exactly once."""
 
 from __future__ import annotations
 
@@ -25,11 +26,14 @@ SLOTS = (("fanout_agent:FanOut", ()), ("fanout_agent:Square", ("--concurrency", 
 def test_twenty_children_under_seeded_kills_sum_right_with_each_effect_and_child_once(
     tmp_path: Path, db_url: str
 ) -> None:
+    # Each worker process on a disk of its own (a new pod), the effects in a file they share.
     data = tmp_path / "data"
+    effects = tmp_path / "fanout-effects.log"
     env = agent_env(
         data,
         AGENTLIFE_DATABASE_URL=db_url,
         AGENTLIFE_HEALTH_PORT="off",
+        FANOUT_EFFECTS=str(effects),
         PYTHONPATH=os.pathsep.join([str(REPO / "examples"), str(REPO / "src")]),
     )
     assert run_cli("db", "init", env=env).returncode == 0
@@ -62,7 +66,7 @@ def test_twenty_children_under_seeded_kills_sum_right_with_each_effect_and_child
                                 SCALE,
                                 *args,
                             ],
-                            env=env,
+                            env={**env, "AGENTLIFE_DATA_DIR": str(data / f"pod-{spawned:03d}")},
                             cwd=REPO,
                             stdout=log,
                             stderr=subprocess.STDOUT,
@@ -85,7 +89,7 @@ def test_twenty_children_under_seeded_kills_sum_right_with_each_effect_and_child
                 proc.wait()
     shown = run_cli("job", "show", "fan", env=env)
     assert f'result      {{"sum": {sum(i * i for i in range(CHILDREN))}}}' in shown.stdout, shown.stdout
-    lines = (data / "fanout-effects.log").read_text().splitlines()
+    lines = effects.read_text().splitlines()
     assert sorted(lines) == sorted(f"fan.0.{i}/0/0 {i}" for i in range(CHILDREN))  # each effect once
     listed = run_cli("job", "list", "--json", "--limit", "1000", env=env)
     ids = [line for line in listed.stdout.splitlines() if '"id"' in line or line.startswith("{")]

@@ -26,6 +26,7 @@ from agentlife.stores import (
     JobStatus,
     PostgresStore,
     SQLiteStore,
+    StepRecord,
     TableNames,
     crc32,
 )
@@ -638,3 +639,122 @@ async def test_a_childs_end_wakes_its_waiting_parent_only_on_a_sound_waiting_col
     due = "not_before" if backend.kind == "sqlite" else "EXTRACT(EPOCH FROM not_before)::float8"
     ((not_before,),) = await backend.raw(f"SELECT {due} FROM {backend.tables.job} WHERE id = 'parent'")
     assert (float(not_before) < time.time() + 60) is woken, not_before
+
+
+# -- step records: what a resumed step replays, on any pod ----------------------------------------------
+
+
+def _record(step: int, seq: int, *, attempt: int = 1, session: int = 1000, text: str = "x") -> StepRecord:
+    return StepRecord(
+        step, attempt, session, seq, b'{"type": "T", "step": %d, "t": "%s"}' % (step, text.encode())
+    )
+
+
+async def test_step_records_are_stored_in_order_and_a_second_write_of_one_changes_nothing(
+    store: CheckpointStore,
+) -> None:
+    await _running_job(store)
+    await store.append_step_records("job-1", 1, [_record(3, 5), _record(3, 6)])
+    # A write retried after its answer was lost: the rows stay as first written, nothing is refused.
+    await store.append_step_records("job-1", 1, [_record(3, 6, text="again"), _record(3, 7)])
+    await store.claim("job-1", 2)
+    await store.append_step_records("job-1", 2, [_record(3, 0, attempt=2, session=999)])
+
+    records = await store.load_step_records("job-1")
+    assert [(r.attempt, r.session, r.seq) for r in records] == [
+        (1, 1000, 5),
+        (1, 1000, 6),
+        (1, 1000, 7),
+        (2, 999, 0),
+    ]
+    assert records[1].data == _record(3, 6).data
+    assert await store.load_step_records("other") == []
+
+
+async def test_a_step_record_of_an_attempt_that_lost_the_job_is_refused_and_writes_nothing(
+    make_store: StoreFactory,
+) -> None:
+    zombie = await make_store()
+    successor = await make_store()
+    await _running_job(zombie)
+    await zombie.append_step_records("job-1", 1, [_record(0, 1)])
+    await successor.claim("job-1", 2)
+
+    with pytest.raises(AttemptFenced):
+        await zombie.append_step_records("job-1", 1, [_record(0, 2)])
+    # The same attempt in another process (another claim token) is refused too.
+    same_attempt = await make_store()
+    with pytest.raises(AttemptFenced):
+        await same_attempt.append_step_records("job-1", 2, [_record(0, 3, attempt=2)])
+    with pytest.raises(AttemptFenced):
+        await zombie.append_step_records("ghost", 1, [_record(0, 1)])
+    await successor.set_status("job-1", 2, "COMPLETED", result={"ok": True})
+    with pytest.raises(AttemptFenced):  # an ended job takes nothing more
+        await successor.append_step_records("job-1", 2, [_record(0, 4, attempt=2)])
+    assert [r.seq for r in await successor.load_step_records("job-1")] == [1]
+
+
+async def test_a_checkpoint_writes_a_parked_steps_records_and_removes_those_before_its_window(
+    store: CheckpointStore,
+) -> None:
+    await _running_job(store)
+    await store.append_step_records("job-1", 1, [_record(step, step) for step in range(4)])
+    await store.write_checkpoint(
+        "job-1", 1, "cp-park", 3, b"parked", records=[_record(4, 10), _record(4, 11)], prune_before=2
+    )
+    assert [(r.step, r.seq) for r in await store.load_step_records("job-1")] == [
+        (2, 2),
+        (3, 3),
+        (4, 10),
+        (4, 11),
+    ]
+
+
+async def test_a_fenced_checkpoint_writes_no_step_records_and_removes_none(make_store: StoreFactory) -> None:
+    zombie = await make_store()
+    successor = await make_store()
+    await _running_job(zombie)
+    await zombie.append_step_records("job-1", 1, [_record(0, 1)])
+    await successor.claim("job-1", 2)
+    with pytest.raises(AttemptFenced):
+        await zombie.write_checkpoint("job-1", 1, "cp", 5, b"x", records=[_record(6, 1)], prune_before=6)
+    assert [(r.step, r.seq) for r in await successor.load_step_records("job-1")] == [(0, 1)]
+
+
+# -- what happened first: a wait's deadline against an event's send and a child's end ----------------------
+
+
+async def test_an_event_sent_after_the_deadline_is_not_taken_by_the_wait(store: CheckpointStore) -> None:
+    await _running_job(store)
+    await store.send_event("job-1", "answer", {"n": 1})
+    deadline = time.time()
+    time.sleep(0.01)  # the stores' clocks resolve well under this
+    await store.send_event("job-1", "answer", {"n": 2})
+
+    # The wait whose deadline came before the second send takes the first, then nothing.
+    assert await store.take_event("job-1", 1, ["answer"], "job-1/0/0", sent_by=deadline) == (
+        "answer",
+        {"n": 1},
+    )
+    assert await store.take_event("job-1", 1, ["answer"], "job-1/0/1", sent_by=deadline) is None
+    # Without a deadline (or a later one) the late event is there for a wait.
+    assert await store.take_event("job-1", 1, ["answer"], "job-1/0/1") == ("answer", {"n": 2})
+    # A wait asked again after a crash gets what it took, whatever its deadline.
+    assert await store.take_event("job-1", 1, ["answer"], "job-1/0/0", sent_by=0.0) == ("answer", {"n": 1})
+
+
+async def test_a_child_that_ended_after_the_deadline_is_reported_unfinished(store: CheckpointStore) -> None:
+    await _running_job(store, "parent")
+    for kid in ("kid-1", "kid-2"):
+        assert await store.start_child("parent", 1, kid, "agent-a", None, invocation_id=f"parent/0/{kid}")
+    await store.claim("kid-1", 1)
+    await store.set_status("kid-1", 1, "COMPLETED", result={"early": True})
+    deadline = time.time()
+    time.sleep(0.01)
+    await store.claim("kid-2", 1)
+    await store.set_status("kid-2", 1, "COMPLETED", result={"late": True})
+
+    early, late = await store.child_outcomes("parent", ["kid-1", "kid-2"], ended_by=deadline)
+    assert (early.status, early.result, early.finished) == ("COMPLETED", {"early": True}, True)
+    assert (late.status, late.result, late.finished) == ("RUNNING", None, False)
+    assert all(o.finished for o in await store.child_outcomes("parent", ["kid-1", "kid-2"]))

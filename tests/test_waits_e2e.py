@@ -34,9 +34,10 @@ class World(world.World):
         super().create(job_id, agent)
 
     def events(self, job_id: str, kind: str) -> list[dict[str, object]]:
-        """Every ``kind`` event of the job's session journals, oldest session first."""
+        """Every ``kind`` event of the job's session journals on every pod, oldest session first."""
         found = []
-        for session in sorted((self.data_dir / "sessions" / job_id).glob("session_*.jsonl")):
+        sessions = [path for d in self.session_dirs(job_id) for path in d.glob("session_*.jsonl")]
+        for session in sorted(sessions, key=lambda path: path.name):
             for line in session.read_text().splitlines():
                 event = orjson.loads(line)
                 if event["type"] == kind:
@@ -59,18 +60,17 @@ class World(world.World):
             assert len(ran) <= 1 + kills, (ran, outcomes)
 
 
-def test_a_long_sleep_parks_the_job_waiting_and_the_next_run_resumes_it_at_the_wait(
+def test_a_long_sleep_parks_the_job_waiting_and_runs_on_other_pods_park_it_again_until_the_same_end(
     tmp_path: Path, db_url: str
 ) -> None:
-    # 6 s: the early second run must reach the wait before it ends, even booting on a loaded machine.
-    world = World(tmp_path, db_url, AGENTLIFE_PARK_AFTER_SECONDS="0.5", WAIT_SECONDS="6")
+    world = World(tmp_path, db_url, AGENTLIFE_PARK_AFTER_SECONDS="0.5", WAIT_SECONDS="120")
     world.create("job-1")
     started = time.time()
     code, out = world.finish(world.run("job-1"))
     assert code == 0, out  # the process is free while the job sleeps
     assert world.row("job-1").status == "WAITING"
     wait = world.wait("job-1")
-    assert wait.until is not None and wait.until >= started + 6 - 0.5  # the row says when the wait ends
+    assert wait.until is not None and wait.until >= started + 120 - 0.5  # the row says when the wait ends
     assert wait.waiting_for["invocation_id"] == "job-1/0/1"
     listed = world.job("list", "--status", "WAITING")
     assert listed.returncode == 0 and "job-1" in listed.stdout, listed.stderr
@@ -78,20 +78,16 @@ def test_a_long_sleep_parks_the_job_waiting_and_the_next_run_resumes_it_at_the_w
     assert shown.returncode == 0, shown.stderr
     assert "  status      WAITING\n" in shown.stdout and "  waits for   sleep until " in shown.stdout
     assert shown.stdout.count("(job-1/0/1)") == 1, shown.stdout
-    # Too early: the resumed step reaches the wait again and parks again, nothing run twice.
-    code, out = world.finish(world.run("job-1", AGENTLIFE_ATTEMPT="2"))
-    assert code == 0, out
-    assert world.row("job-1").status == "WAITING"
+    # Too early, each on another pod (its own empty disk): the resumed step reaches the wait again and parks
+    # again until the same end, nothing run twice. (Resuming on time, on another pod: the worker test next.)
+    for attempt, pod in ((2, "b"), (3, "c")):
+        code, out = world.finish(world.run("job-1", AGENTLIFE_ATTEMPT=str(attempt), pod=pod))
+        assert code == 0, out
+        assert world.row("job-1").status == "WAITING"
+        assert world.wait("job-1").until == wait.until
     assert world.effects() == (["job-1/0/0"], [])
-    time.sleep(max(0.0, started + 6.2 - time.time()))
-    code, out = world.finish(world.run("job-1", AGENTLIFE_ATTEMPT="3"))
-    assert code == 0, out
-    row = world.row("job-1")
-    assert (row.status, row.result, row.error) == ("COMPLETED", {"slept": True}, []), row
-    assert world.effects() == (["job-1/0/0"], ["job-1/0/2"])
     ends = {event["until"] for event in world.events("job-1", "WAIT_STARTED")}
-    assert len(ends) == 1  # started once; the later attempts waited for the recorded end
-    assert len(world.events("job-1", "WAIT_COMPLETED")) == 1
+    assert ends == {wait.until}  # started once; the later attempts waited for the recorded end
 
 
 def test_a_worker_resumes_a_waiting_job_once_its_time_has_come(
@@ -99,15 +95,18 @@ def test_a_worker_resumes_a_waiting_job_once_its_time_has_come(
 ) -> None:
     world = World(tmp_path, db_url, AGENTLIFE_PARK_AFTER_SECONDS="0.5", WAIT_SECONDS="7")
     world.create("job-1")
+    code, out = world.finish(world.run("job-1"))
+    assert code == 0 and world.row("job-1").status == "WAITING", out
+    # A worker on another pod (an empty disk) resumes it, at the wait's recorded end.
     worker = subprocess.Popen(
-        [sys.executable, "-m", "agentlife", "worker", SLEEPER, "--max-jobs", "2", "--idle-timeout", "60"],
-        env=world.env(),
+        [sys.executable, "-m", "agentlife", "worker", SLEEPER, "--max-jobs", "1", "--idle-timeout", "60"],
+        env=world.env(pod="worker"),
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     procs.append(worker)
-    code, out = world.finish(worker, timeout=90)  # the park is one job, the resume the second
+    code, out = world.finish(worker, timeout=90)
     assert code == 0, out
     assert world.row("job-1").status == "COMPLETED", out
     assert world.effects() == (["job-1/0/0"], ["job-1/0/2"])
@@ -116,6 +115,7 @@ def test_a_worker_resumes_a_waiting_job_once_its_time_has_come(
     # Never before its time. How soon after is a store matter (test_pg_notify: the timer wakes the wait) and
     # a figure for the benchmarks, not a bound for a loaded machine.
     [started] = world.events("job-1", "WAIT_STARTED")[:1]
+    assert {e["until"] for e in world.events("job-1", "WAIT_STARTED")} == {started["until"]}  # never anew
     [completed] = world.events("job-1", "WAIT_COMPLETED")
     assert float(completed["ts"]) >= float(started["until"])  # type: ignore[arg-type]
 
@@ -138,7 +138,7 @@ def test_a_signal_during_a_short_sleep_leaves_the_next_attempt_only_what_is_left
         # The drain ended the wait at once: the row waits for the rest, the wait is in the journal.
         assert "drained during a wait" in out, out
         assert world.row("job-1").status == "WAITING"
-    code, out = world.finish(world.run("job-1", AGENTLIFE_ATTEMPT="2"))
+    code, out = world.finish(world.run("job-1", AGENTLIFE_ATTEMPT="2", pod="b"))  # on another pod
     assert code == 0, out
     assert time.time() >= started + 4  # the sleep was not cut short ...
     assert world.effects() == (["job-1/0/0"], ["job-1/0/2"])  # ... and nothing ran twice
@@ -187,13 +187,15 @@ def test_random_kills_and_drains_around_a_parked_sleep_leave_every_effect_once(
     import random
 
     rng = random.Random(seed)
+    # Each attempt runs on the first pod's disk or on a new one, as a fleet would place it.
     world = World(tmp_path, db_url, AGENTLIFE_PARK_AFTER_SECONDS="0.3", WAIT_SECONDS="1.5")
     world.create("job-1")
     attempt, outcomes = 0, []
     while world.row("job-1").status != "COMPLETED":
         attempt += 1
         assert attempt < 40, outcomes
-        proc = world.run("job-1", AGENTLIFE_ATTEMPT=str(attempt))
+        pod = rng.choice([None, str(attempt)])
+        proc = world.run("job-1", AGENTLIFE_ATTEMPT=str(attempt), pod=pod)
         if attempt <= 6:
             time.sleep(rng.uniform(0.0, 1.2))
             proc.send_signal(rng.choice([signal.SIGKILL, signal.SIGTERM]))

@@ -1,9 +1,9 @@
 """A pool of real workers on a real PostgreSQL under seeded SIGKILLs and SIGTERMs, restarted as a Deployment
-would restart them: every job ends COMPLETED, every side effect happens exactly once, no job is ever run by
-two live processes at once (the journals and the fsynced step traces say when each attempt ran, and where),
-and the jobs of killed workers are reclaimed by the reapers of the surviving or respawned workers, never
-before their heartbeat is older than the threshold unless their owner is known to be gone. One of the faults
-kills every live worker at once.
+would restart them, each process on a disk of its own (a new pod): every job ends COMPLETED, every side effect
+happens exactly once, no job is ever run by two live processes at once (the journals and the fsynced step
+traces say when each attempt ran, and where), and the jobs of killed workers are reclaimed by the reapers of
+the surviving or respawned workers, never before their heartbeat is older than the threshold unless their
+owner is known to be gone. One of the faults kills every live worker at once.
 
 How long a reclaim takes is a figure, not an assertion: it depends on how fast a respawned worker boots on
 a loaded machine, which no code here bounds. The test prints its p50, p99 and max (``-s``); docs/workers.md
@@ -115,15 +115,18 @@ class Pool:
                 self.exit_codes.append(slot[0].returncode)
                 slot[1].close()
             log = (self.logs / f"worker-{self.spawned:04d}.log").open("wb")
-            self.spawned += 1
             command = [sys.executable, "-m", "agentlife", "worker", self.target, *self.args]
+            # Each process on a disk of its own, as a new pod: what a job resumed elsewhere replays comes
+            # from the store.
+            disk = Path(self.env["AGENTLIFE_DATA_DIR"]) / f"pod-{self.spawned:04d}"
             proc = subprocess.Popen(
                 as_pod(f"pod-{i}", command),
-                env=self.env,
+                env={**self.env, "AGENTLIFE_DATA_DIR": str(disk)},
                 cwd=REPO,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
+            self.spawned += 1
             self.slots[i] = (proc, log)
             self.processes.append(proc)
             waiter = threading.Thread(target=self._time_exit, args=(proc,), daemon=True)
@@ -256,7 +259,7 @@ def test_a_worker_pool_survives_seeded_kills_with_every_job_done_once(
     assert per_job == dict.fromkeys(ids, STEPS)
 
     # No job ever ran in two live processes at once: each attempt in one process, attempts one after another.
-    spans = attempt_spans(tmp_path / "data" / "sessions", traces / "steps")
+    spans = attempt_spans(tmp_path / "data", traces / "steps")
     for job_id in ids:
         attempts = sorted(spans[job_id].items())
         for attempt, (_, _, pids) in attempts:
@@ -306,8 +309,9 @@ def busy_first(live: list[subprocess.Popen[bytes]], steps: Path) -> list[subproc
     return busy or live
 
 
-def attempt_spans(sessions: Path, steps: Path | None) -> dict[str, dict[int, tuple[float, float, set[int]]]]:
-    """Per job and attempt: (first, last) unix time seen in its journal and step traces, and its pids."""
+def attempt_spans(disks: Path, steps: Path | None) -> dict[str, dict[int, tuple[float, float, set[int]]]]:
+    """Per job and attempt: (first, last) unix time seen in its journals (on every pod's disk under
+    ``disks``) and step traces, and its pids."""
     spans: dict[str, dict[int, tuple[float, float, set[int]]]] = defaultdict(dict)
 
     def see(job_id: str, attempt: int, ts: float, pid: int | None) -> None:
@@ -316,7 +320,7 @@ def attempt_spans(sessions: Path, steps: Path | None) -> dict[str, dict[int, tup
             pids.add(pid)
         spans[job_id][attempt] = (min(start, ts), max(end, ts), pids)
 
-    for job_dir in sessions.iterdir():
+    for job_dir in (d for sessions in disks.glob("pod-*/sessions") for d in sessions.iterdir()):
         for path in job_dir.glob("session_*.jsonl"):
             records = []
             for line in path.read_bytes().splitlines():
@@ -440,7 +444,7 @@ def test_concurrent_workers_running_a_tool_agent_survive_seeded_kills_with_every
     assert per_job == dict.fromkeys(ids, TURNS - 1)
 
     # No attempt overlapped another: each in one process, the next begun after the last ended (journals).
-    spans = attempt_spans(tmp_path / "data" / "sessions", None)
+    spans = attempt_spans(tmp_path / "data", None)
     overlapping = jobs_with_overlapping_attempts(spans, ids)
     assert not overlapping, overlapping
     # Several jobs at once in one process: the concurrency was real.

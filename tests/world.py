@@ -73,8 +73,17 @@ class World:
         self.extra = {trace_variable: str(self.traces), **env}
         init_schema(url)
 
-    def env(self, **extra: str) -> dict[str, str]:
-        return agent_env(self.data_dir, AGENTLIFE_DATABASE_URL=self.url, **{**self.extra, **extra})
+    def env(self, *, pod: str | None = None, **extra: str) -> dict[str, str]:
+        """The environment of a process; ``pod`` names another data dir (its disk), made on first use."""
+        return agent_env(self.pod_dir(pod), AGENTLIFE_DATABASE_URL=self.url, **{**self.extra, **extra})
+
+    def pod_dir(self, pod: str | None) -> Path:
+        """The data dir of ``pod`` (None: the first pod's, ``data_dir``): a pod's own disk, empty at first."""
+        return self.data_dir if pod is None else self.data_dir.with_name(f"pod-{pod}")
+
+    def session_dirs(self, job_id: str) -> list[Path]:
+        """The job's session directories on every pod's disk."""
+        return [d / "sessions" / job_id for d in (self.data_dir, *self.data_dir.parent.glob("pod-*"))]
 
     def job(self, *args: str) -> subprocess.CompletedProcess[str]:
         return run_cli("job", *args, env=self.env())
@@ -84,8 +93,11 @@ class World:
         tested on its own in test_job_cli): one Python process fewer per test."""
         self.read(lambda store: store.create_job(job_id, agent, None))
 
-    def run(self, job_id: str, target: str | None = None, **env: str) -> subprocess.Popen[bytes]:
-        return spawn(target or self.target, self.env(**env), "--job-id", job_id)
+    def run(
+        self, job_id: str, target: str | None = None, *, pod: str | None = None, **env: str
+    ) -> subprocess.Popen[bytes]:
+        """``run`` the job, on ``pod``'s disk (the first pod's by default)."""
+        return spawn(target or self.target, self.env(pod=pod, **env), "--job-id", job_id)
 
     def finish(self, proc: subprocess.Popen[bytes], timeout: float = 60) -> tuple[int, str]:
         out, err = proc.communicate(timeout=timeout)

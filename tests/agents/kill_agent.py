@@ -94,3 +94,22 @@ class KillAgent(AgentProcess):
         if ctx.step + 1 >= int(os.environ.get("KILL_STEPS", "6")):
             return Done(result={"steps": [s[0] for s in ctx.state["steps"]]})
         return None
+
+
+@tool(side_effects=False)
+async def pause() -> str:
+    """Read-only: says it is pausing (``paused-{attempt}``), then waits ``PAUSE_SECONDS``."""
+    (Path(os.environ["KILL_LOG_DIR"]) / f"paused-{os.environ['AGENTLIFE_ATTEMPT']}").touch()
+    await anyio.sleep(float(os.environ.get("PAUSE_SECONDS", "0.5")))
+    return "paused"
+
+
+class PauseThenEffectAgent(AgentProcess):
+    """One step: a read-only pause, then one side-effecting call (no verify), then done."""
+
+    agent_id = "pause-agent"
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        await ctx.call_tool(pause)
+        await ctx.call_tool(effect_plain)
+        return Done(result={"done": True})

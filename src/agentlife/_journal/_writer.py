@@ -50,6 +50,7 @@ __all__ = [
     "contained_session_dir",
     "job_session_dir",
     "list_sessions",
+    "session_of",
     "session_path",
 ]
 
@@ -128,6 +129,12 @@ class EventType(enum.StrEnum):
 def session_path(session_dir: Path, attempt: int, unix_ms: int) -> Path:
     """``{session_dir}/session_{attempt:04d}_{unix_ms}.jsonl``."""
     return Path(session_dir) / f"session_{attempt:04d}_{unix_ms}.jsonl"
+
+
+def session_of(path: Path) -> tuple[int, int] | None:
+    """``(attempt, unix_ms)`` from a session file's name, or None when it is not one."""
+    match = _SESSION_NAME.match(Path(path).name)
+    return None if match is None else (int(match.group(1)), int(match.group(2)))
 
 
 def job_session_dir(data_dir: Path, job_id: str) -> Path:
@@ -400,12 +407,16 @@ class Journal:
         Raises:
             ValueError: a field is named ``v``, ``ts``, ``seq`` or ``type``.
         """
+        return self.append_line(type, **fields)[0]
+
+    def append_line(self, type: str, **fields: Any) -> tuple[int, bytes]:
+        """`append`, also returning the line as written (masked, without its newline; empty when dropped)."""
         if "seq" in fields or "ts" in fields or "v" in fields:  # ("type" cannot be passed twice)
             raise ValueError(f"journal fields may not be named {sorted(_RESERVED.intersection(fields))}")
         if self._closed:
             self.events_dropped += 1
             _log.warning("journal %s is closed; dropped a %s event", self.path.name, type)
-            return -1
+            return -1, b""
         if self._redactor is not None:
             fields = self._redactor.redact_obj(fields)
         seq = self._next_seq
@@ -420,7 +431,7 @@ class Journal:
         buffer += line
         if len(buffer) >= _WAKE_BYTES and self._wake is not None:
             self._wake.set()
-        return seq
+        return seq, line[:-1]
 
     async def append_durable(self, type: str, **fields: Any) -> int:
         """Append one event and return its ``seq`` once it, and all before it, is written and fsynced.
@@ -435,6 +446,16 @@ class Journal:
         if self._closed:
             raise RuntimeError(f"journal {self.path.name} is closed")
         seq = self.append(type, **fields)
+        await self.sync_through(seq)
+        return seq
+
+    async def sync_through(self, seq: int) -> None:
+        """Return once event ``seq``, and all before it, is written and fsynced (a shared fsync).
+
+        Raises:
+            RuntimeError: the journal was closed before the event was synced.
+            OSError: the write or the fsync failed; the unwritten bytes are kept for the next flush.
+        """
         while self._synced_seq < seq:
             async with self._io_lock:
                 # The holder before us (a flush, another durable append, aclose) may have written and synced
@@ -444,7 +465,6 @@ class Journal:
                 if self._fd is None:
                     raise RuntimeError(f"journal {self.path.name} was closed before event {seq} was synced")
                 await self._write_out(fsync=True)
-        return seq
 
     def carry_forward(self, events: Iterable[Mapping[str, Any]]) -> int:
         """Re-append events read from an older session file (the resumed step's), marked ``carried``.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -13,17 +13,20 @@ import anyio.to_thread
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._exceptions import BootFailure, CheckpointCorrupt, JobNotFound, StoreUnavailable
 from agentlife._journal._conversation import ConversationLog
-from agentlife._journal._recovery import ReplayMap, build_replay, scan_for_resume
+from agentlife._journal._recovery import ReplayMap, ScanResult, build_replay, scan_for_resume
+from agentlife._journal._steprecords import replay_events
 from agentlife._logging import log_fields
 from agentlife.stores import JobRecord
 from agentlife.stores._rows import unreadable_summary
 
 if TYPE_CHECKING:
     from agentlife._agent import AgentProcess, Job
+    from agentlife._journal._steprecords import StepJournal
     from agentlife._memory import MemoryRecord, QdrantMemory
     from agentlife._observe._telemetry_facade import TelemetryFacade
     from agentlife._redact import Redactor
     from agentlife._step._host import Booted
+    from agentlife.stores._steprecords import StepRecord
 
 __all__ = ["Hydrator"]
 
@@ -149,11 +152,53 @@ class Hydrator:
         except CheckpointCorrupt as exc:
             raise BootFailure(str(exc)) from None
 
-    async def scan_journal(self, checkpoint_id: str | None, doc: CheckpointDoc) -> ReplayMap | None:
-        """Step 2: the replay map of the resumed step; any trouble degrades to checkpoint-only resume."""
+    async def load_step_records(self) -> list[StepRecord]:
+        """Step 2a: the step records the job keeps in the store, what a resumed step replays on any pod."""
+        s = self.settings
+        started = time.monotonic()
+        records: list[StepRecord] = await self._with_store_retries(
+            "step record load", lambda: self.store.load_step_records(s.job_id)
+        )
+        self.telemetry.hydration_phase("step_records", time.monotonic() - started)
+        return records
+
+    async def replay_map(
+        self, checkpoint_id: str | None, doc: CheckpointDoc, journal: Callable[[Sequence[int]], StepJournal]
+    ) -> tuple[StepJournal, ReplayMap | None]:
+        """Step 2: the steps' journal (``journal(steps the store keeps records of)``) and the replay map."""
+        records = await self.load_step_records()
+        replay = await self.scan_journal(checkpoint_id, doc, records)
+        return journal(sorted({record.step for record in records})), replay
+
+    async def scan_journal(
+        self, checkpoint_id: str | None, doc: CheckpointDoc, records: Sequence[StepRecord] = ()
+    ) -> ReplayMap | None:
+        """Step 2b: the replay map of the resumed step, from the journal and the store's ``records``.
+
+        Any trouble with the journal degrades to what the store holds (checkpoint-only resume when that is
+        nothing too).
+        """
+        step = doc.next_step
+        result = await self._scan_session_files(checkpoint_id, doc)
+        events, source = replay_events(result, records, step)
+        replay: ReplayMap | None = None
+        if events:
+            replay = build_replay(events, step)
+            log.info(
+                "replaying step %s: %s; %s LLM and %s tool calls to replay",
+                step,
+                source,
+                len(replay.llm),
+                len(replay.tools),
+            )
+        self._write_resume_marker(checkpoint_id, doc, replay)
+        return replay
+
+    async def _scan_session_files(self, checkpoint_id: str | None, doc: CheckpointDoc) -> ScanResult | None:
+        """The recovery scan of this pod's session files, bounded; None when it could not run."""
         budget = self.constants.buffer_scan_timeout_seconds
         started = time.monotonic()
-        replay: ReplayMap | None = None
+        result: ScanResult | None = None
         try:
             with anyio.fail_after(budget + 0.5):
                 result = await anyio.to_thread.run_sync(
@@ -167,27 +212,21 @@ class Hydrator:
                     abandon_on_cancel=True,
                 )
             if result.found:
-                replay = build_replay(result.events, doc.next_step)
-                log.info(
-                    "journal scan: %s events after checkpoint %s; %s LLM and %s tool calls to replay",
-                    len(result.events),
-                    checkpoint_id,
-                    len(replay.llm),
-                    len(replay.tools),
-                )
+                log.info("journal scan: %s events after checkpoint %s", len(result.events), checkpoint_id)
             elif result.expected:
-                # A fresh job, or the documented kill between checkpoint and marker: nothing was lost, and
-                # WARNING stays for what an operator should look at.
-                log.info("journal scan: nothing to replay, resuming from the checkpoint: %s", result.reason)
+                # A fresh job, a pod that never ran it, or the documented kill between checkpoint and
+                # marker: nothing was lost, and WARNING stays for what an operator should look at.
+                log.info("journal scan: nothing to replay from this pod's journal: %s", result.reason)
             else:
-                log.warning("journal scan: degrading to checkpoint-only resume: %s", result.reason)
+                log.warning("journal scan: this pod's journal cannot be replayed: %s", result.reason)
         except TimeoutError:
-            log.warning("journal scan: degrading to checkpoint-only resume: exceeded %gs", budget)
+            log.warning("journal scan: this pod's journal cannot be replayed: exceeded %gs", budget)
         except Exception as exc:  # the scan is optional: nothing it meets may stop hydration
-            log.warning("journal scan: degrading to checkpoint-only resume: %s: %s", type(exc).__name__, exc)
+            log.warning(
+                "journal scan: this pod's journal cannot be replayed: %s: %s", type(exc).__name__, exc
+            )
         self.telemetry.hydration_phase("journal_scan", time.monotonic() - started)
-        self._write_resume_marker(checkpoint_id, doc, replay)
-        return replay
+        return result
 
     def _write_resume_marker(
         self, checkpoint_id: str | None, doc: CheckpointDoc, replay: ReplayMap | None

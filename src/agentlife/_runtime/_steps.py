@@ -29,6 +29,7 @@ from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._exceptions import AgentlifeError, AttemptFenced, ParkRequested, StoreUnavailable, WaitParked
 from agentlife._journal._recovery import build_replay, scan_for_resume
+from agentlife._journal._steprecords import StepJournal, replay_events
 from agentlife._llm._protocol import CURRENT_CALL, LLMClient
 from agentlife._observe._telemetry_facade import TelemetryFacade
 from agentlife._redact import Redactor
@@ -109,7 +110,26 @@ class StepRunner:
         #: The step's model calls not yet in ``tokens_consumed`` (call number -> usage): the checkpoint
         #: write adds them, in its one commit.
         self._uncounted: dict[int, StepUsage] = {}
+        #: The journal the steps write, which also keeps what a resumed step replays in the store.
+        self.records = self.step_journal(())
         host.drain.add_listener(self._on_drain)
+
+    def step_journal(self, stored_steps: Sequence[int]) -> StepJournal:
+        """The steps' journal over this process's session file and the store (see `StepJournal`).
+
+        Args:
+            stored_steps: the steps whose records the store keeps already (read at hydration).
+        """
+        s = self.booted.settings
+        return StepJournal(
+            self.booted.journal,
+            self.booted.store,
+            s.job_id,
+            s.attempt,
+            stored_steps=stored_steps,
+            retrying=self.retrying_store,
+            on_fenced=self.fenced_out,
+        )
 
     def _on_drain(self, reason: str) -> None:
         self._drained_in_step = self.step_in_progress
@@ -155,7 +175,7 @@ class StepRunner:
             host,
             hydrated.approvals,
             functools.partial(self._add_usage, budget),
-            booted.journal,
+            self.records,
             replay if replay and replay.step == step else None,
             budget,
             llm,
@@ -180,15 +200,19 @@ class StepRunner:
         try:
             with self.scope() as scope, host.telemetry.step_span(step):
                 outcome = await self.agent.step(ctx)
+        except ParkRequested:
+            await self.count_usage_now(step)  # the park's checkpoint writes the step's records
+            raise
         except Exception:
-            await self.count_usage_now(step)  # the step ends without its checkpoint: a crash, a park
+            await self.settle_unfinished(step)  # a crash: the step ends without its checkpoint
             raise
         # A refusal ends the job whatever the step did after it (caught it, told a model, returned Done):
         # nothing of this step is checkpointed.
         hydrated.approvals.check()
         if scope.cancelled_caught:
-            log.warning("step %s cancelled at the drain deadline; nothing checkpointed for it", step)
-            await self.count_usage_now(step)
+            if self.fenced is None:
+                log.warning("step %s cancelled at the drain deadline; nothing checkpointed for it", step)
+            await self.settle_unfinished(step)
             return None, doc
         if outcome is not None and not isinstance(outcome, Done):
             raise TypeError(
@@ -216,21 +240,38 @@ class StepRunner:
         return outcome or True, new
 
     async def write_checkpoint(
-        self, doc: CheckpointDoc, step: int, messages: Sequence[tuple[int, bytes]] = ()
+        self,
+        doc: CheckpointDoc,
+        step: int,
+        messages: Sequence[tuple[int, bytes]] = (),
+        *,
+        parked: bool = False,
     ) -> None:
         """Store ``doc`` and the conversation's new ``messages`` (fenced by attempt) in one transaction.
 
-        An unreachable store is retried within the step budget.
+        The step's records not yet in the store are no longer needed once its checkpoint is written, except
+        for a step ``parked`` at a call, which the next attempt replays: the checkpoint writes those. Step
+        records older than the checkpoints' history go with it. An unreachable store is retried within the
+        step budget.
         """
         booted = self.booted
-        s, store = booted.settings, booted.store
+        s, store, records = booted.settings, booted.store, self.records
         data = doc.evolve(attempt=s.attempt, written_at=time.time()).encode()
         checkpoint_id = f"{s.attempt:04d}-{step:06d}-{uuid.uuid4().hex[:8]}"
         usage = self._step_usage()
+        unsent = records.take_unsent() if parked else ()
+        keep_from = records.prune_before(step)
         crc = await self.retrying_store(
             "checkpoint write",
-            lambda: store.write_checkpoint(s.job_id, s.attempt, checkpoint_id, step, data, messages, usage),
-        )
+            lambda: store.write_checkpoint(
+                s.job_id, s.attempt, checkpoint_id, step, data, messages, usage,
+                records=unsent, prune_before=keep_from,
+            ),
+        )  # fmt: skip
+        if not parked:
+            records.drop_unsent()
+        if keep_from is not None:
+            records.pruned(keep_from)
         self._uncounted = {}
         self.checkpoint_id = checkpoint_id
         self.host.stats.checkpoints_written += 1
@@ -267,7 +308,24 @@ class StepRunner:
             why = self.host.redactor.redact(f"{type(exc).__name__}: {exc}")
             log.warning("the usage of step %s's model calls %s was not counted: %s", step, calls, why)
             return
-        self.booted.journal.append("USAGE_COUNTED", step=step, calls=calls)
+        self.records.append("USAGE_COUNTED", step=step, calls=calls)
+
+    async def settle_unfinished(self, step: int) -> None:
+        """A step that ends without its checkpoint (a crash, the drain deadline): its usage and its records.
+
+        Best effort, within the cleanup budget: whatever the store does not take now, an attempt on this
+        pod still finds in the journal, and one elsewhere runs again (the documented worst case).
+        """
+        await self.count_usage_now(step)
+        if self.fenced is not None:
+            return
+        try:
+            budget = self.constants.drain.cleanup_budget_seconds
+            with anyio.CancelScope(shield=True), anyio.fail_after(budget):
+                await self.records.store_all()
+        except Exception as exc:
+            why = self.host.redactor.redact(f"{type(exc).__name__}: {exc}")
+            log.warning("step %s's calls were not all written to the store: %s", step, why)
 
     async def retrying_store(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
         """``call()``, retried with backoff while the store is unreachable, within the step budget."""
@@ -315,7 +373,9 @@ class StepRunner:
         # replays only what follows the marker: carry those calls past it, or they would run again.
         step_events = await self._step_events_since_checkpoint(doc.next_step)
         await self.write_checkpoint(
-            doc.evolve(phase="awaiting_approval" if wait is None else "waiting"), max(doc.next_step - 1, 0)
+            doc.evolve(phase="awaiting_approval" if wait is None else "waiting"),
+            max(doc.next_step - 1, 0),
+            parked=True,
         )
         if step_events:
             booted.journal.carry_forward(step_events)
@@ -380,4 +440,5 @@ class StepRunner:
         if not result.found:
             log.warning("parking: the step's calls were not found in the journal: %s", result.reason)
             return []
-        return build_replay(result.events, step).events_for_carry_forward()
+        events, _ = replay_events(result, (), step)  # each marked with where it was first written
+        return build_replay(events, step).events_for_carry_forward()

@@ -141,24 +141,26 @@ async def wait_for_jobs(ctx: StepContext, handles: object, timeout: object) -> l
     if record is None or record.status != "completed":
         await store.child_outcomes(parent, ids)  # a stranger's job is refused before anything is journaled
 
+    until = None if seconds is None else time.time() + seconds
+
     def checker(invocation_id: str) -> Check:
-        async def check() -> tuple[bool, Any]:
-            outcomes = await store.child_outcomes(parent, ids)
+        async def check(deadline: float | None) -> tuple[bool, Any]:
+            outcomes = await store.child_outcomes(parent, ids, ended_by=deadline)
             if all(o.finished for o in outcomes):
                 return True, {"jobs": [o.to_json() for o in outcomes]}
             return False, None
 
         return check
 
-    async def on_timeout() -> Any:
-        outcomes = await store.child_outcomes(parent, ids)
+    async def on_timeout(deadline: float | None) -> Any:
+        outcomes = await store.child_outcomes(parent, ids, ended_by=deadline)
         return {**TIMED_OUT, "jobs": [_timed_out(o).to_json() for o in outcomes]}
 
     outcome = await _run_wait(
         ctx,
         "jobs",
         {"jobs": ids, "timeout": seconds},
-        None if seconds is None else time.time() + seconds,
+        until,
         checker=checker,
         waiting_for={"jobs": ids},
         on_timeout=on_timeout,

@@ -38,7 +38,7 @@ from agentlife._step._waits import sleep, sleep_until, wait_for_event
 from agentlife._tools import NOT_DONE, ToolSpec, loaded_mcp, tool
 
 if TYPE_CHECKING:
-    from agentlife._journal._writer import Journal
+    from agentlife._journal._steprecords import StepJournal
     from agentlife._memory import MemoryRecord
     from agentlife._step._approvals import Approvals
     from agentlife._step._host import StepHost
@@ -62,7 +62,7 @@ class CallEnv:
     host: StepHost
     approvals: Approvals
     add_usage: Callable[[LLMReply], Awaitable[None]]
-    journal: Journal
+    journal: StepJournal
     replay: ReplayMap | None
     budget: Budget
     llm_client: LLMClient
@@ -498,7 +498,7 @@ class StepContext(ChildJobCalls):
         self, spec: ToolSpec[..., Any], call: int, invocation_id: str, kwargs: dict[str, Any], digest: str
     ) -> Any:
         host, journal = self._env.host, self._env.journal
-        fields = {
+        fields: dict[str, Any] = {
             "step": self.step,
             "call": call,
             "invocation_id": invocation_id,
@@ -572,18 +572,25 @@ class StepContext(ChildJobCalls):
         if duration is not None:
             fields["duration"] = round(duration, 6)
         effect_done = spec.side_effects or verified
+        # Without verify nothing else could tell an attempt on another pod that the effect happened: the
+        # store holds the result before the step goes on. With verify it goes with the next store write.
+        to_store = spec.verify is None
         try:
             check_replayable(result, f"tool {spec.name}'s {'verified ' if verified else ''}result")
         except UnreplayableValue as exc:
             refusal = UnreplayableValue(self._env.host.redactor.redact(str(exc)))
             error = {"error_class": "UnreplayableValue", "error": str(refusal)}
             if effect_done:
-                await self._env.journal.append_durable("TOOL_COMPLETED", **fields, result=None, **error)
+                await self._env.journal.append_durable(
+                    "TOOL_COMPLETED", **fields, result=None, **error, to_store=to_store
+                )
             else:
                 self._env.journal.append("TOOL_FAILED", **fields, **error)
             raise refusal from None
         if effect_done:
-            await self._env.journal.append_durable("TOOL_COMPLETED", **fields, result=result)
+            await self._env.journal.append_durable(
+                "TOOL_COMPLETED", **fields, result=result, to_store=to_store
+            )
         else:
             self._env.journal.append("TOOL_COMPLETED", **fields, result=result)
 

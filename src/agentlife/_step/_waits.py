@@ -31,7 +31,7 @@ from agentlife.stores._events import check_event_name
 
 if TYPE_CHECKING:
     from agentlife._journal._recovery import ReplayMap
-    from agentlife._journal._writer import Journal
+    from agentlife._journal._steprecords import StepJournal
     from agentlife._step._context import StepContext
     from agentlife._step._host import StepHost
 
@@ -99,8 +99,10 @@ class WaitCall:
 CHECK_FIRST_SECONDS = 0.05
 CHECK_MAX_SECONDS = 1.0
 
-#: What a wait asks the store each time it looks: (over, outcome); None for a plain timer.
-Check = Callable[[], Awaitable[tuple[bool, Any]]]
+#: What a wait asks the store each time it looks, given its deadline (unix time, None: no end): (over,
+#: outcome); None for a plain timer. What happened after the deadline does not end the wait: a wait is
+#: decided by what came first, not by when its step happened to look.
+Check = Callable[[float | None], Awaitable[tuple[bool, Any]]]
 #: The outcome a wait records when its timeout came first.
 TIMED_OUT: dict[str, Any] = {"timed_out": True}
 
@@ -110,12 +112,12 @@ async def durable_wait(
     until: float | None,
     *,
     host: StepHost,
-    journal: Journal,
+    journal: StepJournal,
     replay: ReplayMap | None,
     on_mismatch: Callable[[int, str, str], None],
     check: Check | None = None,
     waiting_for: dict[str, Any] | None = None,
-    on_timeout: Callable[[], Awaitable[Any]] | None = None,
+    on_timeout: Callable[[float | None], Awaitable[Any]] | None = None,
 ) -> Any:
     """Wait until ``check`` says the wait is over or ``until`` (unix time; None: no end) as a journaled call.
 
@@ -146,13 +148,15 @@ async def durable_wait(
     what = {"kind": wait.kind, "until": until, "invocation_id": wait.invocation_id, **(waiting_for or {})}
     poll = CHECK_FIRST_SECONDS
     while True:
-        over, outcome = await check() if check is not None else (False, None)
+        over, outcome = await check(until) if check is not None else (False, None)
         left = math.inf if until is None else until - time.time()
         if not over and left <= 0:
             over, outcome = True, (None if check is None else TIMED_OUT)
             if on_timeout is not None:
-                outcome = await on_timeout()
+                outcome = await on_timeout(until)
         if over:
+            # In the store too before the step goes on: an attempt on any pod returns this very outcome (a
+            # timed-out wait's view of its children is of this moment, and is not decided again).
             await journal.append_durable("WAIT_COMPLETED", **_fields(wait), outcome=outcome)
             return outcome
         if left > host.constants.budget.park_after_seconds:
@@ -197,8 +201,8 @@ async def wait_for_event(ctx: StepContext, name: object, timeout: object) -> Any
     store, job_id, attempt = booted.store, booted.settings.job_id, booted.settings.attempt
 
     def taker(invocation_id: str) -> Check:
-        async def take() -> tuple[bool, Any]:
-            taken = await store.take_event(job_id, attempt, [name], invocation_id)
+        async def take(deadline: float | None) -> tuple[bool, Any]:
+            taken = await store.take_event(job_id, attempt, [name], invocation_id, sent_by=deadline)
             return (False, None) if taken is None else (True, {"event": taken[0], "payload": taken[1]})
 
         return take
@@ -222,7 +226,7 @@ async def _run_wait(
     *,
     checker: Callable[[str], Check] | None = None,
     waiting_for: dict[str, Any] | None = None,
-    on_timeout: Callable[[], Awaitable[Any]] | None = None,
+    on_timeout: Callable[[float | None], Awaitable[Any]] | None = None,
 ) -> Any:
     """One wait of the step: its call number and invocation id, then `durable_wait`."""
     env = ctx._env

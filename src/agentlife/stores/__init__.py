@@ -23,6 +23,7 @@ from agentlife.stores._base import (
 from agentlife.stores._childjobs import JobFamily
 from agentlife.stores._jobs import ReapDecision
 from agentlife.stores._sqlite import SQLiteStore
+from agentlife.stores._steprecords import StepRecord
 from agentlife.stores._waits import WaitState
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ __all__ = [
     "PostgresStore",
     "ReapDecision",
     "SQLiteStore",
+    "StepRecord",
     "TableNames",
     "WaitState",
     "crc32",

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from agentlife.stores._approval import ApprovalRequest, ApprovalState
     from agentlife.stores._childjobs import JobFamily
     from agentlife.stores._jobs import ReapDecision
+    from agentlife.stores._steprecords import StepRecord
     from agentlife.stores._waits import WaitState
 
 __all__ = [
@@ -94,9 +95,19 @@ class TableNames:
     """The messages of ``ctx.conversation``, one row each, written with their step's checkpoint."""
     event: str = "job_event"
     """The events sent to jobs (``job send``), kept until a ``ctx.wait_for_event`` takes them."""
+    step_record: str = "step_record"
+    """The journal events a resumed step replays (write-ahead starts, results, waits), on any pod."""
 
     def __post_init__(self) -> None:
-        for name in (self.job, self.checkpoint_history, self.delivery, self.conversation, self.event):
+        names = (
+            self.job,
+            self.checkpoint_history,
+            self.delivery,
+            self.conversation,
+            self.event,
+            self.step_record,
+        )
+        for name in names:
             # Names are interpolated into SQL, so only plain (optionally schema-qualified) identifiers pass.
             parts = name.split(".")
             if not (1 <= len(parts) <= 2) or not all(p.isidentifier() and p.isascii() for p in parts):
@@ -238,14 +249,32 @@ class CheckpointStore(Protocol):
         data: bytes,
         messages: Sequence[tuple[int, bytes]] = (),
         usage: StepUsage | None = None,
+        *,
+        records: Sequence[StepRecord] = (),
+        prune_before: int | None = None,
     ) -> int:
         """Store ``data`` exactly, with its CRC-32, and append it to history; returns the CRC.
 
         ``messages`` (``(position, encoded message)``, the conversation's new messages) are stored in the
         same transaction, replacing any row at the same position (left by a checkpoint that was lost);
-        ``usage`` (the step's model calls) is added to ``tokens_consumed`` in it too, and ``heartbeat_at``
-        is set: a checkpoint is the step's one commit.
+        ``usage`` (the step's model calls) is added to ``tokens_consumed`` in it too, ``records`` (step
+        records of this process's session) are stored, the job's step records of steps before
+        ``prune_before`` are removed, and ``heartbeat_at`` is set: a checkpoint is the step's one commit.
         """
+
+    async def append_step_records(self, job_id: str, attempt: int, records: Sequence[StepRecord]) -> None:
+        """Store step records of this process's session, if ``attempt`` still holds the live job.
+
+        A side-effecting call's write-ahead record goes through here before the call runs: the write is
+        fenced like a checkpoint, so a process that lost the job (a frozen attempt woken after its
+        successor took over) learns it before the effect. Rows already stored are left as they are.
+
+        Raises:
+            AttemptFenced: another attempt or process holds the job, or it has ended; nothing was written.
+        """
+
+    async def load_step_records(self, job_id: str) -> list[StepRecord]:
+        """Every step record the job keeps, oldest writer first (`StepRecord.order`)."""
 
     async def load_conversation(self, job_id: str, length: int) -> list[bytes]:
         """The first ``length`` stored conversation messages of the job, in order."""
@@ -446,12 +475,20 @@ class CheckpointStore(Protocol):
         """How many events of each name the job keeps that no wait has taken yet (oldest name first)."""
 
     async def take_event(
-        self, job_id: str, attempt: int, names: Sequence[str], invocation_id: str
+        self,
+        job_id: str,
+        attempt: int,
+        names: Sequence[str],
+        invocation_id: str,
+        *,
+        sent_by: float | None = None,
     ) -> tuple[str, Any] | None:
         """For the wait ``invocation_id``: the event it took before, else the oldest not taken of ``names``.
 
         The take is bound to ``invocation_id``: asked again after a crash, it returns the same event.
-        Returns (name, payload), or None when no such event was sent yet.
+        Returns (name, payload), or None when no such event was sent yet. ``sent_by`` (unix time, the wait's
+        deadline) leaves events sent after it alone: a wait resumed after its deadline times out rather than
+        take an answer that came too late.
 
         Raises:
             AttemptFenced: the row is another attempt's.
@@ -478,8 +515,13 @@ class CheckpointStore(Protocol):
             AttemptFenced: the parent row is not held by ``attempt`` (and this store's claim).
         """
 
-    async def child_outcomes(self, parent_id: str, job_ids: Sequence[str]) -> list[JobOutcome]:
+    async def child_outcomes(
+        self, parent_id: str, job_ids: Sequence[str], *, ended_by: float | None = None
+    ) -> list[JobOutcome]:
         """Each job's status, result and error, in the order of ``job_ids``.
+
+        ``ended_by`` (unix time, a wait's deadline): a child that ended after it is reported as it stood
+        then, not finished (``RUNNING``, no result), so a wait resumed after its deadline times out.
 
         Raises:
             ChildJobError: one of them does not exist or is not a child of ``parent_id``.

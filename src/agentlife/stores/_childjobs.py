@@ -19,6 +19,7 @@ itself, so a child that ended while the parent parked is not left without a wake
 from __future__ import annotations
 
 import contextlib
+import math
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -74,8 +75,22 @@ def job_ids_waited_for(waiting_for: Any) -> list[str]:
     return [j for j in jobs if isinstance(j, str)] if isinstance(jobs, list) else []
 
 
-def _outcome(job_id: str, status: str, result: Any, error: Any) -> JobOutcome:
-    """A child's outcome from its row's columns (JSON text or decoded); what does not decode is left out."""
+def _outcome(
+    job_id: str,
+    status: str,
+    result: Any,
+    error: Any,
+    *,
+    ended_at: float | None = None,
+    ended_by: float | None = None,
+) -> JobOutcome:
+    """A child's outcome from its row's columns (JSON text or decoded); what does not decode is left out.
+
+    A child that ended after ``ended_by`` (its row last written then: a terminal row is never rewritten)
+    stood unfinished at that time; which status it had then is not kept, so it reads ``RUNNING``.
+    """
+    if status in TERMINAL and ended_by is not None and not _ended_by(ended_at, ended_by):
+        return JobOutcome(job_id=job_id, status=str(JobStatus.RUNNING))
     result, history = _decoded(result), _decoded(error)
     return JobOutcome(
         job_id=job_id,
@@ -83,6 +98,13 @@ def _outcome(job_id: str, status: str, result: Any, error: Any) -> JobOutcome:
         result=result if status in TERMINAL else None,
         error=None if status == JobStatus.COMPLETED or status not in TERMINAL else _last_error(history),
     )
+
+
+def _ended_by(ended_at: Any, deadline: float) -> bool:
+    """Whether a row written at ``ended_at`` (unix time; anything else from another client) ended by then."""
+    if isinstance(ended_at, bool) or not isinstance(ended_at, int | float) or math.isnan(ended_at):
+        return True  # no usable time: the end is taken as it is rather than held back for ever
+    return ended_at <= deadline
 
 
 def _decoded(value: Any) -> Any:
@@ -230,19 +252,21 @@ class SQLiteChildOps:
 
         return await self._transaction(act)
 
-    async def child_outcomes(self, parent_id: str, job_ids: Sequence[str]) -> list[JobOutcome]:
+    async def child_outcomes(
+        self, parent_id: str, job_ids: Sequence[str], *, ended_by: float | None = None
+    ) -> list[JobOutcome]:
         """Each child's status, result and error, in the order of ``job_ids``. See the protocol."""
         ids = sorted(set(job_ids))
         j = self.tables.job
 
         def read(conn: sqlite3.Connection) -> list[JobOutcome]:
             rows = conn.execute(
-                f"SELECT id, parent_id, status, CAST(result AS BLOB), CAST(error AS BLOB) FROM {j}"
-                f" WHERE id IN ({', '.join('?' * len(ids))})",
+                "SELECT id, parent_id, status, CAST(result AS BLOB), CAST(error AS BLOB), updated_at"
+                f" FROM {j} WHERE id IN ({', '.join('?' * len(ids))})",
                 ids,
             ).fetchall()
             _check_parentage(parent_id, job_ids, {r[0]: r[1] for r in rows})
-            by_id = {r[0]: _outcome(r[0], r[2], r[3], r[4]) for r in rows}
+            by_id = {r[0]: _outcome(r[0], r[2], r[3], r[4], ended_at=r[5], ended_by=ended_by) for r in rows}
             return [by_id[i] for i in job_ids]
 
         return await self._run(read)
@@ -364,16 +388,24 @@ class PostgresChildOps:
         _check_existing(job_id, agent_id, parent_id, invocation_id, tuple(existing))
         return False
 
-    async def child_outcomes(self, parent_id: str, job_ids: Sequence[str]) -> list[JobOutcome]:
+    async def child_outcomes(
+        self, parent_id: str, job_ids: Sequence[str], *, ended_by: float | None = None
+    ) -> list[JobOutcome]:
         """Each child's status, result and error, in the order of ``job_ids``. See the protocol."""
         async with self._ops() as conn:
             rows = await conn.fetch(
-                f"SELECT id, parent_id, status, result::text AS result, error::text AS error"
+                f"SELECT id, parent_id, status, result::text AS result, error::text AS error,"
+                f" EXTRACT(EPOCH FROM updated_at)::float8 AS ended_at"
                 f" FROM {self.tables.job} WHERE id = ANY($1::text[])",
                 sorted(set(job_ids)),
             )
         _check_parentage(parent_id, job_ids, {r["id"]: r["parent_id"] for r in rows})
-        by_id = {r["id"]: _outcome(r["id"], r["status"], r["result"], r["error"]) for r in rows}
+        by_id = {
+            r["id"]: _outcome(
+                r["id"], r["status"], r["result"], r["error"], ended_at=r["ended_at"], ended_by=ended_by
+            )
+            for r in rows
+        }
         return [by_id[i] for i in job_ids]
 
     async def get_family(self, job_id: str) -> JobFamily | None:

@@ -16,6 +16,7 @@ sent, so an event sent while the job parks is never left without a wake-up.
 from __future__ import annotations
 
 import contextlib
+import math
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -176,13 +177,20 @@ class SQLiteEventOps:
         return await self._transaction(act)
 
     async def take_event(
-        self, job_id: str, attempt: int, names: Sequence[str], invocation_id: str
+        self,
+        job_id: str,
+        attempt: int,
+        names: Sequence[str],
+        invocation_id: str,
+        *,
+        sent_by: float | None = None,
     ) -> tuple[str, Any] | None:
         """The event the wait ``invocation_id`` took, else the oldest untaken of ``names``; see the protocol.
 
-        Fenced by ``attempt``; None when there is no such event.
+        Fenced by ``attempt``; None when there is no such event (sent by ``sent_by``).
         """
         t = self.tables
+        by = math.inf if sent_by is None else sent_by
 
         def act(conn: sqlite3.Connection) -> tuple[str, Any] | None:
             found = conn.execute(f"SELECT attempt FROM {t.job} WHERE id = ?", (job_id,)).fetchone()
@@ -197,8 +205,8 @@ class SQLiteEventOps:
             marks = ", ".join("?" * len(names))
             oldest = conn.execute(
                 f"SELECT seq, name, payload FROM {t.event} WHERE job_id = ? AND taken_by IS NULL"
-                f" AND name IN ({marks}) ORDER BY seq LIMIT 1",
-                (job_id, *names),
+                f" AND sent_at <= ? AND name IN ({marks}) ORDER BY seq LIMIT 1",
+                (job_id, by, *names),
             ).fetchone()
             if oldest is None:
                 return None
@@ -261,13 +269,20 @@ class PostgresEventOps:
         return int(seq)
 
     async def take_event(
-        self, job_id: str, attempt: int, names: Sequence[str], invocation_id: str
+        self,
+        job_id: str,
+        attempt: int,
+        names: Sequence[str],
+        invocation_id: str,
+        *,
+        sent_by: float | None = None,
     ) -> tuple[str, Any] | None:
         """The event the wait ``invocation_id`` took, else the oldest untaken of ``names``; see the protocol.
 
-        Fenced by ``attempt``; None when there is no such event.
+        Fenced by ``attempt``; None when there is no such event (sent by ``sent_by``).
         """
         t = self.tables
+        by = math.inf if sent_by is None else sent_by
         async with self._ops() as conn, conn.transaction():
             owner = await conn.fetchval(f"SELECT attempt FROM {t.job} WHERE id = $1 FOR UPDATE", job_id)
             if owner != attempt:
@@ -280,11 +295,13 @@ class PostgresEventOps:
             if taken is None:
                 taken = await conn.fetchrow(
                     f"UPDATE {t.event} SET taken_by = $3 WHERE seq = (SELECT seq FROM {t.event}"
-                    " WHERE job_id = $1 AND taken_by IS NULL AND name = ANY($2::text[]) ORDER BY seq LIMIT 1)"
+                    " WHERE job_id = $1 AND taken_by IS NULL AND name = ANY($2::text[])"
+                    " AND EXTRACT(EPOCH FROM sent_at) <= $4::float8 ORDER BY seq LIMIT 1)"
                     " RETURNING name, payload",
                     job_id,
                     list(names),
                     invocation_id,
+                    by,
                 )
         if taken is None:
             return None

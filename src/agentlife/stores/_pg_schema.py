@@ -6,6 +6,7 @@ from agentlife.stores._base import TableNames
 from agentlife.stores._childjobs import pg_child_schema
 from agentlife.stores._events import pg_event_schema
 from agentlife.stores._pg_jobs import pg_job_schema
+from agentlife.stores._steprecords import pg_step_record_schema
 from agentlife.stores._waits import pg_wait_schema
 
 __all__ = ["pg_schema"]
@@ -16,7 +17,7 @@ def pg_schema(t: TableNames) -> tuple[str, ...]:
     schemas = sorted(
         {
             name.split(".")[0]
-            for name in (t.job, t.checkpoint_history, t.delivery, t.conversation)
+            for name in (t.job, t.checkpoint_history, t.delivery, t.conversation, t.event, t.step_record)
             if "." in name
         }
     )
@@ -66,4 +67,5 @@ def pg_schema(t: TableNames) -> tuple[str, ...]:
         *pg_wait_schema(t),
         *pg_event_schema(t),
         *pg_child_schema(t),
+        *pg_step_record_schema(t),
     )

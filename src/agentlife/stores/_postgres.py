@@ -36,7 +36,7 @@ from agentlife.stores._base import (
 )
 from agentlife.stores._childjobs import PostgresChildOps
 from agentlife.stores._events import PostgresEventOps
-from agentlife.stores._jobs import TERMINAL, expected_statuses
+from agentlife.stores._jobs import expected_statuses
 from agentlife.stores._pg_jobs import JOB_COLUMNS, PostgresJobOps
 from agentlife.stores._pg_jobs import dumps as _dumps
 from agentlife.stores._pg_jobs import loads as _loads
@@ -44,6 +44,7 @@ from agentlife.stores._pg_jobs import record as _record
 from agentlife.stores._pg_listen import PgListener, notify_call
 from agentlife.stores._pg_schema import pg_schema as _schema
 from agentlife.stores._pg_statements import HEARTBEAT_AGE, write_checkpoint_sql
+from agentlife.stores._steprecords import PostgresStepRecordOps, StepRecord
 from agentlife.stores._waits import PostgresWaitOps
 
 __all__ = ["PostgresStore"]
@@ -54,8 +55,6 @@ _JOB_COLUMNS = JOB_COLUMNS
 #: What a claim makes of the row's status: a runnable row (a parked wait's too) is RUNNING, others stay.
 _CLAIMED_STATUS = "CASE WHEN status IN ('PENDING', 'RETRYING', 'WAITING') THEN 'RUNNING' ELSE status END"
 _CLOSE_TIMEOUT_SECONDS = 5.0
-# A checkpoint never lands on a job that has ended: a terminal row is not rewritten by a late writer.
-_LIVE = f" AND status NOT IN ({', '.join(repr(str(s)) for s in TERMINAL)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +72,6 @@ class _Sql:
     release: str
     load: str
     history: str
-    write_checkpoint: str
-    write_checkpoint_alone: str
     set_status: str
     fenced_status: str
     lock_usage: str
@@ -123,8 +120,6 @@ class _Sql:
                 f"SELECT checkpoint_id, checkpoint, crc, step FROM {h} WHERE job_id = $1"
                 " ORDER BY created_at DESC, step DESC"
             ),
-            write_checkpoint=write_checkpoint_sql(t, _LIVE + fence(12)),
-            write_checkpoint_alone=write_checkpoint_sql(t, _LIVE + fence(10), conversation=False),
             # $6: the statuses the write expects to find (never a terminal one unless asked).
             set_status=(
                 f"UPDATE {t.job} SET status = $3, result = COALESCE($4::jsonb, result),"
@@ -151,7 +146,9 @@ class _Sql:
         )
 
 
-class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresChildOps):
+class PostgresStore(
+    PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresChildOps, PostgresStepRecordOps
+):
     """`CheckpointStore` over PostgreSQL (``postgresql://user:password@host:port/db``), via an asyncpg pool.
 
     Args:
@@ -215,6 +212,7 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresC
         self._command_timeout = command_timeout
         self._create_schema = create_schema
         self._sql = _Sql.build(self.tables)
+        self._checkpoint_statements: dict[tuple[bool, bool, bool, bool], str] = {}
         #: This process's claim token, written to the row's ``owner`` column at claim.
         self.owner = new_owner()
         self._fence_args: tuple[str, ...] = (self.owner,)
@@ -527,12 +525,16 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresC
         data: bytes,
         messages: Sequence[tuple[int, bytes]] = (),
         usage: StepUsage | None = None,
+        *,
+        records: Sequence[StepRecord] = (),
+        prune_before: int | None = None,
     ) -> int:
         """Store ``data`` exactly, with its CRC-32, and append it to history; returns the CRC.
 
-        ``messages`` (the conversation's new rows) and ``usage`` (the step's model calls, added to
-        ``tokens_consumed``) are stored by the same statement, which also sets ``heartbeat_at``: one round
-        trip, one commit.
+        ``messages`` (the conversation's new rows), ``usage`` (the step's model calls, added to
+        ``tokens_consumed``), ``records`` (step records of this process's session) and the removal of the
+        step records before ``prune_before`` are done by the same statement, which also sets
+        ``heartbeat_at``: one round trip, one commit.
 
         Raises:
             AttemptFenced: a later attempt owns the job; nothing was written.
@@ -540,7 +542,7 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresC
         """
         crc = crc32(data)
         spent = usage or StepUsage()
-        args: tuple[Any, ...] = (
+        args: list[Any] = [
             job_id,
             attempt,
             data,
@@ -550,12 +552,19 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresC
             spent.input_tokens,
             spent.output_tokens,
             spent.cost_usd,
-        )
+        ]
         if messages:
-            sql = self._sql.write_checkpoint
             args += ([seq for seq, _ in messages], [message for _, message in messages])
-        else:
-            sql = self._sql.write_checkpoint_alone
+        if records:
+            args += (
+                records[0].session,
+                [r.step for r in records],
+                [r.seq for r in records],
+                [r.data for r in records],
+            )
+        if prune_before is not None:
+            args.append(prune_before)
+        sql = self._checkpoint_sql(bool(messages), bool(records), prune_before is not None)
         async with self._connection() as conn:
             written = await conn.fetchval(sql, *args, *self._fence_args)
         if not written:
@@ -563,6 +572,16 @@ class PostgresStore(PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresC
                 f"job {job_id}: write by attempt {attempt} refused, a later attempt owns the row"
             )
         return crc
+
+    def _checkpoint_sql(self, messages: bool, records: bool, prune: bool) -> str:
+        """The checkpoint statement for what this write carries (built once per shape)."""
+        key = (bool(self._fence_args), messages, records, prune)
+        sql = self._checkpoint_statements.get(key)
+        if sql is None:
+            sql = self._checkpoint_statements[key] = write_checkpoint_sql(
+                self.tables, owner=key[0], conversation=messages, records=records, prune=prune
+            )
+        return sql
 
     async def load_conversation(self, job_id: str, length: int) -> list[bytes]:
         """The first ``length`` stored conversation messages of the job, in order."""

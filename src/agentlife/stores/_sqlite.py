@@ -36,6 +36,7 @@ from agentlife.stores._jobs import RUNNABLE, TERMINAL, expected_statuses
 from agentlife.stores._rows import JSON_COLUMNS, job_record
 from agentlife.stores._sqlite_jobs import FENCE as _FENCE
 from agentlife.stores._sqlite_jobs import SQLiteJobOps, sqlite_job_schema
+from agentlife.stores._steprecords import SQLiteStepRecordOps, StepRecord, sqlite_step_record_schema
 from agentlife.stores._waits import SQLiteWaitOps
 
 __all__ = ["SQLiteStore"]
@@ -136,7 +137,7 @@ def _history_index(table: str) -> str:
     return f"CREATE INDEX IF NOT EXISTS {name} ON {base} (job_id, created_at DESC)"
 
 
-class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps, SQLiteChildOps):
+class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps, SQLiteChildOps, SQLiteStepRecordOps):
     """`CheckpointStore` over one SQLite file (``sqlite:///path``), the embedded default.
 
     sqlite3 blocks, so every statement runs on a worker thread; a lock serialises them on the single
@@ -334,6 +335,7 @@ class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps, SQLiteChildOps):
                 *sqlite_job_schema(self.tables),
                 *sqlite_event_schema(self.tables),
                 *sqlite_child_schema(self.tables),
+                *sqlite_step_record_schema(self.tables),
             ]:
                 conn.execute(statement)
 
@@ -459,6 +461,9 @@ class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps, SQLiteChildOps):
         data: bytes,
         messages: Sequence[tuple[int, bytes]] = (),
         usage: StepUsage | None = None,
+        *,
+        records: Sequence[StepRecord] = (),
+        prune_before: int | None = None,
     ) -> int:
         crc = crc32(data)
 
@@ -492,6 +497,10 @@ class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps, SQLiteChildOps):
                         " VALUES (?, ?, ?, ?)",
                         [(job_id, seq, step, message) for seq, message in messages],
                     )
+                if records:
+                    self._insert_step_records(conn, job_id, records)
+                if prune_before is not None:
+                    self._prune_step_records(conn, job_id, prune_before)
                 conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
