@@ -30,6 +30,7 @@ from agentlife import (
     ScriptedTurn,
     StepContext,
     ToolAgent,
+    should_retry_after_crash,
 )
 from agentlife._mcp._client import INVOCATION_META_KEY
 from agentlife._mcp._server import build_specs, offered_name, result_value
@@ -331,6 +332,11 @@ async def test_a_tool_list_that_changed_between_attempts_is_a_replay_mismatch(
     if not rerun:
         assert second.exit_code == 1
         assert any("replay mismatch" in m and "MCP server tracker" in m for m in second.log_messages())
+        # A crash like any other: on the row, where `job show` and the crash policy count it.
+        assert second.job is not None and second.job.status == "RUNNING"
+        (crash,) = second.job.error
+        assert crash["error_class"] == "ReplayMismatch" and crash["attempt"] == 2
+        assert "job-1/0/0" in crash["message"]
     else:
         assert any(e["type"] == "REPLAY_DISCARDED" for e in second.journal)
         assert second.exit_code == 143  # ran afresh: the LLM call re-issued, the slow call cut again
@@ -387,3 +393,63 @@ def test_import_agentlife_does_not_import_mcp() -> None:
     code = "import sys, agentlife; agentlife.MCPServer; assert 'mcp' not in sys.modules, 'mcp imported'"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def _issue_agent(state: Path, variant: int) -> AgentProcess:
+    server = tracker(state, "--variant", str(variant))
+
+    class Agent(AgentProcess):
+        agent_id = "mcp-issue"
+        mcp_servers: ClassVar[Any] = (server,)
+
+        async def step(self, ctx: StepContext) -> Done | None:
+            return Done(result=await ctx.call_tool(server.tool("create_issue"), title="disk full"))
+
+    return Agent()
+
+
+async def test_a_tool_list_changed_behind_attempts_that_could_not_start_the_server_is_a_recorded_mismatch(
+    tmp_path: Path,
+) -> None:
+    # Attempt 1 is drained while create_issue (no verify) is pending; attempts 2 to 4 cannot start the
+    # server, so their session files hold no tool list; attempt 5 meets a changed create_issue. The list
+    # it compares with is attempt 1's, however many files lie between: the pending call is not run
+    # against the changed tool, and the mismatch is a crash on the row like any other.
+    state, harness = tmp_path / "s", AgentHarness(tmp_path / "data")
+    state.mkdir()
+    (state / "create_delay").write_text("60")  # the effect is done, the answer never comes
+    first = await harness.run(_issue_agent(state, 1), drain=DrainAt.during_tool("create_issue"))
+    assert first.exit_code == 143 and len(effects(state)) == 1
+    (state / "refuse_start").write_text("1")
+    for _ in range(3):
+        assert (await harness.run(_issue_agent(state, 1))).exit_code == 1
+    (state / "refuse_start").unlink()
+    last = await harness.run(_issue_agent(state, 3))
+    assert last.exit_code == 1, last.log_messages()
+    changed = next(e for e in last.journal if e["type"] == "MCP_TOOLS_CHANGED")
+    assert changed["changed"] == ["create_issue"]
+    assert len(effects(state)) == 1  # the pending call did not run again
+    assert last.job is not None and [c["error_class"] for c in last.job.error] == ["ReplayMismatch"]
+    decision = should_retry_after_crash(last.job.error)
+    assert decision.retry  # the first crash of its kind: the crash policy counts it and backs off
+
+
+async def test_a_required_invocation_id_in_the_servers_schema_is_filled_in_not_asked_of_the_model(
+    tmp_path: Path, shared: Shared
+) -> None:
+    llm = ScriptedLLM(
+        {
+            (0, 0): ScriptedTurn.tool_use("stamp", {"doc": "contract"}),
+            (1, 0): ScriptedTurn.tool_use("stamp", {"doc": "forged", "invocation_id": "someone-else"}),
+            (2, 0): "Stamped.",
+        }
+    )
+    agent = tool_agent(llm, MCPServer.http(shared.url))
+    run = await AgentHarness(tmp_path / "data").run(agent, job_id="stamps", payload="stamp it")
+    assert run.exit_code == 0 and run.job is not None and run.job.status == "COMPLETED"
+    offered = next(t for t in llm.requests[0].params["tools"] if t["name"] == "stamp")["input_schema"]
+    assert offered["required"] == ["doc"] and "invocation_id" not in offered["properties"]
+    stamped, forged = results_sent(llm)
+    assert not stamped.get("is_error") and stamped["content"] == "stamped contract"
+    assert forged["is_error"] and "invocation_id" in forged["content"]  # the model cannot pick the key
+    assert [(e["key"], e["title"]) for e in effects(shared.state, "stamps")] == [("stamps/0/1", "contract")]

@@ -383,8 +383,12 @@ def build_specs(
     skipped: list[tuple[str, str]] = []
     for tool in listing:
         name = str(tool["name"])
+        schema = tool.get("inputSchema")
         try:
-            validator = validator_for(tool.get("inputSchema"))
+            # What the model sends is checked without the runtime's parameters: they are filled in after.
+            validator = validator_for(
+                _without_runtime_parameters(schema) if isinstance(schema, dict) else schema
+            )
         except ValueError as exc:
             skipped.append((utf8_safe(name), f"its input schema {exc}"))
             continue

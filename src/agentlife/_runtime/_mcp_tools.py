@@ -46,7 +46,6 @@ log = logging.getLogger("agentlife.mcp")
 
 #: How far into an earlier session file the previous tool lists are looked for (they come before step 0).
 _HEAD_EVENTS = 400
-_SESSIONS_LOOKED_AT = 3
 #: How many of the tools left out are logged and journaled one by one (a hostile listing may hold many).
 _SKIPPED_SHOWN = 20
 
@@ -294,14 +293,16 @@ def _report_change(
 
 
 def _previous_digests(session_dir: Path, *, exclude: Path) -> dict[str, dict[str, Any]]:
-    """Each server's last ``MCP_TOOLS`` record in the newest earlier session files that have one.
+    """Each server's ``MCP_TOOLS`` record in the newest earlier session file that has any.
 
+    Every earlier file is looked at, newest first, however many attempts in a row never listed the tools
+    (a server that would not start, a store that was down): the first file with a record ends the search.
     Only the head of each file is read (the records come before the first step), so the cost does not
     grow with the journal; a file that cannot be read is skipped.
     """
     found: dict[str, dict[str, Any]] = {}
     sessions = [p for p in list_sessions(session_dir) if p != exclude]
-    for path in reversed(sessions[-_SESSIONS_LOOKED_AT:]):
+    for path in reversed(sessions):
         try:
             for n, event in enumerate(read_events(path)):
                 if n >= _HEAD_EVENTS or (not isinstance(event, BadLine) and event["type"] == "STEP_STARTED"):
