@@ -477,7 +477,7 @@ class _LenientReader:
             return exc
         try:
             return SessionMessage(types.jsonrpc_message_adapter.validate_python(message, by_name=False))
-        except ValueError as invalid:
+        except Exception as invalid:  # whatever the parser says: that request fails, never the session
             why = self.connection.redactor.redact(_first_line(invalid))
         log.warning(
             "MCP server %s answered with a message that is not JSON-RPC: %s", self.connection.label, why
