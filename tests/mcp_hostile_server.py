@@ -4,6 +4,7 @@
 
 - ``garbage``: writes a banner, a JSON line that is not JSON-RPC, and undecodable bytes on stdout before
   it answers ``initialize``; then serves ``echo`` properly.
+- ``late-garbage``: serves ``echo``, and writes a line that is not JSON-RPC before each answer to a call.
 - ``only-garbage``: writes garbage and never answers.
 - ``many N``: lists N tools (``t0`` ... ``tN-1``), in one answer.
 - ``names``: lists tools whose names are hostile (spaces, 200 characters, unicode, names that collide once
@@ -96,6 +97,8 @@ def main() -> None:
         elif method == "tools/list":
             result = {"tools": tools(mode, n)}
         elif method == "tools/call":
+            if mode == "late-garbage":
+                out.write(b"debug: calling " + params["name"].encode() + b"\n")
             if os.environ.get("MCP_CALLS"):
                 with open(os.environ["MCP_CALLS"], "a") as f:
                     f.write(params["name"] + "\n")

@@ -9,14 +9,23 @@ same tools through the SDK's ``Server`` over stdio, ``--http PORT`` over Streama
 client side is the real SDK, and the tools behave the same (one table, ``tool_list`` and ``handle``):
 
 ``lookup`` (read-only), ``create_issue`` (destructive: appends to ``STATE_DIR/effects.jsonl`` with the
-invocation id it got in ``_meta``; waits ``STATE_DIR/create_delay`` seconds after the effect when that file
-exists), ``slow`` (read-only sleep), ``crash`` (the process exits mid-call), ``hang``, ``malformed`` (a
-structured result that breaks its own output schema), ``big`` (a text result of N MB) and ``set_flag``
-(idempotent). ``--variant 2`` changes ``create_issue``'s schema (the tool list changed between attempts).
-The server writes its pid to ``STATE_DIR/pid`` (one line per start) and each call to ``calls.jsonl``.
+invocation id it got in ``_meta``; sleeps ``STATE_DIR/create_sleep`` seconds before the effect and
+``STATE_DIR/create_delay`` seconds after it when those files exist), ``slow`` (read-only sleep), ``crash``
+(the process exits mid-call), ``hang``, ``malformed`` (a structured result that breaks its own output
+schema), ``big`` (a text result of N MB), ``set_flag`` (idempotent), ``whoami`` (read-only: the
+``Authorization`` and ``X-Api-Key`` headers it got, over HTTP), ``quit`` (answers, then the process exits
+while idle), ``mangled`` (destructive: the effect, then an answer whose text is a lone surrogate escape,
+which the SDK's parser refuses) and ``stamp`` (destructive; its schema has a required ``invocation_id``).
+``shapeless`` (read-only) answers with a result that is not an object. ``--variant 2`` changes
+``create_issue``'s schema, ``--variant 3`` its description (the tool list changed between attempts).
+The server writes its pid to ``STATE_DIR/pid`` (one line per start) and each call to ``calls.jsonl``; it
+exits at once, without answering, while ``STATE_DIR/refuse_start`` exists.
 
 ``--stubborn`` (stdio): the server ignores SIGTERM and the end of its input, and starts a child in its
 process group that does the same (its pid in ``STATE_DIR/child_pid``): only SIGKILL ends them.
+
+``--grandchild`` (stdio): the server starts a child in its process group that outlives it unless killed
+(its pid in ``STATE_DIR/grandchild_pid``); the server itself exits at the end of its input, as SDK servers do.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +57,7 @@ def tool_list(variant: int, invalid_schema: bool) -> list[dict[str, Any]]:
     if variant == 2:
         issue["properties"]["labels"] = {"type": "array", "items": {"type": "string"}}
         issue["required"] = ["title", "labels"]
+    described = "Create an issue in the new tracker." if variant == 3 else "Create an issue."
     key = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}
     tools: list[dict[str, Any]] = [
         {
@@ -57,7 +68,7 @@ def tool_list(variant: int, invalid_schema: bool) -> list[dict[str, Any]]:
         },
         {
             "name": "create_issue",
-            "description": "Create an issue.",
+            "description": described,
             "inputSchema": issue,
             "annotations": {"destructiveHint": True},
         },
@@ -88,6 +99,44 @@ def tool_list(variant: int, invalid_schema: bool) -> list[dict[str, Any]]:
             "annotations": READ_ONLY,
         },
         {
+            "name": "whoami",
+            "description": "The credentials the request came with.",
+            "inputSchema": {"type": "object"},
+            "annotations": READ_ONLY,
+        },
+        {
+            "name": "quit",
+            "description": "Answer, then exit.",
+            "inputSchema": {"type": "object"},
+            "annotations": READ_ONLY,
+        },
+        {
+            "name": "mangled",
+            "description": "Do the effect, then answer with a lone surrogate escape.",
+            "inputSchema": {"type": "object", "properties": {"title": {"type": "string"}}},
+            "annotations": {"destructiveHint": True},
+        },
+        {
+            "name": "stamp",
+            "description": "Stamp a document, keyed by the invocation id.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "doc": {"type": "string"},
+                    "invocation_id": {"type": "string", "minLength": 1},
+                },
+                "required": ["doc", "invocation_id"],
+                "additionalProperties": False,
+            },
+            "annotations": {"destructiveHint": True},
+        },
+        {
+            "name": "shapeless",
+            "description": "An answer that is not a result.",
+            "inputSchema": {"type": "object"},
+            "annotations": READ_ONLY,
+        },
+        {
             "name": "set_flag",
             "description": "Set a flag (idempotent).",
             "inputSchema": {
@@ -113,7 +162,20 @@ def text(value: str, **more: Any) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": value}], **more}
 
 
-async def handle(state: Path, tool: str, args: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+def effect(state: Path, record: dict[str, Any]) -> None:
+    with (state / "effects.jsonl").open("a") as f:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+async def handle(
+    state: Path,
+    tool: str,
+    args: dict[str, Any],
+    meta: dict[str, Any],
+    headers: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """One ``tools/call``: the result in the wire format."""
     with (state / "calls.jsonl").open("a") as f:
         f.write(json.dumps({"tool": tool, "args": args, "meta": meta}) + "\n")
@@ -123,11 +185,12 @@ async def handle(state: Path, tool: str, args: dict[str, Any], meta: dict[str, A
         found = [json.loads(line) for line in lines if json.loads(line)["key"] == args["key"]]
         return text(json.dumps(found[0]) if found else "none")
     if tool == "create_issue":
-        record = {"key": meta.get("agentlife/invocation_id"), "title": args["title"], "pid": os.getpid()}
-        with effects.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        sleep = state / "create_sleep"
+        if sleep.exists():  # the client may be gone by the end of it: the effect happens all the same
+            await asyncio.sleep(float(sleep.read_text()))
+        effect(
+            state, {"key": meta.get("agentlife/invocation_id"), "title": args["title"], "pid": os.getpid()}
+        )
         delay = state / "create_delay"
         if delay.exists():
             await asyncio.sleep(float(delay.read_text()))
@@ -145,6 +208,23 @@ async def handle(state: Path, tool: str, args: dict[str, Any], meta: dict[str, A
         return text("x" * int(float(args["mb"]) * 1024 * 1024))
     if tool == "set_flag":
         return text(f"flag {args['flag']} set")
+    if tool == "whoami":
+        wanted = ("authorization", "x-api-key")
+        return text(json.dumps({k: v for k, v in (headers or {}).items() if k.lower() in wanted}))
+    if tool == "quit":
+        asyncio.get_running_loop().call_later(0.05, os._exit, 0)
+        return text("bye")
+    if tool == "mangled":
+        effect(
+            state,
+            {"key": meta.get("agentlife/invocation_id"), "title": args.get("title"), "pid": os.getpid()},
+        )
+        return text("done \ud800")  # json.dumps writes it as the escape \ud800
+    if tool == "shapeless":
+        return 5  # type: ignore[return-value]  # deliberately not a result object
+    if tool == "stamp":
+        effect(state, {"key": args["invocation_id"], "title": args["doc"], "pid": os.getpid()})
+        return text(f"stamped {args['doc']}")
     return text("no such tool", isError=True)
 
 
@@ -195,6 +275,14 @@ async def serve_stdio(state: Path, tools: list[dict[str, Any]], name: str, stubb
     os._exit(0)  # stdin closed: the client is gone (what SDK servers do too)
 
 
+def start_grandchild(state: Path) -> None:
+    """A child in this server's process group, that lives until it is killed."""
+    sleeper = [sys.executable, "-c", "import time; time.sleep(3600)"]
+    quiet = subprocess.DEVNULL
+    child = subprocess.Popen(sleeper, stdin=quiet, stdout=quiet, stderr=quiet)
+    (state / "grandchild_pid").write_text(str(child.pid))
+
+
 def become_stubborn(state: Path) -> None:
     """Ignore SIGTERM, with a child in the same process group that ignores it too and never reads input."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -216,7 +304,9 @@ def sdk_server(state: Path, tools: list[dict[str, Any]], name: str) -> Any:
         return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in tools])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        result = await handle(state, params.name, dict(params.arguments or {}), dict(ctx.meta or {}))
+        arguments, meta = dict(params.arguments or {}), dict(ctx.meta or {})
+        headers = getattr(ctx.request, "headers", None)  # the HTTP request (Starlette's), None over stdio
+        result = await handle(state, params.name, arguments, meta, headers)
         return types.CallToolResult.model_validate(result)
 
     return Server(name, on_list_tools=list_tools, on_call_tool=call_tool)
@@ -231,13 +321,18 @@ def main() -> None:
     parser.add_argument("--invalid-schema", action="store_true")
     parser.add_argument("--name", default="tracker")
     parser.add_argument("--stubborn", action="store_true")
+    parser.add_argument("--grandchild", action="store_true")
     options = parser.parse_args()
     options.state.mkdir(parents=True, exist_ok=True)
+    if (options.state / "refuse_start").exists():
+        sys.exit("refusing to start")
     with (options.state / "pid").open("a") as f:
         f.write(f"{os.getpid()} {time.time()}\n")
     tools = tool_list(options.variant, options.invalid_schema)
     if options.stubborn:
         become_stubborn(options.state)
+    if options.grandchild:
+        start_grandchild(options.state)
     if options.http is None and not options.sdk:
         asyncio.run(serve_stdio(options.state, tools, options.name, options.stubborn))
         return

@@ -275,6 +275,28 @@ async def test_garbage_on_stdout_before_the_handshake_is_skipped_with_one_warnin
     assert not any("traceback" in line for line in run.logs)
 
 
+async def test_messages_after_the_start_name_the_server_by_the_name_it_gave_itself(tmp_path: Path) -> None:
+    server = hostile("late-garbage")  # no name=: the server calls itself "srv"
+
+    class Agent(AgentProcess):
+        agent_id = "mcp-named"
+        mcp_servers: ClassVar[Any] = (server,)
+
+        async def step(self, ctx: StepContext) -> Done | None:
+            called = await ctx.call_tool(server.tool("echo"), v="x")
+            with pytest.raises(ConfigError) as unknown:
+                await ctx.call_tool(server.tool("nope"))
+            return Done(result=[called, str(unknown.value)])
+
+    run = await AgentHarness(tmp_path / "data").run(Agent())
+    assert run.exit_code == 0 and run.job is not None
+    called, unknown = run.job.result
+    named = f"srv (stdio: {sys.executable})"
+    assert called == "called echo" and f"MCP server {named} has no tool 'nope'" in unknown
+    _, warnings = errors_and_warnings(run)
+    assert warnings == [f"MCP server {named} wrote a line on stdout that is not JSON-RPC: ignored"]
+
+
 async def test_a_server_that_only_writes_garbage_fails_the_start_with_one_line(tmp_path: Path) -> None:
     server = hostile("only-garbage", name="liar", start_timeout=1)
 

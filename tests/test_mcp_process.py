@@ -1,21 +1,30 @@
-"""MCP tools under signals, with real agent processes (``python -m agentlife run``) and real MCP servers."""
+"""MCP tools under signals and exits: real agent processes (``python -m agentlife run``), real MCP servers.
+
+Where only the agent's exit path matters, not its process, the agent runs in this process (`AgentHarness`).
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, ClassVar
 
+import anyio
 import pytest
 
+from agentlife import AgentProcess, Done, MCPServer, StepContext
+from agentlife.testing import AgentHarness, DrainAt
 from procs import REPO, agent_env, run_cli, spawn, terminate
 
 AGENT = "agents.mcp_agents:"
+SERVER = str(REPO / "tests" / "mcp_test_server.py")
 
 
 def effects(state: Path) -> list[dict[str, object]]:
@@ -196,3 +205,143 @@ def test_a_server_made_by_a_property_on_first_access_is_started(tmp_path: Path) 
     assert [e["title"] for e in effects(state)] == ["disk full"]
     row = run_cli("job", "show", "lazy-1", env=env)
     assert row.returncode == 0 and "COMPLETED" in row.stdout, row.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A Streamable HTTP server on the SDK, of its own (its URL, its state directory)."""
+    state, port = tmp_path / "http-server", free_port()
+    state.mkdir()
+    proc = subprocess.Popen([sys.executable, SERVER, str(state), "--http", str(port)])
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp", state
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_destructive_http_call_the_server_finishes_after_a_sigkill_happens_once(
+    tmp_path: Path, http_server: tuple[str, Path]
+) -> None:
+    # The agent is SIGKILLed while the server sleeps before the effect; the server (the SDK's, as most
+    # are) finishes the orphaned call anyway, within the tool's timeout. The next attempt, in another
+    # process, must not let verify look before that call is over: it waits out the call's deadline
+    # (recorded start + timeout), then verify finds the effect, and the call is not made again.
+    url, state = http_server
+    (state / "create_sleep").write_text("2.5")
+    env = agent_env(tmp_path / "data", MCP_STATE=str(state), MCP_URL=url, MCP_VERIFY="1", MCP_TIMEOUT="3")
+    first = spawn(AGENT + "IssueAgent", {**env, "AGENTLIFE_ATTEMPT": "1"}, "--job-id", "orphan")
+    try:
+        wait_until(lambda: "create_issue" in calls(state))
+    finally:
+        terminate(first, signal.SIGKILL)
+    killed = time.time()
+    (state / "create_sleep").unlink()  # a second call would do its effect at once
+    env["AGENTLIFE_PREVIOUS_EXIT_CODE"] = "137"
+    second = spawn(AGENT + "IssueAgent", {**env, "AGENTLIFE_ATTEMPT": "2"}, "--job-id", "orphan")
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 0, (out + err).decode()[-3000:]
+    sent = json.loads((state / "calls.jsonl").read_text().splitlines()[0])["meta"]
+    assert 0 < sent["agentlife/deadline"] - killed < 3  # the call's deadline went with it
+    wait_until(lambda: time.time() > sent["agentlife/deadline"])  # the orphan is over by now
+    assert [e["key"] for e in effects(state)] == ["orphan/0/0"]  # its effect, once
+    assert calls(state).count("create_issue") == 1  # and no second call
+
+
+# -- what a stdio server leaves in its process group ----------------------------------------------------
+
+
+def group_members(group: int) -> list[int]:
+    """The running processes (not zombies) of process group ``group``, read from ``/proc``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if fields[0] != "Z" and fields[2] == str(group):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def grandchild(tmp_path: Path) -> Iterator[Path]:
+    """The state directory of a ``--grandchild`` server; what a failing test leaves of it is SIGKILLed."""
+    state = tmp_path / "server"
+    yield state
+    pids = server_pids(state) if (state / "pid").exists() else []
+    for group in pids:
+        for pid in group_members(group):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_what_a_stdio_server_left_in_its_group_is_gone_after_the_agent_exits(
+    tmp_path: Path, grandchild: Path
+) -> None:
+    # The server exits as soon as its input ends, so the SDK never signals its group: the child it
+    # started there would live on with parent 1.
+    env = agent_env(tmp_path / "data", MCP_STATE=str(grandchild), MCP_GRANDCHILD="1")
+    done = run_cli("run", AGENT + "IssueAgent", "--job-id", "leaves", env=env)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    (server,) = server_pids(grandchild)
+    assert int((grandchild / "grandchild_pid").read_text()) != server
+    wait_until(lambda: not group_members(server), timeout=5)
+
+
+class GroupAgent(AgentProcess):
+    """Calls ``lookup``, then ends as ``MCP_END`` says: done, crash, drained mid-call, the server quits."""
+
+    agent_id = "mcp-group"
+    mcp_servers: ClassVar[Any] = ()
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        server, end = self.mcp_servers[0], os.environ["MCP_END"]
+        await ctx.call_tool(server.tool("lookup"), key="k")
+        if end == "crash":
+            raise RuntimeError("the step crashed")
+        if end == "drain":
+            await ctx.call_tool(server.tool("slow"), seconds=60)
+        if end == "quit":  # the server exits while the job goes on: what it left must go at once
+            await ctx.call_tool(server.tool("quit"))
+            (group,) = server_pids(Path(os.environ["MCP_STATE"]))
+            with anyio.move_on_after(5):
+                while group_members(group):
+                    await anyio.sleep(0.02)
+            return Done(result=group_members(group))
+        return Done(result="done")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("end", "code"), [("done", 0), ("crash", 1), ("drain", 143), ("quit", 0)])
+async def test_no_exit_path_leaves_a_stdio_servers_group_behind(
+    tmp_path: Path, grandchild: Path, end: str, code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCP_END", end)
+    monkeypatch.setenv("MCP_STATE", str(grandchild))
+    agent = GroupAgent()
+    agent.mcp_servers = (MCPServer.stdio(sys.executable, [SERVER, str(grandchild), "--grandchild"]),)
+    drain = DrainAt.during_tool("slow") if end == "drain" else None
+    run = await AgentHarness(tmp_path / "data").run(agent, job_id=f"group-{end}", drain=drain)
+    assert run.exit_code == code, run.log_messages()
+    if end == "quit":
+        assert run.job is not None and run.job.result == []  # gone while the job still ran
+    (server,) = server_pids(grandchild)
+    wait_until(lambda: not group_members(server), timeout=5)

@@ -1,7 +1,9 @@
 """Process groups this process started that must not outlive it, for the hard exit.
 
 The runtime normally stops what it started (an MCP stdio server is stopped by the SDK: stdin closed, then
-SIGTERM and SIGKILL to its process group). A hard exit (``os._exit`` when code that ignores cancellation
+SIGTERM and SIGKILL to its process group). The SDK signals the group only when the server outlives the
+end of its input, so what a server that exits promptly leaves in its group would live on: `end_group`
+kills that as soon as the server is gone. A hard exit (``os._exit`` when code that ignores cancellation
 overruns the drain budget) skips all of that, so `kill_groups` SIGKILLs every registered group first.
 Cheap to import: the command line loads it before the agent's module, with the early signal handler.
 """
@@ -13,7 +15,7 @@ import os
 import signal
 import threading
 
-__all__ = ["forget_group", "kill_groups", "register_group"]
+__all__ = ["end_group", "forget_group", "kill_groups", "register_group"]
 
 _GROUPS: set[int] = set()
 _LOCK = threading.Lock()
@@ -29,6 +31,24 @@ def forget_group(group: int) -> None:
     """``group`` was stopped the ordinary way."""
     with _LOCK:
         _GROUPS.discard(group)
+
+
+def end_group(group: int) -> None:
+    """The leader of ``group`` has exited: SIGKILL whatever is left in its group and forget it; never raises.
+
+    Only a registered group, once: a second call does nothing.
+
+    Called at once when the leader is seen gone. While any process of the group lives, the kernel gives
+    no new process the group's id, so the signal reaches only what the leader left behind; an empty group
+    answers ``ESRCH``. (A new group with that id would need the pid to be freed and handed out again after
+    the kernel cycled through every other pid, in the moment between the leader's end and this call.)
+    """
+    with _LOCK:
+        if group not in _GROUPS:  # ended already (or never registered): its id may not be ours any more
+            return
+        _GROUPS.discard(group)
+    with contextlib.suppress(OSError):
+        os.killpg(group, signal.SIGKILL)
 
 
 def kill_groups() -> None:

@@ -18,11 +18,11 @@
     │   ├── TransientError               worth retrying with backoff
     │   │   ├── LLMTimeout               (also TimeoutError) connect / chunk / total
     │   │   ├── ToolTimeout              (also TimeoutError) a tool outlived its timeout
-    │   │   ├── MCPServerUnavailable     an MCP server did not start or went away (restarted once)
+    │   │   ├── MCPServerUnavailable     an MCP server did not start or went away mid-call (restarted once)
     │   │   └── PolicyUnavailable        the policy check timed out or failed: fail closed
     │   ├── PermanentError               retrying cannot help (HTTP 400, a tool's own refusal)
     │   │   ├── OutputValidationError    a structured answer still did not fit its type after retries
-    │   │   └── MCPToolError             an MCP tool's error, or a malformed or oversized result
+    │   │   └── MCPToolError             an MCP tool's error, a malformed or oversized result, a dead server
     │   └── LLMConfigurationError        no API key, 401/403
     ├── MemoryUnavailable                the memory store is unreachable, slow or locked (never fatal)
     ├── BudgetExhausted                  token, cost or run-time budget spent
@@ -180,8 +180,8 @@ class PolicyUnavailable(TransientError):
 class MCPServerUnavailable(TransientError):
     """An MCP server could not be started or reached, or went away during a call.
 
-    A stdio server that dies mid-job is restarted once at its next call; after that its calls fail with
-    this error, retried like any transient error within the step and run budgets.
+    A server that went away is restarted once, at its next call; once that restart is used up or failed,
+    its calls fail with `MCPToolError` instead, since no retry can bring it back within the attempt.
     """
 
 
@@ -208,6 +208,8 @@ class OutputValidationError(PermanentError):
 
 class MCPToolError(PermanentError):
     """An MCP tool call came back with ``isError``, a result the SDK refused, or one over the size limit.
+
+    Also the error of every call to a server that went away after its one restart was used up or failed.
 
     ``ctx.run_tool_calls`` sends it back to the model as a failed tool call.
     """

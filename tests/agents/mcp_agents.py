@@ -1,7 +1,9 @@
 """Agents with tools from the MCP test server (``tests/mcp_test_server.py``), for real-process tests.
 
 ``MCP_STATE`` is the server's state directory; ``MCP_VERIFY=1`` gives ``create_issue`` a ``verify`` that
-looks the issue up by its idempotency key (the invocation id the server got in ``_meta``).
+looks the issue up by its idempotency key (the invocation id the server got in ``_meta``). ``MCP_URL``:
+the server is that Streamable HTTP endpoint instead of a child process; ``MCP_TIMEOUT``: seconds for
+``create_issue``; ``MCP_GRANDCHILD=1``: the stdio server leaves a child in its process group.
 """
 
 from __future__ import annotations
@@ -28,9 +30,13 @@ async def find_issue(invocation_id: str) -> Any:
 
 
 def tracker() -> MCPServer:
-    server = MCPServer.stdio(sys.executable, [SERVER, os.environ.get("MCP_STATE", "/nonexistent")])
+    state = os.environ.get("MCP_STATE", "/nonexistent")
+    extra = ["--grandchild"] if os.environ.get("MCP_GRANDCHILD") == "1" else []
+    url = os.environ.get("MCP_URL")
+    server = MCPServer.http(url) if url else MCPServer.stdio(sys.executable, [SERVER, state, *extra])
+    timeout = float(os.environ["MCP_TIMEOUT"]) if "MCP_TIMEOUT" in os.environ else None
     if os.environ.get("MCP_VERIFY") == "1":
-        server = server.with_tool("create_issue", verify=find_issue)
+        server = server.with_tool("create_issue", verify=find_issue, timeout=timeout)
     return server
 
 

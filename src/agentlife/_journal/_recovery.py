@@ -359,6 +359,8 @@ class ToolRecord:
     raises that error again instead of running the tool.
 
     ``side_effects`` is what ``TOOL_STARTED`` said of the tool (None in journals older than the field).
+    ``started`` is when the latest ``TOOL_STARTED`` was written (Unix seconds; its original time when it
+    was carried forward), so a pending call's deadline can be known on any later attempt.
     """
 
     call: int
@@ -371,6 +373,7 @@ class ToolRecord:
     args_digest: str | None = None
     digest: str | None = None
     side_effects: bool | None = None
+    started: float | None = None
 
     @property
     def refused(self) -> bool:
@@ -532,6 +535,7 @@ def _apply(replay: ReplayMap, event: Mapping[str, Any], call: int) -> None:
         args_digest=_str_or_none(event.get("args_digest")),
         digest=_str_or_none(event.get("digest")),
         side_effects=side_effects if isinstance(side_effects, bool) else None,
+        started=_event_time(event) if type_ == EventType.TOOL_STARTED else None,
     )
     if previous is not None and not _supersedes(event, previous):
         # keep what the start told us when the completion omits it
@@ -543,6 +547,7 @@ def _apply(replay: ReplayMap, event: Mapping[str, Any], call: int) -> None:
             args_digest=record.args_digest or previous.args_digest,
             digest=record.digest or previous.digest,
             side_effects=record.side_effects if record.side_effects is not None else previous.side_effects,
+            started=record.started if record.started is not None else previous.started,
         )
     if type_ == EventType.TOOL_COMPLETED:
         record = _replace_status(
@@ -571,6 +576,14 @@ def _supersedes(event: Mapping[str, Any], previous: ToolRecord) -> bool:
         and previous.digest is not None
         and digest != previous.digest
     )
+
+
+def _event_time(event: Mapping[str, Any]) -> float | None:
+    """When ``event`` was first written: its ``carried_ts`` when carried forward, else its ``ts``."""
+    value = event.get("carried_ts", event.get("ts"))
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def _str_or_none(value: Any) -> str | None:

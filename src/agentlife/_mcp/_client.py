@@ -3,52 +3,73 @@
 `MCPConnection` owns the server for one job: ``start`` runs the SDK's transport (a child process for
 stdio, Streamable HTTP otherwise) and ``ClientSession`` in a task of the job's service task group, so
 their cancel scopes live and die in one task whatever the step does; ``call`` sends ``tools/call`` from
-the step's task with the invocation id in ``_meta``; ``aclose`` ends the owner task, which closes the
-session and stops the process (stdin closed, then SIGTERM and SIGKILL to its process group).
+the step's task with the invocation id (and the time the call is given up) in ``_meta``; ``aclose`` ends
+the owner task, which closes the session and stops the process (stdin closed, then SIGTERM and SIGKILL
+to its process group).
 
-A server found gone (its process exited, its connection closed) is restarted once, at its next call;
-the call that found it gone fails with `MCPServerUnavailable`, a transient error, so the usual retry
-rules decide whether it runs again (never for a side-effecting tool without ``verify``).
+A stdio server found exited before a call is restarted once and gets the call; one that goes away during
+a call (or an HTTP session that drops) fails it with `MCPServerUnavailable`, a transient error, and is
+restarted once at its next call. Once the restart is used up (or failed), its calls fail with
+`MCPToolError`: no retry can bring it back within the attempt.
 
-A stdio server must not outlive the agent when the agent cannot stop it (the SDK's stop never runs after
-a hard exit or a SIGKILL). On Linux the server is started through a few lines of Python (`_LAUNCHER`)
-that ask the kernel to SIGKILL it when the agent dies (``PR_SET_PDEATHSIG``) and then ``exec`` the
-server's command, so the server keeps its pid. That pid is also its process group's id (the SDK starts
-each server in a session of its own); it is registered with `agentlife._children` while the server runs,
-and the hard exit kills those groups just before ``os._exit``, with whatever the server started in them.
-A server that is a wrapper (``npx``, ``uvx``) dies by the death signal on a SIGKILL of the agent, but
-what it started lives on until its stdin reaches end of file.
+A call over HTTP cut off on the client's side (a crash of the agent, a dropped connection) may still run
+on the server, which finishes what it started. `settle` waits until such a call is past the deadline it
+was sent with before its ``verify`` decides whether the effect happened.
+
+A stdio server must not outlive the agent, nor anything it started in its process group. On Linux the
+server is started through a few lines of Python (`_LAUNCHER`) that ask the kernel to SIGKILL it when the
+agent dies (``PR_SET_PDEATHSIG``) and then ``exec`` the server's command, so the server keeps its pid.
+That pid is also its process group's id (the SDK starts each server in a session of its own); it is
+registered with `agentlife._children` while the server runs, and the hard exit kills those groups just
+before ``os._exit``. When the server exits (at the end of its input, by its own crash, or stopped by the
+SDK), whatever it left in its group is killed at once (``pidfd``), since the SDK signals the group only
+when the server itself outlives its input. A server that is a wrapper (``npx``, ``uvx``) dies by the death
+signal on a SIGKILL of the agent, but what it started lives on until its stdin reaches end of file.
+
+What a server sends is masked like everything else agentlife records, with the secret values of its own
+headers and environment added to the process's (`server_redactor`): a result that echoes its
+credentials reaches neither the model nor the journal.
 """
 
 from __future__ import annotations
 
 import contextvars
 import errno
+import json
 import logging
+import math
 import os
+import re
 import shutil
 import sys
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
-from agentlife._children import forget_group, register_group
+from agentlife._children import end_group, register_group
 from agentlife._exceptions import MCPServerUnavailable, MCPToolError
 from agentlife._mcp._server import MAX_TOOLS
+from agentlife._redact import Redactor
 
 if TYPE_CHECKING:
     from agentlife._mcp._server import MCPServer
-    from agentlife._redact import Redactor
 
-__all__ = ["INVOCATION_META_KEY", "MCPConnection", "ToolListing"]
+__all__ = ["DEADLINE_META_KEY", "INVOCATION_META_KEY", "MCPConnection", "ToolListing", "server_redactor"]
 
 log = logging.getLogger("agentlife.mcp")
 
 #: The ``_meta`` key that carries the invocation id (an idempotency key for servers that take one).
 INVOCATION_META_KEY = "agentlife/invocation_id"
+#: The ``_meta`` key that carries when agentlife gives the call up (Unix seconds): a server that has not
+#: done the call's effect by then should not do it.
+DEADLINE_META_KEY = "agentlife/deadline"
 _CONNECTION_CLOSED = -32000
+#: How long a call that lost its stdio server waits to hear the server's exit code, for its message.
+_EXIT_HEARD_WITHIN = 0.5
 _MAX_MESSAGE = 500
 _MAX_PAGES = 100
 
@@ -85,8 +106,15 @@ class MCPConnection:
     Args:
         server: the server's configuration.
         services: the task group the session's owner task runs in (the job's services).
-        redactor: masks secrets (header values among them) in what is logged or raised.
+        redactor: masks secrets in what is logged or raised; the server's own secrets are added to it.
         start_timeout: seconds for the process or connection, ``initialize`` and ``tools/list``.
+
+    Attributes:
+        label: how messages name the server (its name once the server gave one).
+        deadlines: invocation id -> when a call that may still run on the server is given up (Unix
+            seconds): what `settle` waits for. Kept for the calls ``verify`` may be asked about, until
+            they succeed.
+        clock_margin: seconds `settle` adds, for the clocks of two machines and the request's transit.
     """
 
     def __init__(
@@ -94,11 +122,15 @@ class MCPConnection:
     ) -> None:
         self.server = server
         self.services = services
-        self.redactor = redactor
+        self.redactor = server_redactor(redactor, server)
         self.start_timeout = start_timeout
         self.label = server.label
         self.restarts_left = 1
+        self.deadlines: dict[str, float] = {}
+        self.clock_margin = 1.0
+        self.noise_lines = 0
         self._session: Any = None
+        self._process: Any = None
         self._closing: anyio.Event | None = None
         self._done: anyio.Event | None = None
         self._gone_reason: str | None = None
@@ -139,18 +171,32 @@ class MCPConnection:
         try:
             from mcp.client.session import ClientSession
 
-            _NOISE.set(_Noise(self.label))  # seen by the SDK's reader task, started from this one
+            _OWNER.set(self)  # seen by the SDK's reader task, started from this one
             transport = self._transport()
-            async with transport as streams, ClientSession(streams[0], streams[1]) as session:
-                group = _register_group(transport)
-                with anyio.fail_after(self.start_timeout):
-                    init = await session.initialize()
-                    tools = await _list_all_tools(session)
-                info = getattr(init, "server_info", None) or getattr(init, "serverInfo", None)
-                self._session = mine = session
-                started = True
-                task_status.started(ToolListing(str(getattr(info, "name", "") or ""), tools))
-                await closing.wait()
+            # The watcher of the server's exit outlives the transport: it is there when the SDK stops it.
+            async with anyio.create_task_group() as watcher:
+                try:
+                    async with transport as streams:
+                        process = self._process = _server_process(transport)
+                        if process is not None:
+                            group = process.pid
+                            register_group(group)
+                            watcher.start_soon(_end_group_on_exit, process.pid)
+                        async with ClientSession(_LenientReader(streams[0], self), streams[1]) as session:
+                            with anyio.fail_after(self.start_timeout):
+                                init = await session.initialize()
+                                tools = await _list_all_tools(session)
+                            info = getattr(init, "server_info", None) or getattr(init, "serverInfo", None)
+                            self._session = mine = session
+                            started = True
+                            task_status.started(ToolListing(str(getattr(info, "name", "") or ""), tools))
+                            await closing.wait()
+                finally:
+                    # The transport has stopped the server (or never started it): what it left in its
+                    # group goes now, if the watcher did not see it end.
+                    if group is not None:
+                        end_group(group)
+                    watcher.cancel_scope.cancel()
         except Exception as exc:
             if not started:
                 raise
@@ -158,9 +204,6 @@ class MCPConnection:
             self._gone_reason = self._describe(exc)
             log.warning("MCP server %s: connection ended: %s", self.label, self._gone_reason)
         finally:
-            # The transport has stopped the server (or it was never started): nothing left to kill.
-            if group is not None:
-                forget_group(group)
             # Only this owner's session: a restarted server's owner may already have set a new one.
             if self._session is mine:
                 self._session = None
@@ -193,48 +236,131 @@ class MCPConnection:
 
     # -- calls ------------------------------------------------------------------------------------------
 
-    async def call(self, tool: str, arguments: dict[str, Any], invocation_id: str) -> Any:
+    async def call(
+        self, tool: str, arguments: dict[str, Any], invocation_id: str, *, settled: bool = False
+    ) -> Any:
         """``tools/call``; returns the SDK's ``CallToolResult``.
 
+        ``settled``: should the call fail, its ``verify`` will `settle` first (its deadline is kept).
+
         Raises:
-            MCPServerUnavailable: the server is gone (restarted for the next call when it may be).
-            MCPToolError: the server refused the call or sent a result the SDK could not accept.
+            MCPServerUnavailable: the server went away during the call (restarted for the next call).
+            MCPToolError: the server refused the call, sent a result the SDK could not accept, or is gone
+                for the rest of the attempt (its one restart used up).
         """
         session = await self._live_session()
+        meta: dict[str, Any] = {INVOCATION_META_KEY: invocation_id}
+        deadline = _deadline_now()
+        if deadline is not None:
+            meta[DEADLINE_META_KEY] = round(deadline, 3)
+            if settled:  # the server may go on with it should this end here: see settle
+                self.deadlines[invocation_id] = deadline
         try:
-            return await session.call_tool(tool, arguments, meta={INVOCATION_META_KEY: invocation_id})
+            result = await session.call_tool(tool, arguments, meta=meta)
         except Exception as exc:
             if _connection_lost(exc) or self._session is not session:
                 self._session = None
+                why = await self._exit_said() or self._describe(exc)
                 raise MCPServerUnavailable(
-                    f"MCP server {self.label} went away during {tool}: {self._describe(exc)}"
+                    f"MCP server {self.label} went away during {tool}: {why}"
                 ) from None
             raise MCPToolError(f"MCP server {self.label}, tool {tool}: {self._describe(exc)}") from None
+        self.deadlines.pop(invocation_id, None)
+        return result
+
+    async def settle(self, invocation_id: str) -> None:
+        """Wait until a call of ``invocation_id`` that may still run on the server is past its deadline.
+
+        Over HTTP a call cut off on this side (the agent killed, the connection dropped) goes on on the
+        server, which may do its effect after ``verify`` looked and found nothing. By the deadline the call
+        was sent with, the server has finished it or given it up (what a server must do, see the docs),
+        so ``verify`` then sees the effect if there is one.
+        """
+        deadline = self.deadlines.pop(invocation_id, None)
+        if deadline is None:
+            return
+        wait = deadline + self.clock_margin - time.time()
+        if wait > 0:
+            log.info(
+                "MCP server %s: call %s may still run there: waiting %.1fs, past its deadline, before verify",
+                self.label,
+                invocation_id,
+                wait,
+            )
+            await anyio.sleep(wait)
 
     async def _live_session(self) -> Any:
         session = self._session
-        if session is not None:  # the common case, without the lock's two checkpoints
+        if session is not None and not self._exited():  # the common case, without the lock's checkpoints
             return session
         async with self._lock:
-            if self._session is not None:
+            if self._session is not None and not self._exited():
                 return self._session
+            if self._session is not None:  # its process ended while no call was in flight
+                self._session = None
+                self._gone_reason = f"{self._exit_code_said()} before the call"
             reason = self._gone_reason or "its connection closed"
             if self.restarts_left <= 0:
-                raise MCPServerUnavailable(
-                    f"MCP server {self.label} is gone ({reason}) and was already restarted once"
+                raise MCPToolError(
+                    f"MCP server {self.label} is gone ({reason}) and was already restarted once: its tools "
+                    "fail for the rest of this attempt"
                 )
             log.warning("MCP server %s is gone (%s): restarting it once", self.label, reason)
             await self.aclose(2.0)
             try:
                 await self.start()
+            except MCPServerUnavailable as exc:
+                raise MCPToolError(
+                    f"{exc} (restarted after it was gone: {reason}): its tools fail for the rest of this "
+                    "attempt"
+                ) from None
             finally:
                 # A restart cut short by the call's timeout or a drain was not one: the next call tries it.
                 if self._session is not None or not _being_cancelled():
                     self.restarts_left -= 1
             return self._session
 
+    def _exited(self) -> bool:
+        """Whether the stdio server's process has ended (always False over HTTP)."""
+        return self._process is not None and self._process.returncode is not None
+
+    async def _exit_said(self) -> str | None:
+        """How the stdio server ended, when it did: its exit is heard a moment after its pipe closes."""
+        if self._process is None:
+            return None
+        with anyio.move_on_after(_EXIT_HEARD_WITHIN):
+            while self._process.returncode is None:
+                await anyio.sleep(0.01)
+        return self._exit_code_said()
+
+    def _exit_code_said(self) -> str | None:
+        code = self._process.returncode if self._process is not None else None
+        return None if code is None else f"it exited with code {code}"
+
     def _describe(self, exc: BaseException) -> str:
         return self.redactor.redact(describe_error(exc))[:_MAX_MESSAGE]
+
+
+def _deadline_now() -> float | None:
+    """When the calling scope gives up (its timeout, a drain's deadline), as Unix seconds; None: never."""
+    remaining = anyio.current_effective_deadline() - anyio.current_time()
+    return time.time() + remaining if math.isfinite(remaining) else None
+
+
+async def _end_group_on_exit(pid: int) -> None:
+    """Kill what the server left in its process group as soon as it exits (on Linux: its ``pidfd``)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except AttributeError:  # no pidfd here: the group is ended when the transport stops the server
+        return
+    except OSError:  # already gone
+        end_group(pid)
+        return
+    try:
+        await anyio.wait_readable(fd)
+    finally:
+        os.close(fd)
+    end_group(pid)
 
 
 async def _list_all_tools(session: Any) -> list[dict[str, Any]]:
@@ -272,67 +398,179 @@ def _connection_lost(exc: BaseException) -> bool:
     return bool(names & {"TransportError", "NetworkError", "ConnectError", "RemoteProtocolError"})
 
 
-@dataclass(slots=True)
-class _Noise:
-    label: str
-    lines: int = 0
-
-
-#: The server whose stdout the SDK's reader task (started from the owner task) is reading.
-_NOISE: contextvars.ContextVar[_Noise | None] = contextvars.ContextVar("agentlife_mcp_noise", default=None)
+#: The connection whose owner task started the SDK's tasks (its stdout reader among them).
+_OWNER: contextvars.ContextVar[MCPConnection | None] = contextvars.ContextVar(
+    "agentlife_mcp_owner", default=None
+)
 _SDK_PARSE_ERROR = "Failed to parse JSONRPC message from server"
 _NOISE_LOGGED = 5
 
 
-class _NotJsonRpc(logging.Filter):
-    """A stdout line that is not JSON-RPC (a banner, a stray print): one WARNING naming the server.
+class _SdkParseErrors(logging.Filter):
+    """The SDK logs each stdout line it cannot parse at ERROR, with a traceback quoting the line.
 
-    The SDK logs each at ERROR with the parser's traceback, which quotes the line. A server that prints
-    many gets its first few logged, then one line saying the rest are not.
+    For a server of ours, `_LenientReader` reads the line again and says what it was: the SDK's record
+    is dropped.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg != _SDK_PARSE_ERROR:
-            return True
-        noise = _NOISE.get()
-        label = noise.label if noise is not None else "(unknown)"
-        count = 1
-        if noise is not None:
-            noise.lines += 1
-            count = noise.lines
-        if count > _NOISE_LOGGED:
-            return False
-        more = "; further lines like it are not logged" if count == _NOISE_LOGGED else ""
-        record.msg = "MCP server %s wrote a line on stdout that is not JSON-RPC: ignored%s"
-        record.args = (label, more)
-        record.levelno, record.levelname = logging.WARNING, "WARNING"
-        record.exc_info, record.exc_text = None, None
-        return True
+        return record.msg != _SDK_PARSE_ERROR or _OWNER.get() is None
 
 
-_NOT_JSON_RPC = _NotJsonRpc()
+_SDK_FILTER = _SdkParseErrors()
 
 
 def _quiet_sdk_parse_errors() -> None:
     sdk_log = logging.getLogger("mcp.client.stdio")
-    if _NOT_JSON_RPC not in sdk_log.filters:
-        sdk_log.addFilter(_NOT_JSON_RPC)
+    if _SDK_FILTER not in sdk_log.filters:
+        sdk_log.addFilter(_SDK_FILTER)
 
 
-def _register_group(transport: Any) -> int | None:
-    """Register the stdio server's process group (its pid: the SDK starts it in a session of its own).
+class _LenientReader:
+    """The session's read stream, reading again the messages the SDK's parser refused.
 
-    The SDK does not hand out the process it started: it is read from the suspended ``stdio_client``
-    generator's frame. Should a version of the SDK name it otherwise, nothing is registered and the hard
-    exit leaves the server to the parent-death signal and the end of its stdin.
+    The SDK's parser refuses valid JSON it cannot hold (a string with a lone surrogate escape, which
+    Python's ``json`` reads) and drops the message (a stdio line, an SSE event), so a call whose answer it
+    was would wait for its whole timeout after the server did its effect. Such a message is read with
+    Python's ``json`` and handed on; an answer to a request that still does not fit JSON-RPC fails that
+    request at once; anything else (a banner, a stray ``print``) is skipped with one WARNING naming the
+    server (the first few).
+    """
+
+    def __init__(self, stream: Any, connection: MCPConnection) -> None:
+        self.stream, self.connection = stream, connection
+
+    @property
+    def last_context(self) -> Any:
+        """The sender's context, when the SDK's stream carries one."""
+        return getattr(self.stream, "last_context", None)
+
+    async def receive(self) -> Any:
+        item = await self.stream.receive()
+        return self._reread(item) if isinstance(item, Exception) else item
+
+    def __aiter__(self) -> _LenientReader:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+    async def __aenter__(self) -> _LenientReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _reread(self, exc: Exception) -> Any:
+        import mcp.types as types
+        from mcp.shared.message import SessionMessage
+
+        message = _json_of(exc)
+        if not isinstance(message, dict) or not _answer_id(message):
+            self._noise()
+            return exc
+        try:
+            return SessionMessage(types.jsonrpc_message_adapter.validate_python(message, by_name=False))
+        except Exception as invalid:  # whatever the parser says: that request fails, never the session
+            why = self.connection.redactor.redact(_first_line(invalid))
+        log.warning(
+            "MCP server %s answered with a message that is not JSON-RPC: %s", self.connection.label, why
+        )
+        error = types.ErrorData(code=types.INTERNAL_ERROR, message=f"its answer is not JSON-RPC: {why}")
+        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=message["id"], error=error))
+
+    def _noise(self) -> None:
+        connection = self.connection
+        connection.noise_lines += 1
+        if connection.noise_lines > _NOISE_LOGGED:
+            return
+        more = "; further lines like it are not logged" if connection.noise_lines == _NOISE_LOGGED else ""
+        what = "wrote a line on stdout" if connection.server.transport == "stdio" else "sent a message"
+        log.warning("MCP server %s %s that is not JSON-RPC: ignored%s", connection.label, what, more)
+
+
+def _json_of(exc: Exception) -> Any:
+    """The message of a line the SDK refused, read with Python's ``json``; None when it is not JSON."""
+    errors = getattr(exc, "errors", None)
+    try:
+        found = list(errors(include_url=False)) if callable(errors) else []
+    except Exception:
+        return None
+    for error in found:
+        if isinstance(error.get("input"), str):  # not JSON to the SDK's parser: the line itself
+            try:
+                return json.loads(error["input"])
+            except (ValueError, RecursionError):
+                return None
+    # JSON, but not a message it accepts: the outermost object it looked at is the message.
+    objects = [e for e in found if isinstance(e.get("input"), dict)]
+    return min(objects, key=lambda e: len(e.get("loc") or ()))["input"] if objects else None
+
+
+def _answer_id(message: dict[str, Any]) -> bool:
+    """Whether ``message`` answers a request (a result or an error, with an id)."""
+    request_id = message.get("id")
+    good_id = isinstance(request_id, str | int) and not isinstance(request_id, bool)
+    return good_id and ("result" in message or "error" in message)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return " ".join(text[:2])[:_MAX_MESSAGE] if text else type(exc).__name__
+
+
+def _server_process(transport: Any) -> Any:
+    """The stdio server's process (None over HTTP), read from the SDK's suspended ``stdio_client``.
+
+    The SDK does not hand out the process it started. Should a version of the SDK name it otherwise,
+    nothing is known of it: the hard exit leaves the server to the parent-death signal and the end of
+    its stdin, and what it leaves in its group is not killed.
     """
     frame = getattr(getattr(transport, "gen", None), "ag_frame", None)
     process = frame.f_locals.get("process") if frame is not None else None
-    pid = getattr(process, "pid", None)
-    if not isinstance(pid, int):
-        return None
-    register_group(pid)
-    return pid
+    return process if isinstance(getattr(process, "pid", None), int) else None
+
+
+# -- the server's secrets --------------------------------------------------------------------------------
+
+#: Header and variable names whose values are secrets (as for the process's own environment).
+_SECRET_NAME = re.compile(r"(?i)auth|key|token(?!s)|secret|passw|credential|cookie")
+
+
+def server_redactor(redactor: Redactor, server: MCPServer) -> Redactor:
+    """``redactor`` that also masks the secret values of ``server``'s headers and environment.
+
+    A value is secret when its name looks it (``Authorization``, ``X-Api-Key``, ``TRACKER_TOKEN`` ...);
+    for ``Scheme credentials`` (``Bearer abc...``) the credentials alone are masked too.
+    """
+    secrets = list(_secret_values(server.headers)) + list(_secret_values(server.env))
+    return _WithSecrets(redactor, secrets) if secrets else redactor
+
+
+def _secret_values(mapping: Mapping[str, str] | None) -> Iterator[str]:
+    for name, value in (mapping or {}).items():
+        if _SECRET_NAME.search(name):
+            yield value
+            scheme, _, credentials = value.strip().partition(" ")
+            if credentials.strip() and scheme.isalpha():
+                yield credentials.strip()
+
+
+class _WithSecrets(Redactor):
+    """Masks its own secrets, then what ``host`` masks: one walk of a result does both."""
+
+    def __init__(self, host: Redactor, secrets: list[str]) -> None:
+        super().__init__(secrets)
+        self.host = host
+
+    def redact(self, text: str) -> str:
+        return self.host.redact(super().redact(text))
 
 
 def _found(command: str, env: Any) -> str:

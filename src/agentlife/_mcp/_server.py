@@ -35,6 +35,7 @@ from agentlife._tools import ToolSpec
 
 if TYPE_CHECKING:
     from agentlife._mcp._client import MCPConnection
+    from agentlife._redact import Redactor
 
 __all__ = [
     "CURRENT_MCP",
@@ -43,6 +44,7 @@ __all__ = [
     "MCPToolRef",
     "MCPToolSpec",
     "build_specs",
+    "label_of",
     "live_tool_specs",
     "plan_names",
     "resolve_tool_ref",
@@ -219,8 +221,7 @@ class MCPServer:
     @property
     def label(self) -> str:
         """How messages name the server: its name and target (an URL without query or credentials)."""
-        target = self.command if self.transport == "stdio" else _bare_url(self.url or "")
-        return f"{self.name} ({self.transport}: {target})" if self.name else f"({self.transport}: {target})"
+        return label_of(self, self.name)
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -254,6 +255,12 @@ class MCPToolSpec(ToolSpec[..., Any]):
 
 #: The live MCP tools of the job running in this task (set by the runtime during hydration).
 CURRENT_MCP: contextvars.ContextVar[Any] = contextvars.ContextVar("agentlife_mcp", default=None)
+
+
+def label_of(server: MCPServer, name: str | None) -> str:
+    """How messages name ``server`` once it is known as ``name`` (the name it gave itself)."""
+    target = server.command if server.transport == "stdio" else _bare_url(server.url or "")
+    return f"{name} ({server.transport}: {target})" if name else f"({server.transport}: {target})"
 
 
 def live_tool_specs(item: Any) -> list[ToolSpec[..., Any]] | None:
@@ -383,8 +390,12 @@ def build_specs(
     skipped: list[tuple[str, str]] = []
     for tool in listing:
         name = str(tool["name"])
+        schema = tool.get("inputSchema")
         try:
-            validator = validator_for(tool.get("inputSchema"))
+            # What the model sends is checked without the runtime's parameters: they are filled in after.
+            validator = validator_for(
+                _without_runtime_parameters(schema) if isinstance(schema, dict) else schema
+            )
         except ValueError as exc:
             skipped.append((utf8_safe(name), f"its input schema {exc}"))
             continue
@@ -409,13 +420,19 @@ def _spec(
     takes_invocation_id = "invocation_id" in (schema.get("properties") or {})
     check = checker(name, validator)
 
+    verify = options.verify
+    if verify is not None and side_effects and server.transport == "http":
+        # A call cut off here may go on on the server: its verify waits until that one is over.
+        verify = _after_the_deadline(connection, verify)
+    settled = verify is not options.verify
+
     async def call(invocation_id: str, **arguments: Any) -> Any:
         arguments = check(arguments)  # the checked JSON copy is what is sent
         if takes_invocation_id:  # a runtime parameter, as for native tools: the server gets the id
             arguments = {**arguments, "invocation_id": invocation_id}
         _label_span(server_name, mcp_name)
-        result = await connection.call(mcp_name, arguments, invocation_id)
-        return result_value(result, server_name, mcp_name, server.max_result_bytes)
+        result = await connection.call(mcp_name, arguments, invocation_id, settled=settled)
+        return result_value(result, server_name, mcp_name, server.max_result_bytes, connection.redactor)
 
     call.__name__ = name
     spec = MCPToolSpec(
@@ -424,7 +441,7 @@ def _spec(
         timeout=options.timeout if options.timeout is not None else server.timeout,
         side_effects=side_effects,
         restricted=bool(options.restricted),
-        verify=options.verify,
+        verify=verify,
         is_async=True,
         wants_invocation_id=True,
         retries=options.retries,
@@ -440,6 +457,16 @@ def _spec(
     }
     spec._derived["validate"] = check
     return spec
+
+
+def _after_the_deadline(connection: MCPConnection, verify: Verify) -> Verify:
+    """``verify``, asked once a call the server may still be running is past its deadline (over HTTP)."""
+
+    async def verify_after_the_deadline(invocation_id: str) -> Any:
+        await connection.settle(invocation_id)
+        return await verify(invocation_id)
+
+    return verify_after_the_deadline
 
 
 def _label_span(server_name: str, tool: str) -> None:
@@ -460,17 +487,22 @@ def _without_runtime_parameters(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def result_value(result: Any, server_name: str, tool: str, max_bytes: int) -> Any:
+def result_value(
+    result: Any, server_name: str, tool: str, max_bytes: int, redactor: Redactor | None = None
+) -> Any:
     """What a tool call returns (and the journal keeps): the structured content, else the text.
 
     Content blocks other than text come back as their wire dicts. ``isError`` raises `MCPToolError`
-    with the server's text; so does a result over ``max_bytes``.
+    with the server's text; so does a result over ``max_bytes``. ``redactor`` masks the value and the
+    error alike: a server that echoes its credentials gets them masked in either.
     """
     content = list(result.content or [])
     # Read from the blocks' attributes: a text result (the common case) costs no model_dump.
     texts = [str(getattr(b, "text", "")) for b in content if getattr(b, "type", None) == "text"]
     if result.is_error:
         message = short("\n".join(texts) or "the tool reported an error")
+        if redactor is not None:
+            message = redactor.redact(message)
         raise MCPToolError(f"MCP tool {tool} of {server_name} failed: {message}")
     structured = result.structured_content
     if structured is not None:
@@ -485,7 +517,7 @@ def result_value(result: Any, server_name: str, tool: str, max_bytes: int) -> An
             f"MCP tool {tool} of {server_name} returned {size / 1e6:.1f} MB, over the server's "
             f"max_result_bytes ({max_bytes} bytes)"
         )
-    return value
+    return value if redactor is None else redactor.redact_obj(value)
 
 
 def _seconds(value: Any) -> bool:

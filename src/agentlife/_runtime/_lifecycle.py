@@ -96,6 +96,7 @@ class Runtime:
         self.exit_reason: str | None = None  # why the lifecycle ended (the exit line's reason)
         self._drained_in = State.BOOTING  # the state a drain interrupted, for the exit line
         self._runner: StepRunner | None = None
+        self._claimed: Job | None = None  # once hydration claimed the row: a crash is recorded on it
 
     @property
     def observers(self) -> list[Observer]:  # Called with each runtime event (the test harness's hook).
@@ -175,8 +176,7 @@ class Runtime:
             outcome = await record_crash(
                 exc, state=self.state, step=self._runner.current_step if self._runner else None,
                 settings=booted.settings if booted else None, store=self.services.store,
-                job=hydrated.job if hydrated else None, constants=self.constants,
-                redactor=self.shell.redactor,
+                job=self._claimed, constants=self.constants, redactor=self.shell.redactor,
             )  # fmt: skip
         shell = self.shell if self.one_job else None
         await cleanup(outcome, self.services, self.events, self.drain, self.constants, shell)
@@ -216,16 +216,16 @@ class Runtime:
         hydrator = Hydrator(booted, redactor=redactor, telemetry=telemetry)
         self.events.notify("hydration_started")
         o = self.options
-        job_row = await hydrator.claim_job(create=o.create_job, payload=o.payload, claimed=o.claimed)
+        row = await hydrator.claim_job(create=o.create_job, payload=o.payload, claimed=o.claimed)
         host = JobHost(self.agent, self.constants, self.drain, redactor, telemetry, self.events)
         runner = self._runner = StepRunner(host, booted)
         self.services.start_job_heartbeat(tasks, booted, runner.fenced_out)
-        job = Job(job_row.id, job_row.agent_id, booted.settings.attempt, job_row.payload, job_row.status)
+        job = self._claimed = Job(row.id, row.agent_id, booted.settings.attempt, row.payload, row.status)
         approvals = Approvals(booted, job, self.drain, lambda: runner.current_step)
-        budget = Budget.build(self.constants.budget, job_row.token_budget, job_row.tokens_consumed)
-        if job_row.status in _base.TERMINAL_STATUSES:
-            log.info("job %s is already %s: nothing to do", job_row.id, job_row.status)
-            done = Resume(CheckpointDoc(status=job_row.status, phase="done"), job_row.checkpoint_id)
+        budget = Budget.build(self.constants.budget, row.token_budget, row.tokens_consumed)
+        if row.status in _base.TERMINAL_STATUSES:
+            log.info("job %s is already %s: nothing to do", row.id, row.status)
+            done = Resume(CheckpointDoc(status=row.status, phase="done"), row.checkpoint_id)
             return Hydrated(job, budget, approvals, done)
         doc, checkpoint_id = await hydrator.load_checkpoint()
         runner.checkpoint_id = checkpoint_id

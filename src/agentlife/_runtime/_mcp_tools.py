@@ -9,6 +9,10 @@ recorded calls is a replay mismatch of the offered tools: ``replay_mismatch = "f
 A server that cannot start stops hydration with one line naming it (exit 1; the job row is untouched,
 so the next attempt tries again).
 
+A side-effecting call over HTTP that the journal holds as pending may still be running on its server
+(which finishes a call whatever became of its client): its deadline, from the recorded start and the
+tool's timeout, is handed to the connection, so its ``verify`` decides only once the server is done.
+
 `MCPTools` is what steps reach through `CURRENT_MCP`: the tool specs of each server, and the close of
 every server in cleanup, one at a time.
 """
@@ -30,7 +34,15 @@ from agentlife._exceptions import BootFailure, ConfigError, MCPServerUnavailable
 from agentlife._journal._recovery import BadLine, read_events
 from agentlife._journal._writer import list_sessions
 from agentlife._mcp._client import MCPConnection
-from agentlife._mcp._server import CURRENT_MCP, MCPServer, MCPToolSpec, build_specs, plan_names, tool_digest
+from agentlife._mcp._server import (
+    CURRENT_MCP,
+    MCPServer,
+    MCPToolSpec,
+    build_specs,
+    label_of,
+    plan_names,
+    tool_digest,
+)
 
 if TYPE_CHECKING:
     from agentlife._agent import AgentProcess
@@ -39,6 +51,7 @@ if TYPE_CHECKING:
     from agentlife._observe._telemetry_facade import TelemetryFacade
     from agentlife._redact import Redactor
     from agentlife._step._host import Booted
+    from agentlife.constants import Constants
 
 __all__ = ["MCPTools", "check_changed_tools", "declared_servers", "start_mcp_servers"]
 
@@ -46,7 +59,9 @@ log = logging.getLogger("agentlife.mcp")
 
 #: How far into an earlier session file the previous tool lists are looked for (they come before step 0).
 _HEAD_EVENTS = 400
-_SESSIONS_LOOKED_AT = 3
+#: What `MCPConnection.settle` adds to a deadline (scaled): the clocks of two pods under NTP differ by
+#: milliseconds, and the request reached the server after its start was journaled.
+_CLOCK_MARGIN_SECONDS = 1.0
 #: How many of the tools left out are logged and journaled one by one (a hostile listing may hold many).
 _SKIPPED_SHOWN = 20
 
@@ -102,6 +117,8 @@ class MCPTools:
             telemetry=telemetry,
             tools=self,
         )
+        # Before a "rerun" voids the records: a voided pending call is still put to its verify.
+        self.await_pending_calls(replay, booted.settings.constants)
         check_changed_tools(
             changed,
             replay,
@@ -109,6 +126,36 @@ class MCPTools:
             journal=booted.journal,
             job_id=booted.settings.job_id,
         )
+
+    def await_pending_calls(self, replay: ReplayMap | None, constants: Constants) -> None:
+        """Give each HTTP connection the deadlines of its pending side-effecting calls (see `settle`).
+
+        A call's deadline is its recorded start plus the tool's timeout; a start that is missing, or later
+        than now (a clock set back, a journal written by hand), counts as now, so the wait is never longer
+        than the timeout.
+        """
+        now = time.time()
+        for connection in self._connections.values():
+            connection.clock_margin = _CLOCK_MARGIN_SECONDS * constants.time_scale
+        if replay is None:
+            return
+        by_name = {
+            spec.name: (spec, self._connections[key]) for key, specs in self._specs.items() for spec in specs
+        }
+        for record in replay.tools.values():
+            found = by_name.get(record.tool or "")
+            if record.status != "pending" or record.invocation_id is None or found is None:
+                continue
+            spec, connection = found
+            if connection.server.transport != "http" or not spec.side_effects or spec.verify is None:
+                continue
+            timeout = (
+                spec.timeout * constants.time_scale
+                if spec.timeout is not None
+                else constants.tool_timeout(spec.name)
+            )  # as the call path reckons it
+            started = record.started if record.started is not None and record.started <= now else now
+            connection.deadlines[record.invocation_id] = started + timeout
 
     def knows(self, server: MCPServer) -> bool:
         """Whether ``server`` was started for this job."""
@@ -123,14 +170,15 @@ class MCPTools:
         spec = self._by_name[server.key].get(name)
         if spec is not None:
             return spec
+        label = self._connections[server.key].label  # with the name the server gave itself
         reason = self._skipped[server.key].get(name)
         if reason is not None:
-            raise ConfigError(f"MCP tool {name} of {server.label} is not available: {reason}")
+            raise ConfigError(f"MCP tool {name} of {label} is not available: {reason}")
         specs = self._specs[server.key]
         known = ", ".join(s.mcp_name for s in specs[:20]) + (
             f" and {len(specs) - 20} more" if len(specs) > 20 else ""
         )
-        raise ConfigError(f"MCP server {server.label} has no tool {name!r} (its tools: {known or 'none'})")
+        raise ConfigError(f"MCP server {label} has no tool {name!r} (its tools: {known or 'none'})")
 
     def add(
         self, server: MCPServer, connection: MCPConnection, specs: list[MCPToolSpec], skipped: dict[str, str]
@@ -176,7 +224,7 @@ async def start_mcp_servers(
         except MCPServerUnavailable as exc:
             raise BootFailure(str(exc)) from None
         name = _unique_name(server, listing.server_name, [n for _, _, n, _ in listings])
-        connection.label = f"{name} ({server.label.rsplit('(', 1)[-1]}"
+        connection.label = label_of(server, name)
         listings.append((server, connection, name, listing.tools))
     plans = plan_names([(name, listed) for _, _, name, listed in listings])
     previous = _previous_digests(session_dir, exclude=journal.path)
@@ -185,6 +233,7 @@ async def start_mcp_servers(
         specs, bad_schemas = build_specs(server, name, admissible, names, connection)
         skipped = [*left_out, *bad_schemas]
         _log_skipped(connection.label, skipped)
+        _warn_unverified(server, connection.label, specs)
         tools.add(server, connection, specs, dict(skipped))
         listed_by_name = {str(t["name"]): t for t in admissible}
         digests = {spec.name: tool_digest(listed_by_name[spec.mcp_name]) for spec in specs}
@@ -251,6 +300,30 @@ def _log_skipped(label: str, skipped: list[tuple[str, str]]) -> None:
             log.error("MCP server %s: %s tools left out: %s (%s)", label, len(tools), reason, shown)
 
 
+def _warn_unverified(server: MCPServer, label: str, specs: list[MCPToolSpec]) -> None:
+    """One WARNING for an HTTP server's tools with side effects and neither ``verify`` nor idempotence.
+
+    Such a call cut off by a crash runs again on the next attempt (the documented at-least-once), and an
+    HTTP server finishes the first one all the same: the effect happens twice unless the server itself
+    refuses a second call with the same invocation id.
+    """
+    if server.transport != "http":
+        return
+    names = [
+        spec.mcp_name for spec in specs if spec.side_effects and spec.verify is None and not spec.idempotent
+    ]
+    if names:
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        log.warning(
+            "MCP server %s: %s with side effects and no verify (%s): a call cut off by a crash runs again on "
+            "the next attempt while the server may finish the first one; unless the server refuses a second "
+            'call with the same _meta["agentlife/invocation_id"], give each a verify with with_tool(...)',
+            label,
+            "a tool" if len(names) == 1 else f"{len(names)} tools",
+            shown,
+        )
+
+
 def _list_digest(digests: dict[str, str]) -> str:
     return hashlib.sha256(orjson.dumps(digests, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
@@ -294,14 +367,16 @@ def _report_change(
 
 
 def _previous_digests(session_dir: Path, *, exclude: Path) -> dict[str, dict[str, Any]]:
-    """Each server's last ``MCP_TOOLS`` record in the newest earlier session files that have one.
+    """Each server's ``MCP_TOOLS`` record in the newest earlier session file that has any.
 
+    Every earlier file is looked at, newest first, however many attempts in a row never listed the tools
+    (a server that would not start, a store that was down): the first file with a record ends the search.
     Only the head of each file is read (the records come before the first step), so the cost does not
     grow with the journal; a file that cannot be read is skipped.
     """
     found: dict[str, dict[str, Any]] = {}
     sessions = [p for p in list_sessions(session_dir) if p != exclude]
-    for path in reversed(sessions[-_SESSIONS_LOOKED_AT:]):
+    for path in reversed(sessions):
         try:
             for n, event in enumerate(read_events(path)):
                 if n >= _HEAD_EVENTS or (not isinstance(event, BadLine) and event["type"] == "STEP_STARTED"):
