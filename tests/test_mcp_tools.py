@@ -443,6 +443,24 @@ async def test_a_tool_list_that_changed_between_attempts_is_a_replay_mismatch(
         assert "LLM_COMPLETED" in types[types.index("REPLAY_DISCARDED") :]
 
 
+async def test_a_tool_list_that_changed_while_the_job_moved_to_another_pod_is_a_replay_mismatch(
+    tmp_path: Path,
+) -> None:
+    # The second attempt runs on an empty data dir: the list it compares with is the one the store kept.
+    harness = AgentHarness(tmp_path / "pod-a")
+    first = await harness.run(_changing_agent(tmp_path / "s", 1, False), drain=DrainAt.during_tool("slow"))
+    assert first.exit_code == 143
+    other_pod = {
+        "AGENTLIFE_DATA_DIR": str(tmp_path / "pod-b"),
+        "AGENTLIFE_DATABASE_URL": harness.database_url,
+    }
+    second = await harness.run(_changing_agent(tmp_path / "s", 2, False), env=other_pod)
+    changed = next(e for e in second.journal if e["type"] == "MCP_TOOLS_CHANGED")
+    assert changed["changed"] == ["create_issue"]
+    assert second.exit_code == 1
+    assert second.job is not None and [c["error_class"] for c in second.job.error] == ["ReplayMismatch"]
+
+
 async def test_an_http_tool_with_side_effects_and_no_verify_is_named_at_start_up(
     tmp_path: Path, shared: Shared
 ) -> None:

@@ -51,6 +51,9 @@ STORED_TYPES = frozenset(
         EventType.WAIT_COMPLETED,
         EventType.REPLAY_DISCARDED,
         EventType.USAGE_COUNTED,
+        # The tool lists of the job's MCP servers as this attempt found them, at the step it resumed: the
+        # next attempt, on any pod, compares its own with them.
+        "MCP_TOOLS",
     }
 )
 
@@ -79,7 +82,8 @@ class StepJournal:
         store: the job store.
         job_id: the job.
         attempt: this process's attempt (the store write is fenced by it).
-        stored_steps: the steps whose records the store already keeps (read at hydration).
+        stored: the records the store kept for the job when this process read them (at hydration).
+        resume_step: the step this process resumes at.
         retrying: runs a store write, retrying while the store is unreachable.
         on_fenced: told when the store refuses a write because another attempt holds the job.
     """
@@ -91,7 +95,8 @@ class StepJournal:
         job_id: str,
         attempt: int,
         *,
-        stored_steps: Sequence[int] = (),
+        stored: Sequence[StepRecord] = (),
+        resume_step: int = 0,
         retrying: Retrying = _no_retry,
         on_fenced: Callable[[AttemptFenced], None] | None = None,
     ) -> None:
@@ -108,7 +113,10 @@ class StepJournal:
         self._stored = 0  # of those, how many the store holds (always the oldest ones)
         self._lock = anyio.Lock()
         #: The steps whose records the store keeps.
-        self.stored_steps: set[int] = set(stored_steps)
+        self.stored_steps: set[int] = {record.step for record in stored}
+        #: The step this process resumes at.
+        self.resume_step = resume_step
+        self._loaded = list(stored)
         #: Store writes made (a commit each), for the benchmarks.
         self.store_writes = 0
 
@@ -145,6 +153,15 @@ class StepJournal:
         upto = self._accepted
         await _together(lambda: self.store_through(upto), lambda: self.journal.sync_through(seq))
         return seq
+
+    def stored_events(self, type: str) -> list[tuple[tuple[int, int, int], Event]]:
+        """The events of ``type`` among the records read at hydration, with where each was written."""
+        found = []
+        for record in self._loaded:
+            event = _parsed(record)
+            if event is not None and event["type"] == type:
+                found.append((record.order, event))
+        return found
 
     # -- the store side -------------------------------------------------------------------------------------
 
@@ -285,14 +302,24 @@ def _stored_events(records: Sequence[StepRecord], step: int) -> list[tuple[tuple
     events: list[tuple[tuple[int, int, int], Event]] = []
     bad = 0
     for record in (r for r in records if r.step == step):
-        try:
-            event = orjson.loads(record.data)
-        except orjson.JSONDecodeError:
-            event = None
-        if isinstance(event, dict) and isinstance(event.get("type"), str):
-            events.append((record.order, event))
-        else:
+        event = _parsed(record)
+        if event is None:
             bad += 1
+        elif event["type"] in _REPLAYED:
+            events.append((record.order, event))
     if bad:
         log.warning("%s step records of step %s are not journal events; passed over", bad, step)
     return events
+
+
+#: The stored types a step's replay reads (the others are read by what wrote them).
+_REPLAYED = STORED_TYPES - {"MCP_TOOLS"}
+
+
+def _parsed(record: StepRecord) -> Event | None:
+    """The journal event a record holds, or None when it holds none."""
+    try:
+        event = orjson.loads(record.data)
+    except orjson.JSONDecodeError:
+        return None
+    return event if isinstance(event, dict) and isinstance(event.get("type"), str) else None

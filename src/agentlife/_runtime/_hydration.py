@@ -163,12 +163,15 @@ class Hydrator:
         return records
 
     async def replay_map(
-        self, checkpoint_id: str | None, doc: CheckpointDoc, journal: Callable[[Sequence[int]], StepJournal]
+        self,
+        checkpoint_id: str | None,
+        doc: CheckpointDoc,
+        journal: Callable[[Sequence[StepRecord], int], StepJournal],
     ) -> tuple[StepJournal, ReplayMap | None]:
-        """Step 2: the steps' journal (``journal(steps the store keeps records of)``) and the replay map."""
+        """Step 2: the steps' journal (``journal(the store's records, the step resumed)``), the replay map."""
         records = await self.load_step_records()
         replay = await self.scan_journal(checkpoint_id, doc, records)
-        return journal(sorted({record.step for record in records})), replay
+        return journal(records, doc.next_step), replay
 
     async def scan_journal(
         self, checkpoint_id: str | None, doc: CheckpointDoc, records: Sequence[StepRecord] = ()

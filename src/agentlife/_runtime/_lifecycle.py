@@ -237,7 +237,7 @@ class Runtime:
         )
         mcp = self.services.mcp_tools = mcp_tools_for(self.agent)
         if mcp is not None:  # the optional MCP step: this job's servers, started and listed
-            await mcp.hydrate(booted, tasks, replay, redactor=redactor, telemetry=telemetry)
+            await mcp.hydrate(booted, tasks, replay, runner.records, redactor=redactor, telemetry=telemetry)
         resume = Resume(doc, checkpoint_id, replay, memories, conversation)
         hydrated = Hydrated(job, budget, approvals, resume)
         if self.drain.draining:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ import orjson
 
 from agentlife._exceptions import BootFailure, ConfigError, MCPServerUnavailable, ReplayMismatch
 from agentlife._journal._recovery import BadLine, read_events
-from agentlife._journal._writer import list_sessions
+from agentlife._journal._writer import list_sessions, session_of
 from agentlife._mcp._client import MCPConnection
 from agentlife._mcp._server import (
     CURRENT_MCP,
@@ -47,7 +47,7 @@ from agentlife._mcp._server import (
 if TYPE_CHECKING:
     from agentlife._agent import AgentProcess
     from agentlife._journal._recovery import ReplayMap
-    from agentlife._journal._writer import Journal
+    from agentlife._journal._steprecords import StepJournal
     from agentlife._observe._telemetry_facade import TelemetryFacade
     from agentlife._redact import Redactor
     from agentlife._step._host import Booted
@@ -102,16 +102,21 @@ class MCPTools:
         booted: Booted,
         services: anyio.abc.TaskGroup,
         replay: ReplayMap | None,
+        records: StepJournal,
         *,
         redactor: Redactor,
         telemetry: TelemetryFacade,
     ) -> None:
-        """The hydration step: start the servers for this job's task, check their lists against the last."""
+        """The hydration step: start the servers for this job's task, check their lists against the last.
+
+        ``records`` is the steps' journal: the lists go to the store with the step's records, and the last
+        lists come from there too, so an attempt on another pod compares with what the job last saw.
+        """
         CURRENT_MCP.set(self)  # this job's task (and the steps it runs) see this job's servers
         changed = await start_mcp_servers(
             self.servers,
             services=services,
-            journal=booted.journal,
+            journal=records,
             session_dir=booted.settings.session_dir,
             redactor=redactor,
             telemetry=telemetry,
@@ -123,7 +128,7 @@ class MCPTools:
             changed,
             replay,
             policy=self.replay_mismatch,
-            journal=booted.journal,
+            journal=records,
             job_id=booted.settings.job_id,
         )
 
@@ -202,7 +207,7 @@ async def start_mcp_servers(
     servers: Sequence[MCPServer],
     *,
     services: anyio.abc.TaskGroup,
-    journal: Journal,
+    journal: StepJournal,
     session_dir: Path,
     redactor: Redactor,
     telemetry: TelemetryFacade,
@@ -227,7 +232,7 @@ async def start_mcp_servers(
         connection.label = label_of(server, name)
         listings.append((server, connection, name, listing.tools))
     plans = plan_names([(name, listed) for _, _, name, listed in listings])
-    previous = _previous_digests(session_dir, exclude=journal.path)
+    previous = _previous_digests(session_dir, journal)
     changed = []
     for (server, connection, name, _), (admissible, names, left_out) in zip(listings, plans, strict=True):
         specs, bad_schemas = build_specs(server, name, admissible, names, connection)
@@ -247,6 +252,7 @@ async def start_mcp_servers(
             tools=digests,
             skipped=[{"tool": t, "reason": r} for t, r in skipped[:_SKIPPED_SHOWN]],
             skipped_total=len(skipped),
+            step=journal.resume_step,  # kept with the records of the step this attempt resumed
         )
         log.info("MCP server %s: %s tools (%s)", connection.label, len(specs), digest)
         if name in previous and previous[name]["digest"] != digest:
@@ -258,7 +264,7 @@ async def start_mcp_servers(
 
 
 def check_changed_tools(
-    changed: list[str], replay: ReplayMap | None, *, policy: str, journal: Journal, job_id: str
+    changed: list[str], replay: ReplayMap | None, *, policy: str, journal: StepJournal, job_id: str
 ) -> None:
     """A changed tool list under a resumed step with recorded calls is a replay mismatch of its tools."""
     if not changed or replay is None or replay.empty:
@@ -339,7 +345,7 @@ def _unique_name(server: MCPServer, reported: str, taken: list[str]) -> str:
 
 
 def _report_change(
-    journal: Journal, name: str, before: dict[str, Any], now: dict[str, str], digest: str
+    journal: StepJournal, name: str, before: dict[str, Any], now: dict[str, str], digest: str
 ) -> None:
     old: dict[str, str] = before.get("tools") or {}
     added = sorted(now.keys() - old.keys())
@@ -366,8 +372,38 @@ def _report_change(
     )
 
 
-def _previous_digests(session_dir: Path, *, exclude: Path) -> dict[str, dict[str, Any]]:
-    """Each server's ``MCP_TOOLS`` record in the newest earlier session file that has any.
+def _previous_digests(session_dir: Path, journal: StepJournal) -> dict[str, dict[str, Any]]:
+    """Each server's ``MCP_TOOLS`` record of the last attempt to list the tools, this pod's or the store's.
+
+    The store holds the lists of every attempt whose step records reached it, whichever pod it ran on; this
+    pod's session files may hold a later one's (its records not yet stored when it died). The newer of the
+    two, by attempt and session, is the one to compare with.
+    """
+    local, local_writer = _previous_in_session_files(session_dir, exclude=journal.journal.path)
+    stored: dict[tuple[int, int], dict[str, dict[str, Any]]] = {}
+    for (attempt, session, _), event in journal.stored_events("MCP_TOOLS"):
+        if _is_listing(event):
+            stored.setdefault((attempt, session), {}).setdefault(event["server"], event)
+    if not stored:
+        return local
+    newest = max(stored)
+    if local and local_writer is not None and local_writer >= newest:
+        return local
+    return stored[newest]
+
+
+def _is_listing(event: Mapping[str, Any]) -> bool:
+    return (
+        isinstance(event.get("server"), str)
+        and isinstance(event.get("digest"), str)
+        and isinstance(event.get("tools"), dict)
+    )
+
+
+def _previous_in_session_files(
+    session_dir: Path, *, exclude: Path
+) -> tuple[dict[str, dict[str, Any]], tuple[int, int] | None]:
+    """Each server's ``MCP_TOOLS`` record in the newest earlier session file with any, and that file's writer.
 
     Every earlier file is looked at, newest first, however many attempts in a row never listed the tools
     (a server that would not start, a store that was down): the first file with a record ends the search.
@@ -383,15 +419,10 @@ def _previous_digests(session_dir: Path, *, exclude: Path) -> dict[str, dict[str
                     break
                 if isinstance(event, BadLine) or event["type"] != "MCP_TOOLS":
                     continue
-                server, digest = event.get("server"), event.get("digest")
-                if (
-                    isinstance(server, str)
-                    and isinstance(digest, str)
-                    and isinstance(event.get("tools"), dict)
-                ):
-                    found.setdefault(server, event)
+                if _is_listing(event):
+                    found.setdefault(event["server"], event)
         except OSError:
             continue
         if found:
-            return found
-    return found
+            return found, session_of(path)
+    return found, None

@@ -43,6 +43,7 @@ from agentlife._step._host import Booted, RuntimeStats
 from agentlife.constants import Constants
 from agentlife.stores import JobStatus
 from agentlife.stores._base import StepUsage
+from agentlife.stores._steprecords import StepRecord
 
 if TYPE_CHECKING:
     from agentlife._journal._recovery import ReplayMap
@@ -111,14 +112,15 @@ class StepRunner:
         #: write adds them, in its one commit.
         self._uncounted: dict[int, StepUsage] = {}
         #: The journal the steps write, which also keeps what a resumed step replays in the store.
-        self.records = self.step_journal(())
+        self.records = self.step_journal()
         host.drain.add_listener(self._on_drain)
 
-    def step_journal(self, stored_steps: Sequence[int]) -> StepJournal:
+    def step_journal(self, stored: Sequence[StepRecord] = (), resume_step: int = 0) -> StepJournal:
         """The steps' journal over this process's session file and the store (see `StepJournal`).
 
         Args:
-            stored_steps: the steps whose records the store keeps already (read at hydration).
+            stored: the records the store kept for the job (read at hydration).
+            resume_step: the step this process resumes at.
         """
         s = self.booted.settings
         return StepJournal(
@@ -126,7 +128,8 @@ class StepRunner:
             self.booted.store,
             s.job_id,
             s.attempt,
-            stored_steps=stored_steps,
+            stored=stored,
+            resume_step=resume_step,
             retrying=self.retrying_store,
             on_fenced=self.fenced_out,
         )
