@@ -28,7 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _common import emit
 
-from agentlife._console._data import ListQuery, list_jobs
+from agentlife._console._data import Cursors, ListQuery, list_jobs
+from agentlife._console._mask import Masker
+from agentlife._redact import Redactor
 from agentlife.stores import CheckpointStore, SQLiteStore
 
 REPS = 40
@@ -59,9 +61,10 @@ async def make_store(path: Path, rows: int) -> SQLiteStore:
 
 async def timed(store: CheckpointStore, query: ListQuery) -> float:
     samples = []
+    masker, cursors = Masker(Redactor()), Cursors()
     for _ in range(REPS):
         start = time.perf_counter()
-        result = await list_jobs(store, query)
+        result = await list_jobs(store, query, masker, cursors)
         samples.append((time.perf_counter() - start) * 1000)
         assert len(result.rows) == 50, len(result.rows)
     return statistics.median(samples)

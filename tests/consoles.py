@@ -63,13 +63,27 @@ def request(
         return exc.code, exc.read().decode(errors="replace"), dict(exc.headers)
 
 
-def insert_row(db: Path, job_id: str, agent_id: str, payload: object, status: str = "PENDING") -> None:
-    """A job row written straight into the SQLite table, as another tool would (no id validation)."""
+def insert_row(
+    db: Path, job_id: object, agent_id: str, payload: object, status: str = "PENDING", **columns: object
+) -> None:
+    """A job row written straight into the SQLite table, as another tool would (no id validation).
+
+    ``columns`` sets more columns as given (JSON ones as text): ``error``, ``result``, ``updated_at`` ...
+    """
+    values = {
+        "id": job_id,
+        "agent_id": agent_id,
+        "status": status,
+        "payload": orjson.dumps(payload).decode(),
+        "attempt": 0,
+        "updated_at": time.time(),
+        **columns,
+    }
+    names = ", ".join(values)
     conn = sqlite3.connect(db, isolation_level=None)
     try:
         conn.execute(
-            "INSERT INTO job (id, agent_id, status, payload, attempt, updated_at) VALUES (?, ?, ?, ?, 0, ?)",
-            (job_id, agent_id, status, orjson.dumps(payload).decode(), time.time()),
+            f"INSERT INTO job ({names}) VALUES ({', '.join('?' * len(values))})", tuple(values.values())
         )
     finally:
         conn.close()

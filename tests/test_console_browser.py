@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import orjson
 import pytest
 
 from consoles import TOKEN, insert_row, start_console, stop
@@ -28,6 +29,8 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 SECRET = "zq-console-secret-7f3a9c1e"
 HOSTILE_ID = "<script>document.title='pwned';window.pwned=1</script>"
+LONG_AGENT = "agent-" + "x" * 3000
+CRASH = f"pwd={SECRET}-crash failed"
 DOCS = REPO / "docs"
 
 
@@ -94,6 +97,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             db, HOSTILE_ID, "<img src=x onerror=window.pwned=1>", {"x": "<script>window.pwned=1</script>"}
         )
         insert_row(db, "big-1", "chatty", {"blob": "<svg onload=window.pwned=1>" * 40_000})
+        insert_row(db, "long-agent-1", LONG_AGENT, {})
+        crash = [{"at": time.time() - 5, "attempt": 1, "error_class": "RuntimeError", "message": CRASH}]
+        insert_row(db, "sec-1", "demo", {}, error=orjson.dumps(crash).decode())
+        cancelled = run_cli("job", "cancel", "sec-1", "--reason", f"passphrase: {SECRET}-cancel", env=env)
+        assert cancelled.returncode == 0
         console_env = {**env, "AGENTLIFE_CONSOLE_TOKEN": TOKEN, "CONSOLE_TEST_SECRET": SECRET}
         console, url = start_console(console_env, "--allow-actions")
         try:
@@ -260,6 +268,43 @@ def test_hostile_ids_and_payloads_are_text_and_never_run(world: World, browser: 
     assert _text(d, "h1") == "404 Not Found"  # type: ignore[attr-defined]
 
 
+def test_a_long_agent_id_is_cut_in_the_list_and_leaves_every_column_readable(
+    world: World, browser: object
+) -> None:
+    d: object = browser
+    d.get(world.url)  # type: ignore[attr-defined]
+    script = """
+        const rows = Array.from(document.querySelectorAll('table.jobs tbody tr'));
+        return rows.map(r => ({
+            id: r.cells[0].innerText,
+            agent: r.cells[1].innerText,
+            title: (r.cells[1].querySelector('[title]') || {title: null}).title,
+            statusLines: r.cells[2].querySelector('.status').getClientRects().length,
+            statusWidth: r.cells[2].getBoundingClientRect().width,
+            tableWidth: r.closest('table').getBoundingClientRect().width,
+        }));
+    """
+    rows = d.execute_script(script)  # type: ignore[attr-defined]
+    row = next(r for r in rows if r["id"] == "long-agent-1")
+    assert len(row["agent"]) <= 64 and row["agent"].endswith("…")
+    assert row["title"] == LONG_AGENT
+    # Every status reads on one line in a column wider than a letter, on every row.
+    assert all(r["statusLines"] == 1 and r["statusWidth"] > 60 for r in rows), rows
+    assert row["tableWidth"] <= 1280
+
+
+def test_a_timeline_drawn_from_the_crash_history_masks_what_it_shows(world: World, browser: object) -> None:
+    d: object = browser
+    d.get(world.url + "job?id=sec-1")  # type: ignore[attr-defined]
+    titles = d.execute_script(  # type: ignore[attr-defined]
+        "return Array.from(document.querySelectorAll('svg.timeline polygon.mark title'))"
+        ".map(t => t.textContent)"
+    )
+    assert titles == ["RuntimeError: pwd=*** failed", "Cancelled: passphrase: ***"], titles
+    assert SECRET not in d.page_source  # type: ignore[attr-defined]
+    assert "pwd=*** failed" in _text(d, ".timeline-list")
+
+
 def test_approve_from_the_page_resumes_the_parked_job_and_the_page_follows_it(
     world: World, browser: object
 ) -> None:
@@ -267,8 +312,14 @@ def test_approve_from_the_page_resumes_the_parked_job_and_the_page_follows_it(
 
     d: object = browser
     page = world.url + "job?id=park-1"
-    d.get(page)  # type: ignore[attr-defined]
+    d.get(page + "&done=approve")  # type: ignore[attr-defined]  # a crafted link: nothing was approved
     assert "deploy (park-1/0/1" in _text(d, "ul.waits")
+    assert not d.find_elements(By.CSS_SELECTOR, ".flash")  # type: ignore[attr-defined]
+    # Parked on the approval and alive: its open session is drawn as such, not as a crash.
+    assert not d.find_elements(By.CSS_SELECTOR, "svg.timeline polygon.mark.crash")  # type: ignore[attr-defined]
+    assert d.find_elements(By.CSS_SELECTOR, "svg.timeline polygon.mark.live")  # type: ignore[attr-defined]
+    assert "parked on an approval, alive" in _text(d, ".timeline-list")
+    d.get(page)  # type: ignore[attr-defined]
     _shot(d, "console-approval.png")
     d.find_element(By.ID, "approve-token").send_keys("not-the-token-at-all")  # type: ignore[attr-defined]
     d.find_element(By.CSS_SELECTOR, "button[value=approve]").click()  # type: ignore[attr-defined]
@@ -278,8 +329,8 @@ def test_approve_from_the_page_resumes_the_parked_job_and_the_page_follows_it(
     d.get(page)  # type: ignore[attr-defined]
     d.find_element(By.ID, "approve-token").send_keys(TOKEN)  # type: ignore[attr-defined]
     d.find_element(By.CSS_SELECTOR, "button[value=approve]").click()  # type: ignore[attr-defined]
-    _wait(d, timeout=30, until=lambda drv: "done=approve" in drv.current_url)  # type: ignore[attr-defined]
-    assert "Approved" in _text(d, ".flash")
+    _wait(d, timeout=30, until=lambda drv: "done=approve." in drv.current_url)  # type: ignore[attr-defined]
+    assert "Approved" in _text(d, ".flash") and "The store recorded it" in _text(d, ".flash")
     assert TOKEN not in d.page_source  # type: ignore[attr-defined]
     assert world.parked.wait(timeout=60) == 0
     # No reload: the page's own polling sees the job finish.

@@ -4,15 +4,21 @@ a store that is not there, and the keyset paging it reads through (both stores).
 
 from __future__ import annotations
 
+import base64
+import sqlite3
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
 
 import anyio
 import orjson
 import pytest
 
-from agentlife.stores import store_from_url
+from agentlife._journal._writer import EventType, Journal
+from agentlife.stores import JobRecord, store_from_url
 from consoles import TOKEN, insert_row, request, start_console, stop
 from procs import agent_env, run_cli
 
@@ -79,8 +85,11 @@ def test_an_action_without_the_token_or_from_another_origin_is_refused_and_chang
         request(console + "job/action", {**form, "token": TOKEN}, {"Origin": "https://evil.example"}),
         request(console + "job/action", {**form, "token": TOKEN}, {"Sec-Fetch-Site": "cross-site"}),
         request(console + "job/action", {**form, "token": TOKEN}, {"Origin": "null"}),
+        # No page made it (an address typed, a bookmark, an extension): only same-origin passes.
+        request(console + "job/action", {**form, "token": TOKEN}, {"Sec-Fetch-Site": "none"}),
+        request(console + "job/action", {**form, "token": TOKEN}, {"Sec-Fetch-Site": "same-site"}),
     ]
-    assert [r[0] for r in refused] == [403] * 6
+    assert [r[0] for r in refused] == [403] * 8
     assert all(TOKEN not in r[1] for r in refused)
     got = request(console + "job/action?id=job-a&action=cancel&token=" + TOKEN)
     assert got[0] == 405
@@ -91,7 +100,7 @@ def test_an_action_without_the_token_or_from_another_origin_is_refused_and_chang
         {"id": "job-a", "action": "cancel", "token": TOKEN},
         {"Origin": console.rstrip("/"), "Sec-Fetch-Site": "same-origin"},
     )
-    assert done[0] == 303 and done[2]["Location"] == "/job?id=job-a&done=cancel"
+    assert done[0] == 303 and done[2]["Location"].startswith("/job?id=job-a&done=cancel.FAILED.")
     assert _status(store_env, "job-a") == ("FAILED", 1)
 
 
@@ -141,6 +150,11 @@ def test_hostile_requests_get_a_clear_4xx(store_env: dict[str, str], console: st
         "?after=" + "A" * 2000: 400,
         "?after=WzEuMCwxXQ": 400,  # [1.0,1]: right shape, id not text
         "?after=WzFlOTk5LCJhIl0": 400,  # 1e999: not finite
+        "?after=~not-one-it-kept": 400,  # a long cursor this console never kept (or forgot at a restart)
+        "?after=" + _cursor(["n", 1.0, "b", "@@not base64"]): 400,
+        "?after=" + _cursor(["n", "nan", "s", "a"]): 400,
+        "?after=" + _cursor(["n", 1.0, "s"]): 400,
+        "?after=" + _cursor(["n", 1e300, "s", "a"]): 200,  # far in the future: every row follows it
         "?status=NOPE": 400,
         "?x=" + "y" * 5000: 414,
         "static/..%2F_server.py": 404,
@@ -154,6 +168,11 @@ def test_hostile_requests_get_a_clear_4xx(store_env: dict[str, str], console: st
         assert headers.get("X-Content-Type-Options") == "nosniff", path
     too_big = request(console + "job/action", {"id": "x", "action": "cancel", "token": "t" * 100_000})
     assert too_big[0] == 413
+
+
+def _cursor(value: list[Any]) -> str:
+    """A paging cursor written by hand, in the console's format."""
+    return base64.urlsafe_b64encode(orjson.dumps(value)).decode().rstrip("=")
 
 
 def test_every_page_carries_the_security_headers(console: str) -> None:
@@ -275,3 +294,195 @@ def test_cancel_from_the_page_cancels_the_children_as_job_cancel_does(
     assert _status(store_env, "p")[0] == "FAILED"
     assert _status(store_env, "p.0.1")[0] == "FAILED"  # cancelled with its parent
     assert _status(store_env, "p.0.2")[0] == "PENDING"  # started detached: it lives on
+
+
+# -- rows written by someone else: awkward ids and times, paged every row once --------------------------
+
+#: More rows than one page of the console (50), most of them sharing one ``updated_at`` (a bulk insert).
+TIED = 40
+LONG_ID = "L" * 2999
+
+
+def _plant_awkward_rows(url: str) -> None:
+    """Rows another client wrote: ids the stores read and set aside, times at the edges, long ids, ties."""
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        tie = time.time()
+        try:
+            rows: list[tuple[Any, Any]] = [(f"tie-{n:02d}", tie) for n in range(TIED)]
+            rows += [
+                (b"job-1", tie),  # a BLOB id with the bytes of a text id that also exists
+                ("job-1", tie),
+                (b"\x00\xff\x01", tie),
+                (None, tie),  # SQLite's PRIMARY KEY lets a NULL in
+                (LONG_ID, tie),
+                (LONG_ID + "M", tie),
+                ("text-time", "not a number"),  # a REAL column holding text
+                ("older", tie - 10),
+            ]
+            for job_id, at in rows:
+                conn.execute(
+                    "INSERT INTO job (id, agent_id, status, payload, attempt, updated_at)"
+                    " VALUES (?, 'bulk', 'PENDING', '{}', 0, ?)",
+                    (job_id, at),
+                )
+            for raw in (b"\xff\x41", b"tie-\xff", b"tie-\xc3"):  # text that is not UTF-8
+                conn.execute(
+                    "INSERT INTO job (id, agent_id, status, payload, attempt, updated_at)"
+                    " VALUES (CAST(? AS TEXT), 'bulk', 'PENDING', '{}', 0, ?)",
+                    (raw, tie),
+                )
+        finally:
+            conn.close()
+        return
+
+    async def write() -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(url)
+        try:
+            ids = [f"tie-{n:02d}" for n in range(TIED)] + ["ü-1", "😀-2", "Z", "a b", LONG_ID, LONG_ID + "M"]
+            await conn.execute(  # one statement: one now() for every row, a tie of them all
+                "INSERT INTO job (id, agent_id, status, payload, attempt, updated_at)"
+                " SELECT unnest($1::text[]), 'bulk', 'PENDING', '{}', 0, now()",
+                ids,
+            )
+            for n in range(6):  # parked for ever, or since before time, by another client
+                at = "infinity" if n % 2 else "-infinity"
+                await conn.execute(
+                    "INSERT INTO job (id, agent_id, status, payload, attempt, updated_at)"
+                    f" VALUES ($1, 'bulk', 'PENDING', '{{}}', 0, '{at}')",
+                    f"edge-{n}",
+                )
+        finally:
+            await conn.close()
+
+    anyio.run(write)
+
+
+def _identity(row: JobRecord) -> Any:
+    return row.key if row.key is not None else row.id
+
+
+def test_list_jobs_pages_every_row_once_over_ids_and_times_another_client_wrote(db_url: str) -> None:
+    async def go() -> None:
+        store = store_from_url(db_url)
+        await store.open()
+        try:
+            await store.init_schema()
+            _plant_awkward_rows_in_thread(db_url)
+            everything = [_identity(r) for r in await store.list_jobs(limit=10_000)]
+            seen: list[Any] = []
+            after = None
+            for _ in range(len(everything) + 2):  # a cursor that repeats a row would loop for ever
+                page = await store.list_jobs(None, None, 7, after=after)
+                if not page:
+                    break
+                seen += [_identity(r) for r in page]
+                after = (page[-1].updated_at, _identity(page[-1]))
+            assert seen == everything
+            assert len(everything) > TIED + 5
+        finally:
+            await store.close()
+
+    anyio.run(go)
+
+
+def _plant_awkward_rows_in_thread(url: str) -> None:
+    """`_plant_awkward_rows` from inside a running event loop (it runs its own)."""
+    import threading
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _plant_awkward_rows(url)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+
+
+def test_older_jobs_shows_every_row_once_whatever_its_id_or_time(db_url: str, tmp_path: Path) -> None:
+    env = agent_env(tmp_path / "data", AGENTLIFE_DATABASE_URL=db_url)
+    assert run_cli("db", "init", env=env).returncode == 0
+    _plant_awkward_rows(db_url)
+
+    async def expected() -> list[str]:
+        store = store_from_url(db_url)
+        await store.open()
+        try:
+            return [urlencode({"id": r.id}) for r in await store.list_jobs(limit=10_000)]
+        finally:
+            await store.close()
+
+    links = anyio.run(expected)
+    proc, url = start_console(env)
+    try:
+        seen: list[str] = []
+        path = ""
+        for _ in range(len(links)):  # "Older jobs" that never ends would loop for ever
+            status, body, _ = request(url + path)
+            assert status == 200, body[-600:]
+            seen += [part.split('"', 1)[0].replace("&amp;", "&") for part in body.split('href="/job?')[1:]]
+            if 'rel="next"' not in body:
+                break
+            path = body.split('rel="next" href="/', 1)[1].split('"', 1)[0].replace("&amp;", "&")
+        # Cursors written by hand: a time past any a datetime holds, and an id PostgreSQL cannot hold.
+        assert request(url + "?after=" + _cursor(["n", 1e300, "s", "a"]))[0] == 200
+        blob = request(url + "?after=" + _cursor(["n", 1e300, "b", "AP8="]))
+        assert blob[0] == (200 if db_url.startswith("sqlite") else 400)
+    finally:
+        err = stop(proc)
+    assert seen == links
+    assert len(seen) > 50  # more than one page
+    assert "Traceback" not in err and "internal error" not in err
+
+
+# -- journals written by someone else -------------------------------------------------------------------
+
+
+def test_a_job_whose_process_was_killed_while_booting_has_a_page(
+    store_env: dict[str, str], console: str
+) -> None:
+    assert _job(store_env, "create", "demo", "--id", "boot-1").returncode == 0
+
+    async def journal() -> None:  # killed before its first LIFECYCLE line
+        sessions = Path(store_env["AGENTLIFE_DATA_DIR"]) / "sessions" / "boot-1"
+        writer = Journal.create(sessions, 1)
+        writer.append(EventType.SESSION_STARTED, attempt=1, pid=4242)
+        await writer.aclose()
+
+    anyio.run(journal)
+    status, body, _ = request(console + "job?id=boot-1")
+    assert status == 200, body[-500:]
+    assert "attempt 1 started (pid 4242)" in body and "crashed or killed" in body
+
+
+# -- what a page says after an action ---------------------------------------------------------------------
+
+
+def test_a_done_link_shows_only_what_the_store_recorded(store_env: dict[str, str], console: str) -> None:
+    for job_id in ("job-f", "job-g"):
+        assert _job(store_env, "create", "demo", "--id", job_id).returncode == 0
+    crafted = request(console + "job?id=job-f&done=approve")[1]
+    assert 'class="flash"' not in crafted and "Approved" not in crafted
+    status, _, headers = _act(console, "job-f", "cancel")
+    assert status == 303
+    where = headers["Location"]
+    page = request(console + where.lstrip("/"))[1]
+    flash = page.split('class="flash"', 1)[1].split("</p>", 1)[0]
+    assert "Cancelled" in flash and "the job was then FAILED" in flash
+    forged = [
+        where.replace("id=job-f", "id=job-g"),  # another job's page
+        where.replace("cancel.FAILED", "approve.FAILED"),
+        where.replace("cancel.FAILED", "cancel.COMPLETED"),
+        where[:-2] + ("AA" if not where.endswith("AA") else "BB"),
+    ]
+    for link in forged:
+        body = request(console + link.lstrip("/"))[1]
+        assert 'class="flash"' not in body, link

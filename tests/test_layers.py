@@ -42,6 +42,7 @@ DEFERRED: dict[tuple[str, str], str] = {
         "agentlife._observe._telemetry",
     ): "built after READY, off the boot path",
     ("agentlife.stores", "agentlife.stores._postgres"): "only for postgresql:// URLs",
+    ("agentlife._console._store", "agentlife.stores._postgres"): "asyncpg only for postgresql:// URLs",
     ("agentlife.stores._jobs", "agentlife.stores._policy"): "_policy reads JobStatus from the stores package",
     ("agentlife._runtime._services", "agentlife._observe._heartbeat"): "15 ms, only with a control plane URL",
     (

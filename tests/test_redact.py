@@ -76,6 +76,39 @@ def test_secret_shapes_are_masked_without_env() -> None:
     assert r.redact("password=letmein now") == f"password={MASK} now"
 
 
+@pytest.mark.parametrize("key", ["password", "pwd", "passphrase", "auth", "Authorization", "token", "secret"])
+@pytest.mark.parametrize(
+    ("shape", "masked"),
+    [
+        ("{key}=hunter2-x9", "{key}=***"),
+        ("{key}: hunter2-x9 rest", "{key}: *** rest"),
+        ('{{"{key}": "hunter2 x9"}}', '{{"{key}": "***"}}'),
+        ("{{'{key}': 'hunter2 x9', 'n': 1}}", "{{'{key}': '***', 'n': 1}}"),
+        ('{key}="hunter2 x9', '{key}="***'),
+        ("?{key}=hunter2-x9&next=1", "?{key}=***&next=1"),
+    ],
+)
+def test_a_credential_key_is_masked_in_key_value_and_json_shapes_alike(
+    key: str, shape: str, masked: str
+) -> None:
+    # `pwd=` was masked in a log line but `"pwd": "..."` (a JSON body, a dict's repr) and `passphrase=`,
+    # `auth=` were not, and a quoted value with a space showed whole.
+    r = Redactor()
+    assert r.redact(shape.format(key=key)) == masked.format(key=key)
+    assert r.redact(masked.format(key=key)) == masked.format(key=key)
+
+
+def test_an_authorization_keeps_its_scheme_and_a_cookie_header_is_masked_to_its_end() -> None:
+    r = Redactor()
+    assert r.redact("Authorization: Basic dXNlcjpwYXNz") == f"Authorization: Basic {MASK}"
+    assert r.redact("proxy-authorization=Digest abc123def") == f"proxy-authorization=Digest {MASK}"
+    assert r.redact("Cookie: a=1; session=s3cr3t\nnext") == f"Cookie: {MASK}\nnext"
+    assert r.redact('{"set-cookie": "sid=s3cr3t; Path=/"}') == f'{{"set-cookie": "{MASK}"}}'
+    # Words that only begin like a key are left alone.
+    for text in ("author: Bob", "authority=x", "tokens: 5", "max_tokens=100", "a cookie jar", "PWD is /tmp"):
+        assert r.redact(text) == text
+
+
 def test_redact_obj_walks_json() -> None:
     r = Redactor(["topsecret"])
     assert r.redact_obj({"a": ["x topsecret", {"topsecret": 1}], "n": 3}) == {
@@ -244,6 +277,15 @@ _shape_pieces = st.sampled_from(
         "PassWord",
         "passwd",
         "PWD",
+        "passPhrase",
+        "pa\u017fphrase",
+        "AUTH",
+        "Authorization",
+        "cookie",
+        "Set-Coo\u212aie",
+        "Basic ",
+        '"',
+        "'",
         "ToKeN",
         "api_key",
         "API-KEY",
@@ -308,6 +350,11 @@ _ADVERSARIAL = {
     "one word per url": "a://u:p@h " * (MEGABYTE // 10),
     "keyword then blanks": "token" + " " * MEGABYTE,
     "keywords": "password: " * (MEGABYTE // 10),
+    "open quotes": 'password="' * (MEGABYTE // 10),
+    "quoted keys": '"pwd": ' * (MEGABYTE // 7),
+    "auth schemes then blanks": "auth: basic" + " " * MEGABYTE,
+    "cookies": "cookie: a=1; " * (MEGABYTE // 13),
+    "cookie then an unclosed quote": "cookie: '" + "a" * MEGABYTE,
     "bearers": "bearer " * (MEGABYTE // 7),
     "key prefixes": "sk-" * (MEGABYTE // 3),
     "tabs": "\t" * MEGABYTE,

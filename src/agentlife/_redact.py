@@ -26,22 +26,33 @@ from typing import Any
 __all__ = ["MASK", "MAX_DEPTH", "Redactor", "spellings", "url_password"]
 
 MASK = "***"
-# TOKEN but not TOKENS: AGENTLIFE_BUDGET_MAX_INPUT_TOKENS is a budget, not a credential.
-_SECRET_NAME = re.compile(r"(KEY|TOKEN(?!S)|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
+# TOKEN but not TOKENS: AGENTLIFE_BUDGET_MAX_INPUT_TOKENS is a budget, not a credential. Not PWD: that
+# variable is the working directory.
+_SECRET_NAME = re.compile(
+    r"(KEY|TOKEN(?!S)|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|COOKIE)", re.IGNORECASE
+)
 # Each starts with a literal, and no two quantifiers can share a character they both accept, so a match
 # attempt costs at most the run it masks: the whole text is scanned in linear time.
 _PATTERNS = (
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{6,}"),
     re.compile(r"sk-ant-[A-Za-z0-9_-]{6,}"),
     re.compile(r"(?i)\b(sk|pk|rk)-[A-Za-z0-9_-]{16,}"),
-    re.compile(r"(?i)((?:password|passwd|pwd|token|api[_-]?key|secret)\s*[=:]\s*)[^\s&;,'\"]+"),
+    # ``key=value`` and ``"key": "value"`` (JSON, a dict's repr): the value quoted or up to a separator; an
+    # authorization's scheme word (``Basic``) is kept and the credential after it masked.
+    re.compile(
+        r"(?i)((?:(?:password|passwd|passphrase|pwd|token|api[_-]?key|secret)[\"']?\s*[=:]\s*"
+        r"|auth(?:orization)?[\"']?\s*[=:]\s*(?:(?:basic|bearer|digest|negotiate)\s+)?))"
+        r"(?:\"[^\"\n]*\"?|'[^'\n]*'?|[^\s&;,'\"]+)"
+    ),
+    # A cookie header holds several ``name=value`` pairs: all of it, to the end of its line, is masked.
+    re.compile(r"(?i)((?:set-)?cookie[\"']?\s*[=:]\s*)(?:\"[^\"\n]*\"?|'[^'\n]*'?|[^\n\r'\"]+)"),
 )
 # Case-insensitive scans cost ~40-80 ns a character in ``re``, so a pattern runs only when the text holds
 # what it cannot match without (`_shapes_in`). Every text a pattern of _PATTERNS matches also matches this,
 # under the same case folding: the check for non-ASCII text, where folding reaches beyond ASCII (the long s is
 # an ``s``, the Kelvin sign a ``k``).
-_MAYBE_SHAPE = re.compile(r"(?i)bearer|[spr]k-|passw|pwd|token|api[_-]?key|secret")
-_KEYWORDS = ("passw", "pwd", "token", "key", "secret")
+_MAYBE_SHAPE = re.compile(r"(?i)bearer|[spr]k-|passw|passphrase|pwd|token|api[_-]?key|secret|auth|cookie")
+_KEYWORDS = ("passw", "passphrase", "pwd", "token", "key", "secret", "auth")
 # Short texts (dict keys, model names, tool names) recur in every event: their masked form is remembered.
 _CACHED_LEN = 64
 _CACHE_SIZE = 4096
@@ -268,16 +279,25 @@ def _shapes_in(text: str) -> tuple[re.Pattern[str], ...]:
     if not text.isascii():
         return _PATTERNS if _MAYBE_SHAPE.search(text) else ()
     lowered = text.lower()
-    bearer, key, word = _PATTERNS[0], (_PATTERNS[1], _PATTERNS[2]), _PATTERNS[3]
+    bearer, key, word, cookie = _PATTERNS[0], (_PATTERNS[1], _PATTERNS[2]), _PATTERNS[3], _PATTERNS[4]
     found: tuple[re.Pattern[str], ...] = (bearer,) if "bearer" in lowered else ()
     if "k-" in lowered:
         found += key
-    if ("=" in text or ":" in text) and any(keyword in lowered for keyword in _KEYWORDS):
-        found += (word,)
+    if "=" in text or ":" in text:
+        if any(keyword in lowered for keyword in _KEYWORDS):
+            found += (word,)
+        if "cookie" in lowered:
+            found += (cookie,)
     return found
 
 
 def _mask_match(match: re.Match[str]) -> str:
     # The one group of a pattern, when it has one, is the prefix to keep ("bearer ", "password=").
     prefix = match.group(1) if match.re.groups else ""
-    return f"{prefix}{MASK}"
+    value = match.group(0)[len(prefix) :]
+    quote = value[:1]
+    if quote not in ("'", '"'):
+        return f"{prefix}{MASK}"
+    # A quoted value keeps its quotes, so masking the text again finds the same value: ``"***"``.
+    closed = quote if len(value) > 1 and value.endswith(quote) else ""
+    return f"{prefix}{quote}{MASK}{closed}"

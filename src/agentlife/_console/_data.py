@@ -1,19 +1,25 @@
-"""What the console's pages show, read from the store and the journals, bounded and redacted.
+"""What the console's pages show, read from the store and the journals, masked and bounded.
 
 The reads are the ones ``job list`` and ``job show`` make (`list_jobs`, the row with its approval and
 wait), plus the conversation rows the newest checkpoint covers and the session journals under
 ``AGENTLIFE_DATA_DIR`` when this process can read them. Everything that reaches a page goes through the
-`Redactor` first, and everything is bounded: a page holds at most `MAX_MESSAGES` messages of at most
-`MAX_TEXT` characters each and `MAX_EVENTS` journal events per session, so a job with a huge
-conversation costs a page of the same size as a small one.
+console's one `Masker` first (the ids the page's links address excepted), and everything is bounded: a
+page holds at most `MAX_MESSAGES` messages of at most `MAX_TEXT` characters each and `MAX_EVENTS` journal
+events per session, so a job with a huge conversation costs a page of the same size as a small one.
+
+The list is paged by a keyset cursor: the last row's ``updated_at`` and id exactly as the store holds them
+(an id another client wrote as a BLOB or as text that is not UTF-8 included, `JobRecord.key`), so every row
+appears once however its id is spelled.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import math
-import re
+import secrets
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,45 +30,50 @@ import orjson
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._cli._job import _approval_lines, _history_line, _kept_lines, _row_and_approval, _wait_lines
 from agentlife._config import JOB_ID_PATTERN
+from agentlife._console._mask import MAX_TEXT, Masker
 from agentlife._console._timeline import Session
 from agentlife._exceptions import CheckpointCorrupt, ConfigError
 from agentlife._journal._recovery import BadLine, read_events
 from agentlife._journal._writer import list_sessions
-from agentlife._redact import MASK, Redactor
-from agentlife.stores import ApprovalState, CheckpointStore, JobRecord, JobStatus, WaitState
+from agentlife.stores import CheckpointStore, JobRecord, JobStatus
+from agentlife.stores._base import CLAIM_STALE_AFTER_SECONDS
+from agentlife.stores._jobs import is_crash
 
 __all__ = [
     "MAX_EVENTS",
     "MAX_MESSAGES",
     "MAX_TEXT",
     "BadRequest",
+    "Cursors",
     "JobView",
     "ListQuery",
     "ListResult",
-    "decode_cursor",
-    "encode_cursor",
+    "ListedJob",
     "list_jobs",
     "load_job",
     "parse_list_query",
+    "row_version",
 ]
 
 #: Rows on one page of the jobs list.
 PAGE_SIZE = 50
 #: The longest job or agent id a request may name (ids written by other tools may exceed the pattern).
 MAX_ID = 512
+#: The most characters of an id or agent id the list holds (the cell shows fewer, its title all of these).
+LISTED_ID = 4096
 #: The most conversation messages one page shows.
 MAX_MESSAGES = 200
-#: The most characters of one value (a message's text, a tool's input, a payload) a page shows.
-MAX_TEXT = 20_000
 #: The most journal events read from one session file, and the newest sessions read.
 MAX_EVENTS = 3000
 MAX_SESSIONS = 20
-_CURSOR_MAX = 1200
-# A value under a key named like a credential is masked whole on a page, whatever it looks like: the
-# redactor knows secret values and shapes, not a password typed into a payload by a user.
-_SECRET_KEY = re.compile(
-    r"password|passwd|secret|apikey|accesskey|privatekey|authorization|credential|token(?!s)"
-)
+#: The longest cursor put in a link (the query string holds 4096 characters); a longer one is kept here.
+CURSOR_INLINE = 2048
+#: How many of those long cursors are kept (the oldest is forgotten: its link then asks to start again).
+CURSORS_KEPT = 256
+#: The statuses a process holds the job in: an open session of such a job with a fresh heartbeat is alive.
+_HELD = frozenset({JobStatus.RUNNING, JobStatus.WAITING_FOR_APPROVAL})
+#: A heartbeat this far in the future (another host's clock) still counts as fresh.
+_SKEW_SECONDS = 5.0
 
 
 class BadRequest(ValueError):
@@ -71,23 +82,39 @@ class BadRequest(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ListQuery:
-    """One page of the jobs list: its filters and where it starts."""
+    """One page of the jobs list: its filters and where it starts (the store's ``after`` cursor)."""
 
     status: str | None = None
     agent: str | None = None
     job_id: str | None = None
-    after: tuple[float, str] | None = None
+    after: tuple[Any, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListedJob:
+    """One row of the jobs list: ``key`` is the id its link addresses, everything else is masked."""
+
+    key: Any
+    id: str
+    agent_id: str
+    status: str
+    attempt: Any
+    updated_at: Any
+    cost_usd: Any
+    tokens_in: Any
+    tokens_out: Any
+    crashes: int
 
 
 @dataclass(frozen=True, slots=True)
 class ListResult:
     """The rows of a page and the cursor of the next one (None on the last page)."""
 
-    rows: list[JobRecord]
+    rows: list[ListedJob]
     next_cursor: str | None
 
 
-def parse_list_query(query: Mapping[str, str]) -> ListQuery:
+def parse_list_query(query: Mapping[str, str], cursors: Cursors) -> ListQuery:
     """The list's filters from a query string; `BadRequest` for anything that is not one."""
     status = query.get("status") or None
     if status is not None and status not in {str(s) for s in JobStatus}:
@@ -95,7 +122,7 @@ def parse_list_query(query: Mapping[str, str]) -> ListQuery:
     agent = _id(query.get("agent") or None, "agent")
     job_id = _id((query.get("id") or "").strip() or None, "id")
     cursor = query.get("after") or None
-    return ListQuery(status, agent, job_id, decode_cursor(cursor) if cursor else None)
+    return ListQuery(status, agent, job_id, cursors.decode(cursor) if cursor else None)
 
 
 def _id(value: str | None, what: str) -> str | None:
@@ -104,43 +131,134 @@ def _id(value: str | None, what: str) -> str | None:
     return value
 
 
-def encode_cursor(row: JobRecord) -> str:
-    """The cursor of the page that follows ``row``: its (updated_at, id), as URL-safe text."""
-    raw = orjson.dumps([row.updated_at, row.id])
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+# -- the paging cursor --------------------------------------------------------------------------------------
 
 
-def decode_cursor(text: str) -> tuple[float, str]:
-    """The (updated_at, id) of a cursor made by `encode_cursor`; `BadRequest` for anything else."""
-    if len(text) > _CURSOR_MAX:
-        raise BadRequest("the paging cursor is too long")
-    try:
-        value = orjson.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (binascii.Error, orjson.JSONDecodeError, ValueError):
-        raise BadRequest("the paging cursor is not one this console made") from None
+class Cursors:
+    """The list's paging cursors as URL-safe text: the last row's ``(updated_at, key)`` as stored.
+
+    Each value keeps its type (a number, ``inf``, text, text that is not UTF-8, bytes, NULL), since the
+    store compares it as it orders its rows. A cursor longer than `CURSOR_INLINE` (a row whose id runs to
+    kilobytes) would not fit in a link: it is kept here, under a random name, for the `CURSORS_KEPT` newest.
+    """
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+
+    def encode(self, row: JobRecord) -> str:
+        """The cursor of the page that follows ``row``."""
+        position = (row.updated_at, row.key if row.key is not None else row.id)
+        raw = orjson.dumps([*_pack(position[0]), *_pack(position[1])])
+        text = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        if len(text) <= CURSOR_INLINE:
+            return text
+        name = "~" + secrets.token_urlsafe(16)
+        self._kept[name] = position
+        while len(self._kept) > CURSORS_KEPT:
+            self._kept.popitem(last=False)
+        return name
+
+    def decode(self, text: str) -> tuple[Any, Any]:
+        """The position a cursor made by `encode` names; `BadRequest` for anything else."""
+        if text.startswith("~"):
+            kept = self._kept.get(text)
+            if kept is None:
+                raise BadRequest(
+                    "this paging link has expired (the console restarted): start from the newest"
+                )
+            return kept
+        try:
+            value = orjson.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+            if isinstance(value, list) and len(value) == 2:  # a cursor of an older console: [time, id]
+                value = ["n", *value[:1], "s", *value[1:]]
+            if not isinstance(value, list):
+                raise TypeError("not a list")
+            at, rest = _unpack(value)
+            key, left = _unpack(rest)
+        except (binascii.Error, orjson.JSONDecodeError, ValueError, TypeError, IndexError):
+            raise BadRequest("the paging cursor is not one this console made") from None
+        if left or not (at is None or isinstance(at, (float, str, bytes))):
+            raise BadRequest("the paging cursor is not one this console made")
+        return at, key
+
+
+def _pack(value: Any) -> list[Any]:
+    """``value`` as a tag and a JSON value: its type survives the trip through a link."""
+    if value is None:
+        return ["z", None]
+    if isinstance(value, bytes):
+        return ["b", base64.b64encode(value).decode()]
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:  # `JobRecord.key` of text that is not UTF-8: its bytes
+            return ["t", base64.b64encode(value.encode("utf-8", "surrogateescape")).decode()]
+        return ["s", value]
+    number = float(value)
+    return ["n", number if math.isfinite(number) else repr(number)]
+
+
+def _unpack(items: list[Any]) -> tuple[Any, list[Any]]:
+    """The value `_pack` made from the first two items, and the items after them."""
+    tag, value, rest = items[0], items[1], items[2:]
+    if tag == "z" and value is None:
+        return None, rest
+    if tag == "s" and isinstance(value, str):
+        return value, rest
+    if tag in ("b", "t") and isinstance(value, str):
+        raw = base64.b64decode(value, validate=True)
+        return (raw if tag == "b" else raw.decode("utf-8", "surrogateescape")), rest
+    if tag == "n" and value in ("inf", "-inf"):
+        return float(value), rest
     if (
-        not isinstance(value, list)
-        or len(value) != 2
-        or not isinstance(value[0], (int, float))
-        or isinstance(value[0], bool)
-        or not math.isfinite(value[0])
-        or not isinstance(value[1], str)
-        or len(value[1]) > MAX_ID
+        tag == "n"
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
     ):
-        raise BadRequest("the paging cursor is not one this console made")
-    return float(value[0]), value[1]
+        return float(value), rest
+    raise ValueError("not a cursor value")
 
 
-async def list_jobs(store: CheckpointStore, query: ListQuery) -> ListResult:
+async def list_jobs(store: CheckpointStore, query: ListQuery, masker: Masker, cursors: Cursors) -> ListResult:
     """One page of rows, newest first; the search by id is one key lookup."""
     if query.job_id is not None:
         row = await store.get_job(query.job_id)
-        return ListResult([row] if row is not None else [], None)
-    rows = await store.list_jobs(query.status, query.agent, PAGE_SIZE + 1, after=query.after)
+        return ListResult([listed(row, masker)] if row is not None else [], None)
+    try:
+        rows = await store.list_jobs(query.status, query.agent, PAGE_SIZE + 1, after=query.after)
+    except ValueError:  # a cursor of another store (bytes, NUL or a non-number on PostgreSQL)
+        raise BadRequest("the paging cursor is not one of this store") from None
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
-    last = rows[-1] if rows else None
-    return ListResult(rows, encode_cursor(last) if more and last and last.updated_at is not None else None)
+    cursor = cursors.encode(rows[-1]) if more and rows else None
+    return ListResult([listed(row, masker) for row in rows], cursor)
+
+
+def listed(row: JobRecord, masker: Masker) -> ListedJob:
+    """What the list shows of ``row``, masked (the payload and result are not read)."""
+    used = row.tokens_consumed if isinstance(row.tokens_consumed, dict) else {}
+    return ListedJob(
+        key=row.id,
+        id=masker.text(row.id, LISTED_ID),
+        agent_id=masker.text(row.agent_id, LISTED_ID),
+        status=masker.text(row.status, 100),
+        attempt=row.attempt,
+        updated_at=row.updated_at,
+        cost_usd=masker.value(used.get("cost_usd"), 100),
+        tokens_in=masker.value(used.get("input"), 100),
+        tokens_out=masker.value(used.get("output"), 100),
+        crashes=sum(1 for entry in row.error if is_crash(entry)),
+    )
+
+
+def row_version(row: JobRecord) -> str:
+    """A digest that changes whenever the job's page would: the live script reloads the page when it does.
+
+    A digest, not the fields: the checkpoint id is text another client may have written.
+    """
+    text = repr((row.status, row.attempt, row.updated_at, row.checkpoint_id))
+    return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:16]
 
 
 # -- one job -------------------------------------------------------------------------------------------
@@ -148,16 +266,17 @@ async def list_jobs(store: CheckpointStore, query: ListQuery) -> ListResult:
 
 @dataclass(slots=True)
 class JobView:
-    """Everything the job page shows, redacted."""
+    """Everything the job page shows, masked; ``key`` and ``call`` are what its links and forms address."""
 
+    key: str
     row: JobRecord
-    approval: ApprovalState | None
-    wait: WaitState | None
-    payload: Any
-    result: Any
+    version: str
     history: list[str]
+    history_total: int
     waits_for: list[str]
     request: dict[str, Any] | None
+    call: str | None = None
+    live: str | None = None
     messages: list[Any] = field(default_factory=list)
     message_total: int = 0
     conversation_note: str | None = None
@@ -165,42 +284,59 @@ class JobView:
     journal_note: str | None = None
 
 
-async def load_job(store: CheckpointStore, job_id: str, data_dir: Path, redactor: Redactor) -> JobView | None:
+async def load_job(
+    store: CheckpointStore, job_id: str, data_dir: Path, masker: Masker, now: float
+) -> JobView | None:
     """The job's page, or None when the store has no such row."""
-    row, approval, wait, kept = await _row_and_approval(store, job_id)
-    if row is None:
+    raw, approval, wait, kept = await _row_and_approval(store, job_id)
+    if raw is None:
         return None
-    request = None
-    if approval is not None and approval.request is not None and row.status == JobStatus.WAITING_FOR_APPROVAL:
-        request = redactor.redact_obj(dict(approval.request))
+    row = masker.row(raw)
+    request, call = None, None
+    if approval is not None and approval.request is not None and raw.status == JobStatus.WAITING_FOR_APPROVAL:
+        request = masker.value(dict(approval.request))
+        call = approval.request.get("invocation_id")
     view = JobView(
+        key=raw.id,
         row=row,
-        approval=approval,
-        wait=wait,
-        payload=bound(redactor.redact_obj(row.payload)),
-        result=bound(redactor.redact_obj(row.result)),
-        history=[redactor.redact(_history_line(entry)) for entry in row.error[-200:]],
+        version=row_version(raw),
+        history=[masker.text(_history_line(entry)) for entry in row.error],
+        history_total=len(raw.error),
         waits_for=[
-            redactor.redact(line.strip())
+            masker.text(line.strip())
             for line in _approval_lines(approval) + _wait_lines(wait) + _kept_lines(kept)
         ],
-        request=request,
+        request=request if isinstance(request, dict) else None,
+        call=call if isinstance(call, str) else None,
+        live=_alive(raw, now),
     )
-    await _conversation(store, view, redactor)
-    _journal(view, data_dir, redactor)
+    await _conversation(store, view, masker)
+    _journal(view, data_dir, masker)
     return view
 
 
-async def _conversation(store: CheckpointStore, view: JobView, redactor: Redactor) -> None:
+def _alive(row: JobRecord, now: float) -> str | None:
+    """What holds the job now, when a process does (its heartbeat is fresh): its open session is no crash."""
+    beat = row.heartbeat_at
+    if row.status not in _HELD or not isinstance(beat, (int, float)) or isinstance(beat, bool):
+        return None
+    age = now - beat
+    if not -_SKEW_SECONDS <= age <= CLAIM_STALE_AFTER_SECONDS:  # as old as the reaper's and claim's limit
+        return None
+    doing = "parked on an approval" if row.status == JobStatus.WAITING_FOR_APPROVAL else "running"
+    return f"{doing}, alive (heartbeat {max(age, 0.0):.0f} s ago)"
+
+
+async def _conversation(store: CheckpointStore, view: JobView, masker: Masker) -> None:
     """The messages the newest checkpoint covers (the first `MAX_MESSAGES` of them)."""
-    job_id = view.row.id
+    job_id = view.key
     try:
         loaded = await store.load_checkpoint(job_id)
         if loaded is None:
             return
         meta = CheckpointDoc.decode(loaded.data, job_id).conversation
     except CheckpointCorrupt as exc:
-        view.conversation_note = f"conversation unreadable: {redactor.redact(str(exc))}"
+        view.conversation_note = f"conversation unreadable: {masker.text(str(exc))}"
         return
     if not meta:
         return
@@ -211,14 +347,14 @@ async def _conversation(store: CheckpointStore, view: JobView, redactor: Redacto
             message: Any = orjson.loads(raw)
         except orjson.JSONDecodeError:
             message = {"role": "?", "content": f"(message {seq} is not JSON: unreadable row)"}
-        view.messages.append(bound(redactor.redact_obj(message)))
+        view.messages.append(masker.value(message))
     if view.message_total > len(rows):
         view.conversation_note = f"showing the first {len(rows)} of {view.message_total} messages"
 
 
-def _journal(view: JobView, data_dir: Path, redactor: Redactor) -> None:
+def _journal(view: JobView, data_dir: Path, masker: Masker) -> None:
     """The newest `MAX_SESSIONS` session journals of the job, when its id can name a directory."""
-    job_id = view.row.id
+    job_id = view.key
     if not JOB_ID_PATTERN.fullmatch(job_id) or job_id in (".", ".."):
         view.journal_note = "no journal: this job id cannot name a journal directory"
         return
@@ -229,12 +365,13 @@ def _journal(view: JobView, data_dir: Path, redactor: Redactor) -> None:
         return
     for path in paths[-MAX_SESSIONS:]:
         try:
-            view.sessions.append(_read_session(path, redactor))
+            view.sessions.append(_read_session(path, masker))
         except (OSError, ConfigError) as exc:
-            view.journal_note = f"cannot read {path.name}: {getattr(exc, 'strerror', None) or exc}"
+            why = masker.text(getattr(exc, "strerror", None) or str(exc), 500)
+            view.journal_note = f"cannot read {path.name}: {why}"
 
 
-def _read_session(path: Path, redactor: Redactor) -> Session:
+def _read_session(path: Path, masker: Masker) -> Session:
     session = Session(path.name, [])
     for item in read_events(path):
         if isinstance(item, BadLine):
@@ -243,40 +380,7 @@ def _read_session(path: Path, redactor: Redactor) -> Session:
         if len(session.events) >= MAX_EVENTS:
             session.truncated = True
             break
-        session.events.append(redactor.redact_obj(item))
+        event = masker.value(item)
+        if isinstance(event, dict):
+            session.events.append(event)
     return session
-
-
-def _secret_key(key: str) -> bool:
-    return bool(_SECRET_KEY.search("".join(c for c in key.lower()[:200] if c.isalnum())))
-
-
-def bound(value: Any, limit: int = MAX_TEXT) -> Any:
-    """``value`` with every string cut to ``limit`` characters and at most ``limit`` items per container.
-
-    The value of a key named like a credential (``password``, ``api_key``, ``token`` ...) becomes ``***``.
-
-    A page shows what a value holds, not all of it: a 10 MB result would otherwise be a 10 MB page.
-    """
-    budget = [limit * 4]
-
-    def walk(item: Any, depth: int) -> Any:
-        if budget[0] <= 0:
-            return "…"
-        if isinstance(item, str):
-            budget[0] -= min(len(item), limit)
-            return item if len(item) <= limit else item[:limit] + f"… ({len(item) - limit} more characters)"
-        if depth > 40 and isinstance(item, (dict, list)):
-            return f"<nested deeper than 40 levels: {type(item).__name__}>"
-        if isinstance(item, dict):
-            budget[0] -= len(item)
-            return {
-                str(k)[:200]: MASK if _secret_key(str(k)) and v not in (None, "") else walk(v, depth + 1)
-                for k, v in list(item.items())[:limit]
-            }
-        if isinstance(item, list):
-            budget[0] -= len(item)
-            return [walk(v, depth + 1) for v in item[:limit]]
-        return item
-
-    return walk(value, 0)

@@ -1,12 +1,15 @@
 """The console's HTML: every page is the shipped ``templates/base.html`` around a body built here.
 
-Every value from the store or a journal is escaped by `esc` where it enters the markup, and nothing else
-builds markup from data; the only script is the shipped ``static/console.js`` (the CSP forbids inline
-script), so a job id, payload or message holding ``<script>`` is text on the page, never code.
+What a page shows comes masked (`agentlife._console._mask.Masker`): this module never sees a raw row. Every
+value is escaped by `esc` where it enters the markup, and nothing else builds markup from data; the only
+script is the shipped ``static/console.js`` (the CSP forbids inline script), so a job id, payload or
+message holding ``<script>`` is text on the page, never code. A long id is cut in the list (the whole of
+it in the cell's title), so one row cannot squeeze the other columns to a letter each.
 """
 
 from __future__ import annotations
 
+import math
 import string
 import time
 from collections.abc import Mapping
@@ -19,20 +22,22 @@ from urllib.parse import urlencode
 import orjson
 
 from agentlife._budget import format_usd
-from agentlife._console._data import JobView, ListQuery, ListResult
+from agentlife._console._data import JobView, ListedJob, ListQuery, ListResult
 from agentlife._console._timeline import Mark, Span, Timeline, render_svg
 from agentlife.stores import JobRecord, JobStatus
-from agentlife.stores._jobs import CANCELLABLE, RETRYABLE, TERMINAL, is_crash
+from agentlife.stores._jobs import CANCELLABLE, RETRYABLE, TERMINAL
 
 __all__ = ["FLASHES", "error_page", "esc", "job_page", "list_page"]
 
-#: What the page says after an action went through (the ``done`` query parameter picks one).
+#: What the page says after the store recorded an action (the server signs which, see ``_server``).
 FLASHES = {
     "approve": "Approved: the job goes on.",
     "reject": "Rejected: the job ended FAILED.",
     "cancel": "Cancelled: the job ended FAILED (a process still running it is fenced out).",
     "retry": "The job will run again.",
 }
+#: The most characters of an id or an agent id the list shows in its cell (the title holds the rest).
+LIST_CELL = 64
 
 
 def esc(value: Any) -> str:
@@ -67,7 +72,7 @@ def list_page(query: ListQuery, result: ListResult, *, actions: bool, now: float
     caption = "Jobs, most recently updated first"
     if query.job_id is not None:
         caption = f"Job with id {esc(query.job_id)}" if result.rows else f"No job with id {esc(query.job_id)}"
-    rows = "".join(_list_row(row, now) for row in result.rows)
+    rows = "".join(_list_row(job, now) for job in result.rows)
     empty = '<tr><td colspan="8">No jobs match.</td></tr>' if not result.rows else ""
     parts.append(
         f'<table class="jobs"><caption>{caption}</caption><thead><tr>'
@@ -105,24 +110,33 @@ def _filters(query: ListQuery) -> str:
     )
 
 
-def _list_row(row: JobRecord, now: float) -> str:
-    used = row.tokens_consumed
-    crashes = sum(1 for entry in row.error if is_crash(entry))
+def _list_row(job: ListedJob, now: float) -> str:
+    link = esc(urlencode({"id": job.key}))
     return (
-        f'<tr><td><a href="/job?{esc(urlencode({"id": row.id}))}">{esc(row.id)}</a></td>'
-        f"<td>{esc(row.agent_id)}</td><td>{_status(row.status)}</td><td>{esc(row.attempt)}</td>"
-        f"<td>{_age(row.updated_at, now)}</td><td>{_usd(used.get('cost_usd'))}</td>"
-        f"<td>{_num(used.get('input'))} / {_num(used.get('output'))}</td><td>{crashes}</td></tr>"
+        f'<tr><td class="id"><a href="/job?{link}">{_cut(job.id)}</a></td>'
+        f'<td class="agent">{_cut(job.agent_id)}</td><td>{_status(job.status)}</td>'
+        f"<td>{esc(job.attempt)}</td>"
+        f"<td>{_age(job.updated_at, now)}</td><td>{_usd(job.cost_usd)}</td>"
+        f"<td>{_num(job.tokens_in)} / {_num(job.tokens_out)}</td><td>{job.crashes}</td></tr>"
     )
+
+
+def _cut(text: str, limit: int = LIST_CELL) -> str:
+    """``text`` escaped, cut to ``limit`` characters, with the whole of it in a title."""
+    if len(text) <= limit:
+        return esc(text)
+    return f'<span class="cut" title="{esc(text)}">{esc(text[: limit - 1])}…</span>'
 
 
 def _status(status: str) -> str:
     return f'<span class="status s-{esc(status.lower())}">{esc(status)}</span>'
 
 
-def _age(ts: float | None, now: float) -> str:
+def _age(ts: Any, now: float) -> str:
     if ts is None:
         return "-"
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not math.isfinite(ts):
+        return "?"  # a time another client wrote as text, or PostgreSQL's infinity
     seconds = max(now - ts, 0.0)
     text = (
         f"{seconds:.0f} s ago"
@@ -157,29 +171,29 @@ def _num(value: Any) -> str:
 
 
 def job_page(view: JobView, timeline: Timeline, *, actions: bool, flash: str | None, now: float) -> str:
-    """The job: its summary, what it waits for, actions, budget, timeline, conversation, payload, history."""
+    """The job: its summary, what it waits for, actions, budget, timeline, conversation, payload, history.
+
+    ``flash`` is what the server verified the store recorded (never text taken from the request).
+    """
     row = view.row
     parts = [f'<h1>Job <span class="id">{esc(row.id)}</span></h1>']
-    if flash in FLASHES:
-        parts.append(f'<p class="flash" role="status">{esc(FLASHES[flash])}</p>')
+    if flash:
+        parts.append(f'<p class="flash" role="status">{esc(flash)}</p>')
     parts.append(_summary(view, now))
     if actions:
         parts.append(_actions(view))
     parts += [_budget(row), _timeline(view, timeline), _conversation(view)]
-    parts.append(_section("payload", "Payload", f"<pre>{esc(_json(view.payload))}</pre>"))
+    parts.append(_section("payload", "Payload", f"<pre>{esc(_json(row.payload))}</pre>"))
     if row.result is not None or "result" in row.unreadable:
-        parts.append(_section("result", "Result", f"<pre>{esc(_json(view.result))}</pre>"))
+        parts.append(_section("result", "Result", f"<pre>{esc(_json(row.result))}</pre>"))
     history = "".join(f"<li>{esc(line)}</li>" for line in view.history) or "<li>(none)</li>"
-    parts.append(_section("history", f"Crash history ({len(row.error)})", f"<ol>{history}</ol>"))
+    parts.append(_section("history", f"Crash history ({view.history_total})", f"<ol>{history}</ol>"))
     live = ""
     if row.status not in TERMINAL:
-        live = f' data-live="/job/state?{esc(urlencode({"id": row.id}))}" data-version="{esc(version(row))}"'
+        live = (
+            f' data-live="/job/state?{esc(urlencode({"id": view.key}))}" data-version="{esc(view.version)}"'
+        )
     return _page(f"Job {row.id}", "".join(parts), actions=actions, live=live)
-
-
-def version(row: JobRecord) -> str:
-    """What changes whenever the page would: the live script reloads the page when it does."""
-    return f"{row.status}:{row.attempt}:{row.updated_at}:{row.checkpoint_id}"
 
 
 def _section(key: str, title: str, body: str) -> str:
@@ -204,16 +218,16 @@ def _summary(view: JobView, now: float) -> str:
 
 
 def _actions(view: JobView) -> str:
-    row, forms = view.row, []
+    row, key, forms = view.row, view.key, []
     if row.status == JobStatus.WAITING_FOR_APPROVAL:
-        call = view.request.get("invocation_id") if view.request else None
-        hidden = f'<input type="hidden" name="call" value="{esc(call)}">' if isinstance(call, str) else ""
-        forms.append(_form(row.id, "approve", "Approve", hidden))
-        forms.append(_form(row.id, "reject", "Reject", _reason("approval rejected")))
+        call = view.call
+        hidden = f'<input type="hidden" name="call" value="{esc(call)}">' if call is not None else ""
+        forms.append(_form(key, "approve", "Approve", hidden))
+        forms.append(_form(key, "reject", "Reject", _reason("approval rejected")))
     if row.status in CANCELLABLE:
-        forms.append(_form(row.id, "cancel", "Cancel", _reason("cancelled by an operator")))
+        forms.append(_form(key, "cancel", "Cancel", _reason("cancelled by an operator")))
     if row.status in RETRYABLE:
-        forms.append(_form(row.id, "retry", "Retry", ""))
+        forms.append(_form(key, "retry", "Retry", ""))
     body = "".join(forms) or "<p>No action applies to a job in this status.</p>"
     return _section("actions", "Actions", body)
 

@@ -1,17 +1,23 @@
 """The console's aiohttp application: routes, the store it reads, the security rules and ``serve``.
 
 Read-only unless started with an action token. An action is a POST of a form carrying that token
-(compared in constant time), refused from another origin (``Origin``, ``Sec-Fetch-Site``), and made
-through the same store calls and rules as the ``job`` commands, so a page can do nothing the command
-line could not. Every response carries a CSP that allows only the console's own script and stylesheet,
-and ``frame-ancestors 'none'``. A request the console cannot serve gets a page that says why with its
-status: 400 for a malformed one, 404 for an unknown job, 409 for an action the job's status does not
-allow, 503 when the store cannot be reached (opened again on the next request), never a traceback.
+(compared in constant time), refused unless the browser says it comes from the console's own page
+(``Sec-Fetch-Site: same-origin`` when sent, ``Origin`` when sent), and made through the same store calls
+and rules as the ``job`` commands, so a page can do nothing the command line could not. It is acknowledged
+only once the store at the configured path recorded it (`ConsoleStore.confirm`), and the page it
+redirects to says what the store then holds in a flash signed with a key derived from the token: a
+crafted ``?done=`` link shows nothing. Every response carries a CSP that allows only the console's own
+script and stylesheet, and ``frame-ancestors 'none'``. A request the console cannot serve gets a page
+that says why with its status: 400 for a malformed one, 404 for an unknown job, 409 for an action the
+job's status does not allow, 503 when the store cannot be reached (opened again on the next request),
+never a traceback. Every text a page shows from the store goes through the console's one `Masker`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import hmac
 import logging
 import os
@@ -26,12 +32,22 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from agentlife._cli._job import approve_parked
-from agentlife._console._data import MAX_ID, BadRequest, list_jobs, load_job, parse_list_query
-from agentlife._console._render import FLASHES, error_page, job_page, list_page, version
+from agentlife._console._data import (
+    MAX_ID,
+    BadRequest,
+    Cursors,
+    list_jobs,
+    load_job,
+    parse_list_query,
+    row_version,
+)
+from agentlife._console._mask import Masker
+from agentlife._console._render import FLASHES, error_page, job_page, list_page
+from agentlife._console._store import ConsoleStore, NotRecorded
 from agentlife._console._timeline import build_timeline
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError, describe_error
 from agentlife._redact import Redactor
-from agentlife.stores import CheckpointStore, store_from_url
+from agentlife.stores import CheckpointStore, JobStatus
 from agentlife.stores._childjobs import cancel_with_children
 
 __all__ = ["ConsoleConfig", "create_app", "serve"]
@@ -61,8 +77,8 @@ _HEADERS = {
     "Cache-Control": "no-store",
 }
 _STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
-_SAME_SITE = frozenset({"same-origin", "none"})
 _ACTIONS = frozenset(FLASHES)
+_STATUSES = frozenset(str(s) for s in JobStatus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,63 +95,42 @@ class ConsoleConfig:
     data_dir: Path | None = None
 
 
-class _Store:
-    """One store, opened on first use; dropped after a failure so the next request opens it again."""
-
-    def __init__(self, url: str) -> None:
-        self._url = url
-        self._store: CheckpointStore | None = None
-        self._lock = asyncio.Lock()
-
-    async def get(self) -> CheckpointStore:
-        async with self._lock:
-            if self._store is None:
-                store = store_from_url(self._url, must_exist=True)
-                await store.open()
-                self._store = store
-            return self._store
-
-    async def drop(self) -> None:
-        async with self._lock:
-            store, self._store = self._store, None
-        if store is not None:
-            try:
-                await store.close()
-            except (StoreError, OSError) as exc:
-                log.debug("closing the store after a failure: %s", type(exc).__name__)
-
-
 class _Console:
     def __init__(self, config: ConsoleConfig) -> None:
         self.config = config
         self.actions = config.token is not None
-        self.store = _Store(config.url)
+        self.store = ConsoleStore(config.url)
         # The token's variable is named like a secret, and the URL's password is found in it: both masked.
-        self.redactor = Redactor.from_env({**os.environ, "AGENTLIFE_CONSOLE_DATABASE_URL": config.url})
+        redactor = Redactor.from_env({**os.environ, "AGENTLIFE_CONSOLE_DATABASE_URL": config.url})
+        self.masker = Masker(redactor)
+        self.cursors = Cursors()
+        self.flashes = _Flashes(config.token) if config.token is not None else None
         self.data_dir = config.data_dir or Path(os.environ.get("AGENTLIFE_DATA_DIR") or ".agentlife")
         files = resources.files("agentlife._console").joinpath("static")
         self.static = {name: files.joinpath(name).read_bytes() for name in _STATIC}
 
     def page(self, status: int, title: str, message: str) -> web.Response:
-        text = error_page(status, title, self.redactor.redact(message), actions=self.actions)
+        text = error_page(status, title, self.masker.text(message, 2000), actions=self.actions)
         return web.Response(status=status, text=text, content_type="text/html")
 
     # -- pages ------------------------------------------------------------------------------------------
 
     async def index(self, request: web.Request) -> web.Response:
-        query = parse_list_query(request.query)
-        result = await list_jobs(await self.store.get(), query)
+        query = parse_list_query(request.query, self.cursors)
+        result = await list_jobs(await self.store.get(), query, self.masker, self.cursors)
         text = list_page(query, result, actions=self.actions, now=time.time())
         return web.Response(text=text, content_type="text/html")
 
     async def job(self, request: web.Request) -> web.Response:
         job_id = _job_id(request.query.get("id"))
-        view = await load_job(await self.store.get(), job_id, self.data_dir, self.redactor)
+        now = time.time()
+        view = await load_job(await self.store.get(), job_id, self.data_dir, self.masker, now)
         if view is None:
             return self.page(404, "Not Found", f"There is no job {job_id!r} in this store.")
-        flash = request.query.get("done")
-        timeline = build_timeline(view.sessions, view.row.error)
-        text = job_page(view, timeline, actions=self.actions, flash=flash, now=time.time())
+        done = request.query.get("done")
+        flash = self.flashes.read(job_id, done) if self.flashes is not None and done else None
+        timeline = build_timeline(view.sessions, view.row.error, view.live)
+        text = job_page(view, timeline, actions=self.actions, flash=flash, now=now)
         return web.Response(text=text, content_type="text/html")
 
     async def state(self, request: web.Request) -> web.Response:
@@ -143,7 +138,7 @@ class _Console:
         row = await (await self.store.get()).get_job(job_id)
         if row is None:
             return web.json_response({"error": "no such job"}, status=404)
-        return web.json_response({"status": row.status, "version": version(row)})
+        return web.json_response({"status": self.masker.text(row.status, 100), "version": row_version(row)})
 
     async def static_file(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -169,12 +164,23 @@ class _Console:
         action, job_id = form.get("action"), _job_id(_text(form.get("id")))
         if action not in _ACTIONS:
             raise BadRequest("action must be one of " + ", ".join(sorted(_ACTIONS)))
-        await self._act(str(action), job_id, form)
-        log.info("console: %s of job %s", action, self.redactor.redact(job_id))
-        raise web.HTTPSeeOther(f"/job?{urlencode({'id': job_id, 'done': action})}")
+        status = await self._act(str(action), job_id, form)
+        log.info("console: %s of job %s: %s", action, self.masker.text(job_id, 200), status)
+        assert self.flashes is not None  # actions need the token, and the token makes the flashes
+        done = self.flashes.sign(job_id, str(action), status)
+        raise web.HTTPSeeOther(f"/job?{urlencode({'id': job_id, 'done': done})}")
 
-    async def _act(self, action: str, job_id: str, form: Any) -> None:
+    async def _act(self, action: str, job_id: str, form: Any) -> str:
+        """Make the action; the job's status as the store at the configured path then records it."""
         store = await self.store.get()
+        await self._write(store, action, job_id, form)
+        row = await store.get_job(job_id)
+        await self.store.confirm(store)  # the write and the read went to the store the others use
+        if row is None:
+            raise JobNotFound(f"job {job_id} is gone from the store")
+        return self.masker.text(row.status, 100)
+
+    async def _write(self, store: CheckpointStore, action: str, job_id: str, form: Any) -> None:
         if action == "approve":
             call = _text(form.get("call")) or None
             await approve_parked(store, job_id, call, given_by="the page")
@@ -188,12 +194,52 @@ class _Console:
 
 
 def _same_origin(request: web.Request) -> bool:
-    """False for a request a browser says came from another site (``Sec-Fetch-Site``, ``Origin``)."""
+    """False unless the browser, when it says, says the request came from the console's own page.
+
+    ``Sec-Fetch-Site`` must be ``same-origin``: ``same-site`` is another port or subdomain, and ``none``
+    a request no page made (an address typed, a bookmark, an extension). A client that sends neither
+    header (``curl``, a script with the token) is judged by the token alone.
+    """
     site = request.headers.get("Sec-Fetch-Site")
-    if site is not None and site not in _SAME_SITE:
+    if site is not None and site != "same-origin":
         return False
     origin = request.headers.get("Origin")
     return origin is None or origin == f"{request.scheme}://{request.host}"
+
+
+class _Flashes:
+    """The ``done`` parameter of the page an action redirects to: what the store recorded, signed.
+
+    The key is derived from the action token, so every console replica started with the same token
+    reads the flashes of the others, and no one without it can make one: a crafted ``?done=approve``
+    shows nothing. It names the action, the status the store held right after it and when.
+    """
+
+    def __init__(self, token: str) -> None:
+        secret = token.encode("utf-8", "surrogatepass")
+        self._key = hmac.new(secret, b"agentlife console flash", hashlib.sha256).digest()
+
+    def sign(self, job_id: str, action: str, status: str) -> str:
+        """The ``done`` value saying the store recorded ``action`` on ``job_id``, leaving it ``status``."""
+        fields = f"{action}.{status}.{int(time.time())}"
+        return f"{fields}.{self._mac(job_id, fields)}"
+
+    def read(self, job_id: str, done: str) -> str | None:
+        """The flash a ``done`` value made by `sign` for ``job_id`` says, or None for any other."""
+        fields, _, mac = done.rpartition(".")
+        parts = fields.split(".")
+        if len(parts) != 3 or not hmac.compare_digest(mac, self._mac(job_id, fields)):
+            return None
+        action, status, at = parts
+        if action not in FLASHES or status not in _STATUSES or not at.isdigit():
+            return None
+        when = time.strftime("%H:%M:%S UTC", time.gmtime(min(int(at), 2**33)))
+        return f"{FLASHES[action]} The store recorded it at {when}; the job was then {status}."
+
+    def _mac(self, job_id: str, fields: str) -> str:
+        message = f"{job_id}\x00{fields}".encode("utf-8", "surrogatepass")
+        digest = hmac.new(self._key, message, hashlib.sha256).digest()[:18]
+        return base64.urlsafe_b64encode(digest).decode()
 
 
 def _text(value: Any) -> str:
@@ -266,12 +312,15 @@ async def _answer(console: _Console, request: web.Request, handler: _Handler) ->
         raise
     except web.HTTPException as exc:
         return console.page(exc.status, exc.reason, exc.text or exc.reason)
+    except NotRecorded as exc:
+        log.warning("console: an action was not recorded: %s", console.masker.text(str(exc), 500))
+        return console.page(503, "Store Unavailable", f"The action was not recorded: {exc}")
     except (StoreError, OSError, ConfigError) as exc:
         await console.store.drop()
-        log.warning("console: the store failed: %s", console.redactor.redact(describe_error(exc)))
+        log.warning("console: the store failed: %s", console.masker.text(describe_error(exc), 2000))
         return console.page(503, "Store Unavailable", f"The job store cannot be read: {describe_error(exc)}")
     except Exception as exc:  # a bug: one line in the log, a page without a traceback
-        log.error("console: internal error: %s", console.redactor.redact(describe_error(exc)))
+        log.error("console: internal error: %s", console.masker.text(describe_error(exc), 2000))
         return console.page(500, "Internal Error", "The console failed on this request; see its log.")
 
 

@@ -4,8 +4,9 @@ The spans come from the session journals' timed events when the console can read
 (attempt) with its lifecycle phases (bootstrap: booting, hydrating, ready; execution: executing,
 draining), each step from ``STEP_STARTED`` to its checkpoint, each model call and tool call as a bar, and
 the moments that matter as marks (a drain, a retry, a refused call, the exit, a crash: a session with no
-end). Without a journal the row's crash history gives the marks. Every field is read defensively: a
-journal may come from another version or a torn disk, and a bad field drops one span, never the page.
+end whose process is not alive now). Without a journal the row's crash history gives the marks. Every
+field is read defensively: a journal may come from another version, a torn disk or a process killed while
+booting, and a bad field drops one span, never the page. The events and the history come masked.
 """
 
 from __future__ import annotations
@@ -87,11 +88,17 @@ class Timeline:
         return sorted(items, key=lambda i: (i.start if isinstance(i, Span) else i.at, isinstance(i, Mark)))
 
 
-def build_timeline(sessions: Sequence[Session], history: Iterable[Any] = ()) -> Timeline:
-    """The spans of every session, oldest first; the crash history's entries when no session is readable."""
+def build_timeline(
+    sessions: Sequence[Session], history: Iterable[Any] = (), live: str | None = None
+) -> Timeline:
+    """The spans of every session, oldest first; the crash history's entries when no session is readable.
+
+    ``live`` says what holds the job now (a process with a fresh heartbeat, parked on an approval or
+    running): the newest session's missing end is then that, not a crash.
+    """
     timeline = Timeline()
-    for session in sessions:
-        _add_session(timeline, session)
+    for index, session in enumerate(sessions):
+        _add_session(timeline, session, live if index == len(sessions) - 1 else None)
     if not timeline.spans and not timeline.marks:
         timeline.source = "row"
         for entry in history:
@@ -104,7 +111,7 @@ def build_timeline(sessions: Sequence[Session], history: Iterable[Any] = ()) -> 
     return timeline
 
 
-def _add_session(timeline: Timeline, session: Session) -> None:
+def _add_session(timeline: Timeline, session: Session, live: str | None) -> None:
     timed = [(t, e) for e in session.events if (t := _ts(e.get("ts"))) is not None]
     if not timed:
         return
@@ -118,17 +125,20 @@ def _add_session(timeline: Timeline, session: Session) -> None:
         mark = _mark(event, at, attempt)
         if mark is not None:
             timeline.marks.append(mark)
-    if ended is None:
-        timeline.marks.append(
-            Mark(last, "no SESSION_ENDED: crashed, killed or still running", "crash", attempt)
-        )
+    if ended is None and live is not None:
+        timeline.marks.append(Mark(last, f"no SESSION_ENDED yet: {live}", "live", attempt))
+    elif ended is None:
+        timeline.marks.append(Mark(last, "no SESSION_ENDED: crashed or killed", "crash", attempt))
 
 
 def _phases(
     timeline: Timeline, timed: list[tuple[float, Mapping[str, Any]]], last: float, attempt: Any
 ) -> None:
     changes = [(t, _text(e.get("to"))) for t, e in timed if e.get("type") == EventType.LIFECYCLE]
-    for (start, state), (end, _) in zip(changes, [*changes[1:], (last, "")], strict=True):
+    if not changes:  # a process killed while booting, before its first LIFECYCLE line: no phases
+        return
+    ends = [t for t, _ in changes[1:]] + [last]
+    for (start, state), end in zip(changes, ends, strict=True):
         if state == "TERMINATED":
             continue
         phase = "bootstrap" if state in _BOOTSTRAP else "execution"

@@ -152,6 +152,14 @@ class JobRecord:
 
     They hold their neutral value above. A worker sets such a row aside (DEAD_LETTER) instead of running it.
     """
+    key: str | bytes | None = None
+    """The row's id exactly as stored, when ``id`` cannot say it (a SQLite row written by another client).
+
+    The bytes of an id stored as a BLOB; for an id stored as text that is not UTF-8 (``id`` shows U+FFFD), a
+    ``str`` whose undecodable bytes are ``surrogateescape`` escapes. None when ``id`` is the stored id. It
+    goes back into `CheckpointStore.list_jobs`' ``after`` cursor, so a page that ends on such a row is
+    followed by the rows after it; it is never printed.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,12 +355,17 @@ class CheckpointStore(Protocol):
         agent_id: str | None = None,
         limit: int = 100,
         *,
-        after: tuple[float, str] | None = None,
+        after: tuple[Any, str | bytes | None] | None = None,
     ) -> list[JobRecord]:
         """Job rows, most recently updated first (ties by id), filtered by status and agent.
 
-        ``after`` is a page's cursor: the ``(updated_at, id)`` of the last row of the page before; the rows
-        that follow it in that order come back (keyset paging: an index range, as fast deep as at the top).
+        ``after`` is a page's cursor: the ``(updated_at, key)`` of the last row of the page before, ``key``
+        being the row's `JobRecord.key` when it has one, else its ``id``; the rows that follow it in that
+        order come back (keyset paging: an index range, as fast deep as at the top).
+
+        Raises:
+            ValueError: ``after`` holds what no row of this store can (bytes, a NUL or a non-number time on
+                PostgreSQL): it is not a cursor of this store.
         """
 
     @property

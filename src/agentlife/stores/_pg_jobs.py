@@ -331,7 +331,7 @@ class PostgresJobOps:
         agent_id: str | None = None,
         limit: int = 100,
         *,
-        after: tuple[float, str] | None = None,
+        after: tuple[Any, str | bytes | None] | None = None,
     ) -> list[JobRecord]:
         """Job rows, most recently updated first, filtered by status and agent, after the cursor ``after``."""
         # One statement per shape, not ``$1 IS NULL OR ...``: a generic plan of that form cannot use the
@@ -343,8 +343,7 @@ class PostgresJobOps:
                 args.append(value)
                 clauses.append(f"{column} = ${len(args)}")
         if after is not None:
-            # The cursor's exact microseconds: a float's own rounding must not skip or repeat a row.
-            args += [_EPOCH + timedelta(microseconds=round(after[0] * 1_000_000)), after[1]]
+            args += [cursor_timestamp(after[0]), _text_key(after[1])]
             at, key = f"${len(args) - 1}", f"${len(args)}"
             clauses.append(f"updated_at <= {at} AND (updated_at < {at} OR id > {key})")
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
@@ -571,8 +570,49 @@ def record(row: Any) -> JobRecord:
 
 
 def unix(value: datetime | None) -> float | None:
-    """A timestamptz as unix time."""
-    return None if value is None else value.timestamp()
+    """A timestamptz as unix time; ``'infinity'`` and ``'-infinity'`` as those of the latest and earliest.
+
+    asyncpg reads PostgreSQL's infinities as the naive ``datetime.max`` and ``datetime.min``: taken as UTC
+    (as local time, the earliest is out of range and the row could not be read at all).
+    """
+    if value is None:
+        return None
+    return (value.replace(tzinfo=UTC) if value.tzinfo is None else value).timestamp()
+
+
+#: The unix times `unix` gives PostgreSQL's ``'infinity'`` and ``'-infinity'``.
+_LATEST, _EARLIEST = unix(datetime.max), unix(datetime.min)
+
+
+def cursor_timestamp(seconds: Any) -> datetime:
+    """The timestamptz of a `list_jobs` cursor's unix time (a row's ``updated_at``), exactly.
+
+    The exact microseconds: a float's own rounding must not skip or repeat a row. At or beyond what a
+    datetime holds it is PostgreSQL's infinity (asyncpg writes the naive ``datetime.max`` as ``'infinity'``),
+    the time `unix` reads such a row at, so the rows parked there are paged like any others.
+
+    Raises:
+        ValueError: ``seconds`` is not a number (not a cursor of this store).
+    """
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds != seconds:
+        raise ValueError("a PostgreSQL cursor's time is a number of seconds")
+    assert _LATEST is not None and _EARLIEST is not None
+    if seconds >= _LATEST:
+        return datetime.max
+    if seconds <= _EARLIEST:
+        return datetime.min
+    return _EPOCH + timedelta(microseconds=round(seconds * 1_000_000))
+
+
+def _text_key(key: Any) -> str:
+    """A cursor's id as a text parameter; `ValueError` for one no PostgreSQL text column holds."""
+    if not isinstance(key, str) or "\x00" in key:
+        raise ValueError("a PostgreSQL cursor's id is text without NUL")
+    try:
+        key.encode()
+    except UnicodeEncodeError:
+        raise ValueError("a PostgreSQL cursor's id is UTF-8 text") from None
+    return key
 
 
 def dumps(value: Any) -> str | None:

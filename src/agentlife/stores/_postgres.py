@@ -222,6 +222,7 @@ class PostgresStore(
         self._misuse: tuple[type[BaseException], ...] = ()
         self._undefined_table: type[BaseException] | None = None
         self._broken_session: tuple[type[BaseException], ...] = ()
+        self._refused: tuple[type[BaseException], ...] = ()
         self._listener = PgListener(url, self.tables, connect_timeout, self._describe) if listen else None
 
     def __repr__(self) -> str:
@@ -255,6 +256,7 @@ class PostgresStore(
             asyncpg.exceptions.InvalidAuthorizationSpecificationError,
             asyncpg.exceptions.InvalidCatalogNameError,
         )
+        self._refused = permanent
         last: BaseException | None = None
         for attempt in range(1, self._connect_tries + 1):
             if attempt > 1:
@@ -420,6 +422,11 @@ class PostgresStore(
                 raise  # a bug (bad argument type, ...) is not an outage: retrying cannot help
             raise StoreUnavailable(
                 f"PostgreSQL store {self._display_url} unavailable: {self._describe(exc)}"
+            ) from None
+        except self._refused as exc:
+            # A new pooled connection refused as `open` is (the database dropped, the password changed).
+            raise StoreUnavailable(
+                f"PostgreSQL store {self._display_url} refused the connection: {self._describe(exc)}"
             ) from None
         except Exception as exc:
             if self._undefined_table is not None and isinstance(exc, self._undefined_table):

@@ -80,6 +80,13 @@ def _text_columns(columns: dict[str, Any], *, id_type: str) -> dict[str, str]:
     return unreadable
 
 
+def _stored_key(raw: Any, id_type: str) -> str | bytes | None:
+    """`JobRecord.key` of an id that did not read as text: its BLOB's bytes, or its text's bytes escaped."""
+    if raw is None or id_type not in ("blob", "text"):
+        return None
+    return bytes(raw) if id_type == "blob" else bytes(raw).decode("utf-8", "surrogateescape")
+
+
 # A checkpoint never lands on a job that has ended: a terminal row is not rewritten by a late writer.
 _LIVE = f"status NOT IN ({', '.join(repr(str(s)) for s in TERMINAL)})"
 
@@ -362,10 +369,12 @@ class SQLiteStore(SQLiteJobOps, SQLiteWaitOps, SQLiteEventOps, SQLiteChildOps, S
         if row is None:
             return None
         columns = dict(zip(_ROW_COLUMNS, row[:-1], strict=True))
+        stored_id = columns["id"]
         unreadable = _text_columns(columns, id_type=row[-1])
         record = job_record(columns)
         if unreadable:
-            record = dataclasses.replace(record, unreadable={**unreadable, **record.unreadable})
+            stored = _stored_key(stored_id, row[-1]) if "id" in unreadable else None
+            record = dataclasses.replace(record, unreadable={**unreadable, **record.unreadable}, key=stored)
         return record
 
     async def get_job(self, job_id: str) -> JobRecord | None:

@@ -96,6 +96,19 @@ def _finish(conn: sqlite3.Connection, ok: bool) -> None:
         conn.execute("ROLLBACK")
 
 
+def _key_param(key: str | bytes | None) -> tuple[str, tuple[Any, ...]]:
+    """The test "id follows ``key``" in SQLite's order of ids, and its parameters."""
+    if key is None:  # a NULL id (SQLite's PRIMARY KEY allows one) comes before every other
+        return "id IS NOT NULL", ()
+    if isinstance(key, bytes):  # a BLOB: after every text id, then by its bytes
+        return "id > ?", (key,)
+    try:
+        key.encode()
+    except UnicodeEncodeError:  # text that is not UTF-8 (`JobRecord.key`): the same bytes, as text
+        return "id > CAST(? AS TEXT)", (key.encode("utf-8", "surrogateescape"),)
+    return "id > ?", (key,)
+
+
 class SQLiteJobOps:
     """The job operations, mixed into `SQLiteStore` (which provides the attributes below)."""
 
@@ -175,7 +188,7 @@ class SQLiteJobOps:
         agent_id: str | None = None,
         limit: int = 100,
         *,
-        after: tuple[float, str] | None = None,
+        after: tuple[Any, str | bytes | None] | None = None,
     ) -> list[JobRecord]:
         """Job rows, most recently updated first, filtered by status and agent, after the cursor ``after``."""
 
@@ -189,9 +202,12 @@ class SQLiteJobOps:
                 clauses.append("agent_id = ?")
                 args.append(agent_id)
             if after is not None:
-                # The first term bounds the index range; the second skips the cursor's own ties.
-                clauses.append("updated_at <= ? AND (updated_at < ? OR id > ?)")
-                args += [after[0], after[0], after[1]]
+                # The first term bounds the index range; the second skips the cursor's own ties. The key is
+                # compared as stored (SQLite orders NULL, then text by its bytes, then BLOBs): an id that is
+                # a BLOB or text that is not UTF-8 must not come back as the first row of the next page.
+                key, param = _key_param(after[1])
+                clauses.append(f"updated_at <= ? AND (updated_at < ? OR {key})")
+                args += [after[0], after[0], *param]
             where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
             rowids = conn.execute(
                 f"SELECT rowid FROM {self.tables.job}{where} ORDER BY updated_at DESC, id LIMIT ?",
