@@ -152,6 +152,23 @@ async def test_an_error_body_that_trickles_gives_way_to_its_status_not_a_timeout
             await ask(api, url)
 
 
+async def test_a_key_echoed_where_the_error_text_is_cut_never_shows_in_part(api: str, host: str) -> None:
+    # A proxy's plain-text 400 that echoes the key across the point where the message is cut: masked first,
+    # then cut, so no piece of it that a redactor could no longer recognise reaches the error.
+    body = ("x" * 1990 + f" {KEY} " + "y" * 5000).encode()
+
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\nconnection: close\r\n")
+        writer.write(b"content-length: %d\r\n\r\n" % len(body) + body)
+
+    async with raw_server(host, respond) as url:
+        with pytest.raises(PermanentError) as caught:
+            await ask(api, url)
+    text = f"{caught.value} {caught.value!r}"
+    assert "400" in text
+    assert not any(KEY[i : i + 6] in text for i in range(len(KEY) - 5)), text[-200:]
+
+
 # --- events -------------------------------------------------------------------------------------------------
 
 

@@ -260,13 +260,13 @@ class OpenAICompatibleLLM:
         except orjson.JSONDecodeError:
             parsed = None
         error_type, message = error_details(parsed)
-        if message is None and raw:
-            message = raw[:_MAX_ERROR_TEXT].decode(errors="replace").strip() or None
+        if message is not None:
+            message = self._redact(message)
+        elif raw:
+            # Masked whole, then cut: a key cut in two is a piece no redactor recognises.
+            message = self._redact(raw.decode(errors="replace"))[:_MAX_ERROR_TEXT].strip() or None
         return error_for_status(
-            response.status_code,
-            error_type=error_type,
-            message=self._redact(message) if message else None,
-            retry_after=retry_after,
+            response.status_code, error_type=error_type, message=message or None, retry_after=retry_after
         )
 
     def _redact(self, text: str) -> str:
