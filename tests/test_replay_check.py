@@ -397,7 +397,7 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(value=_json, extra_levels=st.integers(min_value=0, max_value=MAX_DEPTH + 4))
 def test_nesting_counts_the_levels_check_replayable_counts(value: Any, extra_levels: int) -> None:
     # A tool call's input is refused by its nesting (`bounded_tool_inputs`) exactly when the journal's own
