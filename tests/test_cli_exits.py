@@ -79,6 +79,20 @@ def test_a_base_exception_at_import_is_one_masked_usage_error(tmp_path: Path, co
     assert token not in done.stderr + done.stdout
 
 
+@pytest.mark.parametrize("command", ["run", "worker"])
+def test_a_keyboard_interrupt_the_module_raises_at_import_is_a_usage_error(
+    tmp_path: Path, command: str
+) -> None:
+    # No signal came (the CLI's handler would have made a real Ctrl-C a drain): the module raised it.
+    env = agent_env(tmp_path / "data", AGENTLIFE_JOB_ID="job-x", RAISE_AT_IMPORT="keyboard")
+    done = run_cli(command, "agents.exit_at_import_agent:Anything", env=env)
+    assert done.returncode == 2, done.stderr
+    assert (
+        done.stderr
+        == "agentlife: error: importing module 'agents.exit_at_import_agent' failed: KeyboardInterrupt\n"
+    )
+
+
 def test_a_missing_job_id_is_a_usage_error(tmp_path: Path) -> None:
     done = run_cli("run", "agents.sync_step_agent:SyncStepAgent", env=agent_env(tmp_path / "data"))
     assert done.returncode == 2

@@ -5,6 +5,7 @@ they wait. Every event is kept until a wait takes it, taken in order, by exactly
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -171,6 +172,8 @@ def test_an_answer_sent_after_the_deadline_is_not_taken_by_the_wait_resumed_late
         (("answer", "--payload", "1e400"), 2, "JSON has no NaN or infinity"),
         (("e\x01v",), 2, "holds control characters"),
         (("\u202eanswer",), 2, "holds control characters"),
+        (("   ",), 2, "an event name is a non-empty string"),  # only spaces: nothing a reader can see
+        (("an\u00a0swer",), 2, "holds control characters"),  # a space that looks like none, or like " "
     ],
 )
 def test_job_send_refuses_bad_input_with_one_clear_line(
@@ -182,6 +185,24 @@ def test_job_send_refuses_bad_input_with_one_clear_line(
     assert (sent.returncode, sent.stdout) == (code, ""), sent.stderr
     assert needle in sent.stderr and len(sent.stderr.strip().splitlines()) == 1, sent.stderr
     assert _taken(world) == []
+
+
+def test_job_send_without_a_payload_sends_null_and_says_a_wait_takes_it_for_a_timeout(tmp_path: Path) -> None:
+    # ctx.wait_for_event returns the payload, and None at a timeout: a bare send is told so, at once.
+    world = _world(tmp_path, f"sqlite:///{tmp_path / 'agentlife.db'}")
+    longest = "n" * 200
+    bare = _send(world, longest)
+    assert bare.returncode == 0 and "sent to job job-1" in bare.stdout, bare.stderr
+    assert bare.stderr.count("\n") == 1
+    assert "the event carries null" in bare.stderr and "also what it returns at a timeout" in bare.stderr
+    explicit = _send(world, "go", "--payload", "null")  # asked for: no note
+    assert (explicit.returncode, explicit.stderr) == (0, "")
+    conn = sqlite3.connect(tmp_path / "agentlife.db")
+    try:
+        payloads = conn.execute("SELECT name, payload FROM job_event ORDER BY seq").fetchall()
+    finally:
+        conn.close()
+    assert payloads == [(longest, "null"), ("go", "null")]
 
 
 def test_job_send_refuses_a_payload_over_256_kib_and_keeps_nothing(tmp_path: Path) -> None:

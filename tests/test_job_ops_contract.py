@@ -4,6 +4,7 @@ zombie reaper), run unchanged against SQLiteStore and a real PostgreSQL, as the 
 from __future__ import annotations
 
 import contextlib
+import re
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -160,6 +161,55 @@ async def test_a_job_parked_at_a_wait_is_claimed_only_once_its_time_has_come(
     assert await store.get_wait("nope") is None
     shown = await store.get_wait("j-1")
     assert shown is not None and (shown.until, shown.waiting_for) == (None, {})  # only a WAITING row waits
+
+
+async def test_a_waiting_job_counts_as_runnable_once_a_timer_an_event_or_a_childs_end_made_it_due(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    # What an autoscaler reads to start a worker for a Deployment at zero replicas: a WAITING row whose
+    # timer came due, whose event arrived or whose child ended is work, as a PENDING one is; a row still
+    # waiting, or woken by an event it does not wait for, is not.
+    names = ("w-timer", "w-event", "w-parent", "w-asleep", "w-unasked", "r-busy")
+    await _create(store, *names)
+    rows = {row.id: row for row in [await store.claim_next() for _ in names] if row is not None}
+    far = time.time() + 3600
+    parent = rows["w-parent"]
+    assert await store.start_child(
+        "w-parent", parent.attempt, "kid", "agent-b", None, invocation_id="w-parent/0/1"
+    )
+    waits = {
+        "w-timer": {"kind": "sleep"},
+        "w-event": {"kind": "event", "events": ["answer"]},
+        "w-parent": {"kind": "jobs", "jobs": ["kid"]},
+        "w-asleep": {"kind": "sleep"},
+        "w-unasked": {"kind": "event", "events": ["answer"]},
+    }
+    for job_id, what in waits.items():
+        assert await store.park_waiting(job_id, rows[job_id].attempt, far, what)
+    assert await store.count_runnable() == {"agent-b": 1}  # the child, PENDING
+
+    await _set(backend, "w-timer", not_before=time.time() - 1)  # its timer came due
+    await store.send_event("w-event", "answer")
+    await store.send_event("w-unasked", "other")  # kept for later: it wakes nothing
+    kid = await store.claim_next("agent-b")
+    assert kid is not None
+    await store.set_status("kid", kid.attempt, JobStatus.COMPLETED)  # the child's end wakes its parent
+    assert await store.count_runnable() == {"agent-a": 3}
+    if backend.kind == "postgresql":
+        # The documented KEDA query, run as KEDA runs it: the three due waits and the job still running.
+        assert await backend.raw(keda_query("agent-a")) == [(4,)]
+
+
+def keda_query(agent_id: str) -> str:
+    """The PostgreSQL scaler's query of the KEDA example in docs/workers.md, for ``agent_id``."""
+    import yaml
+
+    page = (Path(__file__).parent.parent / "docs" / "workers.md").read_text()
+    [block] = [b for b in re.findall(r"```yaml\n(.*?)```", page, re.S) if "kind: ScaledObject" in b]
+    [trigger] = yaml.safe_load(block)["spec"]["triggers"]
+    query = str(trigger["metadata"]["query"])
+    assert "agent_id = 'reviewer'" in query
+    return query.replace("agent_id = 'reviewer'", f"agent_id = '{agent_id}'")
 
 
 async def test_cancel_ends_a_waiting_job_and_its_late_park_changes_nothing(store: CheckpointStore) -> None:

@@ -25,8 +25,8 @@ from agentlife import (
     Usage,
 )
 from agentlife._llm._anthropic import AnthropicLLM
-from agentlife._llm._messages_http import MAX_EVENT_BYTES
 from agentlife._llm._scripted import ScriptedEvent, ScriptedTurn
+from agentlife._llm._sse import MAX_EVENT_BYTES
 from agentlife._retry import retry_call
 from agentlife.testing._anthropic_server import FakeAnthropicServer, _sse
 
@@ -116,7 +116,7 @@ async def test_a_line_that_never_ends_is_refused_once_past_the_event_limit() -> 
             await writer.drain()
 
     async with raw_server(respond) as (url, requests):
-        with pytest.raises(PermanentError, match="a line over 32 MiB without an end"):
+        with pytest.raises(PermanentError, match="an event over 32 MiB without an end"):
             await retry_call(lambda: ask(url), initial=0.01, deadline=anyio.current_time() + 30)
     assert len(requests) == 1  # not retried
 

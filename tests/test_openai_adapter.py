@@ -211,6 +211,20 @@ async def test_a_tool_call_round_trip_maps_both_ways(
     ]
 
 
+async def test_line_separators_inside_text_and_arguments_are_text_not_sse_line_breaks(
+    server: FakeOpenAIServer, llm: OpenAICompatibleLLM
+) -> None:
+    # The server's JSON carries U+2028, U+2029 and U+0085 raw (JSON escapes only what is below U+0020);
+    # SSE ends lines at CR and LF alone, so none of them may cut a chunk into two halves that are not JSON
+    # and are skipped: a lost delta is a silently wrong reply, a lost argument a tool run on less.
+    text = "one\u2028two\u2029three\x85four\x0cfive\x0bsix\x1cseven"
+    arguments = {"note": "a\u2028b\x85c\u2029d"}
+    server.enqueue(ScriptedTurn.tool_use("label_issue", arguments, id="call_1", text=text, chunks=3))
+    reply = await ask(llm)
+    assert reply.text == text
+    assert reply.content[-1]["input"] == arguments and reply.tool_input_errors == {}
+
+
 async def test_thinking_deltas_become_a_thinking_block_and_thinking_events(
     server: FakeOpenAIServer, llm: OpenAICompatibleLLM
 ) -> None:

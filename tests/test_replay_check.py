@@ -24,7 +24,7 @@ from agentlife._config import MAX_PAYLOAD_DEPTH
 from agentlife._journal._recovery import ReplayMap, build_replay, read_events
 from agentlife._journal._writer import Journal
 from agentlife._redact import Redactor
-from agentlife._replay import MAX_DEPTH, check_replayable, llm_request_digest, tool_call_digest
+from agentlife._replay import MAX_DEPTH, check_replayable, llm_request_digest, nesting, tool_call_digest
 from procs import REPO, agent_env, run_cli, spawn, wait_for
 from stepctx import journal_events, step_contexts
 
@@ -388,6 +388,52 @@ def test_every_value_is_refused_or_journaled_and_replayed_exactly(value: Any, ex
     record = build_replay(events, 0).tool(0)
     assert record is not None and record.status == "completed" and not record.refused
     assert record.result == value and type(record.result) is type(value)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=0, max_value=9) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(value=_json, extra_levels=st.integers(min_value=0, max_value=MAX_DEPTH + 4))
+def test_nesting_counts_the_levels_check_replayable_counts(value: Any, extra_levels: int) -> None:
+    # A tool call's input is refused by its nesting (`bounded_tool_inputs`) exactly when the journal's own
+    # check would refuse it: more than MAX_DEPTH levels of lists and dicts.
+    for _ in range(extra_levels):
+        value = {"k": value}
+    levels = nesting(value, MAX_DEPTH + 1)
+    try:
+        check_replayable(value, "x")
+    except UnreplayableValue:
+        assert levels > MAX_DEPTH
+    else:
+        assert levels <= MAX_DEPTH
+    assert nesting(value, 1000) == _levels(value)
+
+
+def _levels(value: Any) -> int:
+    if isinstance(value, dict | list):
+        children = value.values() if isinstance(value, dict) else value
+        return 1 + max((_levels(child) for child in children), default=0)
+    return 0
+
+
+def test_nesting_stops_at_its_cap_on_deep_shared_and_cyclic_values() -> None:
+    deep: Any = 1
+    for _ in range(10_000):
+        deep = {"k": deep}
+    assert nesting(deep, 126) == 126  # no recursion, and only 126 levels walked
+    shared: list[Any] = []
+    for _ in range(200):
+        shared = [shared, shared]  # 2**200 paths, 201 objects: each walked once on its level
+    assert nesting(shared, 500) == 201
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    assert nesting(cyclic, 50) == 50
+    assert (nesting("text", 5), nesting({}, 5), nesting([[], {"a": (1,)}], 5)) == (0, 1, 3)
 
 
 def test_a_refused_completion_and_the_start_it_follows_make_one_record() -> None:

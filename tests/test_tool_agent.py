@@ -17,6 +17,7 @@ from agentlife import (
     NOT_DONE,
     AnthropicLLM,
     LLMClient,
+    LLMReply,
     OpenAICompatibleLLM,
     ScriptedLLM,
     ScriptedTurn,
@@ -282,6 +283,10 @@ BROKEN_CALLS = {
     # partial_json / function.arguments sent as an object instead of a JSON string.
     "an object, not a string": ScriptedTurn.malformed_tool_use("cleanup", {"pattern": "*"}),
     "JSON, not an object": ScriptedTurn.malformed_tool_use("cleanup", '"*"'),
+    # Valid JSON the adapters parse (up to orjson's 1024 levels), deeper than the journal keeps.
+    "nested 500 deep": ScriptedTurn.malformed_tool_use(
+        "cleanup", '{"pattern": ' + "[" * 499 + "]" * 499 + "}"
+    ),
 }
 
 
@@ -340,6 +345,7 @@ async def test_a_tool_never_runs_on_arguments_the_model_did_not_send(
         "cut off before any argument": "cut off at max_tokens",
         "an object, not a string": "as JSON an object, not as the JSON",
         "JSON, not an object": "JSON a string, not an object",
+        "nested 500 deep": "its arguments nest deeper than 125 levels, more than the journal keeps",
     }[case]
     assert expected in told
 
@@ -518,6 +524,113 @@ async def test_an_oversized_tool_result_fails_the_job_naming_the_input_token_lim
     assert "> 500000 input tokens max; that request alone is over the limit" in reason
     assert re.search(r"its largest message, #2 \(user, tool_result\), holds about \d{6} tokens\)$", reason)
     assert "$" not in reason  # not the cost limit, which was never near
+
+
+def nested(levels: int) -> Any:
+    """A value of ``levels`` levels of dicts, built without recursion (a model can send 10 000)."""
+    value: Any = "leaf"
+    for _ in range(levels - 1):
+        value = {"k": value}
+    return {"query": value}
+
+
+class DeepArgumentsModel:
+    """A model client that asks for a tool with arguments ``levels`` deep, then gives up in text.
+
+    A `ScriptedLLM` cannot carry them: it streams a tool input as JSON, which orjson writes only 254 levels
+    deep. A client of any other provider hands its parsed arguments on as they came.
+    """
+
+    streams_events = False
+
+    def __init__(self, levels: int) -> None:
+        self.levels = levels
+        self.requests: list[list[Any]] = []
+
+    async def complete(self, *, model: str, messages: Any, max_tokens: int, **params: Any) -> LLMReply:
+        self.requests.append(list(messages))
+        if len(self.requests) > 1:
+            return LLMReply(text="Gave up.", content=({"type": "text", "text": "Gave up."},))
+        block = {"type": "tool_use", "id": "toolu_deep", "name": "search_docs", "input": nested(self.levels)}
+        return LLMReply(text="", content=(block,), stop_reason="tool_use")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_arguments_nested_10_000_deep_go_back_to_the_model_and_never_crash_the_job(
+    tmp_path: Path,
+) -> None:
+    world, llm = Labels(), DeepArgumentsModel(10_000)
+    agent_class = triage_agent(world, ScriptedLLM([]))
+    agent_class.make_llm = lambda self: llm  # type: ignore[method-assign]
+    harness = AgentHarness(tmp_path)
+    run = await harness.run(agent_class(), payload="Issue #7")
+    assert run.exit_code == 0, [line["msg"] for line in run.logs if line["level"] != "INFO"]
+    assert run.job is not None and (run.job.status, run.job.result) == ("COMPLETED", "Gave up.")
+    assert "TOOL_STARTED" not in run.journal_types()
+    [refused] = [e for e in run.journal if e["type"] == "TOOL_REFUSED"]
+    assert (refused["tool"], refused["reason"]) == ("search_docs", "unusable_arguments")
+    assistant, results = llm.requests[1][1:]
+    assert assistant["content"] == [
+        {"type": "tool_use", "id": "toolu_deep", "name": "search_docs", "input": {}}
+    ]
+    [result] = results["content"]
+    assert result["is_error"] is True and result["tool_use_id"] == "toolu_deep"
+    assert "its arguments nest deeper than 125 levels, more than the journal keeps" in result["content"]
+    # The journal holds the reply as the step used it, so a replay decides the same way.
+    [completed, _] = [e for e in run.journal if e["type"] == "LLM_COMPLETED"]
+    assert completed["response"]["content"][0]["input"] == {}
+    assert "toolu_deep" in completed["response"]["tool_input_errors"]
+
+
+async def test_a_job_that_crashed_on_deep_arguments_before_this_fix_resumes_and_refuses_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Until 0.3 the reply was journaled as the model sent it and the step crashed on it: the next attempt
+    # replays that reply from the journal, and must refuse the call rather than crash again.
+    from agentlife._step import _context
+
+    world, llm = Labels(), DeepArgumentsModel(10_000)
+    agent_class = triage_agent(world, ScriptedLLM([]))
+    agent_class.make_llm = lambda self: llm  # type: ignore[method-assign]
+    harness = AgentHarness(tmp_path)
+    with monkeypatch.context() as old:
+        old.setattr(_context, "bounded_tool_inputs", lambda reply: reply)
+        crashed = await harness.run(agent_class(), payload="Issue #7")
+    assert crashed.exit_code == 1
+    run = await harness.run(agent_class(), payload="Issue #7")
+    assert run.exit_code == 0, [line["msg"] for line in run.logs if line["level"] != "INFO"]
+    assert run.job is not None and run.job.result == "Gave up."
+    assert len(llm.requests) == 2  # the deep reply was replayed from the journal, not asked again
+    assert "nest deeper than 125 levels" in llm.requests[1][-1]["content"][0]["content"]
+
+
+@pytest.mark.parametrize(("levels", "runs"), [(125, True), (126, False)])
+async def test_arguments_run_up_to_the_depth_the_conversation_keeps_and_not_one_level_more(
+    tmp_path: Path, levels: int, runs: bool
+) -> None:
+    seen: list[Any] = []
+
+    @tool(side_effects=False)
+    async def search_docs(query: Any) -> str:
+        """Search the docs."""
+        seen.append(query)
+        return "nothing"
+
+    class Searcher(ToolAgent):
+        agent_id = "searcher"
+        tools: ClassVar[Any] = (search_docs,)
+
+        def make_llm(self) -> LLMClient:
+            return llm
+
+    llm = ScriptedLLM({(0, 0): ScriptedTurn.tool_use("search_docs", nested(levels)), (1, 0): "Done."})
+    run = await AgentHarness(tmp_path).run(Searcher(), payload="Find it.")
+    assert run.exit_code == 0 and run.job is not None and run.job.result == "Done."
+    assert (seen == [nested(levels)["query"]]) is runs
+    refusals = [e["reason"] for e in run.journal if e["type"] == "TOOL_REFUSED"]
+    assert refusals == ([] if runs else ["unusable_arguments"])
 
 
 def deploying_agent(world: Labels, llm: ScriptedLLM) -> type[ToolAgent]:

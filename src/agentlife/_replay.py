@@ -23,7 +23,14 @@ from typing import Any
 
 from agentlife._exceptions import UnreplayableValue
 
-__all__ = ["MAX_DEPTH", "check_replayable", "llm_request_digest", "tool_call_digest", "utf8_safe"]
+__all__ = [
+    "MAX_DEPTH",
+    "check_replayable",
+    "llm_request_digest",
+    "nesting",
+    "tool_call_digest",
+    "utf8_safe",
+]
 
 _DIGEST_CHARS = 16
 _MIN_INT = -(2**63)  # orjson's range: beyond it a value cannot be written at all
@@ -130,6 +137,30 @@ def _check_children(value: Any, owner: str, path: str, depth: int, seen: set[int
         if not _encodable(key):
             _refuse(owner, f"{path}[{key!r}]", "a dict key with a lone surrogate (UTF-8 cannot encode it)")
         _check(item, owner, f"{path}[{key!r}]", depth + 1, seen)
+
+
+def nesting(value: Any, cap: int) -> int:
+    """How many levels of dicts and lists ``value`` nests (0 for a scalar, 1 for a flat dict), up to ``cap``.
+
+    Walked one level at a time, never by recursion, and never past ``cap``: a value nested 10 000 deep (a
+    model can send one) costs its first ``cap`` levels, and a container met again on one level (shared, or
+    a cycle) is walked once there.
+    """
+    if not _is_container(value):
+        return 0
+    level, frontier = 0, [value]
+    while frontier and level < cap:
+        level += 1
+        below: dict[int, Any] = {}
+        for item in frontier:
+            children = item.values() if isinstance(item, Mapping) else item
+            below.update((id(child), child) for child in children if _is_container(child))
+        frontier = list(below.values())
+    return level
+
+
+def _is_container(value: Any) -> bool:
+    return isinstance(value, Mapping | list | tuple)
 
 
 def utf8_safe(text: str) -> str:

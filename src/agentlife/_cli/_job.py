@@ -124,7 +124,12 @@ def register(sub: Any) -> None:
     send.add_argument("id", metavar="JOB_ID")
     send.add_argument("name", metavar="NAME", help="the event's name, as the job waits for it")
     sent = send.add_mutually_exclusive_group()
-    sent.add_argument("--payload", metavar="JSON", help="the event's payload as JSON ('-': read stdin)")
+    sent.add_argument(
+        "--payload",
+        metavar="JSON",
+        help="the event's payload as JSON ('-': read stdin); without it the payload is null, which the "
+        "waiting step gets as None, as at a timeout",
+    )
     sent.add_argument("--payload-file", metavar="FILE", help="read the JSON payload from FILE ('-': stdin)")
 
 
@@ -517,6 +522,11 @@ async def _send(args: argparse.Namespace) -> int:
     check_event(args.name, payload)  # a bad name or payload is a usage error before the store is opened
     seq = await _with_store(args, lambda store: store.send_event(args.id, args.name, payload))
     sys.stdout.write(f"event {args.name!r} sent to job {args.id} (#{seq})\n")
+    if args.payload is None and args.payload_file is None:
+        sys.stderr.write(
+            "agentlife: note: sent without --payload, the event carries null: ctx.wait_for_event returns it "
+            "as None, which is also what it returns at a timeout\n"
+        )
     return 0
 
 

@@ -4,15 +4,12 @@
 none of it. `MessagesHTTP` sends the request with httpx (imported, and its client built, on a worker thread
 at the first call: ~0.1 s), or to a plain ``http://`` server on this machine with agentlife's loopback
 client (`agentlife._llm._loopback_http`), with the headers the SDK sends (``x-api-key``,
-``anthropic-version``), and hands the response to `sse_events`, the Server-Sent Events decoder both
-transports share.
+``anthropic-version``), and hands the response to `sse_events`, the Messages API's events read with the
+bounded Server-Sent Events decoder both adapters share (`agentlife._llm._sse`).
 
 What the two transports share lives here too, so they cannot drift: the error for an HTTP status or a
-mid-stream ``error`` event (`error_for_status`, `error_for_event`), ``retry-after`` parsing, and the SSE
-decoder with its error mapping (`checked_events`). The decoder splits lines on LF, CR and CRLF only, as
-the SSE format says (a U+2028 inside a JSON string is text, not a line break), keeps a line that arrives
-across many TCP writes whole at a cost linear in its length (`agentlife._llm._loopback_http.split_lines`),
-and refuses an event larger than `MAX_EVENT_BYTES`.
+mid-stream ``error`` event (`error_for_status`, `error_for_event`), ``retry-after`` parsing, and the
+events with their error mapping (`checked_events`).
 
 Redirects are not followed: the ``x-api-key`` header would go to whatever host the redirect names.
 """
@@ -31,7 +28,7 @@ import orjson
 
 from agentlife._exceptions import CallError, PermanentError, TransientError
 from agentlife._llm._http import LazyClient, ResponseHolder, http_base_url, is_loopback, loopback_client
-from agentlife._llm._loopback_http import LineTooLong, split_lines
+from agentlife._llm._sse import describe, read_error_body, server_sent_events
 from agentlife._llm._tls import tls_context
 from agentlife._redact import Redactor
 from agentlife._retry import classify, error_for_http_status
@@ -40,7 +37,6 @@ from agentlife._version import __version__
 __all__ = [
     "API_VERSION",
     "DEFAULT_BASE_URL",
-    "MAX_EVENT_BYTES",
     "MessagesHTTP",
     "ResponseHolder",
     "checked_events",
@@ -58,10 +54,6 @@ _log = logging.getLogger("agentlife.llm")
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
-#: The largest single event the decoder accepts; a server streaming one line without end is refused.
-MAX_EVENT_BYTES = 32 * 1024 * 1024
-# The most of an error body read: the API's JSON error is small; a proxy's page is not worth more.
-_MAX_ERROR_BODY = 64 * 1024
 # The SDK's defaults, kept: 10 minutes per read with a 5 s connect, and its connection pool.
 _READ_TIMEOUT = 600.0
 _CONNECT_TIMEOUT = 5.0
@@ -171,33 +163,26 @@ def not_a_stream(where: str, status: int, content_type: str) -> str:
     )
 
 
-def describe(exc: BaseException) -> str:
-    """``Type: message`` of an exception (its type alone when it has no message)."""
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 # --- Server-Sent Events -------------------------------------------------------------------------------
 
 
 async def sse_events(response: Any) -> AsyncIterator[dict[str, Any]]:
     """Decode the Server-Sent Events of a streaming response into event dicts, pings included.
 
-    ``response`` is an httpx response (both transports have one). An SSE comment line (``: keep-alive``)
-    is yielded as ``{"type": "ping"}`` too: it is progress on the wire, and the guard should count it like
-    the API's own ``ping`` events. Data that is not a JSON object is skipped.
+    ``response`` is an httpx response or the loopback client's (both transports have one). An SSE comment
+    line (``: keep-alive``) is yielded as ``{"type": "ping"}`` too: it is progress on the wire, and the
+    guard should count it like the API's own ``ping`` events. Data that is not a JSON object is skipped.
 
     Raises:
-        PermanentError: one event is larger than `MAX_EVENT_BYTES`.
+        PermanentError: one event is larger than `agentlife._llm._sse.MAX_EVENT_BYTES`.
     """
-    try:
-        async for event in _events_of(split_lines(response.aiter_bytes(), MAX_EVENT_BYTES)):
-            yield event
-    except LineTooLong:
-        raise PermanentError(
-            f"the Anthropic stream sent a line over {MAX_EVENT_BYTES // (1024 * 1024)} MiB "
-            "without an end: not an event of the Messages API"
-        ) from None
+    async for event in server_sent_events(response, "Anthropic"):
+        if event.data is None:
+            yield {"type": "ping"}
+            continue
+        decoded = _decode_event(event.name, event.data)
+        if decoded is not None:
+            yield decoded
 
 
 async def checked_events(response: Any, redactor: Redactor) -> AsyncIterator[dict[str, Any]]:
@@ -216,34 +201,9 @@ async def checked_events(response: Any, redactor: Redactor) -> AsyncIterator[dic
         raise TransientError(redactor.redact(f"the Anthropic stream broke: {describe(exc)}")) from exc
 
 
-async def _events_of(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
-    name: str | None = None
-    data: list[str] = []
-    async for line in lines:
-        if not line:
-            if data:
-                event = _decode_event(name, data)
-                if event is not None:
-                    yield event
-            name, data = None, []
-        elif line.startswith(":"):
-            yield {"type": "ping"}
-        else:
-            field, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if field == "event":
-                name = value
-            elif field == "data":
-                data.append(value)
-    if data:
-        event = _decode_event(name, data)
-        if event is not None:
-            yield event
-
-
-def _decode_event(name: str | None, data: list[str]) -> dict[str, Any] | None:
+def _decode_event(name: str | None, data: str) -> dict[str, Any] | None:
     try:
-        event = orjson.loads("\n".join(data))
+        event = orjson.loads(data)
     except orjson.JSONDecodeError:
         _log.debug("ignoring an SSE event whose data is not JSON (event %r)", name)
         return None
@@ -328,16 +288,9 @@ class MessagesHTTP:
     async def _status_error(self, response: Any) -> CallError:
         """The error for a status other than 2xx, from the API's JSON error body when there is one."""
         retry_after = parse_retry_after(response.headers)
-        raw = bytearray()
+        raw = await read_error_body(response)
         try:
-            async for chunk in response.aiter_bytes():
-                raw += chunk
-                if len(raw) >= _MAX_ERROR_BODY:
-                    break
-        except Exception as exc:  # a body cut off: the status still says what happened
-            _log.debug("reading an error body failed: %s", describe(exc))
-        try:
-            parsed = orjson.loads(bytes(raw)) if raw else None
+            parsed = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
             parsed = None
         error_type, message = error_details(parsed)

@@ -1,10 +1,12 @@
 """The OpenAI-compatible adapter: `OpenAICompatibleLLM`, streaming through the progress guard.
 
 One adapter for every server of the Chat Completions streaming API: OpenAI itself, vLLM, Ollama, LiteLLM
-and the other proxies. It speaks plain HTTP with httpx (``POST {base_url}/chat/completions`` with
-``stream: true`` and ``stream_options.include_usage``), reads the ``data:`` lines of the Server-Sent Events
-itself and passes each chunk (SSE comments too: they are progress on the wire) through `guard_stream`,
-which closes the response on a timeout or a cancellation so the server sees the disconnect at once.
+and the other proxies. It speaks plain HTTP with httpx, or with the loopback client to a plain ``http://``
+server on this machine (``POST {base_url}/chat/completions`` with ``stream: true`` and
+``stream_options.include_usage``), decodes the Server-Sent Events with the bounded decoder the Anthropic
+adapter uses too (`agentlife._llm._sse`) and passes each chunk (SSE comments too: they are progress on the
+wire) through `guard_stream`, which closes the response on a timeout or a cancellation so the server sees
+the disconnect at once.
 
 Requests and replies are translated to and from agentlife's Anthropic-shaped content blocks by
 `agentlife._llm._openai_format`, so tools, ``ctx.run_tool_calls``, the journal and replay work unchanged.
@@ -36,6 +38,7 @@ from agentlife._llm._openai_format import (
 )
 from agentlife._llm._pricing import PriceTable
 from agentlife._llm._protocol import CURRENT_CALL, INVOCATION_HEADER, LLMReply, OnEvent, StreamTimeouts
+from agentlife._llm._sse import describe, read_error_body, server_sent_events
 from agentlife._llm._tls import tls_context
 from agentlife._redact import Redactor
 from agentlife._retry import classify
@@ -51,8 +54,8 @@ _NO_KEY = (
     "OPENAI_API_KEY is not set: export it (and OPENAI_BASE_URL for another server), pass api_key= to "
     "OpenAICompatibleLLM, or return a ScriptedLLM from make_llm() to run without a model"
 )
-# The most of an error body kept for the message: enough for the server's explanation, never a whole page.
-_MAX_ERROR_BODY = 2000
+# The most of an error body that is not JSON kept for the message: the server's explanation, never a page.
+_MAX_ERROR_TEXT = 2000
 
 
 def key_required(base_url: str) -> bool:
@@ -224,7 +227,7 @@ class OpenAICompatibleLLM:
             raise TransientError("the OpenAI-compatible API request timed out (HTTP client timeout)") from exc
         except httpx.HTTPError as exc:
             raise TransientError(
-                self._redact(f"cannot reach the OpenAI-compatible API at {self._base_url}: {_describe(exc)}")
+                self._redact(f"cannot reach the OpenAI-compatible API at {self._base_url}: {describe(exc)}")
             ) from exc
         holder.response = response
         if response.status_code != 200:
@@ -246,27 +249,24 @@ class OpenAICompatibleLLM:
             if isinstance(exc, CallError) or not classify(exc).retryable:
                 raise
             raise TransientError(
-                self._redact(f"the OpenAI-compatible stream broke: {_describe(exc)}")
+                self._redact(f"the OpenAI-compatible stream broke: {describe(exc)}")
             ) from exc
 
     async def _status_error(self, response: Any) -> CallError:
         retry_after = parse_retry_after(response.headers)
-        try:
-            raw = await response.aread()
-        except Exception:
-            raw = b""
+        raw = await read_error_body(response)
         try:
             parsed = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
             parsed = None
         error_type, message = error_details(parsed)
-        if message is None and raw:
-            message = raw[:_MAX_ERROR_BODY].decode(errors="replace").strip() or None
+        if message is not None:
+            message = self._redact(message)
+        elif raw:
+            # Masked whole, then cut: a key cut in two is a piece no redactor recognises.
+            message = self._redact(raw.decode(errors="replace"))[:_MAX_ERROR_TEXT].strip() or None
         return error_for_status(
-            response.status_code,
-            error_type=error_type,
-            message=self._redact(message) if message else None,
-            retry_after=retry_after,
+            response.status_code, error_type=error_type, message=message or None, retry_after=retry_after
         )
 
     def _redact(self, text: str) -> str:
@@ -282,31 +282,23 @@ async def sse_chunks(response: Any) -> AsyncIterator[Mapping[str, Any]]:
 
     An SSE comment (``: keep-alive``) is yielded as `KEEPALIVE` (progress for the guard), ``[DONE]`` as a
     marker that ends the stream; data that is not a JSON object is skipped.
+
+    Raises:
+        PermanentError: one event is larger than `agentlife._llm._sse.MAX_EVENT_BYTES`.
     """
-    data: list[str] = []
-    async for line in response.aiter_lines():
-        if not line:
-            if data:
-                chunk = _decode(data)
-                data = []
-                if chunk is not None:
-                    yield chunk
-                    if chunk is _DONE:
-                        return
-        elif line.startswith(":"):
-            yield KEEPALIVE
-        else:
-            field, _, value = line.partition(":")
-            if field == "data":
-                data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        chunk = _decode(data)
-        if chunk is not None:
-            yield chunk
+    async with aclosing(server_sent_events(response, "OpenAI-compatible")) as events:
+        async for event in events:
+            if event.data is None:
+                yield KEEPALIVE
+                continue
+            chunk = _decode(event.data)
+            if chunk is not None:
+                yield chunk
+                if chunk is _DONE:
+                    return
 
 
-def _decode(data: list[str]) -> Mapping[str, Any] | None:
-    text = "\n".join(data)
+def _decode(text: str) -> Mapping[str, Any] | None:
     if text.strip() == "[DONE]":
         return _DONE
     try:
@@ -315,8 +307,3 @@ def _decode(data: list[str]) -> Mapping[str, Any] | None:
         _log.debug("ignoring an SSE event whose data is not JSON")
         return None
     return chunk if isinstance(chunk, dict) else None
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -7,15 +7,20 @@ which adds journaling and replay, the token budget and retries; adapters never d
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from agentlife._replay import MAX_DEPTH, nesting
+
 __all__ = [
     "CURRENT_CALL",
     "CUT_OFF",
     "INVOCATION_HEADER",
+    "MAX_TOOL_INPUT_DEPTH",
+    "TOO_DEEP",
     "CallAddress",
     "LLMClient",
     "LLMReply",
@@ -23,6 +28,7 @@ __all__ = [
     "StreamEvent",
     "StreamTimeouts",
     "Usage",
+    "bounded_tool_inputs",
     "cut_off_tool_use",
     "json_kind",
     "provider_name",
@@ -202,6 +208,40 @@ class LLMReply:
 
 #: Why the last ``tool_use`` of a reply that stopped at ``max_tokens`` cannot be used.
 CUT_OFF = "the reply was cut off at max_tokens inside this call, so its arguments are incomplete"
+
+
+#: How many levels a tool call's input may nest: a conversation message keeps it three levels down (the
+#: message, its content list, the block), and a message holds what the journal holds, `MAX_DEPTH` levels.
+MAX_TOOL_INPUT_DEPTH = MAX_DEPTH - 3
+#: Why a ``tool_use`` whose input nests deeper than that cannot be used.
+TOO_DEEP = (
+    f"its arguments nest deeper than {MAX_TOOL_INPUT_DEPTH} levels, more than the journal keeps: send them "
+    "less deeply nested"
+)
+
+
+def bounded_tool_inputs(reply: LLMReply) -> LLMReply:
+    """``reply`` with each tool input nested past `MAX_TOOL_INPUT_DEPTH` levels flagged, and emptied.
+
+    A model may send arguments nested thousands of levels deep. The journal and the conversation keep
+    `MAX_DEPTH` levels, so such a block could be neither journaled, replayed nor sent back: its ``input``
+    becomes ``{}`` (the API wants an object there) and `LLMReply.tool_input_errors` says why, so the call
+    goes back to the model as an error like any input it did not send whole, instead of ending the job.
+    """
+    limit = MAX_TOOL_INPUT_DEPTH
+    deep = [
+        index
+        for index, block in enumerate(reply.content)
+        if isinstance(block, Mapping) and nesting(block.get("input"), limit + 1) > limit
+    ]
+    if not deep:
+        return reply
+    content, errors = list(reply.content), dict(reply.tool_input_errors)
+    for index in deep:
+        block = content[index]
+        content[index] = {**block, "input": {}}
+        errors.setdefault(str(block.get("id", "")), TOO_DEEP)
+    return dataclasses.replace(reply, content=tuple(content), tool_input_errors=errors)
 
 
 def cut_off_tool_use(content: Sequence[Any], stop_reason: Any) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import signal
 import sys
 from typing import Any
 
@@ -31,10 +32,15 @@ def load_agent_class(target: str) -> type:
         raise ConfigError(f"cannot import module {module_name!r}: {exc}") from None
     except SystemExit as exc:  # sys.exit(0) at import must not look like a finished job
         raise ConfigError(f"importing module {module_name!r} called sys.exit({exc.code!r})") from None
-    except (KeyboardInterrupt, SignalDuringImport):
-        raise  # a real Ctrl-C, or a drain signal: the caller ends the process for it
+    except SignalDuringImport:
+        raise  # a drain signal: the caller ends the process for it
+    except KeyboardInterrupt as exc:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            raise  # nothing took SIGINT over: this may be a real Ctrl-C
+        # The CLI's handler turns a real SIGINT into SignalDuringImport: this one the module raised itself.
+        raise ConfigError(f"importing module {module_name!r} failed: {_described(exc)}") from None
     except BaseException as exc:  # any other BaseException too: one line, never a traceback
-        raise ConfigError(f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+        raise ConfigError(f"importing module {module_name!r} failed: {_described(exc)}") from None
     obj: Any = module
     for part in class_name.split("."):
         obj = getattr(obj, part, None)
@@ -44,6 +50,11 @@ def load_agent_class(target: str) -> type:
         raise ConfigError(f"{target!r} is not an AgentProcess subclass")
     check_agent_class(obj)
     return obj
+
+
+def _described(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def check_agent_class(cls: type) -> None:

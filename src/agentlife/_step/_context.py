@@ -25,7 +25,15 @@ from agentlife._journal._conversation import Conversation, ConversationLog
 from agentlife._journal._recovery import ReplayMap, ToolRecord
 from agentlife._journal._writer import args_digest
 from agentlife._llm._guard import stream_timeouts_from_constants
-from agentlife._llm._protocol import CURRENT_CALL, CallAddress, LLMClient, LLMReply, OnEvent, provider_name
+from agentlife._llm._protocol import (
+    CURRENT_CALL,
+    CallAddress,
+    LLMClient,
+    LLMReply,
+    OnEvent,
+    bounded_tool_inputs,
+    provider_name,
+)
 from agentlife._logging import log_fields
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
 from agentlife._retry import RetryEvent, classify, retry_call
@@ -273,7 +281,7 @@ class StepContext(ChildJobCalls):
             replayed = self._recorded_llm_reply(call, model, digest)
             if replayed is not None:
                 log.info("LLM call %s of step %s replayed from the journal", call, self.step)
-                reply = LLMReply.from_json(replayed)
+                reply = bounded_tool_inputs(LLMReply.from_json(replayed))  # as recorded by 0.3 too
                 if self._env.replay is not None and call in self._env.replay.uncounted:
                     await self._env.add_usage(reply)  # paid by an attempt whose step never counted it
                 if on_event is not None:
@@ -380,6 +388,7 @@ class StepContext(ChildJobCalls):
                 span.record_error(exc)
                 raise
             span.record_reply(reply)
+        reply = bounded_tool_inputs(reply)  # before the journal, which keeps no deeper
         host.stats.llm_calls += 1
         host.telemetry.llm_call(model, "ok", reply.usage)
         env.journal.append(
