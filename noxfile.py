@@ -99,11 +99,12 @@ def chaos(session: nox.Session) -> None:
     """Fault injection over real processes and a real PostgreSQL; fails unless every bad column is 0."""
     session.install("-e", ".[all,test]")
     session.run("python", "benchmarks/chaos.py", *session.posargs)
-    # The seeded SIGKILL loops, each attempt on a random pod's disk, on both stores.
-    session.run("pytest", "-q", "tests/test_crash_resume.py", env={"CRASH_RESUME_ALL_STORES": "1"})
+    # Every variant the suite leaves out: each real-process test on both stores, every seed (the seeded
+    # SIGKILL loops with each attempt on a random pod's disk among them).
+    session.run("pytest", "-q", "-n", "3", "tests", env={"AGENTLIFE_TESTS_EXHAUSTIVE": "1"})
     # The worker pool: 300 jobs, 32 SIGKILLs and 32 SIGTERMs of its 3 workers, once one job at a time and
     # once --concurrency 10 running a tool agent against the fake model server with 200 ms latency (the
-    # suite runs 60 / 8 / 8 with 4 workers, and 24 / 4 / 4 at --concurrency 4 with 50 ms).
+    # suite runs 30 / 4 / 4 with 3 workers, and 16 / 3 / 3 at --concurrency 4 with 50 ms).
     session.run(
         "pytest",
         "-q",

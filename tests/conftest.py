@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import zlib
 
 import pytest
 
@@ -14,8 +15,58 @@ def anyio_backend() -> str:
 
 from _pg import *  # noqa: E402, F403 - PostgreSQL fixtures (postgres_server, postgres_url)
 
+#: ``AGENTLIFE_TESTS_EXHAUSTIVE=1`` (the nox ``chaos`` session) runs every variant; the suite runs fewer.
+EXHAUSTIVE = os.environ.get("AGENTLIFE_TESTS_EXHAUSTIVE") == "1"
+#: The fixtures that run a real-process test once per store ("sqlite", "postgresql").
+STORE_FIXTURES = frozenset({"db_url", "db", "cli", "any_url"})
+STORES = frozenset({"sqlite", "postgresql"})
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the variants only the exhaustive run needs, then order what is left (`_spread_slow`).
+
+    Left out (reported as deselected, never skipped): a test or parameter marked ``exhaustive`` (a second
+    seed, the long chaos sizes), and all but one store of a real-process test parametrized over both by a
+    store fixture. Which store a test keeps follows from its name, so the suite runs each test on the same
+    store every time and about half of them on each; the store contract suites, which run in-process, keep
+    both stores always.
+    """
+    if not EXHAUSTIVE:
+        kept = _short_run(items)
+        if len(kept) < len(items):
+            chosen = set(kept)
+            config.hook.pytest_deselected(items=[item for item in items if item not in chosen])
+            items[:] = kept
+    _spread_slow(items)
+
+
+def _short_run(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items without ``exhaustive``, each store-parametrized test on one store where it has both."""
+    items = [item for item in items if item.get_closest_marker("exhaustive") is None]
+    groups: dict[str, dict[str, pytest.Item]] = {}
+    for item in items:
+        store, group = _store_variant(item)
+        if store is not None:
+            groups.setdefault(group, {})[store] = item
+    dropped = set()
+    for group, by_store in groups.items():
+        if len(by_store) == len(STORES):
+            keep = sorted(STORES)[zlib.crc32(group.encode()) % len(STORES)]
+            dropped.update(item for store, item in by_store.items() if store != keep)
+    return [item for item in items if item not in dropped]
+
+
+def _store_variant(item: pytest.Item) -> tuple[str | None, str]:
+    """The store a test runs on through a store fixture (or None), and its name without the store."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None, item.nodeid
+    stores = [value for name, value in callspec.params.items() if name in STORE_FIXTURES and value in STORES]
+    others = "-".join(part for part in callspec.id.split("-") if part not in STORES)
+    return (stores[0] if stores else None), f"{item.path.name}::{item.originalname}[{others}]"
+
+
+def _spread_slow(items: list[pytest.Item]) -> None:
     """Start the ``slow`` tests (tens of seconds each) first, one at the head of each worker's share.
 
     pytest-xdist hands each of its workers a contiguous share of this order and lets idle ones steal from

@@ -23,14 +23,11 @@ from agentlife.stores import store_from_url
 from procs import agent_env, spawn
 from world import init_schema
 
-#: Two jobs: 26 kills in the suite (52 in the chaos session), each landing while the job still had work.
-KILLS_PER_JOB = 13
-STEPS = 100  # enough work that every kill lands before the job completes
-
-
-#: ``CRASH_RESUME_ALL_STORES=1`` (the nox ``chaos`` session) runs each kill loop on both stores; the suite
-#: runs the loop with ``verify`` on PostgreSQL and the one without on SQLite.
-ALL_STORES = os.environ.get("CRASH_RESUME_ALL_STORES") == "1"
+#: ``AGENTLIFE_TESTS_EXHAUSTIVE=1`` (the nox ``chaos`` session) runs each kill loop on both stores with 13
+#: kills a job; the suite runs the loop with ``verify`` on PostgreSQL and the one without on SQLite, 7 each.
+ALL_STORES = os.environ.get("AGENTLIFE_TESTS_EXHAUSTIVE") == "1"
+KILLS_PER_JOB = 13 if ALL_STORES else 7
+STEPS = 100 if ALL_STORES else 60  # enough work that every kill lands before the job completes
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

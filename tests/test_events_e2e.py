@@ -234,7 +234,7 @@ def _wait_status(world: World, status: str, attempt: int, timeout: float = 60) -
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.exhaustive)])
 def test_random_kills_and_drains_around_event_waits_take_every_event_once(
     tmp_path: Path, db_url: str, seed: int
 ) -> None:

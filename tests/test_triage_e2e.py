@@ -33,7 +33,13 @@ RESULT = {"number": 7, "label": "bug", "priority": "high", "summary": "Empty con
 #: Seeded SIGKILLs per provider and shard (32 in all). Shards are separate tests, so a parallel run
 #: spreads them.
 KILLS = {"anthropic": 8, "openai": 8}
-KILL_SHARDS = [("anthropic", 0), ("anthropic", 1), ("openai", 0), ("openai", 1)]
+#: One shard in the suite (the SIGTERM test runs on both servers), the rest in the exhaustive run.
+KILL_SHARDS = [
+    ("anthropic", 0),
+    pytest.param("anthropic", 1, marks=pytest.mark.exhaustive),
+    pytest.param("openai", 0, marks=pytest.mark.exhaustive),
+    pytest.param("openai", 1, marks=pytest.mark.exhaustive),
+]
 #: How long after the step loop starts a kill may land: the whole job, model calls and tools included
 #: (neither default client imports an SDK, so both jobs take about as long).
 KILL_WINDOW = {"anthropic": 0.4, "openai": 0.4}
