@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from agentlife._llm._protocol import LLMClient
     from agentlife._memory import QdrantMemory
     from agentlife._runtime._mcp_tools import MCPTools
-    from agentlife.stores import CheckpointStore
+    from agentlife.stores import JobStore
 
 __all__ = ["JobServices", "mcp_tools_for"]
 
@@ -61,12 +61,12 @@ class JobServices:
         env: Mapping[str, str],
         redactor: Redactor,
         events: JobEvents,
-        lent_store: CheckpointStore | None = None,
+        lent_store: JobStore | None = None,
     ) -> None:
         self.agent, self.env, self.redactor, self.events = agent, env, redactor, events
         self.lent_store = lent_store
         self.journal: Journal | None = None
-        self.store: CheckpointStore | None = None
+        self.store: JobStore | None = None
         self.memory: QdrantMemory | None = None
         self.mcp_tools: MCPTools | None = None
         self.llm: LLMClient | None = None
@@ -112,7 +112,7 @@ class JobServices:
                 reason=self.redactor.redact(transition.reason),
             )
 
-    async def open_store(self, settings: Settings) -> CheckpointStore:
+    async def open_store(self, settings: Settings) -> JobStore:
         """The lent store, or this process's own connection (closed in cleanup)."""
         if self.lent_store is not None:
             self.store = self.lent_store

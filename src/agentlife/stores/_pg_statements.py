@@ -225,20 +225,10 @@ def pg_statements(t: TableNames, *, owner: bool = True) -> Statements:
         ),
         # FOR SHARE: a claim of the row waits for this insert to commit, so the attempt that takes the job
         # over reads this record; a claim that committed first makes the row fail the fence here.
-        "append_records": f"""
-            WITH held AS (
-                SELECT 1 FROM {j} WHERE {fenced} AND {_LIVE} FOR SHARE
-            ), stored AS (
-                INSERT INTO {t.step_record} (job_id, step, attempt, session, seq, data)
-                SELECT :job_id, r.step, :attempt, :session, r.seq, r.data
-                FROM unnest(:record_steps::integer[], :record_seqs::integer[], :record_data::bytea[])
-                    AS r(step, seq, data)
-                WHERE EXISTS (SELECT 1 FROM held)
-                ON CONFLICT DO NOTHING
-                RETURNING 1
-            )
-            SELECT 1 FROM held
-        """,
+        "append_records": (
+            f"WITH held AS (SELECT 1 FROM {j} WHERE {fenced} AND {_LIVE} FOR SHARE),"
+            f" stored AS ({_insert_records(t, 'held')}) SELECT 1 FROM held"
+        ),
         "record_delivery": (
             f"INSERT INTO {t.delivery} (key, job_id, channel, delivered_at) VALUES (:key, :job_id, :channel,"
             " now()) ON CONFLICT (key) DO NOTHING"
@@ -305,17 +295,7 @@ def write_checkpoint_sql(
         )"""
         )
     if records:
-        extra.append(
-            f"""recorded AS (
-            INSERT INTO {t.step_record} (job_id, step, attempt, session, seq, data)
-            SELECT :job_id, r.step, :attempt, :session, r.seq, r.data
-            FROM unnest(:record_steps::integer[], :record_seqs::integer[], :record_data::bytea[])
-                AS r(step, seq, data)
-            WHERE EXISTS (SELECT 1 FROM fenced)
-            ON CONFLICT DO NOTHING
-            RETURNING 1
-        )"""
-        )
+        extra.append(f"recorded AS ({_insert_records(t, 'fenced')})")
     if prune:
         extra.append(
             f"""pruned AS (
@@ -350,6 +330,16 @@ def write_checkpoint_sql(
         ){"".join(", " + part for part in extra)}
         SELECT 1 FROM fenced
     """
+
+
+def _insert_records(t: TableNames, guard: str) -> str:
+    """Insert one session's step records (arrays of steps, seqs, lines) if the CTE ``guard`` found a row."""
+    return (
+        f"INSERT INTO {t.step_record} (job_id, step, attempt, session, seq, data)"
+        " SELECT :job_id, r.step, :attempt, :session, r.seq, r.data"
+        " FROM unnest(:record_steps::integer[], :record_seqs::integer[], :record_data::bytea[])"
+        f" AS r(step, seq, data) WHERE EXISTS (SELECT 1 FROM {guard}) ON CONFLICT DO NOTHING RETURNING 1"
+    )
 
 
 def _counted(key: str) -> str:
