@@ -19,6 +19,9 @@ The job row's ``approval`` column (JSON, written only through the store) holds t
 
 Whatever the column holds that does not fit this shape (a row written by hand, a torn write) reads as no
 grant at all: a bad record can only make a job ask again, never run a call nobody approved.
+
+The operations of a job's process on it are here (`request_approval`, `get_approval`); an operator's
+(approve, reject, retry) are in `_transitions`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import math
 import os
 import socket
 import zlib
@@ -183,16 +182,6 @@ class StepUsage:
         return StepUsage(
             self.input_tokens + input_tokens, self.output_tokens + output_tokens, self.cost_usd + cost_usd
         )
-
-    def added_to(self, totals: Any) -> dict[str, Any]:
-        """``tokens_consumed`` after adding this; a field that is not a number (a hand-made row) is 0."""
-        base = totals if isinstance(totals, dict) else {}
-        numbers = {k: v for k, v in base.items() if _is_number(v)}
-        return add_usage_totals(numbers, self.input_tokens, self.output_tokens, self.cost_usd)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def first_valid_checkpoint(job_id: str, history: list[tuple[Any, ...]]) -> LoadedCheckpoint:

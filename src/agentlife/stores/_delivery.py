@@ -4,7 +4,8 @@
 ``delivery:{job_id}:{channel}`` key, is retried on failure (3 attempts, 5 s then 10 s apart), and records the
 key once it succeeded — so a retried job re-announces only what was never recorded as delivered.
 `run_housekeeping` runs every housekeeping function even when an earlier one fails, and hands the errors back
-instead of raising them.
+instead of raising them. The registry's two operations, `is_delivered` and `record_delivery`, are the
+store's (`JobStore`).
 """
 
 from __future__ import annotations
