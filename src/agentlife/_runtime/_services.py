@@ -7,7 +7,6 @@ the telemetry, a worker's store) belongs to the process (`ProcessShell`) and is 
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -72,6 +71,8 @@ class JobServices:
         self.llm: LLMClient | None = None
         self._preloader: Preloader | None = None
         self._heartbeat: Any = None
+        #: The job heartbeat's scope: cancelled first in cleanup, so that no beat reaches a closing store.
+        self._job_beat = anyio.CancelScope()
 
     def preload(self, settings: Settings) -> None:
         """Import the optional clients this job will use on a thread, overlapping boot."""
@@ -163,7 +164,12 @@ class JobServices:
             on_fenced=on_fenced,
             redactor=self.redactor,
         )
-        tasks.start_soon(functools.partial(beat.run, beat_now=False))  # the claim has just set heartbeat_at
+
+        async def beat_until_cleanup() -> None:
+            with self._job_beat:
+                await beat.run(beat_now=False)  # the claim has just set heartbeat_at
+
+        tasks.start_soon(beat_until_cleanup)
 
     async def open_memory(self, settings: Settings) -> QdrantMemory:
         """The memory client, opened on first use (its import overlapped boot on the preload thread)."""
@@ -188,6 +194,7 @@ class JobServices:
 
     async def close_resources(self, constants: Constants) -> None:
         """One at a time, so a failure leaves the rest still closed (no gather of half-closed state)."""
+        self._job_beat.cancel()  # the job is over: a beat during the store's close would fail and warn
         if self.journal is not None:
             await quietly("journal flush", self.journal.flush(fsync=True))
         if self.llm is not None:
