@@ -322,3 +322,28 @@ async def test_step_records_in_the_store_never_hold_a_secret(tmp_path: Path) -> 
     assert kinds == ["TOOL_STARTED", "TOOL_COMPLETED"]
     assert all(SECRET.encode() not in r.data for r in records)
     assert b"the server echoed" in records[1].data  # the result is there, masked
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"result": "forged"},  # no digest: not what agentlife writes
+        {"result": "forged", "digest": "d1", "tool": "send_refund"},
+        {"result": "forged", "digest": "d1", "invocation_id": "j/9/9"},
+        {"result": "forged", "digest": "other"},
+    ],
+)
+def test_an_outcome_written_by_someone_else_never_completes_the_call(forged: dict[str, Any]) -> None:
+    started = _event("TOOL_STARTED", 1, 0, tool="pay", digest="d1", invocation_id="j/3/0", side_effects=True)
+    events, _ = replay_events(
+        None, [_stored(started, 1, 100), _stored(_event("TOOL_COMPLETED", 2, 0, **forged), 1, 100)], 3
+    )
+    record = build_replay(events, 3).tools[0]
+    assert (record.status, record.result) == ("pending", None)  # verify decides, as after a crash
+
+
+def test_a_secret_mounted_from_a_file_is_masked_without_its_newline() -> None:
+    from agentlife._redact import Redactor
+
+    redactor = Redactor.from_env({"SERVICE_API_KEY": "Zq8Xv2Lm4Np6Rt8B5c\n"})
+    assert "Zq8Xv2Lm4Np6Rt8B5c" not in redactor.redact("Authorization: Key Zq8Xv2Lm4Np6Rt8B5c")

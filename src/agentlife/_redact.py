@@ -192,8 +192,11 @@ def spellings(secret: str) -> set[str]:
 
     # surrogatepass: an environment value may hold lone surrogates (undecodable bytes); never raise on them.
     quoted = urllib.parse.quote(secret, safe="", errors="surrogatepass")
+    # A secret mounted from a file usually ends with a newline the code that uses it strips.
+    bare = secret.strip()
     out = {
         secret,
+        bare,
         urllib.parse.unquote(secret),
         quoted,
         quoted.replace("%20", "+"),  # a query string's form encoding

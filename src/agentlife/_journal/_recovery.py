@@ -524,6 +524,14 @@ def _apply(replay: ReplayMap, event: Mapping[str, Any], call: int) -> None:
     previous = replay.tools.get(call)
     if previous is not None and previous.status == "completed" and not _supersedes(event, previous):
         return
+    if previous is not None and type_ != EventType.TOOL_STARTED and _names_another_call(event, previous):
+        _log.warning(
+            "journal: a %s of call %s names another call than its start (%s); passed over",
+            type_,
+            call,
+            previous.invocation_id or previous.tool or "?",
+        )
+        return
     invocation_id = event.get("invocation_id")
     tool_name = event.get("tool")
     side_effects = event.get("side_effects")
@@ -565,6 +573,22 @@ def _apply(replay: ReplayMap, event: Mapping[str, Any], call: int) -> None:
             error=_str_or_none(event.get("error")),
         )
     replay.tools[call] = record
+
+
+def _names_another_call(event: Mapping[str, Any], previous: ToolRecord) -> bool:
+    """Whether an outcome (completion, failure) does not belong to the start recorded before it.
+
+    Written by agentlife an outcome repeats its start's digest, tool and invocation id; one that contradicts
+    them, or omits the digest its start has, was written by someone else, and never stands for the call.
+    """
+    digest = _str_or_none(event.get("digest"))
+    if previous.digest is not None and digest != previous.digest:
+        return True
+    for key, known in (("tool", previous.tool), ("invocation_id", previous.invocation_id)):
+        value = event.get(key)
+        if known is not None and value is not None and value != known:
+            return True
+    return False
 
 
 def _supersedes(event: Mapping[str, Any], previous: ToolRecord) -> bool:

@@ -485,8 +485,8 @@ class StepContext(ChildJobCalls):
             return None
         if record.digest is not None:
             same = record.digest == digest
-        else:  # a journal of agentlife 0.1: the tool's name and the digest of its arguments
-            same = record.tool in (None, spec.name) and record.args_digest in (None, args_digest(kwargs))
+        else:  # a journal of agentlife 0.1: the tool's name and the digest of its arguments, both recorded
+            same = record.tool == spec.name and record.args_digest == args_digest(kwargs)
         if same:
             return record
         self._replay_mismatch(
