@@ -72,7 +72,7 @@ class JobServices:
         self._preloader: Preloader | None = None
         self._heartbeat: Any = None
         #: The job heartbeat's scope: cancelled first in cleanup, so that no beat reaches a closing store.
-        self._job_beat = anyio.CancelScope()
+        self._job_beat: anyio.CancelScope | None = None
 
     def preload(self, settings: Settings) -> None:
         """Import the optional clients this job will use on a thread, overlapping boot."""
@@ -164,9 +164,10 @@ class JobServices:
             on_fenced=on_fenced,
             redactor=self.redactor,
         )
+        scope = self._job_beat = anyio.CancelScope()
 
         async def beat_until_cleanup() -> None:
-            with self._job_beat:
+            with scope:
                 await beat.run(beat_now=False)  # the claim has just set heartbeat_at
 
         tasks.start_soon(beat_until_cleanup)
@@ -194,7 +195,8 @@ class JobServices:
 
     async def close_resources(self, constants: Constants) -> None:
         """One at a time, so a failure leaves the rest still closed (no gather of half-closed state)."""
-        self._job_beat.cancel()  # the job is over: a beat during the store's close would fail and warn
+        if self._job_beat is not None:  # the job is over: a beat during the store's close would fail, warn
+            self._job_beat.cancel()
         if self.journal is not None:
             await quietly("journal flush", self.journal.flush(fsync=True))
         if self.llm is not None:
