@@ -25,7 +25,7 @@ version 3.35 has no ``RETURNING``): `Chain`, `Guarded`, `Many`.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
@@ -125,9 +125,11 @@ Statement = Sql | Chain | Guarded | Many
 
 
 class Row(Protocol):
-    """A result row: its columns by position or by name (``sqlite3.Row``, ``asyncpg.Record``)."""
+    """A result row: its columns by position or by name, or in order (``sqlite3.Row``, ``asyncpg.Record``)."""
 
     def __getitem__(self, key: int | str, /) -> Any: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
 
 
 #: ``(status filtered, agent filtered, the cursor)`` -> the page statement and the cursor's parameters.

@@ -10,11 +10,13 @@ serialises the operations on the single connection. The file is opened in WAL mo
 from __future__ import annotations
 
 import contextlib
+import functools
+import re
 import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -227,15 +229,10 @@ class SQLiteTx:
     @contextlib.asynccontextmanager
     async def atomic(self) -> AsyncIterator[object]:
         """``BEGIN IMMEDIATE``: the write lock first, so a read-check-write is atomic across processes."""
-        with self._transaction():
-            yield self
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
         conn = self.connection
         conn.execute("BEGIN IMMEDIATE")
         try:
-            yield
+            yield self
         except BaseException:
             _rollback(conn)
             raise
@@ -264,12 +261,20 @@ class SQLiteTx:
         return self._run(statement, params)[1]
 
     def _run(self, statement: Statement, params: dict[str, Any]) -> _Result:
+        params["now"] = self.now
         if isinstance(statement, Sql):
             return self._one(statement, params)
-        if self.connection.in_transaction:
+        conn = self.connection
+        if conn.in_transaction:
             return self._composite(statement, params)
-        with self._transaction():  # a composite stands for one statement: it commits whole
-            return self._composite(statement, params)
+        conn.execute("BEGIN IMMEDIATE")  # a composite stands for one statement: it commits whole
+        try:
+            result = self._composite(statement, params)
+        except BaseException:
+            _rollback(conn)
+            raise
+        conn.execute("COMMIT")
+        return result
 
     def _composite(self, statement: Chain | Guarded | Many, params: dict[str, Any]) -> _Result:
         if isinstance(statement, Many):
@@ -290,25 +295,34 @@ class SQLiteTx:
         return guard
 
     def _one(self, sql: Sql, params: dict[str, Any]) -> _Result:
-        cursor = self.connection.execute(sql.text, self._bind(sql.names, params))
+        cursor = self.connection.execute(sql.text, _bound(sql.text, params))
         if cursor.description is None:
             return [], cursor.rowcount
         rows = cursor.fetchall()
         return rows, len(rows)
 
     def _many(self, many: Many, params: dict[str, Any]) -> _Result:
-        fixed = self._bind([n for n in many.sql.names if n not in many.over], params)
+        fixed = _bound(many.sql.text, params)
         columns = zip(*(params[name] for name in many.over), strict=True)
         rows = [{**fixed, **dict(zip(many.over, values, strict=True))} for values in columns]
         return [], self.connection.executemany(many.sql.text, rows).rowcount
 
-    def _bind(self, names: Sequence[str], params: dict[str, Any]) -> dict[str, Any]:
-        """The parameters a statement names; ``now`` is the transaction's, a list JSON (for ``json_each``)."""
-        bound = {}
-        for name in names:
-            value = self.now if name == "now" else params[name]
-            bound[name] = orjson.dumps(value).decode() if isinstance(value, list | tuple) else value
-        return bound
+
+def _bound(text: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A statement's parameters (sqlite3 reads those it names); a list read by ``json_each`` as JSON."""
+    lists = _json_lists(text)
+    if not lists:
+        return params
+    return {**params, **{name: orjson.dumps(params[name]).decode() for name in lists}}
+
+
+@functools.cache
+def _json_lists(text: str) -> tuple[str, ...]:
+    """The parameters a statement reads as a list (``json_each(:name)``)."""
+    return tuple(_JSON_LIST.findall(text))
+
+
+_JSON_LIST = re.compile(r"json_each\(:(\w+)\)")
 
 
 _NOTHING: _Result = ([], 0)

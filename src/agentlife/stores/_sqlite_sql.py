@@ -46,6 +46,17 @@ JOB_SELECT = ", ".join(
         "typeof(id) AS id_type",
     ]
 )
+#: The columns of `JOB_SELECT` before ``id_type``, in order, as `job_record` names them.
+_JOB_NAMES = (
+    *_TEXT_COLUMNS,
+    "attempt",
+    "checkpoint_id",
+    "checkpoint_crc",
+    "heartbeat_at",
+    "updated_at",
+    "not_before",
+    *JSON_COLUMNS,
+)
 #: What a claim makes of the row's status: a runnable row (a parked wait's too) is RUNNING, others stay.
 CLAIMED_STATUS = "CASE WHEN status IN ('PENDING', 'RETRYING', 'WAITING') THEN 'RUNNING' ELSE status END"
 _LIVE = f"status NOT IN ({TERMINAL_SQL})"
@@ -82,11 +93,10 @@ SQLITE = _SQLite()
 
 
 def sqlite_job(row: Row) -> JobRecord:
-    """A `JobRecord` from a row selected as `JOB_SELECT` (other columns are ignored)."""
-    columns: dict[str, Any] = {name: row[f"raw_{name}"] for name in (*_TEXT_COLUMNS, *JSON_COLUMNS)}
-    for name in ("attempt", "checkpoint_id", "checkpoint_crc", "heartbeat_at", "updated_at", "not_before"):
-        columns[name] = row[name]
-    stored_id, id_type = columns["id"], row["id_type"]
+    """A `JobRecord` from a row whose first columns are `JOB_SELECT`'s (the others are ignored)."""
+    values = tuple(row)  # by position: a name lookup in a sqlite3.Row scans its columns
+    columns: dict[str, Any] = dict(zip(_JOB_NAMES, values, strict=False))
+    stored_id, id_type = columns["id"], values[len(_JOB_NAMES)]
     unreadable = _text_columns(columns, id_type=id_type)
     record = job_record(columns)
     if unreadable:
