@@ -21,12 +21,14 @@ from typing import Any
 import anyio
 import pytest
 
-from agentlife import AttemptFenced
+from agentlife import AgentProcess, AttemptFenced, Done, StepContext
 from agentlife._observe._heartbeat import SseHeartbeat, format_sse, reconnect_delay
 from agentlife._observe._job_heartbeat import JobHeartbeat
 from agentlife._observe._status import StatusBoard
+from agentlife._runtime import _services
 from agentlife._state import State, Transition
 from agentlife.stores import SQLiteStore
+from agentlife.testing import AgentHarness
 from agentlife.testing._control_plane import (
     ControlPlaneStub,
     HeartbeatMonitor,
@@ -607,3 +609,31 @@ async def test_a_thread_pushing_does_not_need_the_loop_to_be_idle(plane: Control
     assert durations
     assert durations[0] < 0.5  # the loop was blocked for 1 s: the push never waited for it
     assert event.data["to"] == "EXECUTING"
+
+
+class _Quick(AgentProcess):
+    agent_id = "quick"
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        return Done(result={"ok": True})
+
+
+async def test_no_job_heartbeat_reaches_the_store_once_cleanup_closed_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cleanup stops the job heartbeat before it closes the store: a beat after the close would fail, warn.
+
+    The rest of cleanup (the journal, the heartbeat stream) takes its time on a loaded machine: here four
+    job heartbeat intervals (20 ms each at the harness's scale) after the store closed, within the budget.
+    """
+
+    class SlowCleanup(SQLiteStore):
+        async def close(self) -> None:
+            await super().close()
+            await anyio.sleep(0.08)
+
+    monkeypatch.setattr(_services, "store_from_url", lambda url, **_: SlowCleanup.from_url(url))
+    harness = AgentHarness(tmp_path, env={"AGENTLIFE_HEARTBEAT_JOB_INTERVAL_SECONDS": "2"})
+    done = await harness.run(_Quick())
+    assert done.exit_code == 0
+    assert [m for m in done.log_messages() if "job heartbeat" in m] == []

@@ -498,7 +498,7 @@ class PoolHog(AgentProcess):
 
     async def step(self, ctx: StepContext) -> Done | None:
         store = self.runtime.store
-        pool = store._pool
+        pool = store._db._pool
         port = self.runtime.board.snapshot().probe_port
         self.answers["before"] = await anyio.to_thread.run_sync(_blocking_get, port, "/healthz")
         held = [await pool.acquire() for _ in range(pool.get_max_size())]

@@ -47,7 +47,7 @@ async def store(postgres_url: str) -> AsyncIterator[PostgresStore]:
 async def _listening(store: PostgresStore, agent: str = AGENT) -> None:
     """The first wait opens the LISTEN connection and returns True at once (it may have missed work)."""
     assert await store.wait_for_work(agent, LONG) is True
-    assert store._listener is not None and store._listener.listening
+    assert store._signal._listener.listening
 
 
 async def _woken_by(
@@ -191,13 +191,13 @@ async def test_a_wait_ends_when_a_timer_of_its_agent_comes_due(store: PostgresSt
 def _count_statements(store: PostgresStore) -> list[int]:
     """Count the pooled connections the store takes from now on (each job operation takes one)."""
     taken = [0]
-    ops = store._ops
+    ops = store._db._ops
 
     def counted() -> Any:
         taken[0] += 1
         return ops()
 
-    store._ops = counted  # type: ignore[method-assign]
+    store._db._ops = counted  # type: ignore[method-assign]
     return taken
 
 
@@ -269,7 +269,7 @@ async def test_a_row_parked_until_infinity_by_another_client_stops_no_claim_and_
         await conn.close()
     assert await store.claim_next(AGENT) is None  # nothing runnable: no error either
     assert await store.wait_for_work(AGENT, 0.3) is False  # its timer never comes due
-    store._due_hint = None
+    store._signal._due_hint = None
     assert await store.wait_for_work(AGENT, 0.3) is False  # asked of the server: the same answer
     await store.create_job("now", AGENT, None)
     row = await store.claim_next(AGENT)
@@ -410,7 +410,7 @@ async def test_two_schemas_and_two_table_prefixes_never_cross_wake(postgres_serv
     )
     stores = [await _open(one), await _open(two), await _open(one, tables=prefixed)]
     try:
-        assert len({s._listener.channel for s in stores if s._listener and await _prime(s)}) == 3
+        assert len({s._signal._listener.channel for s in stores if await _prime(s)}) == 3
         results: list[bool] = []
 
         async def wait(s: PostgresStore) -> None:

@@ -39,6 +39,7 @@ from agentlife.stores import (
     CheckpointStore,
     JobRecord,
     JobStatus,
+    OperatorStore,
     WaitState,
     store_from_url,
 )
@@ -178,7 +179,7 @@ async def open_store(args: argparse.Namespace) -> CheckpointStore:
     return store
 
 
-async def _with_store(args: argparse.Namespace, fn: Callable[[CheckpointStore], Awaitable[_T]]) -> _T:
+async def _with_store(args: argparse.Namespace, fn: Callable[[OperatorStore], Awaitable[_T]]) -> _T:
     store = await open_store(args)
     try:
         return await fn(store)
@@ -195,7 +196,7 @@ async def _create(args: argparse.Namespace) -> int:
     payload = _payload(args)
     budget = _budget(args.max_cost_usd, args.max_input_tokens)
 
-    async def create(store: CheckpointStore) -> JobRecord:
+    async def create(store: OperatorStore) -> JobRecord:
         existing = await store.get_job(job_id)
         if existing is not None:
             raise JobStateConflict(
@@ -300,7 +301,7 @@ def _unreadable(row: JobRecord, column: str) -> str:
 
 
 async def _row_and_approval(
-    store: CheckpointStore, job_id: str
+    store: OperatorStore, job_id: str
 ) -> tuple[JobRecord | None, ApprovalState | None, WaitState | None, dict[str, int]]:
     row = await store.get_job(job_id)
     try:
@@ -462,7 +463,7 @@ def _as_json(row: JobRecord) -> dict[str, Any]:
 
 
 async def approve_parked(
-    store: CheckpointStore, job_id: str, call: str | None = None, *, given_by: str = "--call"
+    store: OperatorStore, job_id: str, call: str | None = None, *, given_by: str = "--call"
 ) -> tuple[JobRecord, Any]:
     """Approve the call ``job_id`` is parked on (only if it is ``call``, when given): (the row, the request).
 

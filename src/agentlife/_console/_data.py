@@ -35,7 +35,7 @@ from agentlife._console._timeline import Session
 from agentlife._exceptions import CheckpointCorrupt, ConfigError
 from agentlife._journal._recovery import BadLine, read_events
 from agentlife._journal._writer import list_sessions
-from agentlife.stores import CheckpointStore, JobRecord, JobStatus
+from agentlife.stores import JobRecord, JobStatus, OperatorStore
 from agentlife.stores._base import CLAIM_STALE_AFTER_SECONDS
 from agentlife.stores._jobs import is_crash
 
@@ -220,7 +220,7 @@ def _unpack(items: list[Any]) -> tuple[Any, list[Any]]:
     raise ValueError("not a cursor value")
 
 
-async def list_jobs(store: CheckpointStore, query: ListQuery, masker: Masker, cursors: Cursors) -> ListResult:
+async def list_jobs(store: OperatorStore, query: ListQuery, masker: Masker, cursors: Cursors) -> ListResult:
     """One page of rows, newest first; the search by id is one key lookup."""
     if query.job_id is not None:
         row = await store.get_job(query.job_id)
@@ -285,7 +285,7 @@ class JobView:
 
 
 async def load_job(
-    store: CheckpointStore, job_id: str, data_dir: Path, masker: Masker, now: float
+    store: OperatorStore, job_id: str, data_dir: Path, masker: Masker, now: float
 ) -> JobView | None:
     """The job's page, or None when the store has no such row."""
     raw, approval, wait, kept = await _row_and_approval(store, job_id)
@@ -327,7 +327,7 @@ def _alive(row: JobRecord, now: float) -> str | None:
     return f"{doing}, alive (heartbeat {max(age, 0.0):.0f} s ago)"
 
 
-async def _conversation(store: CheckpointStore, view: JobView, masker: Masker) -> None:
+async def _conversation(store: OperatorStore, view: JobView, masker: Masker) -> None:
     """The messages the newest checkpoint covers (the first `MAX_MESSAGES` of them)."""
     job_id = view.key
     try:

@@ -47,7 +47,7 @@ from agentlife._console._store import ConsoleStore, NotRecorded
 from agentlife._console._timeline import build_timeline
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError, describe_error
 from agentlife._redact import Redactor
-from agentlife.stores import CheckpointStore, JobStatus
+from agentlife.stores import JobStatus, OperatorStore
 from agentlife.stores._childjobs import cancel_with_children
 
 __all__ = ["ConsoleConfig", "create_app", "serve"]
@@ -180,7 +180,7 @@ class _Console:
             raise JobNotFound(f"job {job_id} is gone from the store")
         return self.masker.text(row.status, 100)
 
-    async def _write(self, store: CheckpointStore, action: str, job_id: str, form: Any) -> None:
+    async def _write(self, store: OperatorStore, action: str, job_id: str, form: Any) -> None:
         if action == "approve":
             call = _text(form.get("call")) or None
             await approve_parked(store, job_id, call, given_by="the page")

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from agentlife._exceptions import StoreError
-from agentlife.stores import CheckpointStore, SQLiteStore, store_from_url
+from agentlife.stores import OperatorStore, SQLiteStore, store_from_url
 
 __all__ = ["ConsoleStore", "NotRecorded"]
 
@@ -39,11 +39,11 @@ class ConsoleStore:
 
     def __init__(self, url: str) -> None:
         self._url = url
-        self._store: CheckpointStore | None = None
+        self._store: OperatorStore | None = None
         self._file: _FileId | None = None
         self._lock = asyncio.Lock()
 
-    async def get(self) -> CheckpointStore:
+    async def get(self) -> OperatorStore:
         """The store at the URL now: reopened when its SQLite file was removed or replaced.
 
         Raises:
@@ -57,7 +57,7 @@ class ConsoleStore:
                 self._store, self._file = await self._open()
             return self._store
 
-    async def confirm(self, store: CheckpointStore) -> None:
+    async def confirm(self, store: OperatorStore) -> None:
         """Check that a write just made through ``store`` went to the store at the URL.
 
         Raises:
@@ -86,7 +86,7 @@ class ConsoleStore:
             except (StoreError, OSError) as exc:
                 log.debug("closing the store after a failure: %s", type(exc).__name__)
 
-    async def _open(self) -> tuple[CheckpointStore, _FileId | None]:
+    async def _open(self) -> tuple[OperatorStore, _FileId | None]:
         store = self._new_store()
         if not isinstance(store, SQLiteStore):
             await store.open()
@@ -99,7 +99,7 @@ class ConsoleStore:
             raise StoreError(f"the SQLite file {store.path} changed while it was opened; try again")
         return store, after
 
-    def _new_store(self) -> CheckpointStore:
+    def _new_store(self) -> OperatorStore:
         store = store_from_url(self._url, must_exist=True)  # the URL's scheme checked
         if isinstance(store, SQLiteStore):
             return store
@@ -108,7 +108,7 @@ class ConsoleStore:
         # One try: a page answers 503 at once rather than after a worker's connect backoff.
         return PostgresStore(self._url, min_size=0, listen=False, connect_tries=1)
 
-    def _still_open(self, store: CheckpointStore) -> bool:
+    def _still_open(self, store: OperatorStore) -> bool:
         if not isinstance(store, SQLiteStore):
             return True
         return self._file is not None and _file_id(store.path) == self._file

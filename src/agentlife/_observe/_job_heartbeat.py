@@ -17,7 +17,7 @@ from agentlife._observe._status import StatusBoard
 from agentlife._redact import Redactor
 
 if TYPE_CHECKING:
-    from agentlife.stores._base import CheckpointStore
+    from agentlife.stores._roles import JobStore
 
 
 __all__ = ["JobHeartbeat"]
@@ -26,7 +26,7 @@ _log = logging.getLogger("agentlife.heartbeat")
 
 
 class JobHeartbeat:
-    """Sets the job row's ``heartbeat_at`` every ``interval`` seconds through `CheckpointStore.heartbeat`.
+    """Sets the job row's ``heartbeat_at`` every ``interval`` seconds through `JobStore.heartbeat`.
 
     Start it after the job was claimed (before that the row still carries the previous attempt, and the
     fenced write would stop it). A failed beat is counted, logged and recorded on the board, and the loop goes
@@ -42,7 +42,7 @@ class JobHeartbeat:
 
     def __init__(
         self,
-        store: CheckpointStore,
+        store: JobStore,
         job_id: str,
         attempt: int,
         interval: float,

@@ -35,7 +35,7 @@ from agentlife.stores._delivery import DeliveryGuard, run_housekeeping
 from agentlife.stores._jobs import HELD
 
 if TYPE_CHECKING:
-    from agentlife.stores import CheckpointStore
+    from agentlife.stores import JobStore
 
 log = logging.getLogger("agentlife.runtime")
 
@@ -154,7 +154,7 @@ async def record_crash(
     state: State,
     step: int | None,
     settings: Settings | None,
-    store: CheckpointStore | None,
+    store: JobStore | None,
     job: Job | None,
     constants: Constants,
     redactor: Redactor,

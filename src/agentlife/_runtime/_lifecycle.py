@@ -48,7 +48,7 @@ from agentlife._runtime._steps import JobHost, StepRunner
 from agentlife._state import State
 from agentlife._step._approvals import Approvals
 from agentlife._step._host import Booted
-from agentlife.stores import CheckpointStore
+from agentlife.stores import JobStore
 
 __all__ = ["RunOptions", "Runtime"]
 
@@ -74,7 +74,7 @@ class Runtime:
         env: Mapping[str, str] | None = None,
         options: RunOptions | None = None,
         shell: ProcessShell | None = None,
-        store: CheckpointStore | None = None,
+        store: JobStore | None = None,
         mirror_board: bool = True,
     ) -> None:
         self.agent, self.options = agent, options or RunOptions()
@@ -111,7 +111,7 @@ class Runtime:
         return self.services.journal
 
     @property
-    def store(self) -> CheckpointStore | None:  # The job store, once boot opened it.
+    def store(self) -> JobStore | None:  # The job store, once boot opened it.
         return self.services.store
 
     @property

@@ -7,7 +7,6 @@ the telemetry, a worker's store) belongs to the process (`ProcessShell`) and is 
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
     from agentlife._llm._protocol import LLMClient
     from agentlife._memory import QdrantMemory
     from agentlife._runtime._mcp_tools import MCPTools
-    from agentlife.stores import CheckpointStore
+    from agentlife.stores import JobStore
 
 __all__ = ["JobServices", "mcp_tools_for"]
 
@@ -61,17 +60,19 @@ class JobServices:
         env: Mapping[str, str],
         redactor: Redactor,
         events: JobEvents,
-        lent_store: CheckpointStore | None = None,
+        lent_store: JobStore | None = None,
     ) -> None:
         self.agent, self.env, self.redactor, self.events = agent, env, redactor, events
         self.lent_store = lent_store
         self.journal: Journal | None = None
-        self.store: CheckpointStore | None = None
+        self.store: JobStore | None = None
         self.memory: QdrantMemory | None = None
         self.mcp_tools: MCPTools | None = None
         self.llm: LLMClient | None = None
         self._preloader: Preloader | None = None
         self._heartbeat: Any = None
+        #: The job heartbeat's scope: cancelled first in cleanup, so that no beat reaches a closing store.
+        self._job_beat: anyio.CancelScope | None = None
 
     def preload(self, settings: Settings) -> None:
         """Import the optional clients this job will use on a thread, overlapping boot."""
@@ -112,7 +113,7 @@ class JobServices:
                 reason=self.redactor.redact(transition.reason),
             )
 
-    async def open_store(self, settings: Settings) -> CheckpointStore:
+    async def open_store(self, settings: Settings) -> JobStore:
         """The lent store, or this process's own connection (closed in cleanup)."""
         if self.lent_store is not None:
             self.store = self.lent_store
@@ -163,7 +164,13 @@ class JobServices:
             on_fenced=on_fenced,
             redactor=self.redactor,
         )
-        tasks.start_soon(functools.partial(beat.run, beat_now=False))  # the claim has just set heartbeat_at
+        scope = self._job_beat = anyio.CancelScope()
+
+        async def beat_until_cleanup() -> None:
+            with scope:
+                await beat.run(beat_now=False)  # the claim has just set heartbeat_at
+
+        tasks.start_soon(beat_until_cleanup)
 
     async def open_memory(self, settings: Settings) -> QdrantMemory:
         """The memory client, opened on first use (its import overlapped boot on the preload thread)."""
@@ -188,6 +195,8 @@ class JobServices:
 
     async def close_resources(self, constants: Constants) -> None:
         """One at a time, so a failure leaves the rest still closed (no gather of half-closed state)."""
+        if self._job_beat is not None:  # the job is over: a beat during the store's close would fail, warn
+            self._job_beat.cancel()
         if self.journal is not None:
             await quietly("journal flush", self.journal.flush(fsync=True))
         if self.llm is not None:

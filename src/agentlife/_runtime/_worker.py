@@ -2,7 +2,7 @@
 
 `Worker` holds the process (`ProcessShell`: logs, signals and hard exit, probes and status board,
 telemetry, lag monitor), the store connection, the zombie reaper and the runnable-jobs gauge. It runs
-``concurrency`` slots in one task group; each slot claims a job (``CheckpointStore.claim_next``: the oldest
+``concurrency`` slots in one task group; each slot claims a job (``WorkQueue.claim_next``: the oldest
 runnable row of its agent, attempt bumped) and runs it in its own `Runtime` (the lifecycle ``run`` uses,
 with the worker's shell and store lent to it) on a fresh agent instance, in its own task, cancel scope and
 log context. A job's crash, budget failure or replay mismatch ends that job only.
@@ -26,7 +26,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.abc
@@ -47,7 +47,11 @@ from agentlife.stores._policy import should_retry_after_crash
 
 if TYPE_CHECKING:
     from agentlife._agent import AgentProcess
-    from agentlife.stores import CheckpointStore
+    from agentlife.stores import Handback, JobRows, JobStore, WorkQueue
+
+    class WorkerStore(JobStore, WorkQueue, Protocol):
+        """What a worker uses of its store: its queue, and each job it runs."""
+
 
 __all__ = ["EXIT_IDLE", "Worker", "WorkerOptions", "job_run"]
 
@@ -102,7 +106,7 @@ class WorkerOptions:
     concurrency: int = 1
 
 
-def job_run(agent: AgentProcess, worker: Worker, store: CheckpointStore, row: JobRecord) -> Runtime:
+def job_run(agent: AgentProcess, worker: Worker, store: JobStore, row: JobRecord) -> Runtime:
     """The lifecycle of one claimed job, with the worker's shell and store lent to it.
 
     Signals, the probe server, the telemetry and the hard exit stay with the worker; the job's journal,
@@ -260,7 +264,7 @@ class Worker:
         finally:
             await self._close(store)
 
-    async def _run_slots(self, store: CheckpointStore) -> tuple[int, str]:
+    async def _run_slots(self, store: WorkerStore) -> tuple[int, str]:
         self._show_slots()
         async with anyio.create_task_group() as slots:
             for _ in range(self.options.concurrency):
@@ -270,7 +274,7 @@ class Worker:
         assert self._stop is not None  # a slot returns only when draining or stopped
         return self._stop
 
-    async def _slot(self, store: CheckpointStore) -> None:
+    async def _slot(self, store: WorkerStore) -> None:
         """Claim and run jobs one after another until the drain, the idle timeout or ``max_jobs``.
 
         An error no path below foresaw ends this pass only: it is logged and the slot goes on after a
@@ -292,7 +296,7 @@ class Worker:
                 delay = opts.max_poll_interval
                 await anyio.sleep(delay)
 
-    async def _slot_pass(self, store: CheckpointStore, delay: float, cap: float) -> float:
+    async def _slot_pass(self, store: WorkerStore, delay: float, cap: float) -> float:
         """Claim one job and run it, or wait for work; the next wait's length."""
         opts = self.options
         row = await self._claim(store)
@@ -314,7 +318,7 @@ class Worker:
             self._stop = (code, reason)
         self._wake_idle_slots()
 
-    async def _wait_for_work(self, store: CheckpointStore, seconds: float) -> bool:
+    async def _wait_for_work(self, store: WorkQueue, seconds: float) -> bool:
         """Until the store signals work for this agent, a wake-up (reaper, drain, claim), or ``seconds``.
 
         One idle slot asks the store and the others wait for it: the store sees one waiter per worker.
@@ -369,7 +373,7 @@ class Worker:
             if not self.drain.draining:
                 self._wake = anyio.Event()
 
-    async def _claim(self, store: CheckpointStore) -> JobRecord | None:
+    async def _claim(self, store: WorkQueue) -> JobRecord | None:
         """The next job, or None; one claim of this worker at a time (see the module docstring).
 
         A slot waiting for its turn gives way to the drain at once; once its turn comes, a drain, a stop or
@@ -387,7 +391,7 @@ class Worker:
         finally:
             lock.release()
 
-    async def _claim_now(self, store: CheckpointStore) -> JobRecord | None:
+    async def _claim_now(self, store: WorkQueue) -> JobRecord | None:
         opts = self.options
         if self.drain.draining or self._stop:
             return None
@@ -406,7 +410,7 @@ class Worker:
             self._claimed += 1
         return row
 
-    async def _run_job(self, store: CheckpointStore, row: JobRecord) -> None:
+    async def _run_job(self, store: WorkerStore, row: JobRecord) -> None:
         if self.drain.draining:  # the signal came while the claim ran: the row goes straight back
             await self._hand_back(store, row, "claimed during the drain")
             return
@@ -472,7 +476,7 @@ class Worker:
             ),
         )
 
-    async def _drop_claim(self, store: CheckpointStore, row: JobRecord) -> None:
+    async def _drop_claim(self, store: Handback, row: JobRecord) -> None:
         """This worker goes on without the job: a job it parked for approval must not look attended."""
         with anyio.CancelScope(shield=True):
             try:
@@ -480,7 +484,7 @@ class Worker:
             except Exception as exc:
                 log.warning("could not drop the claim on job %s: %s", row.id, self._why(exc))
 
-    async def _hand_back(self, store: CheckpointStore, row: JobRecord, why: str) -> None:
+    async def _hand_back(self, store: Handback, row: JobRecord, why: str) -> None:
         """A job this worker stopped without finishing: runnable again at once, for any worker."""
         with anyio.CancelScope(shield=True):
             try:
@@ -495,7 +499,7 @@ class Worker:
             except Exception as exc:
                 log.warning("could not hand job %s back (the reaper will): %s", row.id, self._why(exc))
 
-    async def _after_crash(self, store: CheckpointStore, row: JobRecord, error_class: str, why: str) -> None:
+    async def _after_crash(self, store: JobStore, row: JobRecord, error_class: str, why: str) -> None:
         """The crash is on the row (as ``run`` records it); its retry is decided now, not by the reaper.
 
         `should_retry_after_crash` on the row's crash history: RETRYING after the backoff schedule's delay
@@ -535,7 +539,7 @@ class Worker:
                 log.warning("could not settle crashed job %s: %s", row.id, self._why(exc))
 
     async def _record_crash(
-        self, store: CheckpointStore, row: JobRecord, error_class: str, why: str
+        self, store: JobStore, row: JobRecord, error_class: str, why: str
     ) -> JobRecord | None:
         """Append the crash record the engine could not write; the row as it is then."""
         error: dict[str, Any] = {"at": time.time(), "attempt": row.attempt, "exit_code": EXIT_CRASH}
@@ -547,7 +551,7 @@ class Worker:
 
     # -- background duties ---------------------------------------------------------------------------
 
-    async def _reap_periodically(self, store: CheckpointStore) -> None:
+    async def _reap_periodically(self, store: WorkQueue) -> None:
         """The zombie reaper: RUNNING rows whose heartbeat stopped go back to RETRYING (or dead letter).
 
         Rows whose claiming process ran in this pid namespace and has exited are reaped as soon as their
@@ -569,7 +573,7 @@ class Worker:
 
         await self._every(period, "reaper", reap)
 
-    async def _count_periodically(self, store: CheckpointStore) -> None:
+    async def _count_periodically(self, store: WorkQueue) -> None:
         """Refresh the ``agentlife_runnable_jobs`` gauge (counted here, never on the probe thread)."""
 
         async def count() -> None:
@@ -598,7 +602,7 @@ class Worker:
 
     # -- process services ----------------------------------------------------------------------------
 
-    async def _close(self, store: CheckpointStore) -> None:
+    async def _close(self, store: JobRows) -> None:
         self.board.update_worker(state="stopping", current_job=None)
         budget = self.constants.drain.cleanup_budget_seconds
         with anyio.move_on_after(budget, shield=True):

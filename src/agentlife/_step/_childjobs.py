@@ -27,7 +27,7 @@ from agentlife._tools import NOT_DONE, tool
 
 if TYPE_CHECKING:
     from agentlife._step._context import StepContext
-    from agentlife.stores._base import CheckpointStore
+    from agentlife.stores._roles import JobStore
 
 __all__ = ["MAX_CHILDREN_PER_WAIT", "ChildJobCalls", "start_job", "wait_for_jobs"]
 
@@ -125,7 +125,7 @@ def _start_call(create: Any) -> Any:
     return start
 
 
-async def _own_child(store: CheckpointStore, parent: str, child: str, invocation_id: str) -> bool:
+async def _own_child(store: JobStore, parent: str, child: str, invocation_id: str) -> bool:
     family = await store.get_family(child)
     return family is not None and family.parent_id == parent and family.spawned_by == invocation_id
 

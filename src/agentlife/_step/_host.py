@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from agentlife._observe._telemetry_facade import TelemetryFacade
     from agentlife._redact import Redactor
     from agentlife.constants import Constants
-    from agentlife.stores import CheckpointStore
+    from agentlife.stores import JobStore
 
 __all__ = ["Booted", "DrainState", "RuntimeStats", "StepHost"]
 
@@ -41,7 +41,7 @@ class Booted:
     """What boot opened for the job: its settings, its store and this process's session journal."""
 
     settings: Settings
-    store: CheckpointStore
+    store: JobStore
     journal: Journal
 
 

@@ -1,7 +1,16 @@
-"""Checkpoint stores: the `CheckpointStore` protocol, SQLite (embedded) and PostgreSQL (asyncpg).
+"""Job stores: the roles callers play, SQLite (embedded) and PostgreSQL (asyncpg).
 
-`open_store` picks the implementation from ``AGENTLIFE_DATABASE_URL``; asyncpg is imported only when a
+A caller is typed by its role: `JobStore`, `WorkQueue` or `OperatorStore` (their union: `CheckpointStore`).
+
+`store_from_url` picks the implementation from ``AGENTLIFE_DATABASE_URL``; asyncpg is imported only when a
 ``postgresql://`` URL is used.
+
+The map, for a maintainer: `_roles` declares what callers use; `_store` (`SQLStore`) runs each operation,
+written once in the module of its concern (`_claims`, `_checkpoints`, `_transitions`, `_reaper`,
+`_approval`, `_waits`, `_events`, `_childjobs`, `_steprecords`, `_delivery`) against `_dialect`'s `Tx`; each
+database supplies its dialect: `_sqlite` with `_sqlite_sql` and `_sqlite_schema`, `_postgres` with
+`_pg_statements`, `_pg_schema` and `_pg_listen`. Below them: the records (`_base`), reading rows another
+client wrote (`_rows`), the job rules (`_jobs`), the crash policy (`_policy`).
 """
 
 from __future__ import annotations
@@ -13,7 +22,6 @@ from agentlife._exceptions import ConfigError
 from agentlife.stores._approval import ApprovalRequest, ApprovalState
 from agentlife.stores._base import (
     HISTORY_KEEP,
-    CheckpointStore,
     JobRecord,
     JobStatus,
     LoadedCheckpoint,
@@ -22,6 +30,7 @@ from agentlife.stores._base import (
 )
 from agentlife.stores._childjobs import JobFamily
 from agentlife.stores._jobs import ReapDecision
+from agentlife.stores._roles import CheckpointStore, Handback, JobRows, JobStore, OperatorStore, WorkQueue
 from agentlife.stores._sqlite import SQLiteStore
 from agentlife.stores._steprecords import StepRecord
 from agentlife.stores._waits import WaitState
@@ -34,16 +43,21 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalState",
     "CheckpointStore",
+    "Handback",
     "JobFamily",
     "JobRecord",
+    "JobRows",
     "JobStatus",
+    "JobStore",
     "LoadedCheckpoint",
+    "OperatorStore",
     "PostgresStore",
     "ReapDecision",
     "SQLiteStore",
     "StepRecord",
     "TableNames",
     "WaitState",
+    "WorkQueue",
     "crc32",
     "store_from_url",
 ]

@@ -19,6 +19,9 @@ The job row's ``approval`` column (JSON, written only through the store) holds t
 
 Whatever the column holds that does not fit this shape (a row written by hand, a torn write) reads as no
 grant at all: a bad record can only make a job ask again, never run a call nobody approved.
+
+The operations of a job's process on it are here (`request_approval`, `get_approval`); an operator's
+(approve, reject, retry) are in `_transitions`.
 """
 
 from __future__ import annotations
@@ -26,23 +29,29 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from agentlife._exceptions import JobStateConflict
+from agentlife._exceptions import AttemptFenced, JobStateConflict
 from agentlife.stores._base import JobStatus
 from agentlife.stores._jobs import TERMINAL
+from agentlife.stores._rows import dumps
+
+if TYPE_CHECKING:
+    from agentlife.stores._dialect import Tx
 
 __all__ = [
     "ApprovalRequest",
     "ApprovalState",
     "Decision",
     "check_request",
+    "get_approval",
     "granted",
     "loads_approval",
     "rejected",
     "rejection_record",
+    "request_approval",
     "requested",
     "retried",
 ]
@@ -138,6 +147,38 @@ class ApprovalState:
             "grants": [dict(g) for g in self.grants],
             "rejection": None if self.rejection is None else dict(self.rejection),
         }
+
+
+async def request_approval(
+    tx: Tx, job_id: str, attempt: int, owner: str, request: ApprovalRequest
+) -> ApprovalState:
+    """Park the held row on ``request`` unless a grant names it or the row has ended; the row's state.
+
+    Raises:
+        AttemptFenced: the row belongs to another attempt or process.
+    """
+    async with tx.atomic():
+        found = await tx.fetchrow(tx.sql.lock_approval, job_id=job_id, attempt=attempt, owner=owner)
+        if found is None:
+            raise AttemptFenced(f"job {job_id}: approval request by attempt {attempt} refused")
+        approval = loads_approval(found["approval"])
+        state = ApprovalState.from_column(found["status"], approval)
+        if state.status in TERMINAL or state.granted(request):
+            return state
+        column = requested(approval, request, tx.now)
+        waiting = str(JobStatus.WAITING_FOR_APPROVAL)
+        await tx.execute(tx.sql.park_approval, job_id=job_id, status=waiting, approval=dumps(column))
+    return ApprovalState.from_column(waiting, column)
+
+
+async def get_approval(tx: Tx, job_id: str) -> ApprovalState | None:
+    """The row's status and approval record, or None when there is no such row."""
+    found = await tx.fetchrow(tx.sql.get_approval, job_id=job_id)
+    return (
+        None
+        if found is None
+        else ApprovalState.from_column(found["status"], loads_approval(found["approval"]))
+    )
 
 
 def loads_approval(value: str | bytes | None) -> Any:

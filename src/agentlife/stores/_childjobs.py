@@ -20,37 +20,32 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sqlite3
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from agentlife._exceptions import AttemptFenced, ChildJobError, JobNotFound, JobStateConflict
 from agentlife._jobrefs import JobOutcome
-from agentlife.stores._base import JobRecord, JobStatus, TableNames
+from agentlife.stores._base import JobRecord, JobStatus
 from agentlife.stores._jobs import TERMINAL
-from agentlife.stores._pg_statements import notify_call
 
 if TYPE_CHECKING:
-    from agentlife.stores._base import CheckpointStore
+    from agentlife.stores._dialect import Tx
+    from agentlife.stores._roles import OperatorStore
 
 __all__ = [
     "MAX_CANCEL_TREE",
     "JobFamily",
-    "PostgresChildOps",
-    "SQLiteChildOps",
     "cancel_with_children",
+    "child_outcomes",
+    "children_ended",
+    "get_family",
     "job_ids_waited_for",
-    "pg_child_schema",
-    "sqlite_child_columns",
-    "sqlite_child_schema",
+    "start_child",
 ]
 
-_T = TypeVar("_T")
-_TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL)
 #: The most jobs one ``job cancel`` walks through (a parent, its children, theirs ...).
 MAX_CANCEL_TREE = 10_000
 
@@ -148,293 +143,90 @@ def _check_existing(job_id: str, agent_id: str, parent_id: str, invocation_id: s
         raise ChildJobError(f"ctx.start_job: job {job_id} exists for agent {agent}, not {agent_id}")
 
 
-# -- SQLite -------------------------------------------------------------------------------------------------
+async def start_child(
+    tx: Tx,
+    parent_id: str,
+    attempt: int,
+    owner: str,
+    job_id: str,
+    agent_id: str,
+    payload: Any,
+    invocation_id: str,
+    detached: bool,
+) -> bool:
+    """Create the child's PENDING row unless it exists; True when this call created it.
 
+    One statement inserts the row only if the parent is held by ``attempt`` and ``owner``, and only if no
+    row has the id (and wakes the child agent's idle workers when it inserted); otherwise the existing row
+    says whether it is this call's child.
 
-def sqlite_child_columns() -> list[tuple[str, str]]:
-    """The columns (name, type) ``init_schema`` adds to a job table that lacks them."""
-    return [("parent_id", "TEXT"), ("spawned_by", "TEXT"), ("detached", "INTEGER NOT NULL DEFAULT 0")]
-
-
-def sqlite_child_schema(t: TableNames) -> list[str]:
-    """The parent index and the trigger that wakes a parent when its last child ends (SQLite)."""
-    schema, _, base = t.job.rpartition(".")
-    prefix = f"{schema}." if schema else ""
-    # Trigger bodies take unqualified table names. The parent's column is named with its table: bare, inside
-    # the subquery that joins the children it would be the child's. A column that is not JSON, or whose
-    # ``jobs`` is not a list, reads as waiting for nothing (CASE, not AND: json_type refuses bad JSON).
-    waiting = f"{base}.waiting"
-    jobs = (
-        f"json_each(CASE WHEN NOT json_valid({waiting}) THEN '{{}}'"
-        f" WHEN json_type({waiting}, '$.jobs') = 'array' THEN {waiting} ELSE '{{}}' END, '$.jobs')"
+    Raises:
+        ChildJobError: a job ``job_id`` exists that another job or call created, or of another agent.
+        AttemptFenced: the parent row is not held by ``attempt`` and ``owner``.
+    """
+    created = await tx.execute(
+        tx.sql.start_child,
+        job_id=job_id,
+        agent_id=agent_id,
+        payload=orjson.dumps(payload).decode(),
+        parent_id=parent_id,
+        invocation_id=invocation_id,
+        detached=detached,
+        attempt=attempt,
+        owner=owner,
     )
-    return [
-        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_parent ON {base} (parent_id) WHERE parent_id IS NOT NULL",
-        # The first version of this trigger read the child's column in its second check (so a parent woke
-        # while another child still ran, and replayed only to park again): replaced, under a new name so
-        # the two never leave a moment without one.
-        f"""CREATE TRIGGER IF NOT EXISTS {prefix}{base}_wakes_parent AFTER UPDATE OF status ON {base}
-        WHEN NEW.parent_id IS NOT NULL AND NEW.status IN ({_TERMINAL_SQL})
-            AND OLD.status IS NOT NEW.status
-        BEGIN
-            UPDATE {base} SET not_before = (julianday('now') - 2440587.5) * 86400.0
-            WHERE id = NEW.parent_id AND status = 'WAITING'
-                AND EXISTS (SELECT 1 FROM {jobs} WHERE value = NEW.id)
-                AND NOT EXISTS (
-                    SELECT 1 FROM {jobs} AS w JOIN {base} AS c ON c.id = w.value
-                    WHERE c.status NOT IN ({_TERMINAL_SQL})
-                );
-        END""",
-        f"DROP TRIGGER IF EXISTS {prefix}{base}_child_ended",
-    ]
+    if created:
+        return True
+    existing = await tx.fetchrow(tx.sql.origin, job_id=job_id)
+    if existing is None:
+        raise AttemptFenced(f"job {parent_id}: child start by attempt {attempt} refused")
+    _check_existing(job_id, agent_id, parent_id, invocation_id, (existing[0], existing[1], existing[2]))
+    return False
 
 
-def sqlite_children_done(conn: sqlite3.Connection, table: str, job_ids: Sequence[str]) -> bool:
+async def child_outcomes(
+    tx: Tx, parent_id: str, job_ids: Sequence[str], ended_by: float | None
+) -> list[JobOutcome]:
+    """Each child's status, result and error, in the order of ``job_ids``.
+
+    Raises:
+        ChildJobError: one of them does not exist or is not a child of ``parent_id``.
+    """
+    rows = await tx.fetch(tx.sql.child_rows, job_ids=sorted(set(job_ids)))
+    _check_parentage(parent_id, job_ids, {r["id"]: r["parent_id"] for r in rows})
+    by_id = {
+        r["id"]: _outcome(
+            r["id"], r["status"], r["result"], r["error"], ended_at=r["ended_at"], ended_by=ended_by
+        )
+        for r in rows
+    }
+    return [by_id[i] for i in job_ids]
+
+
+async def get_family(tx: Tx, job_id: str) -> JobFamily | None:
+    """The job's parent and the children it started; None when there is no such job."""
+    found = await tx.fetchrow(tx.sql.family, job_id=job_id)
+    if found is None:
+        return None
+    children = await tx.fetch(tx.sql.children, job_id=job_id)
+    return JobFamily(found[0], found[1], bool(found[2]), [(c[0], c[1], bool(c[2])) for c in children])
+
+
+async def children_ended(tx: Tx, job_ids: Sequence[str]) -> bool:
     """Whether every job of ``job_ids`` has ended (inside the caller's transaction)."""
     ids = sorted(set(job_ids))
     if not ids:
         return False
-    (ended,) = conn.execute(
-        f"SELECT count(*) FROM {table} WHERE id IN ({', '.join('?' * len(ids))})"
-        f" AND status IN ({_TERMINAL_SQL})",
-        ids,
-    ).fetchone()
-    return int(ended) == len(ids)
-
-
-class SQLiteChildOps:
-    """`start_child`, `child_outcomes` and `get_family`, mixed into `SQLiteStore`."""
-
-    tables: TableNames
-    owner: str
-
-    if TYPE_CHECKING:
-
-        async def _transaction(self, fn: Callable[[sqlite3.Connection], _T]) -> _T: ...
-
-        async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T: ...
-
-    async def start_child(
-        self,
-        parent_id: str,
-        attempt: int,
-        job_id: str,
-        agent_id: str,
-        payload: Any,
-        *,
-        invocation_id: str,
-        detached: bool = False,
-    ) -> bool:
-        """Create the child row if absent; True when this call created it. See the protocol."""
-        data = orjson.dumps(payload).decode()
-        j = self.tables.job
-
-        def act(conn: sqlite3.Connection) -> bool:
-            held = conn.execute(
-                f"SELECT 1 FROM {j} WHERE id = ? AND attempt = ? AND (owner IS NULL OR owner = ?)",
-                (parent_id, attempt, self.owner),
-            ).fetchone()
-            if held is None:
-                raise AttemptFenced(f"job {parent_id}: child start by attempt {attempt} refused")
-            existing = conn.execute(
-                f"SELECT agent_id, parent_id, spawned_by FROM {j} WHERE id = ?", (job_id,)
-            ).fetchone()
-            if existing is not None:
-                _check_existing(job_id, agent_id, parent_id, invocation_id, existing)
-                return False
-            now = time.time()
-            conn.execute(
-                f"INSERT INTO {j} (id, agent_id, status, payload, attempt, updated_at, not_before,"
-                " parent_id, spawned_by, detached) VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?)",
-                (job_id, agent_id, "PENDING", data, now, now, parent_id, invocation_id, detached),
-            )
-            return True
-
-        return await self._transaction(act)
-
-    async def child_outcomes(
-        self, parent_id: str, job_ids: Sequence[str], *, ended_by: float | None = None
-    ) -> list[JobOutcome]:
-        """Each child's status, result and error, in the order of ``job_ids``. See the protocol."""
-        ids = sorted(set(job_ids))
-        j = self.tables.job
-
-        def read(conn: sqlite3.Connection) -> list[JobOutcome]:
-            rows = conn.execute(
-                "SELECT id, parent_id, status, CAST(result AS BLOB), CAST(error AS BLOB), updated_at"
-                f" FROM {j} WHERE id IN ({', '.join('?' * len(ids))})",
-                ids,
-            ).fetchall()
-            _check_parentage(parent_id, job_ids, {r[0]: r[1] for r in rows})
-            by_id = {r[0]: _outcome(r[0], r[2], r[3], r[4], ended_at=r[5], ended_by=ended_by) for r in rows}
-            return [by_id[i] for i in job_ids]
-
-        return await self._run(read)
-
-    async def get_family(self, job_id: str) -> JobFamily | None:
-        """The job's parent and the children it started; None when there is no such job."""
-        j = self.tables.job
-
-        def read(conn: sqlite3.Connection) -> JobFamily | None:
-            found = conn.execute(
-                f"SELECT parent_id, spawned_by, detached FROM {j} WHERE id = ?", (job_id,)
-            ).fetchone()
-            if found is None:
-                return None
-            children = conn.execute(
-                f"SELECT id, status, detached FROM {j} WHERE parent_id = ? ORDER BY id", (job_id,)
-            ).fetchall()
-            return JobFamily(found[0], found[1], bool(found[2]), [(c, s, bool(d)) for c, s, d in children])
-
-        return await self._run(read)
-
-
-# -- PostgreSQL ---------------------------------------------------------------------------------------------
-
-
-def pg_child_schema(t: TableNames) -> tuple[str, ...]:
-    """The columns, the parent index, and the trigger that wakes a parent (``db init``)."""
-    schema, _, base = t.job.rpartition(".")
-    prefix = f"{schema}." if schema else ""
-    function = f"{prefix}agentlife_{base}_child_ended"
-    body = f"""
-        DECLARE woke text;
-        BEGIN
-            -- The parent's row lock first: a sibling ending at the same time waits, then sees this one.
-            PERFORM 1 FROM {t.job} WHERE id = NEW.parent_id FOR UPDATE;
-            UPDATE {t.job} AS p SET not_before = now()
-            WHERE p.id = NEW.parent_id AND p.status = 'WAITING'
-                AND jsonb_typeof(p.waiting -> 'jobs') = 'array' AND (p.waiting -> 'jobs') ? NEW.id
-                AND NOT EXISTS (
-                    SELECT 1 FROM {t.job} AS c
-                    WHERE c.id IN (SELECT jsonb_array_elements_text(p.waiting -> 'jobs'))
-                        AND c.status NOT IN ({_TERMINAL_SQL})
-                )
-            RETURNING p.agent_id INTO woke;
-            IF woke IS NOT NULL THEN
-                PERFORM {notify_call(t, "woke")};
-            END IF;
-            RETURN NULL;
-        END"""
-    return (
-        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS parent_id text",
-        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS spawned_by text",
-        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS detached boolean NOT NULL DEFAULT false",
-        f"CREATE INDEX IF NOT EXISTS {base}_parent_idx ON {t.job} (parent_id) WHERE parent_id IS NOT NULL",
-        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql"
-        f" AS $agentlife${body}$agentlife$",
-        f"DROP TRIGGER IF EXISTS {base}_child_ended ON {t.job}",
-        f"CREATE TRIGGER {base}_child_ended AFTER UPDATE OF status ON {t.job} FOR EACH ROW"
-        f" WHEN (NEW.parent_id IS NOT NULL AND NEW.status IN ({_TERMINAL_SQL})"
-        " AND OLD.status IS DISTINCT FROM NEW.status)"
-        f" EXECUTE FUNCTION {function}()",
-    )
-
-
-async def pg_children_done(conn: Any, table: str, job_ids: Sequence[str]) -> bool:
-    """Whether every job of ``job_ids`` has ended (inside the caller's transaction)."""
-    ids = sorted(set(job_ids))
-    if not ids:
-        return False
-    ended = await conn.fetchval(
-        f"SELECT count(*) FROM {table} WHERE id = ANY($1::text[]) AND status IN ({_TERMINAL_SQL})", ids
-    )
-    return int(ended) == len(ids)
-
-
-class PostgresChildOps:
-    """`start_child`, `child_outcomes` and `get_family`, mixed into `PostgresStore`."""
-
-    tables: TableNames
-    owner: str
-
-    if TYPE_CHECKING:
-
-        def _ops(self) -> contextlib.AbstractAsyncContextManager[Any]: ...
-
-    async def start_child(
-        self,
-        parent_id: str,
-        attempt: int,
-        job_id: str,
-        agent_id: str,
-        payload: Any,
-        *,
-        invocation_id: str,
-        detached: bool = False,
-    ) -> bool:
-        """Create the child row if absent; True when this call created it. See the protocol."""
-        t = self.tables
-        # One statement: fenced by the parent's attempt and claim token, a no-op on an existing id, and a
-        # wake-up for the child agent's idle workers when it inserted.
-        insert = (
-            f"WITH created AS (INSERT INTO {t.job} (id, agent_id, status, payload, attempt, updated_at,"
-            " parent_id, spawned_by, detached)"
-            " SELECT $1, $2, 'PENDING', $3::jsonb, 0, now(), $4, $5, $6"
-            f" WHERE EXISTS (SELECT 1 FROM {t.job} WHERE id = $4 AND attempt = $7"
-            " AND (owner IS NULL OR owner = $8))"
-            f" ON CONFLICT (id) DO NOTHING RETURNING agent_id) SELECT {notify_call(t)} FROM created"
-        )
-        args = (job_id, agent_id, orjson.dumps(payload).decode(), parent_id, invocation_id, detached)
-        async with self._ops() as conn:
-            created = await conn.fetch(insert, *args, attempt, self.owner)
-            if created:
-                return True
-            existing = await conn.fetchrow(
-                f"SELECT agent_id, parent_id, spawned_by FROM {t.job} WHERE id = $1", job_id
-            )
-        if existing is None:
-            raise AttemptFenced(f"job {parent_id}: child start by attempt {attempt} refused")
-        _check_existing(job_id, agent_id, parent_id, invocation_id, tuple(existing))
-        return False
-
-    async def child_outcomes(
-        self, parent_id: str, job_ids: Sequence[str], *, ended_by: float | None = None
-    ) -> list[JobOutcome]:
-        """Each child's status, result and error, in the order of ``job_ids``. See the protocol."""
-        async with self._ops() as conn:
-            rows = await conn.fetch(
-                f"SELECT id, parent_id, status, result::text AS result, error::text AS error,"
-                f" EXTRACT(EPOCH FROM updated_at)::float8 AS ended_at"
-                f" FROM {self.tables.job} WHERE id = ANY($1::text[])",
-                sorted(set(job_ids)),
-            )
-        _check_parentage(parent_id, job_ids, {r["id"]: r["parent_id"] for r in rows})
-        by_id = {
-            r["id"]: _outcome(
-                r["id"], r["status"], r["result"], r["error"], ended_at=r["ended_at"], ended_by=ended_by
-            )
-            for r in rows
-        }
-        return [by_id[i] for i in job_ids]
-
-    async def get_family(self, job_id: str) -> JobFamily | None:
-        """The job's parent and the children it started; None when there is no such job."""
-        j = self.tables.job
-        async with self._ops() as conn:
-            found = await conn.fetchrow(
-                f"SELECT parent_id, spawned_by, detached FROM {j} WHERE id = $1", job_id
-            )
-            if found is None:
-                return None
-            children = await conn.fetch(
-                f"SELECT id, status, detached FROM {j} WHERE parent_id = $1 ORDER BY id", job_id
-            )
-        return JobFamily(
-            found["parent_id"],
-            found["spawned_by"],
-            bool(found["detached"]),
-            [(c["id"], c["status"], bool(c["detached"])) for c in children],
-        )
+    return int(await tx.fetchval(tx.sql.children_ended, job_ids=ids)) == len(ids)
 
 
 # -- cancel ----------------------------------------------------------------------------------------------
 
 
 async def cancel_with_children(
-    store: CheckpointStore, job_id: str, reason: str
+    store: OperatorStore, job_id: str, reason: str
 ) -> tuple[JobRecord, list[JobRecord]]:
-    """Cancel ``job_id`` (`CheckpointStore.cancel`), then its children that are not detached, recursively.
+    """Cancel ``job_id`` (`OperatorStore.cancel`), then its children that are not detached, recursively.
 
     The job first: a parent cancelled is fenced out and starts nothing more, and its children's ends wake
     nobody. A child that has ended, or ends meanwhile, is left as it is. Returns the job's row and the rows

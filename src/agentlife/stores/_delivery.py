@@ -4,24 +4,39 @@
 ``delivery:{job_id}:{channel}`` key, is retried on failure (3 attempts, 5 s then 10 s apart), and records the
 key once it succeeded — so a retried job re-announces only what was never recorded as delivered.
 `run_housekeeping` runs every housekeeping function even when an earlier one fails, and hands the errors back
-instead of raising them.
+instead of raising them. The registry's two operations, `is_delivered` and `record_delivery`, are the
+store's (`JobStore`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
 
 import anyio
 
 from agentlife._exceptions import ConfigError, PermanentError, StoreUnavailable
-from agentlife.stores._base import CheckpointStore
 
-__all__ = ["DeliveryGuard", "delivery_key", "run_housekeeping"]
+if TYPE_CHECKING:
+    from agentlife.stores._dialect import Tx
+    from agentlife.stores._roles import JobStore
+
+__all__ = ["DeliveryGuard", "delivery_key", "is_delivered", "record_delivery", "run_housekeeping"]
 
 _log = logging.getLogger("agentlife.delivery")
 
 Sleep = Callable[[float], Awaitable[object]]
+
+
+async def is_delivered(tx: Tx, key: str) -> bool:
+    """Whether the delivery registry holds ``key``."""
+    return await tx.fetchval(tx.sql.is_delivered, key=key) is not None
+
+
+async def record_delivery(tx: Tx, key: str, job_id: str, channel: str) -> None:
+    """Record ``key`` as delivered (a key already there is left as it is)."""
+    await tx.execute(tx.sql.record_delivery, key=key, job_id=job_id, channel=channel)
 
 
 def delivery_key(job_id: str, channel: str) -> str:
@@ -48,7 +63,7 @@ class DeliveryGuard:
 
     def __init__(
         self,
-        store: CheckpointStore,
+        store: JobStore,
         job_id: str,
         channel: str,
         *,

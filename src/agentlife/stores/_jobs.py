@@ -1,4 +1,4 @@
-"""Job operations both stores share: the transition table, crash-history records and the reaper's decision.
+"""The rules of job operations: the transition table, crash-history records and the reaper's decision.
 
 The operations a person or a control plane performs on job rows (``python -m agentlife job ...``), each one
 conditional on the row's status so that two of them racing on one row cannot both win:
@@ -131,16 +131,6 @@ def check_transition(job_id: str, operation: str, row: JobRecord | None, allowed
             f"({operation} needs {' or '.join(str(s) for s in allowed)})"
         )
     return row
-
-
-def conflict(job_id: str, operation: str, row: JobRecord | None, allowed: Sequence[str]) -> Exception:
-    """The error for a conditional UPDATE that matched nothing: the row is gone or its status moved on."""
-    try:
-        check_transition(job_id, operation, row, allowed)
-    except (JobNotFound, JobStateConflict) as exc:
-        return exc
-    # The status allows it now: another operation changed the row between our UPDATE and this read.
-    return JobStateConflict(f"cannot {operation} job {job_id}: the row changed concurrently, try again")
 
 
 def operator_record(error_class: str, message: str, attempt: int, at: float) -> dict[str, Any]:

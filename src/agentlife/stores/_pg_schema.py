@@ -1,13 +1,10 @@
-"""The PostgreSQL store's schema: the tables every store shares, plus what the job, wait and event ops add."""
+"""PostgreSQL's schema (``db init``): the tables every store shares, and what each concern adds."""
 
 from __future__ import annotations
 
 from agentlife.stores._base import TableNames
-from agentlife.stores._childjobs import pg_child_schema
-from agentlife.stores._events import pg_event_schema
-from agentlife.stores._pg_jobs import pg_job_schema
-from agentlife.stores._steprecords import pg_step_record_schema
-from agentlife.stores._waits import pg_wait_schema
+from agentlife.stores._dialect import RUNNABLE_SQL, TERMINAL_SQL
+from agentlife.stores._pg_statements import notify_call
 
 __all__ = ["pg_schema"]
 
@@ -63,9 +60,105 @@ def pg_schema(t: TableNames) -> tuple[str, ...]:
             job_id text NOT NULL, seq integer NOT NULL, step integer NOT NULL, message bytea NOT NULL,
             PRIMARY KEY (job_id, seq)
         )""",
-        *pg_job_schema(t),
-        *pg_wait_schema(t),
-        *pg_event_schema(t),
-        *pg_child_schema(t),
-        *pg_step_record_schema(t),
+        *_job_schema(t),
+        *_wait_schema(t),
+        *_event_schema(t),
+        *_child_schema(t),
+        *_step_record_schema(t),
+    )
+
+
+def _job_schema(t: TableNames) -> tuple[str, ...]:
+    """The ``not_before`` and ``approval`` columns (added to an older table too), the runnable-job indexes."""
+    schema, _, base = t.job.rpartition(".")
+    prefix = f"{schema}." if schema else ""
+    return (
+        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS not_before timestamptz DEFAULT now()",
+        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS approval jsonb",
+        # The indexes before WAITING was runnable: their predicate no longer matches the claim's.
+        f"DROP INDEX IF EXISTS {prefix}{base}_runnable_idx",
+        f"DROP INDEX IF EXISTS {prefix}{base}_agent_runnable_idx",
+        f"CREATE INDEX IF NOT EXISTS {base}_due_idx ON {t.job} (not_before NULLS FIRST, id)"
+        f" WHERE {RUNNABLE_SQL}",
+        f"CREATE INDEX IF NOT EXISTS {base}_agent_due_idx ON {t.job}"
+        f" (agent_id, not_before NULLS FIRST, id) WHERE {RUNNABLE_SQL}",
+        # `list_jobs` pages by (updated_at, id) from a cursor: each of its orders is one index range.
+        f"CREATE INDEX IF NOT EXISTS {base}_listed_idx ON {t.job} (updated_at DESC, id)",
+        f"CREATE INDEX IF NOT EXISTS {base}_status_listed_idx ON {t.job} (status, updated_at DESC, id)",
+        f"CREATE INDEX IF NOT EXISTS {base}_agent_listed_idx ON {t.job} (agent_id, updated_at DESC, id)",
+    )
+
+
+def _wait_schema(t: TableNames) -> tuple[str, ...]:
+    """The ``waiting`` column (added to an older table too, by ``db init``)."""
+    return (f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS waiting jsonb",)
+
+
+def _event_schema(t: TableNames) -> tuple[str, ...]:
+    """The event table and its index (PostgreSQL, by ``db init``)."""
+    base = t.event.split(".")[-1]
+    return (
+        f"""CREATE TABLE IF NOT EXISTS {t.event} (
+            seq bigserial PRIMARY KEY,
+            job_id text NOT NULL,
+            name text NOT NULL,
+            payload jsonb,
+            sent_at timestamptz NOT NULL DEFAULT now(),
+            taken_by text
+        )""",
+        f"CREATE INDEX IF NOT EXISTS {base}_job_name_idx ON {t.event} (job_id, name, seq)",
+    )
+
+
+def _child_schema(t: TableNames) -> tuple[str, ...]:
+    """The columns, the parent index, and the trigger that wakes a parent (``db init``)."""
+    schema, _, base = t.job.rpartition(".")
+    prefix = f"{schema}." if schema else ""
+    function = f"{prefix}agentlife_{base}_child_ended"
+    body = f"""
+        DECLARE woke text;
+        BEGIN
+            -- The parent's row lock first: a sibling ending at the same time waits, then sees this one.
+            PERFORM 1 FROM {t.job} WHERE id = NEW.parent_id FOR UPDATE;
+            UPDATE {t.job} AS p SET not_before = now()
+            WHERE p.id = NEW.parent_id AND p.status = 'WAITING'
+                AND jsonb_typeof(p.waiting -> 'jobs') = 'array' AND (p.waiting -> 'jobs') ? NEW.id
+                AND NOT EXISTS (
+                    SELECT 1 FROM {t.job} AS c
+                    WHERE c.id IN (SELECT jsonb_array_elements_text(p.waiting -> 'jobs'))
+                        AND c.status NOT IN ({TERMINAL_SQL})
+                )
+            RETURNING p.agent_id INTO woke;
+            IF woke IS NOT NULL THEN
+                PERFORM {notify_call(t, "woke")};
+            END IF;
+            RETURN NULL;
+        END"""
+    return (
+        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS parent_id text",
+        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS spawned_by text",
+        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS detached boolean NOT NULL DEFAULT false",
+        f"CREATE INDEX IF NOT EXISTS {base}_parent_idx ON {t.job} (parent_id) WHERE parent_id IS NOT NULL",
+        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql"
+        f" AS $agentlife${body}$agentlife$",
+        f"DROP TRIGGER IF EXISTS {base}_child_ended ON {t.job}",
+        f"CREATE TRIGGER {base}_child_ended AFTER UPDATE OF status ON {t.job} FOR EACH ROW"
+        f" WHEN (NEW.parent_id IS NOT NULL AND NEW.status IN ({TERMINAL_SQL})"
+        " AND OLD.status IS DISTINCT FROM NEW.status)"
+        f" EXECUTE FUNCTION {function}()",
+    )
+
+
+def _step_record_schema(t: TableNames) -> tuple[str, ...]:
+    """The ``step_record`` table (PostgreSQL, by ``db init``)."""
+    return (
+        f"""CREATE TABLE IF NOT EXISTS {t.step_record} (
+            job_id text NOT NULL,
+            step integer NOT NULL,
+            attempt integer NOT NULL,
+            session bigint NOT NULL,
+            seq integer NOT NULL,
+            data bytea NOT NULL,
+            PRIMARY KEY (job_id, step, attempt, session, seq)
+        )""",
     )

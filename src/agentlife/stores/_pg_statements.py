@@ -1,44 +1,273 @@
-"""The PostgreSQL store's longer statements, built once per table layout."""
+"""PostgreSQL's statements for the store's operations, and how it reads a job row.
+
+Where SQLite runs several statements in a transaction, PostgreSQL writes one: an ``UPDATE ... RETURNING``,
+a data-modifying CTE (the checkpoint write: the row, the history, the conversation and the step records in
+one round trip), a claim that picks and takes the oldest runnable row ``FOR UPDATE SKIP LOCKED``. A write
+that makes a job runnable now calls ``pg_notify`` in the same statement, so an idle worker listening
+(`_pg_listen`) hears of it when, and only if, the write commits. Times are the server's (``now()``); a
+list parameter is an array (``= ANY(:ids::text[])``).
+
+Without an ``owner`` column (a job table made before the claim token, until ``db init`` adds it) the writes
+of a job's process are fenced by the attempt alone.
+"""
 
 from __future__ import annotations
 
-from agentlife.stores._base import HISTORY_KEEP, TableNames
-from agentlife.stores._jobs import TERMINAL
+import functools
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-__all__ = ["HEARTBEAT_AGE", "NOTIFY_PAYLOAD_LIMIT", "channel_prefix", "notify_call", "write_checkpoint_sql"]
+from agentlife.stores._base import HISTORY_KEEP, JobRecord, TableNames
+from agentlife.stores._dialect import (
+    RUNNABLE_SQL,
+    TERMINAL_SQL,
+    Row,
+    Sql,
+    Statement,
+    Statements,
+    shared_statements,
+)
+from agentlife.stores._rows import JSON_COLUMNS, SET_ASIDE_STATUS, job_record
 
+__all__ = [
+    "HEARTBEAT_AGE",
+    "NOTIFY_PAYLOAD_LIMIT",
+    "channel_prefix",
+    "notify_call",
+    "pg_job",
+    "pg_statements",
+    "unix",
+]
 
+#: The job row's columns as `pg_job` reads them (``not_before`` only where `_COLUMNS` selects it).
+JOB_COLUMNS = (
+    "id, agent_id, status, payload, attempt, checkpoint_id, checkpoint_crc, heartbeat_at, tokens_consumed,"
+    " token_budget, error, result, updated_at"
+)
+_COLUMNS = f"{JOB_COLUMNS}, not_before"
+_DUE = "(not_before IS NULL OR not_before <= now())"
 #: Seconds since the row's ``heartbeat_at``, each side taken as epoch seconds first: PostgreSQL keeps
 #: ``'infinity'`` and ``'-infinity'`` as timestamps (a row written by another client) and refuses to
 #: subtract them, while their epochs are floats (a heartbeat for ever fresh, or for ever stale).
 HEARTBEAT_AGE = "(EXTRACT(EPOCH FROM now()) - EXTRACT(EPOCH FROM heartbeat_at))::float8"
+#: Seconds from now to the earliest ``not_before`` of the rows selected, the same way (a row parked until
+#: ``'infinity'`` by another client is a timer that never comes due).
+SECONDS_TO_NEXT_DUE = "(EXTRACT(EPOCH FROM min(not_before)) - EXTRACT(EPOCH FROM now()))::float8"
+#: What a claim makes of the row's status: a runnable row (a parked wait's too) is RUNNING, others stay.
+_CLAIMED_STATUS = "CASE WHEN status IN ('PENDING', 'RETRYING', 'WAITING') THEN 'RUNNING' ELSE status END"
+#: Appends the JSON parameter ``:entry`` to the crash history, in jsonb: a history agentlife cannot read is
+#: kept as it is (a non-array becomes the first element).
+_APPEND = "error = COALESCE(error, '[]'::jsonb) || jsonb_build_array(:entry::jsonb)"
+_LIVE = f"status NOT IN ({TERMINAL_SQL})"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-# A checkpoint never lands on a job that has ended: a terminal row is not rewritten by a late writer.
-_LIVE = f" AND status NOT IN ({', '.join(repr(str(s)) for s in TERMINAL)})"
+class _Postgres:
+    """PostgreSQL's spelling of what SQL databases write differently (a `Dialect`)."""
+
+    now = "now()"
+    for_update = " FOR UPDATE"
+
+    def __init__(self, owner: bool) -> None:
+        self.fence = " AND (owner IS NULL OR owner = :owner)" if owner else ""
+
+    def sql(self, text: str) -> Sql:
+        return Sql.numbered(text)
+
+    def in_list(self, column: str, param: str, sql_type: str) -> str:
+        return f"{column} = ANY(:{param}::{sql_type}[])"
+
+    def json(self, param: str) -> str:
+        return f":{param}::jsonb"
+
+    def epoch(self, column: str) -> str:
+        return f"EXTRACT(EPOCH FROM {column})::float8"
+
+    def time(self, param: str) -> str:
+        return f"to_timestamp(:{param})"
+
+    def raw(self, column: str) -> str:
+        return column
+
+
+def pg_statements(t: TableNames, *, owner: bool = True) -> Statements:
+    """Every statement, for the tables ``t``; without ``owner`` (no such column) fenced by attempt alone."""
+    d = _Postgres(owner)
+    j, sql, notify = t.job, d.sql, notify_call(t)
+    fenced = f"id = :job_id AND attempt = :attempt{d.fence}"
+
+    def claim(agent: str, *extra: str) -> str:
+        return (
+            f"WITH next AS (SELECT id AS next_id FROM {j} WHERE {agent}{RUNNABLE_SQL} AND {_DUE}"
+            " ORDER BY not_before NULLS FIRST, id LIMIT 1 FOR UPDATE SKIP LOCKED)"
+            f" UPDATE {j} SET status = 'RUNNING', attempt = attempt + 1, owner = :owner,"
+            " heartbeat_at = now(), updated_at = now()"
+            f" FROM next WHERE id = next.next_id RETURNING {', '.join((_COLUMNS, 'id AS key', *extra))}"
+        )
+
+    # One row always: the claimed job's columns, or NULLs and the seconds until the agent's next row not yet
+    # due (a timer's end) comes due, which the idle wait after a fruitless claim needs: one round trip where
+    # there were two. The due time is looked up only when nothing was claimed (an uncorrelated NOT EXISTS).
+    next_due_when_idle = (
+        f"SELECT {SECONDS_TO_NEXT_DUE} FROM {j}"
+        f" WHERE agent_id = :agent_id AND {RUNNABLE_SQL} AND not_before > now()"
+        " AND NOT EXISTS (SELECT 1 FROM claimed)"
+    )
+    lock_when = "COALESCE(heartbeat_at, updated_at) < to_timestamp(:cutoff) FOR UPDATE SKIP LOCKED"
+    text: dict[str, str] = {
+        "get_job": f"SELECT {JOB_COLUMNS} FROM {j} WHERE id = :job_id",
+        # Wakes the agent's idle workers on commit; an existing row (no insert) wakes nobody.
+        "create_job": (
+            f"WITH created AS (INSERT INTO {j}"
+            " (id, agent_id, status, payload, attempt, token_budget, updated_at)"
+            " VALUES (:job_id, :agent_id, :status, :payload::jsonb, 0, :token_budget::jsonb, now())"
+            f" ON CONFLICT (id) DO NOTHING RETURNING agent_id) SELECT {notify} FROM created"
+        ),
+        "lock_claim": (
+            f"SELECT attempt, {'owner' if owner else 'NULL AS owner'}, {HEARTBEAT_AGE} AS heartbeat_age"
+            f" FROM {j} WHERE id = :job_id FOR UPDATE"
+        ),
+        "take_claim": (
+            f"UPDATE {j} SET attempt = :attempt{', owner = :owner' if owner else ''}, heartbeat_at = now(),"
+            f" updated_at = now(), status = {_CLAIMED_STATUS} WHERE id = :job_id RETURNING {JOB_COLUMNS}"
+        ),
+        "claim_any": claim("", "NULL::float8 AS next_due"),
+        "claim_agent": (
+            f"WITH claimed AS ({claim('agent_id = :agent_id AND ')})"
+            f" SELECT claimed.*, ({next_due_when_idle}) AS next_due FROM (SELECT 1) AS one"
+            " LEFT JOIN claimed ON true"
+        ),
+        "set_aside": (
+            f"UPDATE {j} SET status = '{SET_ASIDE_STATUS}', owner = NULL, updated_at = now(), {_APPEND}"
+            " WHERE id = :key AND attempt = :attempt AND owner = :owner AND status = 'RUNNING'"
+        ),
+        "release": (
+            f"UPDATE {j} SET status = :status, owner = NULL,"
+            " not_before = now() + make_interval(secs => :delay), updated_at = now()"
+            " WHERE id = :job_id AND attempt = :attempt AND status = 'RUNNING' RETURNING 1,"
+            f" CASE WHEN :delay::float8 <= 0 THEN {notify} END"
+        ),
+        # :allowed: the statuses the write expects to find (never a terminal one unless asked).
+        "set_status": (
+            f"UPDATE {j} SET status = :status, result = COALESCE(:result::jsonb, result),"
+            " error = CASE WHEN :entry::jsonb IS NULL THEN error"
+            " ELSE COALESCE(error, '[]'::jsonb) || jsonb_build_array(:entry::jsonb) END,"
+            f" updated_at = now() WHERE {fenced} AND status = ANY(:allowed::text[])"
+        ),
+        "lock_row": f"SELECT {_COLUMNS}, owner, approval, {HEARTBEAT_AGE} AS heartbeat_age FROM {j}"
+        " WHERE id = :job_id FOR UPDATE",
+        "approve": (
+            f"UPDATE {j} SET status = :status, approval = :approval::jsonb, not_before = now(),"
+            f" updated_at = now() WHERE id = :job_id"
+            f" RETURNING {_COLUMNS}, CASE WHEN :status = 'PENDING' THEN {notify} END AS notified"
+        ),
+        "reject": (
+            f"UPDATE {j} SET status = 'FAILED', {_APPEND}, approval = :approval::jsonb, updated_at = now()"
+            f" WHERE id = :job_id RETURNING {_COLUMNS}"
+        ),
+        "cancel": (
+            f"UPDATE {j} SET status = 'FAILED', {_APPEND}, attempt = attempt + 1, owner = NULL,"
+            f" updated_at = now() WHERE id = :job_id RETURNING {_COLUMNS}"
+        ),
+        # The owner stays: a reaped row's tombstone must go on fencing out the process it was taken from.
+        "retry": (
+            f"UPDATE {j} SET status = 'PENDING', {_APPEND}, approval = :approval::jsonb, not_before = now(),"
+            f" updated_at = now() WHERE id = :job_id RETURNING {_COLUMNS}, {notify} AS notified"
+        ),
+        "clock": "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8",
+        "stale": (
+            f"SELECT id FROM {j} WHERE status = 'RUNNING'"
+            " AND COALESCE(heartbeat_at, updated_at) < to_timestamp(:cutoff) ORDER BY id"
+        ),
+        "owned_here": (
+            f"SELECT id, owner FROM {j} WHERE status = 'RUNNING' AND owner LIKE :host"
+            " AND COALESCE(heartbeat_at, updated_at) < to_timestamp(:cutoff) ORDER BY id"
+        ),
+        "lock_stale": f"SELECT {_COLUMNS} FROM {j} WHERE id = :job_id AND status = 'RUNNING' AND {lock_when}",
+        "lock_owned": (
+            f"SELECT {_COLUMNS} FROM {j} WHERE id = :job_id AND status = 'RUNNING' AND owner = :owner"
+            f" AND {lock_when}"
+        ),
+        "reap": (
+            f"UPDATE {j} SET status = :status, owner = :owner, not_before = to_timestamp(:not_before),"
+            f" updated_at = to_timestamp(:at), {_APPEND}"
+            " WHERE id = :job_id AND status = 'RUNNING' AND attempt = :attempt RETURNING 1,"
+            # A row whose backoff has not ended is not runnable yet: the fallback poll finds it later.
+            f" CASE WHEN :status IN ('PENDING', 'RETRYING') AND {_DUE} THEN {notify} END"
+        ),
+        # A wait already over (or woken while the job parked: time 0) wakes a listening worker at once.
+        "park": (
+            f"UPDATE {j} SET status = 'WAITING', owner = NULL, not_before = to_timestamp({_WAIT_ENDS}),"
+            " waiting = :waiting::jsonb, updated_at = now()"
+            " WHERE id = :job_id AND attempt = :attempt AND status = 'RUNNING'"
+            f" RETURNING 1, CASE WHEN to_timestamp({_WAIT_ENDS}) <= now() THEN {notify} END"
+        ),
+        "insert_event": (
+            f"INSERT INTO {t.event} (job_id, name, payload) VALUES (:job_id, :name, :payload::jsonb)"
+            " RETURNING seq"
+        ),
+        "wake": f"UPDATE {j} SET not_before = now() WHERE id = :job_id RETURNING {notify}",
+        "take_event": (
+            f"UPDATE {t.event} SET taken_by = :invocation_id WHERE seq = (SELECT seq FROM {t.event}"
+            " WHERE job_id = :job_id AND taken_by IS NULL AND name = ANY(:names::text[])"
+            " AND EXTRACT(EPOCH FROM sent_at) <= :sent_by::float8 ORDER BY seq LIMIT 1)"
+            " RETURNING name, payload"
+        ),
+        # Fenced by the parent's attempt and claim token, a no-op on an existing id, and a wake-up for the
+        # child agent's idle workers when it inserted.
+        "start_child": (
+            f"WITH created AS (INSERT INTO {j} (id, agent_id, status, payload, attempt, updated_at,"
+            " parent_id, spawned_by, detached)"
+            " SELECT :job_id, :agent_id, 'PENDING', :payload::jsonb, 0, now(), :parent_id, :invocation_id,"
+            f" :detached WHERE EXISTS (SELECT 1 FROM {j} WHERE id = :parent_id AND attempt = :attempt"
+            f" AND (owner IS NULL OR owner = :owner))"
+            f" ON CONFLICT (id) DO NOTHING RETURNING agent_id) SELECT {notify} FROM created"
+        ),
+        # FOR SHARE: a claim of the row waits for this insert to commit, so the attempt that takes the job
+        # over reads this record; a claim that committed first makes the row fail the fence here.
+        "append_records": (
+            f"WITH held AS (SELECT 1 FROM {j} WHERE {fenced} AND {_LIVE} FOR SHARE),"
+            f" stored AS ({_insert_records(t, 'held')}) SELECT 1 FROM held"
+        ),
+        "record_delivery": (
+            f"INSERT INTO {t.delivery} (key, job_id, channel, delivered_at) VALUES (:key, :job_id, :channel,"
+            " now()) ON CONFLICT (key) DO NOTHING"
+        ),
+    }
+    built = {name: sql(statement) for name, statement in text.items()}
+    page = functools.partial(_page, t)
+    checkpoint = functools.cache(functools.partial(_checkpoint, t, d.fence))
+    return Statements(**shared_statements(t, d), **built, page=page, checkpoint=checkpoint)
+
+
+#: When a parked wait ends: now for one woken while the job parked (time 0, as a timestamp), else its end.
+_WAIT_ENDS = "CASE WHEN :at_once::boolean THEN 0 ELSE :until::float8 END"
+
+
+def _checkpoint(t: TableNames, fence: str, shape: tuple[bool, bool, bool, bool]) -> Statement:
+    messages, records, prune, _ = shape  # the usage is added by a CASE: no shape of its own
+    return Sql.numbered(
+        write_checkpoint_sql(t, fence=fence, conversation=messages, records=records, prune=prune)
+    )
 
 
 def write_checkpoint_sql(
-    t: TableNames,
-    *,
-    owner: bool = True,
-    conversation: bool = True,
-    records: bool = False,
-    prune: bool = False,
+    t: TableNames, *, fence: str, conversation: bool = True, records: bool = False, prune: bool = False
 ) -> str:
     """The fenced checkpoint write: the step's whole durable record in one statement, one round trip.
 
-    Parameters: ``$1`` job id, ``$2`` attempt, ``$3`` bytes, ``$4`` CRC, ``$5`` checkpoint id, ``$6`` step,
-    ``$7``/``$8``/``$9`` the step's input tokens, output tokens and cost (added to ``tokens_consumed``), then
-    in this order only those asked for: the conversation's new rows (two arrays: sequence numbers,
-    messages), step records of this session (four: the session, then arrays of steps, seqs and lines), the
-    first step whose records are kept (one), and last the claim token (with ``owner``). A step that adds no
+    Parameters: ``:job_id``, ``:attempt``, ``:data``, ``:crc``, ``:checkpoint_id``, ``:step``, the step's
+    ``:input_tokens``, ``:output_tokens`` and ``:cost_usd`` (added to ``tokens_consumed``), the claim token
+    ``:owner`` (with a fence), then only those asked for: the conversation's new rows (``:seqs``,
+    ``:messages``), step records of this session (``:session``, ``:record_steps``, ``:record_seqs``,
+    ``:record_data``), the first step whose records are kept (``:kept_from``). A step that adds no
     conversation rows and no records sends no array: the arrays' types are not built in to asyncpg, so each
     connection's first statement that sends them costs a catalog query (about 3 ms of server time), which a
     worker's freshly opened connections would otherwise pay for every step.
     The job row (checkpoint, usage, ``heartbeat_at``), the history entry, the history trim and
     the conversation rows commit together or not at all: a statement is atomic without a transaction
-    block, which would cost a round trip for ``BEGIN`` and one for ``COMMIT``.
+    block, which would cost a round trip for ``BEGIN`` and one for ``COMMIT``. It returns one row when the
+    fenced update matched, none otherwise.
 
     All CTEs see the same snapshot, so the trim cannot see the entry being inserted: it keeps the newest
     ``HISTORY_KEEP - 1`` *other* entries, which with the new one makes ``HISTORY_KEEP``. It deletes what is
@@ -47,75 +276,70 @@ def write_checkpoint_sql(
     ``tokens_consumed`` fields that are not numbers (a row written by hand) count from 0.
     """
     h = t.checkpoint_history
-    numbers = iter(range(10, 100))
-    messages = (next(numbers), next(numbers)) if conversation else None
-    stored = (next(numbers), next(numbers), next(numbers), next(numbers)) if records else None
-    kept_from = next(numbers) if prune else None
-    fence = f" AND (owner IS NULL OR owner = ${next(numbers)})" if owner else ""
     if HISTORY_KEEP > 1:
         older_than_kept = f"""AND (created_at, step) < (
-                SELECT created_at, step FROM {h} WHERE job_id = $1 AND checkpoint_id <> $5
+                SELECT created_at, step FROM {h} WHERE job_id = :job_id AND checkpoint_id <> :checkpoint_id
                 ORDER BY created_at DESC, step DESC OFFSET {HISTORY_KEEP - 2} LIMIT 1)"""
     else:
         older_than_kept = ""
     extra: list[str] = []
-    if messages is not None:
+    if conversation:
         extra.append(
             f"""saved AS (
             INSERT INTO {t.conversation} (job_id, seq, step, message)
-            SELECT $1, rows.seq, $6, rows.message
-            FROM unnest(${messages[0]}::integer[], ${messages[1]}::bytea[]) AS rows(seq, message)
+            SELECT :job_id, rows.seq, :step, rows.message
+            FROM unnest(:seqs::integer[], :messages::bytea[]) AS rows(seq, message)
             WHERE EXISTS (SELECT 1 FROM fenced)
             ON CONFLICT (job_id, seq) DO UPDATE SET step = EXCLUDED.step, message = EXCLUDED.message
             RETURNING 1
         )"""
         )
-    if stored is not None:
-        session, steps, seqs, lines = stored
-        extra.append(
-            f"""recorded AS (
-            INSERT INTO {t.step_record} (job_id, step, attempt, session, seq, data)
-            SELECT $1, r.step, $2, ${session}, r.seq, r.data
-            FROM unnest(${steps}::integer[], ${seqs}::integer[], ${lines}::bytea[]) AS r(step, seq, data)
-            WHERE EXISTS (SELECT 1 FROM fenced)
-            ON CONFLICT DO NOTHING
-            RETURNING 1
-        )"""
-        )
-    if kept_from is not None:
+    if records:
+        extra.append(f"recorded AS ({_insert_records(t, 'fenced')})")
+    if prune:
         extra.append(
             f"""pruned AS (
             DELETE FROM {t.step_record}
-            WHERE job_id = $1 AND step < ${kept_from}::integer AND EXISTS (SELECT 1 FROM fenced)
+            WHERE job_id = :job_id AND step < :kept_from::integer AND EXISTS (SELECT 1 FROM fenced)
             RETURNING 1
         )"""
         )
     return f"""
         WITH fenced AS (
-            UPDATE {t.job} SET checkpoint = $3, checkpoint_crc = $4, checkpoint_id = $5, updated_at = now(),
-                heartbeat_at = now(),
-                tokens_consumed = CASE WHEN $7::bigint = 0 AND $8::bigint = 0 AND $9::float8 = 0
-                    THEN tokens_consumed ELSE jsonb_build_object(
-                        'input', {_counted("input")} + $7::bigint,
-                        'output', {_counted("output")} + $8::bigint,
-                        'cost_usd', round({_counted("cost_usd")} + $9::float8::numeric, 6)) END
-            WHERE id = $1 AND attempt = $2{_LIVE}{fence}
+            UPDATE {t.job} SET checkpoint = :data, checkpoint_crc = :crc, checkpoint_id = :checkpoint_id,
+                updated_at = now(), heartbeat_at = now(),
+                tokens_consumed = CASE WHEN :input_tokens::bigint = 0 AND :output_tokens::bigint = 0
+                    AND :cost_usd::float8 = 0 THEN tokens_consumed ELSE jsonb_build_object(
+                        'input', {_counted("input")} + :input_tokens::bigint,
+                        'output', {_counted("output")} + :output_tokens::bigint,
+                        'cost_usd', round({_counted("cost_usd")} + :cost_usd::float8::numeric, 6)) END
+            WHERE id = :job_id AND attempt = :attempt AND {_LIVE}{fence}
             RETURNING id
         ), appended AS (
             INSERT INTO {h} (job_id, checkpoint_id, step, checkpoint, crc, created_at)
-            SELECT id, $5, $6, $3, $4, clock_timestamp() FROM fenced
+            SELECT id, :checkpoint_id, :step, :data, :crc, clock_timestamp() FROM fenced
             ON CONFLICT (job_id, checkpoint_id) DO UPDATE
                 SET step = EXCLUDED.step, checkpoint = EXCLUDED.checkpoint, crc = EXCLUDED.crc,
                     created_at = EXCLUDED.created_at
             RETURNING job_id
         ), trimmed AS (
             DELETE FROM {h}
-            WHERE job_id = $1 AND checkpoint_id <> $5 AND EXISTS (SELECT 1 FROM fenced)
+            WHERE job_id = :job_id AND checkpoint_id <> :checkpoint_id AND EXISTS (SELECT 1 FROM fenced)
               {older_than_kept}
             RETURNING 1
         ){"".join(", " + part for part in extra)}
-        SELECT count(*) FROM fenced
+        SELECT 1 FROM fenced
     """
+
+
+def _insert_records(t: TableNames, guard: str) -> str:
+    """Insert one session's step records (arrays of steps, seqs, lines) if the CTE ``guard`` found a row."""
+    return (
+        f"INSERT INTO {t.step_record} (job_id, step, attempt, session, seq, data)"
+        " SELECT :job_id, r.step, :attempt, :session, r.seq, r.data"
+        " FROM unnest(:record_steps::integer[], :record_seqs::integer[], :record_data::bytea[])"
+        f" AS r(step, seq, data) WHERE EXISTS (SELECT 1 FROM {guard}) ON CONFLICT DO NOTHING RETURNING 1"
+    )
 
 
 def _counted(key: str) -> str:
@@ -126,7 +350,94 @@ def _counted(key: str) -> str:
     )
 
 
-# -- notifications: SQL text only, so a module reachable on SQLite can name them without the listener
+# -- reading rows --------------------------------------------------------------------------------------------
+
+
+def pg_job(row: Row) -> JobRecord:
+    """A `JobRecord` from an asyncpg row (``not_before`` when the query selected it).
+
+    A JSON column the row holds but agentlife cannot read (jsonb keeps ``1e400``, no float does) is named in
+    ``JobRecord.unreadable`` rather than raised: see `agentlife.stores._rows`.
+    """
+    columns = {name: row[name] for name in ("id", "agent_id", "status", "attempt", *JSON_COLUMNS)}
+    columns.update(
+        checkpoint_id=row["checkpoint_id"],
+        checkpoint_crc=row["checkpoint_crc"],
+        heartbeat_at=unix(row["heartbeat_at"]),
+        updated_at=unix(row["updated_at"]),
+        not_before=unix(row.get("not_before")),  # type: ignore[attr-defined]  # an asyncpg Record
+    )
+    return job_record(columns)
+
+
+def unix(value: datetime | None) -> float | None:
+    """A timestamptz as unix time; ``'infinity'`` and ``'-infinity'`` as those of the latest and earliest.
+
+    asyncpg reads PostgreSQL's infinities as the naive ``datetime.max`` and ``datetime.min``: taken as UTC
+    (as local time, the earliest is out of range and the row could not be read at all).
+    """
+    if value is None:
+        return None
+    return (value.replace(tzinfo=UTC) if value.tzinfo is None else value).timestamp()
+
+
+#: The unix times `unix` gives PostgreSQL's ``'infinity'`` and ``'-infinity'``.
+_LATEST, _EARLIEST = unix(datetime.max), unix(datetime.min)
+
+
+def _page(
+    t: TableNames, status: bool, agent: bool, after: tuple[Any, str | bytes | None] | None
+) -> tuple[Statement, dict[str, Any]]:
+    """A `list_jobs` page's statement, and its cursor's parameters (checked first)."""
+    cursor = (
+        {} if after is None else {"after_at": cursor_timestamp(after[0]), "after_key": _text_key(after[1])}
+    )
+    return _page_sql(t, status, agent, after is not None), cursor
+
+
+@functools.cache
+def _page_sql(t: TableNames, status: bool, agent: bool, after: bool) -> Sql:
+    # One statement per shape, not ``:status IS NULL OR ...``: a generic plan of that form cannot use the
+    # index range a page needs.
+    clauses = [c for c, on in (("status = :status", status), ("agent_id = :agent_id", agent)) if on]
+    if after:
+        clauses.append("updated_at <= :after_at AND (updated_at < :after_at OR id > :after_key)")
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    return Sql.numbered(f"SELECT {_COLUMNS} FROM {t.job}{where} ORDER BY updated_at DESC, id LIMIT :limit")
+
+
+def cursor_timestamp(seconds: Any) -> datetime:
+    """The timestamptz of a `list_jobs` cursor's unix time (a row's ``updated_at``), exactly.
+
+    The exact microseconds: a float's own rounding must not skip or repeat a row. At or beyond what a
+    datetime holds it is PostgreSQL's infinity (asyncpg writes the naive ``datetime.max`` as ``'infinity'``),
+    the time `unix` reads such a row at, so the rows parked there are paged like any others.
+
+    Raises:
+        ValueError: ``seconds`` is not a number (not a cursor of this store).
+    """
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds != seconds:
+        raise ValueError("a PostgreSQL cursor's time is a number of seconds")
+    assert _LATEST is not None and _EARLIEST is not None
+    if seconds >= _LATEST:
+        return datetime.max
+    if seconds <= _EARLIEST:
+        return datetime.min
+    return _EPOCH + timedelta(microseconds=round(seconds * 1_000_000))
+
+
+def _text_key(key: Any) -> str:
+    """A cursor's id as a text parameter; `ValueError` for one no PostgreSQL text column holds."""
+    if not isinstance(key, str) or "\x00" in key:
+        raise ValueError("a PostgreSQL cursor's id is text without NUL")
+    try:
+        key.encode()
+    except UnicodeEncodeError:
+        raise ValueError("a PostgreSQL cursor's id is UTF-8 text") from None
+    return key
+
+
+# -- notifications: SQL text only, so that the statements can name them without the listener --------------
 
 #: PostgreSQL refuses a payload of 8000 bytes or more; a longer agent id is sent as '' (wakes every waiter).
 NOTIFY_PAYLOAD_LIMIT = 7900

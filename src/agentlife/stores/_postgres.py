@@ -1,10 +1,11 @@
-"""The PostgreSQL `CheckpointStore`: an asyncpg pool over the schema every store shares.
+"""The PostgreSQL store: `PostgresStore`, an asyncpg pool over the schema every store shares.
 
-asyncpg is imported in `PostgresStore.open`, never at module import, so ``import agentlife`` stays light.
-Every write after `PostgresStore.claim` is fenced by ``WHERE id = $1 AND attempt = $2``: when a later attempt
-owns the row the statement matches nothing, `AttemptFenced` is raised and the row is left untouched.
-A checkpoint write is one statement (data-modifying CTEs): one round trip that commits the job row and its
-history entry atomically.
+asyncpg is imported in `PostgresDatabase.open`, never at module import, so ``import agentlife`` stays light.
+Each operation takes a pooled connection for its statements (`PostgresDatabase.run`); one that must not race
+runs in a transaction and locks its rows ``FOR UPDATE``. Every write after a claim is fenced by the attempt
+and the claim token: when a later attempt owns the row the statement matches nothing, `AttemptFenced` is
+raised and the row is left untouched. A checkpoint write is one statement (data-modifying CTEs): one round
+trip that commits the job row and its history entry atomically.
 """
 
 from __future__ import annotations
@@ -12,143 +13,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar
 
 import anyio
 
-from agentlife._exceptions import AttemptFenced, ConfigError, JobNotFound, StoreUnavailable
+from agentlife._exceptions import ConfigError, StoreUnavailable
 from agentlife._redact import Redactor, url_password
 from agentlife.constants import HydrationConstants
-from agentlife.stores._base import (
-    JobRecord,
-    JobStatus,
-    LoadedCheckpoint,
-    StepUsage,
-    TableNames,
-    add_usage_totals,
-    claim_refusal,
-    crc32,
-    first_valid_checkpoint,
-    new_owner,
-)
-from agentlife.stores._childjobs import PostgresChildOps
-from agentlife.stores._events import PostgresEventOps
-from agentlife.stores._jobs import expected_statuses
-from agentlife.stores._pg_jobs import JOB_COLUMNS, PostgresJobOps
-from agentlife.stores._pg_jobs import dumps as _dumps
-from agentlife.stores._pg_jobs import loads as _loads
-from agentlife.stores._pg_jobs import record as _record
-from agentlife.stores._pg_listen import PgListener, notify_call
-from agentlife.stores._pg_schema import pg_schema as _schema
-from agentlife.stores._pg_statements import HEARTBEAT_AGE, write_checkpoint_sql
-from agentlife.stores._steprecords import PostgresStepRecordOps, StepRecord
-from agentlife.stores._waits import PostgresWaitOps
+from agentlife.stores._base import JobRecord, TableNames
+from agentlife.stores._claims import Claimed
+from agentlife.stores._dialect import RUNNABLE_SQL, Op, P, Row, Sql, Statement, Statements, Tx
+from agentlife.stores._pg_listen import PgListener
+from agentlife.stores._pg_schema import pg_schema
+from agentlife.stores._pg_statements import SECONDS_TO_NEXT_DUE, pg_job, pg_statements
+from agentlife.stores._store import SQLStore
 
 __all__ = ["PostgresStore"]
 
+T = TypeVar("T")
 _log = logging.getLogger("agentlife.store")
 _HYDRATION = HydrationConstants()
-_JOB_COLUMNS = JOB_COLUMNS
-#: What a claim makes of the row's status: a runnable row (a parked wait's too) is RUNNING, others stay.
-_CLAIMED_STATUS = "CASE WHEN status IN ('PENDING', 'RETRYING', 'WAITING') THEN 'RUNNING' ELSE status END"
 _CLOSE_TIMEOUT_SECONDS = 5.0
+#: Wake this long after a timer's time, so that the claim that follows finds the row due.
+_DUE_MARGIN_SECONDS = 0.02
+#: How long the next due time a fruitless claim returned stands in for asking again.
+_DUE_HINT_SECONDS = 0.5
 
 
-@dataclass(frozen=True, slots=True)
-class _Sql:
-    """Every statement, built once from the configured table names."""
-
-    schema: tuple[str, ...]
-    get_job: str
-    create_job: str
-    claim: str
-    owner: str
-    lock_claim: str
-    take_claim: str
-    has_owner_column: str
-    release: str
-    load: str
-    history: str
-    set_status: str
-    fenced_status: str
-    lock_usage: str
-    write_usage: str
-    heartbeat: str
-    is_delivered: str
-    record_delivery: str
-    load_messages: str
-
-    @classmethod
-    def build(cls, t: TableNames, *, owner: bool = True) -> _Sql:
-        """The statements; without ``owner`` (a database made before the claim token) fenced by attempt."""
-        h = t.checkpoint_history
-
-        def fence(n: int) -> str:
-            # The claim token is the statement's last parameter, $n; a row without one is fenced by attempt.
-            return f" AND (owner IS NULL OR owner = ${n})" if owner else ""
-
-        return cls(
-            schema=_schema(t),
-            get_job=f"SELECT {_JOB_COLUMNS} FROM {t.job} WHERE id = $1",
-            # Wakes the agent's idle workers on commit; an existing row (no insert) wakes nobody.
-            create_job=(
-                f"WITH created AS (INSERT INTO {t.job}"
-                " (id, agent_id, status, payload, attempt, token_budget, updated_at)"
-                " VALUES ($1, $2, $3, $4::jsonb, 0, $5::jsonb, now()) ON CONFLICT (id) DO NOTHING"
-                f" RETURNING agent_id) SELECT {notify_call(t)} FROM created"
-            ),
-            # One statement: the row lock serialises concurrent claims, and the WHERE re-checks after a wait.
-            claim=(
-                f"UPDATE {t.job} SET attempt = $2, updated_at = now(),"
-                f" status = {_CLAIMED_STATUS}"
-                f" WHERE id = $1 AND attempt <= $2 RETURNING {_JOB_COLUMNS}"
-            ),
-            owner=f"SELECT attempt FROM {t.job} WHERE id = $1",
-            lock_claim=(f"SELECT attempt, owner, {HEARTBEAT_AGE} FROM {t.job} WHERE id = $1 FOR UPDATE"),
-            take_claim=(
-                f"UPDATE {t.job} SET attempt = $2, owner = $3, heartbeat_at = now(), updated_at = now(),"
-                f" status = {_CLAIMED_STATUS}"
-                f" WHERE id = $1 RETURNING {_JOB_COLUMNS}"
-            ),
-            has_owner_column=f"SELECT owner FROM {t.job} LIMIT 0",
-            release=f"UPDATE {t.job} SET owner = NULL WHERE id = ANY($1::text[]) AND owner = $2",
-            load=f"SELECT checkpoint, checkpoint_crc, checkpoint_id FROM {t.job} WHERE id = $1",
-            history=(
-                f"SELECT checkpoint_id, checkpoint, crc, step FROM {h} WHERE job_id = $1"
-                " ORDER BY created_at DESC, step DESC"
-            ),
-            # $6: the statuses the write expects to find (never a terminal one unless asked).
-            set_status=(
-                f"UPDATE {t.job} SET status = $3, result = COALESCE($4::jsonb, result),"
-                " error = CASE WHEN $5::jsonb IS NULL THEN error"
-                " ELSE COALESCE(error, '[]'::jsonb) || jsonb_build_array($5::jsonb) END,"
-                f" updated_at = now() WHERE id = $1 AND attempt = $2 AND status = ANY($6::text[]){fence(7)}"
-                " RETURNING 1"
-            ),
-            fenced_status=f"SELECT status FROM {t.job} WHERE id = $1 AND attempt = $2{fence(3)}",
-            lock_usage=(
-                f"SELECT tokens_consumed FROM {t.job} WHERE id = $1 AND attempt = $2{fence(3)} FOR UPDATE"
-            ),
-            write_usage=f"UPDATE {t.job} SET tokens_consumed = $2::jsonb, updated_at = now() WHERE id = $1",
-            heartbeat=(
-                f"UPDATE {t.job} SET heartbeat_at = now()"
-                f" WHERE id = $1 AND attempt = $2{fence(3)} RETURNING 1"
-            ),
-            is_delivered=f"SELECT 1 FROM {t.delivery} WHERE key = $1",
-            record_delivery=(
-                f"INSERT INTO {t.delivery} (key, job_id, channel, delivered_at) VALUES ($1, $2, $3, now())"
-                " ON CONFLICT (key) DO NOTHING"
-            ),
-            load_messages=f"SELECT message FROM {t.conversation} WHERE job_id = $1 AND seq < $2 ORDER BY seq",
-        )
-
-
-class PostgresStore(
-    PostgresJobOps, PostgresWaitOps, PostgresEventOps, PostgresChildOps, PostgresStepRecordOps
-):
+class PostgresStore(SQLStore["PostgresDatabase"]):
     """`CheckpointStore` over PostgreSQL (``postgresql://user:password@host:port/db``), via an asyncpg pool.
 
     Args:
@@ -199,41 +95,78 @@ class PostgresStore(
                 f"PostgreSQL connect_tries={connect_tries} must be >= 1, connect_backoff="
                 f"{connect_backoff:g} >= 0 and connect_timeout={connect_timeout:g} > 0"
             )
-        self.tables = tables or TableNames()
+        tables = tables or TableNames()
+        db = PostgresDatabase(
+            url,
+            tables,
+            min_size=min_size,
+            max_size=max_size,
+            warm=min(warm, max_size),
+            connect_tries=connect_tries,
+            connect_backoff=connect_backoff,
+            connect_timeout=connect_timeout,
+            command_timeout=command_timeout,
+            create_schema=create_schema,
+        )
+        listener = PgListener(url, tables, connect_timeout, db.describe) if listen else None
+        super().__init__(db, tables, signal=None if listener is None else Listening(db, listener))
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._db.display_url!r})"
+
+    @property
+    def display_url(self) -> str:
+        """The URL with its password masked, safe for logs and errors."""
+        return self._db.display_url
+
+
+class PostgresDatabase:
+    """The `Database` of a `PostgresStore`: its pool, its statements, and the runner of operations."""
+
+    def __init__(
+        self,
+        url: str,
+        tables: TableNames,
+        *,
+        min_size: int,
+        max_size: int,
+        warm: int,
+        connect_tries: int,
+        connect_backoff: float,
+        connect_timeout: float,
+        command_timeout: float | None,
+        create_schema: bool,
+    ) -> None:
+        self.tables = tables
         self._url = url
-        self._display_url, secrets = _redacted_url(url)
+        self.display_url, secrets = _redacted_url(url)
         self._redactor = Redactor(secrets)
         self._min_size = min_size
         self._max_size = max_size
-        self._warm = min(warm, max_size)
+        self._warm = warm
         self._connect_tries = connect_tries
         self._connect_backoff = connect_backoff
         self._connect_timeout = connect_timeout
         self._command_timeout = command_timeout
         self._create_schema = create_schema
-        self._sql = _Sql.build(self.tables)
-        self._checkpoint_statements: dict[tuple[bool, bool, bool, bool], str] = {}
-        #: This process's claim token, written to the row's ``owner`` column at claim.
-        self.owner = new_owner()
-        self._fence_args: tuple[str, ...] = (self.owner,)
-        self._claimed: set[str] = set()
+        self.sql: Statements = pg_statements(tables)
         self._pool: Any = None
         self._unavailable: tuple[type[BaseException], ...] = ()
         self._misuse: tuple[type[BaseException], ...] = ()
         self._undefined_table: type[BaseException] | None = None
+        self._undefined_column: type[BaseException] | None = None
         self._broken_session: tuple[type[BaseException], ...] = ()
         self._refused: tuple[type[BaseException], ...] = ()
-        self._listener = PgListener(url, self.tables, connect_timeout, self._describe) if listen else None
-
-    def __repr__(self) -> str:
-        return f"PostgresStore({self._display_url!r})"
 
     @property
-    def display_url(self) -> str:
-        """The URL with its password masked, safe for logs and errors."""
-        return self._display_url
+    def is_open(self) -> bool:
+        """Whether the pool is open."""
+        return self._pool is not None
 
-    # -- connection ------------------------------------------------------------------------------------
+    async def run(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``op`` on a pooled connection."""
+        async with self._ops() as conn:
+            return await op(PgTx(conn, self.sql), *args, **kwargs)
 
     async def open(self) -> None:
         """Create the pool, trying ``connect_tries`` times ``connect_backoff`` seconds apart.
@@ -250,6 +183,7 @@ class PostgresStore(
         e = asyncpg.exceptions
         self._misuse = (e.DataError, e.ClientConfigurationError, e.UnsupportedClientFeatureError)
         self._undefined_table = asyncpg.exceptions.UndefinedTableError
+        self._undefined_column = asyncpg.exceptions.UndefinedColumnError
         self._broken_session = (asyncpg.exceptions.InternalClientError,)
         # Credentials or a missing database will not fix themselves: fail at once instead of retrying.
         permanent = (
@@ -265,28 +199,28 @@ class PostgresStore(
                 self._pool = await self._create_pool(asyncpg)
             except permanent as exc:
                 raise StoreUnavailable(
-                    f"PostgreSQL store {self._display_url} refused the connection: {self._describe(exc)}"
+                    f"PostgreSQL store {self.display_url} refused the connection: {self.describe(exc)}"
                 ) from None
             except (asyncpg.exceptions.ClientConfigurationError, ValueError) as exc:
                 raise ConfigError(
-                    f"AGENTLIFE_DATABASE_URL {self._display_url} is not usable: {self._describe(exc)}"
+                    f"AGENTLIFE_DATABASE_URL {self.display_url} is not usable: {self.describe(exc)}"
                 ) from None
             except self._unavailable as exc:
                 last = exc
                 _log.warning(
                     "PostgreSQL store %s unreachable (try %s/%s): %s",
-                    self._display_url,
+                    self.display_url,
                     attempt,
                     self._connect_tries,
-                    self._describe(exc),
+                    self.describe(exc),
                 )
             else:
                 break
         if self._pool is None:
             assert last is not None
             raise StoreUnavailable(
-                f"PostgreSQL store {self._display_url} unreachable after {self._connect_tries} tries: "
-                f"{self._describe(last)}"
+                f"PostgreSQL store {self.display_url} unreachable after {self._connect_tries} tries: "
+                f"{self.describe(last)}"
             ) from None
         if self._create_schema:
             await self.init_schema()
@@ -311,10 +245,10 @@ class PostgresStore(
         if failures:
             _log.warning(
                 "PostgreSQL store %s: opened %s of %s connections at once (%s); the rest open when needed",
-                self._display_url,
+                self.display_url,
                 len(held),
                 self._warm,
-                self._describe(failures[0]),
+                self.describe(failures[0]),
             )
 
     async def _detect_owner_column(self) -> None:
@@ -323,7 +257,7 @@ class PostgresStore(
 
         try:
             async with self._connection() as conn:
-                await conn.execute(self._sql.has_owner_column)
+                await conn.execute(f"SELECT owner FROM {self.tables.job} LIMIT 0")
         except asyncpg.exceptions.UndefinedColumnError:
             _log.warning(
                 "the %s table has no owner column: claims are fenced by attempt only, "
@@ -331,8 +265,7 @@ class PostgresStore(
                 "`python -m agentlife db init`",
                 self.tables.job,
             )
-            self._sql = _Sql.build(self.tables, owner=False)
-            self._fence_args = ()
+            self.sql = pg_statements(self.tables, owner=False)
         except (StoreUnavailable, asyncpg.exceptions.PostgresError):
             pass  # no table yet (db init will make it with the column) or an outage the next call reports
 
@@ -350,10 +283,6 @@ class PostgresStore(
 
     async def close(self) -> None:
         """Close the pool gracefully within a few seconds (shielded), else terminate it; idempotent."""
-        if self._listener is not None:
-            await self._listener.close()
-        if self._pool is not None and self._claimed:
-            await self._release()
         pool, self._pool = self._pool, None
         if pool is None:
             return
@@ -361,25 +290,6 @@ class PostgresStore(
             await pool.close()
         if not pool.is_closing() or pool.get_size():
             pool.terminate()
-
-    async def drop_claim(self, job_id: str) -> None:
-        """Clear the row's claim token if it is still this store's (see the protocol)."""
-        self._claimed.discard(job_id)
-        async with self._connection() as conn:
-            await conn.execute(self._sql.release, [job_id], self.owner)
-
-    async def _release(self) -> None:
-        """Give up this store's claims: the claim lasts while the store is open, a re-run may take it then.
-
-        Best effort and short: with the server down, the heartbeat's age frees the claim later.
-        """
-        ids, self._claimed = sorted(self._claimed), set()
-        with anyio.move_on_after(1.0, shield=True):
-            try:
-                async with self._connection() as conn:
-                    await conn.execute(self._sql.release, ids, self.owner)
-            except Exception as exc:
-                _log.info("could not release the claim of %s: %s", ", ".join(ids), self._describe(exc))
 
     def has_free_connection(self) -> bool:
         """True while the pool could hand out a connection now; safe to call from another thread.
@@ -395,10 +305,24 @@ class PostgresStore(
             return False
 
     @contextlib.asynccontextmanager
+    async def _ops(self) -> AsyncIterator[Any]:
+        """A pooled connection for one operation; a table without a column it names asks for ``db init``."""
+        try:
+            async with self._connection() as conn:
+                yield conn
+        except Exception as exc:
+            if self._undefined_column is not None and isinstance(exc, self._undefined_column):
+                raise StoreUnavailable(
+                    f"the {self.tables.job} table predates job operations ({exc}): "
+                    "run `python -m agentlife db init`"
+                ) from None
+            raise
+
+    @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[Any]:
         pool = self._pool
         if pool is None:
-            raise StoreUnavailable(f"PostgreSQL store {self._display_url} is not open")
+            raise StoreUnavailable(f"PostgreSQL store {self.display_url} is not open")
         try:
             async with pool.acquire(timeout=self._command_timeout) as conn:
                 try:
@@ -415,27 +339,28 @@ class PostgresStore(
                     # connection is unusable, the server may well not be. Drop it; the caller may retry.
                     conn.terminate()
                     raise StoreUnavailable(
-                        f"PostgreSQL store {self._display_url} unavailable: {self._describe(exc)}"
+                        f"PostgreSQL store {self.display_url} unavailable: {self.describe(exc)}"
                     ) from None
         except self._unavailable as exc:
             if isinstance(exc, self._misuse):
                 raise  # a bug (bad argument type, ...) is not an outage: retrying cannot help
             raise StoreUnavailable(
-                f"PostgreSQL store {self._display_url} unavailable: {self._describe(exc)}"
+                f"PostgreSQL store {self.display_url} unavailable: {self.describe(exc)}"
             ) from None
         except self._refused as exc:
             # A new pooled connection refused as `open` is (the database dropped, the password changed).
             raise StoreUnavailable(
-                f"PostgreSQL store {self._display_url} refused the connection: {self._describe(exc)}"
+                f"PostgreSQL store {self.display_url} refused the connection: {self.describe(exc)}"
             ) from None
         except Exception as exc:
             if self._undefined_table is not None and isinstance(exc, self._undefined_table):
                 raise StoreUnavailable(
-                    f"PostgreSQL schema missing ({self._describe(exc)}): run `python -m agentlife db init`"
+                    f"PostgreSQL schema missing ({self.describe(exc)}): run `python -m agentlife db init`"
                 ) from None
             raise
 
-    def _describe(self, exc: BaseException) -> str:
+    def describe(self, exc: BaseException) -> str:
+        """An error's text on one line, with the URL's secrets masked."""
         text = " ".join(str(exc).split()) or type(exc).__name__
         if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
             text = f"timed out ({text})" if str(exc) else "timed out"
@@ -446,221 +371,124 @@ class PostgresStore(
         async with self._connection() as conn, conn.transaction():
             # Concurrent CREATE ... IF NOT EXISTS can still collide in the catalog; serialise them.
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentlife.init_schema'))")
-            for statement in self._sql.schema:
+            for statement in pg_schema(self.tables):
                 await conn.execute(statement)
 
-    # -- jobs -----------------------------------------------------------------------------------------
 
-    async def get_job(self, job_id: str) -> JobRecord | None:
-        """The job row, or None."""
-        async with self._connection() as conn:
-            row = await conn.fetchrow(self._sql.get_job, job_id)
-        return None if row is None else _record(row)
+class PgTx:
+    """The `Tx` of one PostgreSQL operation: its pooled connection."""
 
-    async def create_job(
-        self, job_id: str, agent_id: str, payload: Any, token_budget: dict[str, Any] | None = None
-    ) -> JobRecord:
-        """Insert a PENDING job row (no-op returning the row if it exists)."""
-        async with self._connection() as conn:
-            await conn.execute(
-                self._sql.create_job,
-                job_id,
-                agent_id,
-                str(JobStatus.PENDING),
-                _dumps(payload),
-                _dumps(token_budget),
-            )
-            row = await conn.fetchrow(self._sql.get_job, job_id)
-        return _record(row)
+    def __init__(self, conn: Any, sql: Statements) -> None:
+        self._conn = conn
+        self.sql = sql
+        self.now = time.time()
 
-    async def claim(self, job_id: str, attempt: int) -> JobRecord:
-        """Take ownership: set ``attempt`` and status RUNNING when ``attempt`` >= the row's.
+    def atomic(self) -> AbstractAsyncContextManager[object]:
+        """A transaction block (``BEGIN`` ... ``COMMIT``): rows locked ``FOR UPDATE`` stay so to its end."""
+        transaction: AbstractAsyncContextManager[object] = self._conn.transaction()
+        return transaction
 
-        Raises:
-            JobNotFound: no such row.
-            AttemptFenced: the row belongs to a later attempt.
+    def job(self, row: Row) -> JobRecord:
+        """A job row read as `pg_statements` select it."""
+        return pg_job(row)
+
+    async def fetch(self, statement: Statement, **params: Any) -> Sequence[Row]:
+        """Every row the statement returns."""
+        sql = _one(statement)
+        rows: Sequence[Row] = await self._conn.fetch(sql.text, *sql.values(params))
+        return rows
+
+    async def fetchrow(self, statement: Statement, **params: Any) -> Row | None:
+        """The first row the statement returns, or None."""
+        sql = _one(statement)
+        row: Row | None = await self._conn.fetchrow(sql.text, *sql.values(params))
+        return row
+
+    async def fetchval(self, statement: Statement, **params: Any) -> Any:
+        """The first column of the first row, or None."""
+        sql = _one(statement)
+        return await self._conn.fetchval(sql.text, *sql.values(params))
+
+    async def execute(self, statement: Statement, **params: Any) -> int:
+        """How many rows the statement changed (or returned): the count of its command tag."""
+        sql = _one(statement)
+        tag: str = await self._conn.execute(sql.text, *sql.values(params))
+        count = tag.rpartition(" ")[2]
+        return int(count) if count.isdigit() else 0
+
+
+def _one(statement: Statement) -> Sql:
+    # PostgreSQL writes every statement as one: the composite forms are for databases that cannot.
+    assert isinstance(statement, Sql), statement
+    return statement
+
+
+class Listening:
+    """The `WorkSignal` of a `PostgresStore`: a ``LISTEN`` connection, and the timers of rows not yet due.
+
+    A write that makes a job runnable now notifies; nothing notifies when a timer comes due (a sleep's end, a
+    backoff's), so the wait is bounded by the agent's next row not yet due.
+    """
+
+    notifies = True
+
+    def __init__(self, db: PostgresDatabase, listener: PgListener) -> None:
+        self._db = db
+        self._listener = listener
+        self._next_due = Sql.numbered(
+            f"SELECT {SECONDS_TO_NEXT_DUE} FROM {db.tables.job}"
+            f" WHERE agent_id = :agent_id AND {RUNNABLE_SQL} AND not_before > now()"
+        )
+        #: What the last fruitless claim learnt: (agent id, monotonic time, seconds until its next due row).
+        self._due_hint: tuple[str, float, float | None] | None = None
+
+    async def wait(self, agent_id: str, timeout: float) -> bool:
+        """Wait on the ``LISTEN`` connection for a job of ``agent_id`` to become runnable.
+
+        True when notified (also right after the connection was opened, or re-opened, since notifications
+        sent before then are lost: claim once), False at ``timeout``. Never raises (but for cancellation): a
+        dropped or refused connection is logged once and the wait sleeps; a later call connects again.
         """
-        if not self._fence_args:  # no owner column: the attempt alone decides, in one statement
-            async with self._connection() as conn:
-                row = await conn.fetchrow(self._sql.claim, job_id, attempt)
-                if row is not None:
-                    return _record(row)
-                owner = await conn.fetchval(self._sql.owner, job_id)
-            if owner is None:
-                raise JobNotFound(f"job {job_id} does not exist")
-            raise AttemptFenced(f"job {job_id} is owned by attempt {owner}, this is {attempt}")
-        # The row lock serialises concurrent claims: the second sees the first one's token and loses.
-        async with self._connection() as conn, conn.transaction():
-            current = await conn.fetchrow(self._sql.lock_claim, job_id)
-            if current is None:
-                raise JobNotFound(f"job {job_id} does not exist")
-            row_attempt, row_owner, age = current
-            refusal = claim_refusal(job_id, attempt, row_attempt, row_owner, self.owner, age)
-            if refusal is not None:
-                raise AttemptFenced(refusal)
-            row = await conn.fetchrow(self._sql.take_claim, job_id, attempt, self.owner)
-        self._claimed.add(job_id)
-        return _record(row)
+        if not self._db.is_open:  # closed: no connection to leave behind
+            await anyio.sleep(timeout)
+            return False
+        due = await self._next_due_in(agent_id)
+        if due is not None and due < timeout:
+            # No statement notifies when a timer comes due: wake for it (a sleep's end, a backoff's).
+            await self._listener.wait(agent_id, due + _DUE_MARGIN_SECONDS)
+            return True
+        return await self._listener.wait(agent_id, timeout)
 
-    # -- checkpoints ----------------------------------------------------------------------------------
+    def claimed(self, agent_id: str | None, claim: Claimed) -> None:
+        """Remember when the agent's next row comes due, if the claim that found nothing said."""
+        known = agent_id is not None and claim.row is None and claim.due_known
+        self._due_hint = (agent_id, time.monotonic(), claim.next_due) if known and agent_id else None
 
-    async def load_checkpoint(self, job_id: str) -> LoadedCheckpoint | None:
-        """The newest checkpoint that verifies, falling back to history; None for a fresh job.
+    async def _next_due_in(self, agent_id: str) -> float | None:
+        """Seconds until the next row of ``agent_id`` not yet due comes due; None if none or unknown.
 
-        Raises:
-            JobNotFound: no such row.
-            CheckpointCorrupt: a checkpoint exists but neither it nor any history entry verifies.
+        Taken from the claim that just found nothing when there was one (the worker's idle loop claims, then
+        waits), so that an idle wait costs no statement of its own; asked of the server otherwise.
         """
-        async with self._connection() as conn:
-            row = await conn.fetchrow(self._sql.load, job_id)
-            if row is None:
-                raise JobNotFound(f"job {job_id} does not exist")
-            data, crc, checkpoint_id = row
-            if data is None:
-                return None
-            if crc32(data) == crc:
-                return LoadedCheckpoint(checkpoint_id, bytes(data), crc, "job")
-            history = await conn.fetch(self._sql.history, job_id)
-        return first_valid_checkpoint(job_id, [tuple(entry) for entry in history])
+        hint, self._due_hint = self._due_hint, None
+        if hint is not None and hint[0] == agent_id:
+            age = time.monotonic() - hint[1]
+            if 0 <= age < _DUE_HINT_SECONDS:
+                return None if hint[2] is None else max(hint[2] - age, 0.0)
+        try:
+            due = await self._db.run(_value, self._next_due, agent_id=agent_id)
+        except Exception as exc:  # the fallback poll still finds it: never fail the idle wait
+            _log.debug("next due time of %s unknown: %s", agent_id, type(exc).__name__)
+            return None
+        return None if due is None else max(float(due), 0.0)
 
-    async def write_checkpoint(
-        self,
-        job_id: str,
-        attempt: int,
-        checkpoint_id: str,
-        step: int,
-        data: bytes,
-        messages: Sequence[tuple[int, bytes]] = (),
-        usage: StepUsage | None = None,
-        *,
-        records: Sequence[StepRecord] = (),
-        prune_before: int | None = None,
-    ) -> int:
-        """Store ``data`` exactly, with its CRC-32, and append it to history; returns the CRC.
+    async def close(self) -> None:
+        """Close the ``LISTEN`` connection (a later `wait` opens it again)."""
+        await self._listener.close()
 
-        ``messages`` (the conversation's new rows), ``usage`` (the step's model calls, added to
-        ``tokens_consumed``), ``records`` (step records of this process's session) and the removal of the
-        step records before ``prune_before`` are done by the same statement, which also sets
-        ``heartbeat_at``: one round trip, one commit.
 
-        Raises:
-            AttemptFenced: a later attempt owns the job; nothing was written.
-            StoreUnavailable: the server could not be reached (the runtime may retry within its step budget).
-        """
-        crc = crc32(data)
-        spent = usage or StepUsage()
-        args: list[Any] = [
-            job_id,
-            attempt,
-            data,
-            crc,
-            checkpoint_id,
-            step,
-            spent.input_tokens,
-            spent.output_tokens,
-            spent.cost_usd,
-        ]
-        if messages:
-            args += ([seq for seq, _ in messages], [message for _, message in messages])
-        if records:
-            args += (
-                records[0].session,
-                [r.step for r in records],
-                [r.seq for r in records],
-                [r.data for r in records],
-            )
-        if prune_before is not None:
-            args.append(prune_before)
-        sql = self._checkpoint_sql(bool(messages), bool(records), prune_before is not None)
-        async with self._connection() as conn:
-            written = await conn.fetchval(sql, *args, *self._fence_args)
-        if not written:
-            raise AttemptFenced(
-                f"job {job_id}: write by attempt {attempt} refused, a later attempt owns the row"
-            )
-        return crc
-
-    def _checkpoint_sql(self, messages: bool, records: bool, prune: bool) -> str:
-        """The checkpoint statement for what this write carries (built once per shape)."""
-        key = (bool(self._fence_args), messages, records, prune)
-        sql = self._checkpoint_statements.get(key)
-        if sql is None:
-            sql = self._checkpoint_statements[key] = write_checkpoint_sql(
-                self.tables, owner=key[0], conversation=messages, records=records, prune=prune
-            )
-        return sql
-
-    async def load_conversation(self, job_id: str, length: int) -> list[bytes]:
-        """The first ``length`` stored conversation messages of the job, in order."""
-        async with self._connection() as conn:
-            rows = await conn.fetch(self._sql.load_messages, job_id, length)
-        return [bytes(row[0]) for row in rows]
-
-    # -- status, usage, heartbeat ---------------------------------------------------------------------
-
-    async def set_status(
-        self,
-        job_id: str,
-        attempt: int,
-        status: str,
-        *,
-        result: Any = None,
-        error: dict[str, Any] | None = None,
-        expect: Sequence[str] | None = None,
-    ) -> None:
-        """Record a status (and result, or a crash record appended to ``error``) if the row is as expected."""
-        async with self._connection() as conn:
-            updated = await conn.fetchval(
-                self._sql.set_status,
-                job_id,
-                attempt,
-                str(status),
-                _dumps(result),
-                _dumps(error),
-                list(expected_statuses(expect)),
-                *self._fence_args,
-            )
-            if updated is None:
-                found = await conn.fetchval(self._sql.fenced_status, job_id, attempt, *self._fence_args)
-        if updated is None:
-            if found is not None:
-                raise AttemptFenced(
-                    f"job {job_id}: {status} by attempt {attempt} refused: the row is {found}"
-                )
-            raise AttemptFenced(f"job {job_id}: status write by attempt {attempt} refused")
-
-    async def add_usage(
-        self, job_id: str, attempt: int, input_tokens: int, output_tokens: int, cost_usd: float
-    ) -> dict[str, Any]:
-        """Add to ``tokens_consumed`` and return the new totals."""
-        async with self._connection() as conn, conn.transaction():
-            row = await conn.fetchrow(self._sql.lock_usage, job_id, attempt, *self._fence_args)
-            if row is None:
-                raise AttemptFenced(f"job {job_id}: usage write by attempt {attempt} refused")
-            totals = add_usage_totals(_loads(row[0]) or {}, input_tokens, output_tokens, cost_usd)
-            await conn.execute(self._sql.write_usage, job_id, _dumps(totals))
-        return totals
-
-    async def heartbeat(self, job_id: str, attempt: int) -> None:
-        """Set ``heartbeat_at`` to the server's now()."""
-        async with self._connection() as conn:
-            beat = await conn.fetchval(self._sql.heartbeat, job_id, attempt, *self._fence_args)
-        if beat is None:
-            raise AttemptFenced(
-                f"job {job_id}: heartbeat by attempt {attempt} refused, a later attempt owns the row"
-            )
-
-    # -- delivery registry ----------------------------------------------------------------------------
-
-    async def is_delivered(self, key: str) -> bool:
-        """Whether the delivery registry holds ``key``."""
-        async with self._connection() as conn:
-            return await conn.fetchval(self._sql.is_delivered, key) is not None
-
-    async def record_delivery(self, key: str, job_id: str, channel: str) -> None:
-        """Record ``key`` as delivered (idempotent)."""
-        async with self._connection() as conn:
-            await conn.execute(self._sql.record_delivery, key, job_id, channel)
+async def _value(tx: Tx, statement: Statement, /, **params: Any) -> Any:
+    return await tx.fetchval(statement, **params)
 
 
 async def _keep_session(conn: Any) -> None:

@@ -29,7 +29,11 @@ __all__ = [
     "JSON_COLUMNS",
     "SET_ASIDE_CLASS",
     "SET_ASIDE_STATUS",
+    "appended",
+    "as_bytes",
+    "as_text",
     "decode_histories",
+    "dumps",
     "job_record",
     "log_set_aside",
     "set_aside_entry",
@@ -157,3 +161,44 @@ def decode_histories(raws: Iterable[str | bytes | None]) -> Iterable[list[Any]]:
     """The crash histories of ``raws`` (``error`` columns), an unreadable one as empty."""
     for raw in raws:
         yield decode_column("error", raw)[0] or []
+
+
+def as_text(value: Any, errors: str = "strict") -> str | None:
+    """A text column read as stored (bytes on SQLite) as text; None for NULL.
+
+    Bytes that are not UTF-8 are None with ``errors="strict"``; ``"replace"`` shows them as U+FFFD.
+    """
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return bytes(value).decode(errors=errors)
+    except UnicodeDecodeError:
+        return None
+
+
+def as_bytes(value: Any) -> bytes:
+    """A stored message as bytes: SQLite keeps whatever type was written, a hand edit's TEXT too.
+
+    Whatever it is becomes bytes and the reader decides, never an error of its own (``bytes(5)`` would be
+    five zero bytes, ``bytes("x")`` a TypeError).
+    """
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    return str(value).encode("utf-8", "backslashreplace")
+
+
+def dumps(value: Any) -> str | None:
+    """A value as the JSON text of a JSON column (None stays NULL)."""
+    return None if value is None else orjson.dumps(value).decode()
+
+
+def appended(row: JobRecord, entry: dict[str, Any]) -> dict[str, Any]:
+    """The parameters of a write that appends ``entry`` to the row's crash history.
+
+    ``entry`` (JSON) for a database that appends in SQL (PostgreSQL's jsonb), and ``history``: the list the
+    row was read with (under its lock) plus the entry, for one that writes the whole list (SQLite). A
+    history that did not decode is read as its marker entry (see `job_record`), so its text is kept.
+    """
+    return {"entry": dumps(entry), "history": dumps([*row.error, entry])}

@@ -16,26 +16,16 @@ never rewrites its history. `load_step_records` reads a job's rows back, oldest 
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from agentlife._exceptions import AttemptFenced
-from agentlife.stores._base import TableNames
-from agentlife.stores._jobs import TERMINAL
 
-__all__ = [
-    "PostgresStepRecordOps",
-    "SQLiteStepRecordOps",
-    "StepRecord",
-    "pg_step_record_schema",
-    "sqlite_step_record_schema",
-]
+if TYPE_CHECKING:
+    from agentlife.stores._dialect import Tx
 
-_T = TypeVar("_T")
-_NOT_TERMINAL = f"status NOT IN ({', '.join(repr(str(s)) for s in TERMINAL)})"
+__all__ = ["StepRecord", "append_step_records", "load_step_records", "record_params"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,173 +50,45 @@ class StepRecord:
         return (self.attempt, self.session, self.seq)
 
 
-def _index_base(table: str) -> tuple[str, str]:
-    schema, _, base = table.rpartition(".")
-    return (f"{schema}." if schema else ""), base
+def record_params(records: Sequence[StepRecord], attempt: int) -> dict[str, Any]:
+    """The parameters of a write of ``records``: their session, and their steps, seqs and lines as lists.
+
+    Raises:
+        ValueError: the records are not all of one session of ``attempt`` (this process's).
+    """
+    if len({r.session for r in records}) != 1 or any(r.attempt != attempt for r in records):
+        raise ValueError("step records are written for one session and attempt at a time")
+    return {
+        "session": records[0].session,
+        "record_steps": [r.step for r in records],
+        "record_seqs": [r.seq for r in records],
+        "record_data": [r.data for r in records],
+    }
 
 
-def sqlite_step_record_schema(t: TableNames) -> list[str]:
-    """The ``step_record`` table (SQLite)."""
-    return [
-        f"""CREATE TABLE IF NOT EXISTS {t.step_record} (
-            job_id TEXT NOT NULL,
-            step INTEGER NOT NULL,
-            attempt INTEGER NOT NULL,
-            session INTEGER NOT NULL,
-            seq INTEGER NOT NULL,
-            data BLOB NOT NULL,
-            PRIMARY KEY (job_id, step, attempt, session, seq)
-        )"""
-    ]
+async def append_step_records(
+    tx: Tx, job_id: str, attempt: int, owner: str, records: Sequence[StepRecord]
+) -> None:
+    """Store ``records`` if ``attempt`` and ``owner`` still hold the live job; see the module.
 
+    One statement on PostgreSQL, one round trip: a claim waits for it to commit (the row is locked
+    ``FOR SHARE``), so the attempt that takes the job over reads the records, and a claim that committed
+    first makes the row fail the fence.
 
-def pg_step_record_schema(t: TableNames) -> tuple[str, ...]:
-    """The ``step_record`` table (PostgreSQL, by ``db init``)."""
-    return (
-        f"""CREATE TABLE IF NOT EXISTS {t.step_record} (
-            job_id text NOT NULL,
-            step integer NOT NULL,
-            attempt integer NOT NULL,
-            session bigint NOT NULL,
-            seq integer NOT NULL,
-            data bytea NOT NULL,
-            PRIMARY KEY (job_id, step, attempt, session, seq)
-        )""",
-    )
-
-
-def _rows(job_id: str, records: Sequence[StepRecord]) -> list[tuple[Any, ...]]:
-    return [(job_id, r.step, r.attempt, r.session, r.seq, r.data) for r in records]
-
-
-def _fenced(job_id: str, attempt: int) -> AttemptFenced:
-    return AttemptFenced(
-        f"job {job_id}: step records of attempt {attempt} refused, it no longer holds the job"
-    )
-
-
-class SQLiteStepRecordOps:
-    """`append_step_records` and `load_step_records`, mixed into `SQLiteStore`."""
-
-    tables: TableNames
-    owner: str
-
-    if TYPE_CHECKING:
-
-        async def _transaction(self, fn: Callable[[sqlite3.Connection], _T]) -> _T: ...
-
-        async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T: ...
-
-    def _insert_step_records(
-        self, conn: sqlite3.Connection, job_id: str, records: Sequence[StepRecord]
-    ) -> None:
-        conn.executemany(
-            f"INSERT OR IGNORE INTO {self.tables.step_record} (job_id, step, attempt, session, seq, data)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            _rows(job_id, records),
+    Raises:
+        AttemptFenced: another attempt or process holds the job, or it has ended; nothing was written.
+        ValueError: the records are not all of one session of ``attempt``.
+    """
+    if not records:
+        return
+    params = record_params(records, attempt)
+    if not await tx.execute(tx.sql.append_records, job_id=job_id, attempt=attempt, owner=owner, **params):
+        raise AttemptFenced(
+            f"job {job_id}: step records of attempt {attempt} refused, it no longer holds the job"
         )
 
-    def _prune_step_records(self, conn: sqlite3.Connection, job_id: str, before: int) -> None:
-        conn.execute(f"DELETE FROM {self.tables.step_record} WHERE job_id = ? AND step < ?", (job_id, before))
 
-    async def append_step_records(self, job_id: str, attempt: int, records: Sequence[StepRecord]) -> None:
-        """Store ``records`` if ``attempt`` (and this store's claim) still holds the live job; see the module.
-
-        Raises:
-            AttemptFenced: another attempt or process holds the job, or it has ended; nothing was written.
-        """
-        if not records:
-            return
-        t = self.tables
-
-        def act(conn: sqlite3.Connection) -> None:
-            held = conn.execute(
-                f"SELECT 1 FROM {t.job} WHERE id = ? AND attempt = ? AND (owner IS NULL OR owner = ?)"
-                f" AND {_NOT_TERMINAL}",
-                (job_id, attempt, self.owner),
-            ).fetchone()
-            if held is None:
-                raise _fenced(job_id, attempt)
-            self._insert_step_records(conn, job_id, records)
-
-        await self._transaction(act)
-
-    async def load_step_records(self, job_id: str) -> list[StepRecord]:
-        """Every step record the job keeps, oldest writer first (see `StepRecord.order`)."""
-
-        def read(conn: sqlite3.Connection) -> list[StepRecord]:
-            rows = conn.execute(
-                f"SELECT step, attempt, session, seq, data FROM {self.tables.step_record} WHERE job_id = ?"
-                " ORDER BY attempt, session, seq",
-                (job_id,),
-            ).fetchall()
-            return [StepRecord(int(s), int(a), int(se), int(q), bytes(d)) for s, a, se, q, d in rows]
-
-        return await self._run(read)
-
-
-class PostgresStepRecordOps:
-    """`append_step_records` and `load_step_records`, mixed into `PostgresStore`."""
-
-    tables: TableNames
-    _fence_args: tuple[str, ...]
-
-    if TYPE_CHECKING:
-
-        def _connection(self) -> contextlib.AbstractAsyncContextManager[Any]: ...
-
-    def _append_records_sql(self) -> str:
-        t = self.tables
-        fence = " AND (owner IS NULL OR owner = $7)" if self._fence_args else ""
-        # FOR SHARE: a claim of the row waits for this insert to commit, so the attempt that takes the job
-        # over reads this record; a claim that committed first makes the row fail the fence here.
-        return f"""
-            WITH held AS (
-                SELECT 1 FROM {t.job} WHERE id = $1 AND attempt = $2{fence} AND {_NOT_TERMINAL} FOR SHARE
-            ), stored AS (
-                INSERT INTO {t.step_record} (job_id, step, attempt, session, seq, data)
-                SELECT $1, r.step, $2, $3, r.seq, r.data
-                FROM unnest($4::integer[], $5::integer[], $6::bytea[]) AS r(step, seq, data)
-                WHERE EXISTS (SELECT 1 FROM held)
-                ON CONFLICT DO NOTHING
-                RETURNING 1
-            )
-            SELECT EXISTS (SELECT 1 FROM held)
-        """
-
-    async def append_step_records(self, job_id: str, attempt: int, records: Sequence[StepRecord]) -> None:
-        """Store ``records`` if ``attempt`` (and this store's claim) still holds the live job; see the module.
-
-        One statement, one round trip. ``records`` all come from one session (this process's).
-
-        Raises:
-            AttemptFenced: another attempt or process holds the job, or it has ended; nothing was written.
-        """
-        if not records:
-            return
-        sessions = {r.session for r in records}
-        if len(sessions) != 1 or any(r.attempt != attempt for r in records):
-            raise ValueError("append_step_records: records of one session and attempt at a time")
-        async with self._connection() as conn:
-            held = await conn.fetchval(
-                self._append_records_sql(),
-                job_id,
-                attempt,
-                records[0].session,
-                [r.step for r in records],
-                [r.seq for r in records],
-                [r.data for r in records],
-                *self._fence_args,
-            )
-        if not held:
-            raise _fenced(job_id, attempt)
-
-    async def load_step_records(self, job_id: str) -> list[StepRecord]:
-        """Every step record the job keeps, oldest writer first (see `StepRecord.order`)."""
-        async with self._connection() as conn:
-            rows = await conn.fetch(
-                f"SELECT step, attempt, session, seq, data FROM {self.tables.step_record} WHERE job_id = $1"
-                " ORDER BY attempt, session, seq",
-                job_id,
-            )
-        return [StepRecord(r[0], r[1], r[2], r[3], bytes(r[4])) for r in rows]
+async def load_step_records(tx: Tx, job_id: str) -> list[StepRecord]:
+    """Every step record the job keeps, oldest writer first (see `StepRecord.order`)."""
+    rows = await tx.fetch(tx.sql.load_records, job_id=job_id)
+    return [StepRecord(int(r[0]), int(r[1]), int(r[2]), int(r[3]), bytes(r[4])) for r in rows]

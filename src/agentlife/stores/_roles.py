@@ -1,0 +1,393 @@
+"""The roles a caller of the job store plays, each a narrow protocol, and `CheckpointStore`, their union.
+
+A caller is typed by the role it plays, so a reader sees which operations it uses:
+
+- `JobStore`: what one job's process uses (the engine, the step API, the job heartbeat, the journal's step
+  records, delivery): its claim, checkpoints, conversation, step records, status, usage, heartbeat, the
+  approvals and waits it parks on, the events it takes and the child jobs it starts;
+- `WorkQueue`: what a worker's queue uses: the claim of the next runnable job, the wait for one, the count of
+  runnable jobs, the reaper, and handing a job back;
+- `OperatorStore`: what an operator uses (``python -m agentlife job``, the console): creating, listing and
+  reading jobs, approving, rejecting, cancelling and retrying them, sending events.
+
+They share `JobRows` (the connection and a job row as it stands) and `Handback` (giving a claimed job back).
+`CheckpointStore` is all of them plus ``init_schema``: what a store implements (`SQLiteStore`,
+`PostgresStore`), and what a caller that plays every role (the worker) holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from agentlife._jobrefs import JobOutcome
+    from agentlife.constants import Constants
+    from agentlife.stores._approval import ApprovalRequest, ApprovalState
+    from agentlife.stores._base import JobRecord, LoadedCheckpoint, StepUsage
+    from agentlife.stores._childjobs import JobFamily
+    from agentlife.stores._jobs import ReapDecision
+    from agentlife.stores._steprecords import StepRecord
+    from agentlife.stores._waits import WaitState
+
+__all__ = ["CheckpointStore", "Handback", "JobRows", "JobStore", "OperatorStore", "WorkQueue"]
+
+
+class JobRows(Protocol):
+    """What every caller of the store uses: its connection, and a job row as it stands."""
+
+    url_scheme: str
+
+    async def open(self) -> None:
+        """Connect; raise `agentlife.StoreUnavailable` when the store cannot be reached."""
+
+    async def close(self) -> None:
+        """Release connections; safe to call twice and after a failed `open`."""
+
+    def has_free_connection(self) -> bool:
+        """Liveness signal: False when every pooled connection is taken (called from the probe thread)."""
+
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        """The job row, or None."""
+
+    async def create_job(
+        self, job_id: str, agent_id: str, payload: Any, token_budget: dict[str, Any] | None = None
+    ) -> JobRecord:
+        """Insert a PENDING job row (no-op returning the row if it exists)."""
+
+    async def load_checkpoint(self, job_id: str) -> LoadedCheckpoint | None:
+        """The newest checkpoint that verifies, falling back to history; None for a fresh job.
+
+        Raises:
+            CheckpointCorrupt: a checkpoint exists but neither it nor any history entry verifies.
+        """
+
+    async def load_conversation(self, job_id: str, length: int) -> list[bytes]:
+        """The first ``length`` stored conversation messages of the job, in order."""
+
+    async def get_approval(self, job_id: str) -> ApprovalState | None:
+        """The row's status and approval record (request, grants, rejection), or None for no such row."""
+
+    async def get_family(self, job_id: str) -> JobFamily | None:
+        """The job's parent and the children it started; None when there is no such job."""
+
+
+class Handback(Protocol):
+    """Giving a claimed job back: what a job's process and a worker's queue both do."""
+
+    async def release(self, job_id: str, attempt: int, status: str, *, delay_seconds: float = 0.0) -> bool:
+        """Hand back a job this process holds (RUNNING with ``attempt``), its claim token dropped.
+
+        ``status`` is PENDING or RETRYING (runnable again after ``delay_seconds``, by the store's clock), or
+        DEAD_LETTER / FAILED. One conditional UPDATE: returns False, changing nothing, when the row has moved
+        on (another attempt holds it, or it is no longer RUNNING). A worker releases a drained job (PENDING)
+        and a crashed one (the crash policy's verdict and backoff).
+        """
+
+    async def drop_claim(self, job_id: str) -> None:
+        """This process no longer runs ``job_id``: clear the row's claim token if it is still this store's.
+
+        The status is left as it is. A process that goes on living after a job (a worker) calls it, so a
+        job it left parked for approval is not taken for one a live process still waits on: an approve
+        then makes it PENDING, for any worker to resume.
+        """
+
+
+class JobStore(JobRows, Handback, Protocol):
+    """What one job's process uses. Every write after `claim` is fenced by the process's attempt.
+
+    A write whose ``attempt`` no longer owns the row (or whose claim token is not this store's) raises
+    `agentlife.AttemptFenced` and changes nothing.
+    """
+
+    async def claim(self, job_id: str, attempt: int) -> JobRecord:
+        """Take ownership: set ``attempt`` and status RUNNING when ``attempt`` >= the row's.
+
+        Raises:
+            JobNotFound: no such row.
+            AttemptFenced: the row belongs to a later attempt.
+        """
+
+    async def write_checkpoint(
+        self,
+        job_id: str,
+        attempt: int,
+        checkpoint_id: str,
+        step: int,
+        data: bytes,
+        messages: Sequence[tuple[int, bytes]] = (),
+        usage: StepUsage | None = None,
+        *,
+        records: Sequence[StepRecord] = (),
+        prune_before: int | None = None,
+    ) -> int:
+        """Store ``data`` exactly, with its CRC-32, and append it to history; returns the CRC.
+
+        ``messages`` (``(position, encoded message)``, the conversation's new messages) are stored in the
+        same transaction, replacing any row at the same position (left by a checkpoint that was lost);
+        ``usage`` (the step's model calls) is added to ``tokens_consumed`` in it too, ``records`` (step
+        records of this process's session) are stored, the job's step records of steps before
+        ``prune_before`` are removed, and ``heartbeat_at`` is set: a checkpoint is the step's one commit.
+        """
+
+    async def append_step_records(self, job_id: str, attempt: int, records: Sequence[StepRecord]) -> None:
+        """Store step records of this process's session, if ``attempt`` still holds the live job.
+
+        A side-effecting call's write-ahead record goes through here before the call runs: the write is
+        fenced like a checkpoint, so a process that lost the job (a frozen attempt woken after its
+        successor took over) learns it before the effect. Rows already stored are left as they are.
+
+        Raises:
+            AttemptFenced: another attempt or process holds the job, or it has ended; nothing was written.
+        """
+
+    async def load_step_records(self, job_id: str) -> list[StepRecord]:
+        """Every step record the job keeps, oldest writer first (`StepRecord.order`)."""
+
+    async def set_status(
+        self,
+        job_id: str,
+        attempt: int,
+        status: str,
+        *,
+        result: Any = None,
+        error: dict[str, Any] | None = None,
+        expect: Sequence[str] | None = None,
+    ) -> None:
+        """Record a status (and result, or a crash record appended to ``error``), if the row is as expected.
+
+        ``expect``: the statuses the row may have for the write to happen; None means any status that is not
+        terminal (COMPLETED, FAILED, DEAD_LETTER): a terminal row is never rewritten by a late writer.
+
+        Raises:
+            AttemptFenced: the row belongs to another attempt or process, or its status is not expected;
+                nothing changed.
+        """
+
+    async def add_usage(
+        self, job_id: str, attempt: int, input_tokens: int, output_tokens: int, cost_usd: float
+    ) -> dict[str, Any]:
+        """Add to ``tokens_consumed`` and return the new totals."""
+
+    async def heartbeat(self, job_id: str, attempt: int) -> None:
+        """Set ``heartbeat_at`` to now."""
+
+    async def request_approval(self, job_id: str, attempt: int, request: ApprovalRequest) -> ApprovalState:
+        """Park on ``request``: WAITING_FOR_APPROVAL and the request on the row, in one fenced write.
+
+        Nothing changes when a grant already names the call (same invocation id and digest) or the row is
+        terminal; the state returned says which (`ApprovalState.decide`).
+
+        Raises:
+            AttemptFenced: the row belongs to another attempt or process.
+        """
+
+    async def park_waiting(
+        self, job_id: str, attempt: int, until: float, waiting_for: dict[str, Any]
+    ) -> bool:
+        """Park a job this process holds (RUNNING with ``attempt``) at a durable wait, its claim dropped.
+
+        The row becomes WAITING with ``not_before`` = ``until`` (unix time: a worker claims it once the wait
+        is over) and ``waiting_for`` (JSON: what it waits for) in its ``waiting`` column. One conditional
+        UPDATE: False, changing nothing, when the row has moved on (cancelled, or another attempt's).
+        """
+
+    async def take_event(
+        self,
+        job_id: str,
+        attempt: int,
+        names: Sequence[str],
+        invocation_id: str,
+        *,
+        sent_by: float | None = None,
+    ) -> tuple[str, Any] | None:
+        """For the wait ``invocation_id``: the event it took before, else the oldest not taken of ``names``.
+
+        The take is bound to ``invocation_id``: asked again after a crash, it returns the same event.
+        Returns (name, payload), or None when no such event was sent yet. ``sent_by`` (unix time, the wait's
+        deadline) leaves events sent after it alone: a wait resumed after its deadline times out rather than
+        take an answer that came too late.
+
+        Raises:
+            AttemptFenced: the row is another attempt's.
+        """
+
+    async def start_child(
+        self,
+        parent_id: str,
+        attempt: int,
+        job_id: str,
+        agent_id: str,
+        payload: Any,
+        *,
+        invocation_id: str,
+        detached: bool = False,
+    ) -> bool:
+        """Create the PENDING row of a child job unless it exists; True when this call created it.
+
+        The row records its parent, the starting call (``invocation_id``) and ``detached``. Keyed on the id:
+        asked again (a start re-run after a crash) it finds the row this call created and changes nothing.
+
+        Raises:
+            ChildJobError: a job ``job_id`` exists that another job or call created, or of another agent.
+            AttemptFenced: the parent row is not held by ``attempt`` (and this store's claim).
+        """
+
+    async def child_outcomes(
+        self, parent_id: str, job_ids: Sequence[str], *, ended_by: float | None = None
+    ) -> list[JobOutcome]:
+        """Each job's status, result and error, in the order of ``job_ids``.
+
+        ``ended_by`` (unix time, a wait's deadline): a child that ended after it is reported as it stood
+        then, not finished (``RUNNING``, no result), so a wait resumed after its deadline times out.
+
+        Raises:
+            ChildJobError: one of them does not exist or is not a child of ``parent_id``.
+        """
+
+    async def is_delivered(self, key: str) -> bool:
+        """Whether the delivery registry holds ``key``."""
+
+    async def record_delivery(self, key: str, job_id: str, channel: str) -> None:
+        """Record ``key`` as delivered (idempotent)."""
+
+
+class WorkQueue(JobRows, Handback, Protocol):
+    """What a worker's queue uses: claim the next runnable job, wait for one, count them, reap zombies."""
+
+    async def claim_next(self, agent_id: str | None = None) -> JobRecord | None:
+        """Claim the oldest runnable job (of ``agent_id``, or of any agent), or return None when none is.
+
+        Runnable: PENDING, or RETRYING whose ``not_before`` has passed; the oldest is the one with the
+        earliest ``not_before``. The claim is atomic (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, an
+        exclusive transaction on SQLite): two claimers never get the same row. The row becomes RUNNING with
+        ``attempt + 1``, this store's claim token and ``heartbeat_at`` now; the returned record has the new
+        attempt, which every later write of the job must pass.
+        """
+
+    @property
+    def notifies(self) -> bool:
+        """Whether `wait_for_work` ends as soon as a job is made runnable (PostgreSQL's ``LISTEN``).
+
+        False: it only sleeps, and an idle worker must poll briskly to pick jobs up soon.
+        """
+        ...
+
+    async def wait_for_work(self, agent_id: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a sign that a job of ``agent_id`` may have become runnable.
+
+        True when such a sign came, False at the timeout. An idle worker waits here between two claims;
+        a store without notifications simply sleeps, so the worker polls.
+        """
+
+    async def count_runnable(self) -> dict[str, int]:
+        """How many jobs are runnable now, per agent id (agents with none are left out)."""
+
+    async def reap(
+        self,
+        threshold_seconds: float,
+        now: float | None = None,
+        constants: Constants | None = None,
+        *,
+        dead_owners: bool = False,
+    ) -> list[ReapDecision]:
+        """The zombie reaper: act on every RUNNING row whose heartbeat is older than ``threshold_seconds``.
+
+        Each row becomes RETRYING (``not_before`` from the crash backoff schedule, or the circuit breaker's
+        cooldown), DEAD_LETTER or FAILED, with the decision appended to its crash history, in its own
+        conditional UPDATE: two reapers at once never both act on a row. The row keeps its attempt and its
+        owner becomes a tombstone no process holds, so the reaped process is fenced out and the next claim
+        gives the job the reaped attempt + 1 (`ReapDecision.attempt`). ``now`` (unix time) defaults to the
+        clock, ``constants`` to `Constants()`. With ``dead_owners``, a RUNNING row claimed by a process of
+        this pid namespace that has exited (its pid gone, or reused by another process) is reaped too once
+        its heartbeat is older than one job heartbeat interval: a fresh heartbeat always wins.
+        """
+
+
+class OperatorStore(JobRows, Protocol):
+    """What an operator uses (``python -m agentlife job``, the console): list, act on and talk to jobs."""
+
+    async def list_jobs(
+        self,
+        status: str | None = None,
+        agent_id: str | None = None,
+        limit: int = 100,
+        *,
+        after: tuple[Any, str | bytes | None] | None = None,
+    ) -> list[JobRecord]:
+        """Job rows, most recently updated first (ties by id), filtered by status and agent.
+
+        ``after`` is a page's cursor: the ``(updated_at, key)`` of the last row of the page before, ``key``
+        being the row's `JobRecord.key` when it has one, else its ``id``; the rows that follow it in that
+        order come back (keyset paging: an index range, as fast deep as at the top).
+
+        Raises:
+            ValueError: ``after`` holds what no row of this store can (bytes, a NUL or a non-number time on
+                PostgreSQL): it is not a cursor of this store.
+        """
+
+    async def approve(
+        self, job_id: str, *, invocation_id: str | None = None, digest: str | None = None
+    ) -> JobRecord:
+        """Grant the call the job is parked on; WAITING_FOR_APPROVAL -> RUNNING or PENDING; returns the row.
+
+        The grant is the row's recorded request (invocation id and digest): it approves that call and no
+        other. RUNNING when the process that parked still holds the row (its owner not provably gone, its
+        heartbeat within the zombie threshold): it polls and carries on. Otherwise PENDING: the next run or
+        worker resumes the job and runs the granted call without asking again. ``invocation_id`` and
+        ``digest``, when given, must name the recorded request (approve exactly the call that was shown).
+
+        Raises:
+            JobNotFound: no such row.
+            JobStateConflict: the job is not waiting for approval, or waits for another call.
+        """
+
+    async def reject(self, job_id: str, reason: str) -> JobRecord:
+        """WAITING_FOR_APPROVAL -> FAILED, final: the reason recorded in the crash history.
+
+        The parked process, or whichever step reaches the call, ends the job FAILED whatever it does next.
+        """
+
+    async def cancel(self, job_id: str, reason: str) -> JobRecord:
+        """PENDING, RETRYING, RUNNING or WAITING_FOR_APPROVAL -> FAILED with ``attempt + 1``.
+
+        The bumped attempt fences out a process still running the job: its next write raises
+        `agentlife.AttemptFenced` and it stops without touching the row.
+        """
+
+    async def retry(self, job_id: str) -> JobRecord:
+        """FAILED or DEAD_LETTER -> PENDING, runnable now; earlier crashes stop counting to retry limits.
+
+        A retry approves nothing: a rejected call parks again and asks. Earlier grants stand.
+        """
+
+    async def send_event(self, job_id: str, name: str, payload: Any = None) -> int:
+        """Send the event ``name`` with ``payload`` (JSON) to a job; returns its sequence number.
+
+        The event is kept until a ``ctx.wait_for_event(name)`` of the job takes it (each event is taken by
+        exactly one wait, oldest first); a job parked WAITING for ``name`` becomes runnable at once.
+
+        Raises:
+            JobNotFound: there is no such job.
+            JobStateConflict: the job is COMPLETED, FAILED or DEAD_LETTER, or already keeps 1,000 events
+                that no wait has taken.
+            ConfigError: an empty or overlong name, or a payload that is not JSON or over 256 KiB.
+        """
+
+    async def kept_events(self, job_id: str) -> dict[str, int]:
+        """How many events of each name the job keeps that no wait has taken yet (oldest name first)."""
+
+    async def get_wait(self, job_id: str) -> WaitState | None:
+        """The row's status and, while it is WAITING, what it waits for; None when there is no such job."""
+
+
+@runtime_checkable
+class CheckpointStore(JobStore, WorkQueue, OperatorStore, Protocol):
+    """Durable job state, every role's operations. Every write after `claim` is fenced by the attempt.
+
+    A write whose ``attempt`` no longer owns the row raises `agentlife.AttemptFenced` and changes nothing.
+    Implementations: `SQLiteStore` (embedded default) and `PostgresStore` (asyncpg pool).
+    """
+
+    async def init_schema(self) -> None:
+        """Create the tables if they do not exist (``python -m agentlife db init``)."""

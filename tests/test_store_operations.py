@@ -1,0 +1,201 @@
+"""How the stores run their operations: each written once, run by a database in its dialect.
+
+A statement names its parameters once for every database; SQLite runs an operation whole in one hop to its
+thread and refuses, by name, one that awaits anything but its transaction; every operation of the store
+belongs to a role its callers are typed by; and what one database appends or adds in SQL of its own keeps
+rows another client wrote (a crash history that is not JSON, totals that are not numbers) as the other
+does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import orjson
+import pytest
+
+from agentlife.stores import (
+    CheckpointStore,
+    JobRows,
+    JobStore,
+    OperatorStore,
+    PostgresStore,
+    SQLiteStore,
+    StepRecord,
+    WorkQueue,
+)
+from agentlife.stores._base import StepUsage
+from agentlife.stores._dialect import Sql, Tx
+from agentlife.stores._store import SQLStore
+
+pytestmark = pytest.mark.anyio
+
+
+def test_a_named_statement_becomes_numbered_parameters_and_keeps_its_casts() -> None:
+    sql = Sql.numbered("UPDATE job SET a = :a::jsonb, b = 'x'::text WHERE id = :job_id AND a <> :a")
+    assert sql.text == "UPDATE job SET a = $1::jsonb, b = 'x'::text WHERE id = $2 AND a <> $1"
+    assert sql.names == ("a", "job_id")
+    assert sql.values({"job_id": "j", "a": 1, "unused": 2}) == [1, "j"]
+    assert Sql.named("SELECT :b, :a, :b").names == ("b", "a")
+
+
+def test_every_operation_of_the_store_belongs_to_a_role() -> None:
+    """A new operation is declared in the role of the callers that need it, or it is not part of the store."""
+
+    def members(cls: type) -> set[str]:
+        annotated = {name for klass in cls.__mro__ for name in getattr(klass, "__annotations__", {})}
+        return {name for name in {*dir(cls), *annotated} if not name.startswith("_")}
+
+    roles = members(JobStore) | members(WorkQueue) | members(OperatorStore) | members(JobRows)
+    assert members(SQLStore) - {"owner", "tables"} == members(CheckpointStore)
+    assert members(CheckpointStore) == roles | {"init_schema"}
+
+
+@pytest.fixture
+async def sqlite(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    store = SQLiteStore(tmp_path / "agentlife.db")
+    await store.open()
+    yield store
+    await store.close()
+
+
+async def test_a_sqlite_operation_runs_whole_in_one_thread_hop(
+    sqlite: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sqlite3 blocks: each operation hops to a thread once, however many statements it runs."""
+    real, hops = anyio.to_thread.run_sync, [0]
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        hops[0] += 1
+        return await real(*args, **kwargs)
+
+    await sqlite.create_job("j", "agent", {"n": 1})
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    row = await sqlite.claim_next("agent")
+    assert row is not None and hops == [1]
+    records = [StepRecord(0, row.attempt, 7, seq, b'{"type":"x"}') for seq in range(3)]
+    await sqlite.write_checkpoint(
+        "j", row.attempt, "c0", 0, b"state", [(0, b"m0"), (1, b"m1")], StepUsage(3, 4, 0.5), records=records
+    )
+    assert hops == [2]  # eight statements (row, usage, history, trim, messages, records), one hop
+    assert await sqlite.load_conversation("j", 2) == [b"m0", b"m1"]
+    assert len(await sqlite.load_step_records("j")) == 3
+
+
+async def _sleeps_in_its_transaction(tx: Tx, job_id: str) -> None:
+    async with tx.atomic():
+        await tx.execute(tx.sql.wake, job_id=job_id)
+        await asyncio.sleep(0)  # not the transaction's: it suspends, for the event loop
+
+
+async def test_a_sqlite_operation_that_awaits_anything_else_is_refused_by_name_and_rolled_back(
+    sqlite: SQLiteStore,
+) -> None:
+    await sqlite.create_job("j", "agent", None)
+    before = await sqlite.get_job("j")
+    with pytest.raises(RuntimeError, match="_sleeps_in_its_transaction awaited something other than"):
+        await sqlite._db.run(_sleeps_in_its_transaction, "j")
+    after = await sqlite.get_job("j")
+    assert after is not None and before is not None and after.not_before == before.not_before
+    other = sqlite3.connect(sqlite.path, timeout=0.5, isolation_level=None)
+    try:  # no transaction was left open: another writer gets the lock at once
+        other.execute("UPDATE job SET payload = '2' WHERE id = 'j'")
+    finally:
+        other.close()
+    assert (await sqlite.claim_next("agent")) is not None  # the store goes on serving
+
+
+#: A crash history each database can hold that agentlife cannot read as a list.
+TORN_HISTORY = {"sqlite": "'{torn'", "postgresql": """'{"not": "a list"}'::jsonb"""}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def any_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[str, CheckpointStore]]:
+    if request.param == "sqlite":
+        store: CheckpointStore = SQLiteStore(tmp_path / "agentlife.db")
+    else:
+        store = PostgresStore(request.getfixturevalue("postgres_url"), create_schema=True)
+    await store.open()
+    yield request.param, store
+    await store.close()
+
+
+async def _raw(store: CheckpointStore, statement: str) -> list[Any]:
+    """One statement from another client."""
+    if isinstance(store, SQLiteStore):
+        conn = sqlite3.connect(store.path, isolation_level=None)
+        try:
+            return conn.execute(statement).fetchall()
+        finally:
+            conn.close()
+    import asyncpg
+
+    assert isinstance(store, PostgresStore)
+    pg = await asyncpg.connect(store._db._url)
+    try:
+        return list(await pg.fetch(statement))
+    finally:
+        await pg.close()
+
+
+async def test_a_status_write_keeps_a_crash_history_another_client_wrote_badly(
+    any_store: tuple[str, CheckpointStore],
+) -> None:
+    """The crash record is appended and what the history held stays in it: nothing lost, nothing raised."""
+    kind, store = any_store
+    await store.create_job("j", "agent", None)
+    await store.claim("j", 1)
+    await _raw(store, f"UPDATE job SET error = {TORN_HISTORY[kind]} WHERE id = 'j'")
+    crash = {"at": 1.0, "attempt": 1, "exit_code": 1, "error_class": "Boom", "message": "boom"}
+    await store.set_status("j", 1, "RETRYING", error=crash)
+    ((stored,),) = await _raw(store, "SELECT error FROM job WHERE id = 'j'")
+    history = orjson.loads(stored)
+    assert history[-1] == crash and len(history) == 2
+    kept = history[0]
+    assert kept == {"not": "a list"} if kind == "postgresql" else kept["raw"] == "{torn"
+
+
+@pytest.mark.parametrize(
+    "totals",
+    [
+        """'{"input": "7", "output": true, "cost_usd": 1.5, "other": 3}'""",
+        """'{"input": 2, "output": null}'""",
+        "'[1, 2]'",
+    ],
+)
+async def test_a_checkpoint_adds_the_steps_usage_only_to_totals_that_are_numbers(
+    any_store: tuple[str, CheckpointStore], totals: str
+) -> None:
+    kind, store = any_store
+    await store.create_job("j", "agent", None)
+    await store.claim("j", 1)
+    cast = "::jsonb" if kind == "postgresql" else ""
+    await _raw(store, f"UPDATE job SET tokens_consumed = {totals}{cast} WHERE id = 'j'")
+    before = orjson.loads(totals.strip("'"))
+    await store.write_checkpoint("j", 1, "c0", 0, b"state", usage=StepUsage(10, 5, 0.25))
+    row = await store.get_job("j")
+    assert row is not None
+    base = before if isinstance(before, dict) else {}
+    number = {k: v for k, v in base.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    assert row.tokens_consumed == {
+        "input": number.get("input", 0) + 10,
+        "output": number.get("output", 0) + 5,
+        "cost_usd": number.get("cost_usd", 0) + 0.25,
+    }
+
+
+async def test_sqlite_adds_usage_to_totals_that_are_not_json_from_zero(sqlite: SQLiteStore) -> None:
+    await sqlite.create_job("j", "agent", None)
+    await sqlite.claim("j", 1)
+    await _raw(sqlite, "UPDATE job SET tokens_consumed = 'torn {' WHERE id = 'j'")
+    await sqlite.write_checkpoint("j", 1, "c0", 0, b"state", usage=StepUsage(10, 5, 0.25))
+    row = await sqlite.get_job("j")
+    assert row is not None and row.tokens_consumed == {"input": 10, "output": 5, "cost_usd": 0.25}
