@@ -10,6 +10,7 @@ does.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -199,3 +200,66 @@ async def test_sqlite_adds_usage_to_totals_that_are_not_json_from_zero(sqlite: S
     await sqlite.write_checkpoint("j", 1, "c0", 0, b"state", usage=StepUsage(10, 5, 0.25))
     row = await sqlite.get_job("j")
     assert row is not None and row.tokens_consumed == {"input": 10, "output": 5, "cost_usd": 0.25}
+
+
+#: An event payload each database can hold that no JSON reader takes: a number out of a float's range, and
+#: on SQLite (whose column takes any text) a payload that is not JSON at all.
+UNREADABLE_PAYLOADS = {
+    "sqlite": ["'1e400'", "'{torn'"],
+    "postgresql": ["'1e400'::jsonb", "'[[[[1]]]]'::jsonb"],
+}
+
+
+async def test_an_event_whose_payload_cannot_be_read_is_set_aside_and_the_next_one_taken(
+    any_store: tuple[str, CheckpointStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Such an event failed the wait on every attempt; now the wait takes the next event and says why."""
+    kind, store = any_store
+    await store.create_job("j", "agent", None)
+    await store.claim("j", 1)
+    bad = UNREADABLE_PAYLOADS[kind]
+    for n in range(len(bad)):
+        await store.send_event("j", "answer", {"n": n})
+    await store.send_event("j", "answer", {"n": "good"})
+    if kind == "postgresql":  # nested deeper than any JSON reader goes
+        bad[1] = "'" + "[" * 2000 + "]" * 2000 + "'::jsonb"
+    for seq, payload in enumerate(bad, start=1):
+        await _raw(store, f"UPDATE job_event SET payload = {payload} WHERE seq = {seq}")
+    with caplog.at_level(logging.WARNING, "agentlife.store"):
+        taken = await store.take_event("j", 1, ["answer"], "j/0/0")
+        assert taken == ("answer", {"n": "good"})
+        assert await store.take_event("j", 1, ["answer"], "j/0/0") == taken  # the same on replay
+    assert [r.getMessage() for r in caplog.records].count(
+        "job j: event 'answer' has a payload that cannot be read (JSONDecodeError); set aside, not delivered"
+    ) == len(bad)
+    assert await store.kept_events("j") == {}  # set aside: no wait takes them and none is listed as kept
+    marks = await _raw(store, "SELECT taken_by FROM job_event ORDER BY seq")
+    assert [row[0] for row in marks] == ["unreadable:j/0/0"] * len(bad) + ["j/0/0"]
+
+
+@pytest.mark.parametrize(
+    ("columns", "why"),
+    [
+        ("'x', 1, 1, 1, X'7B7D'", "a step that is not a number"),
+        ("0, 1.5, 1, 1, X'7B7D'", "an attempt that is not an integer"),
+        ("0, 1, 1, 2, 3.25", "data that is a number"),
+    ],
+)
+async def test_a_sqlite_step_record_that_is_not_one_is_passed_over_at_load(
+    sqlite: SQLiteStore, columns: str, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await sqlite.create_job("j", "agent", None)
+    await sqlite.claim("j", 1)
+    await sqlite.append_step_records("j", 1, [StepRecord(0, 1, 1, 1, b'{"type": "TOOL_STARTED"}')])
+    await _raw(sqlite, "INSERT INTO step_record VALUES ('j', 0, 1, 1, 0, '{\"type\": \"WAIT_STARTED\"}')")
+    await _raw(
+        sqlite, f"INSERT INTO step_record (job_id, step, attempt, session, seq, data) VALUES ('j', {columns})"
+    )
+    with caplog.at_level(logging.WARNING, "agentlife.store"):
+        records = await sqlite.load_step_records("j")
+    # The readable rows, a TEXT line among them, in order; the bad one passed over with a warning.
+    assert records == [
+        StepRecord(0, 1, 1, 0, b'{"type": "WAIT_STARTED"}'),
+        StepRecord(0, 1, 1, 1, b'{"type": "TOOL_STARTED"}'),
+    ], why
+    assert any("a step record that is not one" in r.getMessage() for r in caplog.records), why

@@ -199,6 +199,7 @@ class Statements:
     lock_attempt: Statement
     event_taken: Statement
     take_event: Statement
+    set_event_aside: Statement
     kept_events: Statement
     # -- child jobs (_childjobs)
     start_child: Statement
@@ -297,6 +298,9 @@ def shared_statements(t: TableNames, d: Dialect) -> dict[str, Statement]:
         "lock_attempt": f"SELECT attempt FROM {j} WHERE id = :job_id{d.for_update}",
         "event_taken": (
             f"SELECT name, payload FROM {event} WHERE job_id = :job_id AND taken_by = :invocation_id"
+        ),
+        "set_event_aside": (
+            f"UPDATE {event} SET taken_by = :mark WHERE job_id = :job_id AND taken_by = :invocation_id"
         ),
         "kept_events": (
             f"SELECT name, count(*) FROM {event} WHERE job_id = :job_id AND taken_by IS NULL"

@@ -15,6 +15,7 @@ sent, so an event sent while the job parks is never left without a wake-up.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,8 @@ __all__ = [
     "take_event",
     "waits_for",
 ]
+
+_log = logging.getLogger("agentlife.store")
 
 #: The largest payload an event may carry (its JSON): it is journaled as the wait's outcome.
 MAX_EVENT_PAYLOAD_BYTES = 256 * 1024
@@ -124,6 +127,11 @@ async def take_event(
 ) -> tuple[str, Any] | None:
     """The event the wait ``invocation_id`` took, else the oldest untaken of ``names`` sent by ``sent_by``.
 
+    An event whose payload cannot be read (a row written by hand: not JSON, a number no float holds, nested
+    deeper than JSON is read) would fail the wait on every attempt: it is set aside instead, marked taken by
+    ``unreadable:`` and the wait's id (so no wait takes it and `kept_events` no longer counts it), with a
+    warning, and the next event is taken.
+
     Raises:
         AttemptFenced: the row is another attempt's.
     """
@@ -131,19 +139,38 @@ async def take_event(
         held = await tx.fetchval(tx.sql.lock_attempt, job_id=job_id)
         if held != attempt:
             raise AttemptFenced(f"job {job_id}: event taken by attempt {attempt} refused")
-        taken = await tx.fetchrow(tx.sql.event_taken, job_id=job_id, invocation_id=invocation_id)
-        if taken is None:
-            taken = await tx.fetchrow(
-                tx.sql.take_event,
-                job_id=job_id,
-                names=list(names),
-                invocation_id=invocation_id,
-                sent_by=math.inf if sent_by is None else sent_by,
-            )
-    if taken is None:
+        while True:  # each pass takes one event, and a job keeps a bounded number of them
+            taken = await tx.fetchrow(tx.sql.event_taken, job_id=job_id, invocation_id=invocation_id)
+            if taken is None:
+                taken = await tx.fetchrow(
+                    tx.sql.take_event,
+                    job_id=job_id,
+                    names=list(names),
+                    invocation_id=invocation_id,
+                    sent_by=math.inf if sent_by is None else sent_by,
+                )
+            if taken is None:
+                return None
+            try:
+                return str(taken["name"]), _payload(taken["payload"])
+            except (ValueError, TypeError, RecursionError) as exc:
+                _log.warning(
+                    "job %s: event %r has a payload that cannot be read (%s); set aside, not delivered",
+                    job_id,
+                    taken["name"],
+                    type(exc).__name__,
+                )
+                aside = {"invocation_id": invocation_id, "mark": f"unreadable:{invocation_id}"}
+                await tx.execute(tx.sql.set_event_aside, job_id=job_id, **aside)
+
+
+def _payload(stored: object) -> Any:
+    """A stored event payload as the JSON value it holds (None for none)."""
+    if stored is None:
         return None
-    payload = taken["payload"]
-    return taken["name"], None if payload is None else orjson.loads(payload)
+    if not isinstance(stored, str | bytes):
+        raise TypeError("not text")
+    return orjson.loads(stored)
 
 
 async def kept_events(tx: Tx, job_id: str) -> dict[str, int]:

@@ -16,6 +16,7 @@ never rewrites its history. `load_step_records` reads a job's rows back, oldest 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,9 +24,11 @@ from typing import TYPE_CHECKING, Any
 from agentlife._exceptions import AttemptFenced
 
 if TYPE_CHECKING:
-    from agentlife.stores._dialect import Tx
+    from agentlife.stores._dialect import Row, Tx
 
 __all__ = ["StepRecord", "append_step_records", "load_step_records", "record_params"]
+
+_log = logging.getLogger("agentlife.store")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,28 @@ async def append_step_records(
 
 
 async def load_step_records(tx: Tx, job_id: str) -> list[StepRecord]:
-    """Every step record the job keeps, oldest writer first (see `StepRecord.order`)."""
-    rows = await tx.fetch(tx.sql.load_records, job_id=job_id)
-    return [StepRecord(int(r[0]), int(r[1]), int(r[2]), int(r[3]), bytes(r[4])) for r in rows]
+    """Every step record the job keeps, oldest writer first (see `StepRecord.order`).
+
+    A row the store cannot read as a record (SQLite keeps what a hand-written ``INSERT`` put there: a key
+    that is not an integer, data that is a number) is passed over with a warning: hydration goes on with
+    the records it can read, as it does past a damaged line of a session journal.
+    """
+    records = []
+    for row in await tx.fetch(tx.sql.load_records, job_id=job_id):
+        record = _record(row)
+        if record is None:
+            _log.warning("job %s: a step record that is not one (%r) passed over", job_id, tuple(row)[:4])
+        else:
+            records.append(record)
+    return records
+
+
+def _record(row: Row) -> StepRecord | None:
+    keys, data = [row[i] for i in range(4)], row[4]
+    if not all(isinstance(key, int) and not isinstance(key, bool) for key in keys):
+        return None
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")  # a line a hand-written TEXT value holds
+    if not isinstance(data, bytes | bytearray | memoryview):
+        return None
+    return StepRecord(keys[0], keys[1], keys[2], keys[3], bytes(data))
