@@ -3,9 +3,9 @@
 The store is the one every command uses (``--database-url``, else ``AGENTLIFE_DATABASE_URL``, else the
 embedded SQLite file under ``AGENTLIFE_DATA_DIR``). Only ``create`` may create a SQLite store; every other
 command on a file that is not there says ``no store at PATH`` (exit 1) rather than create an empty one and
-report no jobs. Exit codes: 0 done, 1 store error, 2 usage (a bad id, a payload that is not JSON),
-`EXIT_NOT_FOUND` no such job, `EXIT_CONFLICT` the job's status does not allow the operation (approve of a
-job that is not parked, ...), the message naming the status.
+report no jobs. Exit codes (`ExitCode`): 0 done, 1 store error, 2 usage (a bad id, a payload that is not
+JSON), 3 no such job, 4 the job's status does not allow the operation (approve of a job that is not
+parked, ...), the message naming the status.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from agentlife._config import (
     validate_payload,
 )
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError
+from agentlife._exitcode import ExitCode
 from agentlife._journal._show import format_timeline
 from agentlife._journal._writer import list_sessions
 from agentlife.constants import MAX_ENV_INTEGER
@@ -47,12 +48,8 @@ from agentlife.stores._events import check_event
 from agentlife.stores._jobs import is_crash
 from agentlife.stores._rows import JSON_COLUMNS
 
-__all__ = ["EXIT_CONFLICT", "EXIT_NOT_FOUND", "approve_parked", "open_store", "register"]
+__all__ = ["approve_parked", "open_store", "register"]
 
-#: ``job`` exit code: the job row does not exist.
-EXIT_NOT_FOUND = 3
-#: ``job`` exit code: the job's status does not allow the operation (another one may have won a race).
-EXIT_CONFLICT = 4
 #: How many journal lines ``job show`` prints by default.
 DEFAULT_EVENTS = 15
 #: The most rows ``job list --limit`` asks for (what every store's LIMIT takes).
@@ -67,8 +64,9 @@ def register(sub: Any) -> None:
     job = sub.add_parser(
         "job",
         help="create, inspect and operate job rows",
-        description="Create, inspect and operate job rows in the store. Exit codes: 0 done, 1 store error, "
-        f"2 usage, {EXIT_NOT_FOUND} no such job, {EXIT_CONFLICT} the job's status does not allow it.",
+        description="Create, inspect and operate job rows in the store. Exit codes: "
+        f"{ExitCode.DONE} done, {ExitCode.CRASH} store error, {ExitCode.USAGE} usage, "
+        f"{ExitCode.NOT_FOUND} no such job, {ExitCode.CONFLICT} the job's status does not allow it.",
     )
     commands = job.add_subparsers(dest="job_command", metavar="COMMAND", parser_class=Parser)
     commands.required = True
@@ -158,10 +156,10 @@ def _main(args: argparse.Namespace, handler: Callable[[argparse.Namespace], Awai
         return anyio.run(handler, args)
     except JobNotFound as exc:
         say(f"agentlife: {exc}")
-        return EXIT_NOT_FOUND
+        return ExitCode.NOT_FOUND
     except JobStateConflict as exc:
         say(f"agentlife: {exc}")
-        return EXIT_CONFLICT
+        return ExitCode.CONFLICT
 
 
 async def open_store(args: argparse.Namespace) -> CheckpointStore:

@@ -10,10 +10,10 @@ import os
 import sys
 from typing import Any
 
-from agentlife._cli._common import EXIT_DRAINED
 from agentlife._cli._run import validated_settings
 from agentlife._config import validate_database_url
 from agentlife._exceptions import ConfigError, SignalDuringImport
+from agentlife._exitcode import ExitCode
 from agentlife._runtime._entry import load_agent_class
 from agentlife.constants import MAX_ENV_SECONDS, Constants
 
@@ -88,7 +88,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             agent_cls = load_agent_class(args.target)
     except SignalDuringImport as exc:
         sys.stderr.write(f"agentlife: drained by {exc.name} while importing {args.target}\n")
-        return EXIT_DRAINED
+        return ExitCode.DRAINED
 
     from agentlife._runtime._worker import Worker, WorkerOptions
 

@@ -1,4 +1,4 @@
-"""The engine's records: `RunOptions`, what hydration found, how a job ended, and the exit codes.
+"""The engine's records: `RunOptions`, what hydration found and how a job ended.
 
 `Hydrated` and `Resume` carry what hydration found, `Outcome` how the lifecycle ended; no behaviour.
 """
@@ -23,11 +23,6 @@ if TYPE_CHECKING:
     from agentlife._journal._recovery import ReplayMap
     from agentlife._memory import MemoryRecord
 
-
-EXIT_DONE = 0
-EXIT_CRASH = 1
-EXIT_USAGE = 2
-EXIT_DRAINED = 143
 
 log = logging.getLogger("agentlife.runtime")
 PHASE_NAMES = {

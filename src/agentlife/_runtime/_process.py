@@ -21,6 +21,7 @@ import anyio.abc
 import anyio.to_thread
 
 from agentlife._exceptions import ConfigError
+from agentlife._exitcode import ExitCode
 from agentlife._logging import log_fields, process_logging
 from agentlife._observe._lag import run_lag_monitor
 from agentlife._observe._status import StatusBoard
@@ -35,9 +36,6 @@ if TYPE_CHECKING:
 __all__ = ["ProcessShell", "ShellOptions", "quietly"]
 
 log = logging.getLogger("agentlife.runtime")
-
-#: The exit code a drain's hard exit uses.
-_EXIT_DRAINED = 143
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +161,7 @@ class ProcessShell:
     def arm_drain_exit(self) -> None:
         """A drain began: the process is out within the step deadline and cleanup budget, whatever runs."""
         drain = self.constants.drain
-        self.arm_hard_exit(drain.step_deadline_seconds + drain.cleanup_budget_seconds, _EXIT_DRAINED)
+        self.arm_hard_exit(drain.step_deadline_seconds + drain.cleanup_budget_seconds, ExitCode.DRAINED)
 
     def exit(self, code: int, reason: str, logger: logging.Logger = log) -> int:
         """Settle the exit code (a swallowed cancel cannot hold the process) and log the exit line."""

@@ -34,8 +34,9 @@ import anyio.lowlevel
 
 from agentlife._config import Settings
 from agentlife._exceptions import ConfigError, describe_error
+from agentlife._exitcode import ExitCode
 from agentlife._logging import log_fields
-from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, RunOptions
+from agentlife._runtime._base import RunOptions
 from agentlife._runtime._drain import Drain
 from agentlife._runtime._lifecycle import Runtime
 from agentlife._runtime._process import ProcessShell, ShellOptions, quietly
@@ -49,14 +50,12 @@ if TYPE_CHECKING:
     from agentlife._agent import AgentProcess
     from agentlife.stores import CheckpointStore
 
-__all__ = ["EXIT_IDLE", "Worker", "WorkerOptions", "job_run"]
+__all__ = ["Worker", "WorkerOptions", "job_run"]
 
 log = logging.getLogger("agentlife.worker")
 
-#: The worker's exit code after its idle timeout or its ``max_jobs``: it did all it was asked to.
-EXIT_IDLE = 0
 #: How a job run by a worker ended, by the exit code its lifecycle would have given a process of its own.
-JOB_OUTCOMES = {EXIT_DONE: "done", EXIT_DRAINED: "drained", EXIT_CRASH: "crashed"}
+JOB_OUTCOMES: dict[int, str] = {ExitCode.DONE: "done", ExitCode.DRAINED: "drained", ExitCode.CRASH: "crashed"}
 #: The slowest idle poll when the store notifies new work (PostgreSQL): a notification lost with a dropped
 #: connection, or a retry whose backoff ended (nothing notifies that), waits at most this long.
 NOTIFY_FALLBACK_POLL_SECONDS = 5.0
@@ -232,14 +231,14 @@ class Worker:
                 await store.open()
             except Exception as exc:  # a driver error no store code wrapped is still "unreachable"
                 log.error("fatal: store unreachable: %s", self._why(exc))
-                return EXIT_CRASH, "store unreachable"
+                return ExitCode.CRASH, "store unreachable"
             try:
                 # One query of the job table now: a database without the schema (or one older than job
                 # operations) is a fatal boot error naming `db init`, not a claim that fails for ever.
                 await store.count_runnable()
             except Exception as exc:
                 log.error("fatal: the store cannot serve jobs: %s", self._why(exc))
-                return EXIT_CRASH, "store not usable"
+                return ExitCode.CRASH, "store not usable"
             self.board.store_has_free_connection = store.has_free_connection
             self.shell.start_lag_monitor(self.constants.probe.lag_interval_seconds)
             self.shell.start_telemetry(settings, one_job=False)
@@ -266,7 +265,7 @@ class Worker:
             for _ in range(self.options.concurrency):
                 slots.start_soon(self._slot, store)
         if self.drain.draining:
-            return EXIT_DRAINED, f"drained by {self.drain.reason} after {len(self.history)} jobs"
+            return ExitCode.DRAINED, f"drained by {self.drain.reason} after {len(self.history)} jobs"
         assert self._stop is not None  # a slot returns only when draining or stopped
         return self._stop
 
@@ -329,7 +328,9 @@ class Worker:
             return False
         idle = time.monotonic() - self._idle_since if not self.running else 0.0
         if idle >= self.options.idle_timeout:
-            self._stop_all(EXIT_IDLE, f"idle for {idle:.1f}s (--idle-timeout {self.options.idle_timeout:g})")
+            self._stop_all(
+                ExitCode.DONE, f"idle for {idle:.1f}s (--idle-timeout {self.options.idle_timeout:g})"
+            )
             return False
         seconds = min(seconds, self.options.idle_timeout - idle)
         woken = False
@@ -392,7 +393,7 @@ class Worker:
         if self.drain.draining or self._stop:
             return None
         if opts.max_jobs is not None and self._claimed >= opts.max_jobs:
-            self._stop_all(EXIT_IDLE, f"ran {opts.max_jobs} jobs (--max-jobs)")
+            self._stop_all(ExitCode.DONE, f"ran {opts.max_jobs} jobs (--max-jobs)")
             return None
         try:
             row = await store.claim_next(self.agent_id)
@@ -429,7 +430,7 @@ class Worker:
         try:
             code, reason = await job.run(), job.exit_reason or "the job failed before its first step"
         except Exception as exc:  # the engine failed around the job: a crash of that job, not of the pool
-            error_class, reason, code = "InternalError", f"internal error: {self._why(exc)}", EXIT_CRASH
+            error_class, reason, code = "InternalError", f"internal error: {self._why(exc)}", ExitCode.CRASH
             log.error("job %s: %s", row.id, reason, exc_info=exc, extra=log_fields(job_id=row.id))
         finally:
             del self.running[row.id]
@@ -438,9 +439,9 @@ class Worker:
         self._log_job_end(row, code, reason)
         self.history.append((row.id, row.attempt, code))
         await self._drop_claim(store, row)
-        if code == EXIT_DRAINED:
+        if code == ExitCode.DRAINED:
             await self._hand_back(store, row, "drained")
-        elif code == EXIT_DONE:
+        elif code == ExitCode.DONE:
             self.jobs_done += 1
         else:
             self.jobs_crashed += 1
@@ -538,7 +539,7 @@ class Worker:
         self, store: CheckpointStore, row: JobRecord, error_class: str, why: str
     ) -> JobRecord | None:
         """Append the crash record the engine could not write; the row as it is then."""
-        error: dict[str, Any] = {"at": time.time(), "attempt": row.attempt, "exit_code": EXIT_CRASH}
+        error: dict[str, Any] = {"at": time.time(), "attempt": row.attempt, "exit_code": ExitCode.CRASH}
         error.update(error_class=error_class, message=self.redactor.redact(why))
         await store.set_status(
             row.id, row.attempt, JobStatus.RUNNING, error=error, expect=(JobStatus.RUNNING,)
