@@ -51,7 +51,7 @@ def _report(exc: BaseException) -> int:
         say(f"agentlife: error: {exc}")
         return ExitCode.USAGE
     if isinstance(exc, AgentlifeError):
-        say(f"agentlife: {type(exc).__name__}: {exc}")
+        say(f"agentlife: {_one_line(exc)}")
         return ExitCode.CRASH
     if isinstance(exc, KeyboardInterrupt):
         return ExitCode.INTERRUPTED
@@ -59,12 +59,17 @@ def _report(exc: BaseException) -> int:
         raise exc
     # A bug, not bad input (or an agent's own BaseException subclass): still one line, since a
     # traceback would print secrets unmasked.
-    say(f"agentlife: internal error: {describe_error(exc)}")
+    say(f"agentlife: internal error: {_one_line(exc)}")
     if debug_from_env(os.environ):
         import traceback
 
         say("".join(traceback.format_exception(exc)).rstrip())
-    return 1
+    return ExitCode.CRASH
+
+
+def _one_line(exc: BaseException) -> str:
+    # Masked before its lines are joined: a secret of several lines (a PEM key) is known only whole.
+    return describe_error(exc, redact=Redactor.from_env(os.environ).redact)
 
 
 def _sole_leaf(exc: BaseException) -> BaseException:

@@ -26,7 +26,7 @@ from agentlife._config import (
     validate_database_url,
     validate_payload,
 )
-from agentlife._exceptions import ConfigError, SignalDuringImport, UnreplayableValue
+from agentlife._exceptions import ConfigError, SignalDuringImport, UnreplayableValue, describe_error
 from agentlife._exitcode import ExitCode
 from agentlife._replay import check_replayable
 from agentlife._runtime._entry import check_agent_class, load_agent_class
@@ -130,7 +130,7 @@ def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
     try:
         agent = agent_cls()
     except Exception as exc:
-        raise ConfigError(f"creating {agent_cls.__name__}() failed: {type(exc).__name__}: {exc}") from None
+        raise ConfigError(f"creating {agent_cls.__name__}() failed: {describe_error(exc)}") from None
     options = RunOptions(
         job_id=args.job_id,
         payload=payload,

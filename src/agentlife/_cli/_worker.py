@@ -12,7 +12,7 @@ from typing import Any
 
 from agentlife._cli._run import validated_settings
 from agentlife._config import validate_database_url
-from agentlife._exceptions import ConfigError, SignalDuringImport
+from agentlife._exceptions import ConfigError, SignalDuringImport, describe_error
 from agentlife._exitcode import ExitCode
 from agentlife._runtime._entry import load_agent_class
 from agentlife.constants import MAX_ENV_SECONDS, Constants
@@ -102,7 +102,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     try:
         agent_cls()  # one instance up front: a class that cannot be built is a usage error, not N crashes
     except Exception as exc:
-        raise ConfigError(f"creating {agent_cls.__name__}() failed: {type(exc).__name__}: {exc}") from None
+        raise ConfigError(f"creating {agent_cls.__name__}() failed: {describe_error(exc)}") from None
     options = WorkerOptions(
         agent_id=agent_id or None,
         idle_timeout=args.idle_timeout,

@@ -26,9 +26,9 @@ from typing import Any
 
 import orjson
 
-from agentlife._exceptions import CallError, PermanentError, TransientError
+from agentlife._exceptions import CallError, PermanentError, TransientError, describe_error
 from agentlife._llm._http import LazyClient, ResponseHolder, http_base_url, is_loopback, loopback_client
-from agentlife._llm._sse import describe, read_error_body, server_sent_events
+from agentlife._llm._sse import read_error_body, server_sent_events
 from agentlife._llm._tls import tls_context
 from agentlife._redact import Redactor
 from agentlife._retry import classify, error_for_http_status
@@ -40,7 +40,6 @@ __all__ = [
     "MessagesHTTP",
     "ResponseHolder",
     "checked_events",
-    "describe",
     "error_details",
     "error_for_event",
     "error_for_status",
@@ -198,7 +197,7 @@ async def checked_events(response: Any, redactor: Redactor) -> AsyncIterator[dic
     except Exception as exc:
         if isinstance(exc, CallError) or not classify(exc).retryable:
             raise
-        raise TransientError(redactor.redact(f"the Anthropic stream broke: {describe(exc)}")) from exc
+        raise TransientError(redactor.redact(f"the Anthropic stream broke: {describe_error(exc)}")) from exc
 
 
 def _decode_event(name: str | None, data: str) -> dict[str, Any] | None:
@@ -274,7 +273,7 @@ class MessagesHTTP:
             raise TransientError("the Anthropic API request timed out (HTTP client timeout)") from exc
         except httpx.HTTPError as exc:
             raise TransientError(
-                self._redact(f"cannot reach the Anthropic API at {self.where}: {describe(exc)}")
+                self._redact(f"cannot reach the Anthropic API at {self.where}: {describe_error(exc)}")
             ) from exc
         holder.response = response
         if not 200 <= response.status_code < 300:

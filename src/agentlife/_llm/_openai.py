@@ -25,7 +25,13 @@ from typing import Any
 
 import orjson
 
-from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
+from agentlife._exceptions import (
+    CallError,
+    LLMConfigurationError,
+    PermanentError,
+    TransientError,
+    describe_error,
+)
 from agentlife._llm._anthropic import parse_retry_after
 from agentlife._llm._guard import guard_stream, stream_timeouts_from_env
 from agentlife._llm._http import LazyClient, ResponseHolder, http_base_url, is_loopback, loopback_client
@@ -38,7 +44,7 @@ from agentlife._llm._openai_format import (
 )
 from agentlife._llm._pricing import PriceTable
 from agentlife._llm._protocol import CURRENT_CALL, INVOCATION_HEADER, LLMReply, OnEvent, StreamTimeouts
-from agentlife._llm._sse import describe, read_error_body, server_sent_events
+from agentlife._llm._sse import read_error_body, server_sent_events
 from agentlife._llm._tls import tls_context
 from agentlife._redact import Redactor
 from agentlife._retry import classify
@@ -227,7 +233,9 @@ class OpenAICompatibleLLM:
             raise TransientError("the OpenAI-compatible API request timed out (HTTP client timeout)") from exc
         except httpx.HTTPError as exc:
             raise TransientError(
-                self._redact(f"cannot reach the OpenAI-compatible API at {self._base_url}: {describe(exc)}")
+                self._redact(
+                    f"cannot reach the OpenAI-compatible API at {self._base_url}: {describe_error(exc)}"
+                )
             ) from exc
         holder.response = response
         if response.status_code != 200:
@@ -249,7 +257,7 @@ class OpenAICompatibleLLM:
             if isinstance(exc, CallError) or not classify(exc).retryable:
                 raise
             raise TransientError(
-                self._redact(f"the OpenAI-compatible stream broke: {describe(exc)}")
+                self._redact(f"the OpenAI-compatible stream broke: {describe_error(exc)}")
             ) from exc
 
     async def _status_error(self, response: Any) -> CallError:

@@ -200,7 +200,7 @@ async def record_crash(
                         expect=(status,),
                     )
             except Exception as store_exc:  # a driver error too: the crash stays a crash (exit 1), logged
-                why = redactor.redact(describe_error(store_exc))
+                why = describe_error(store_exc, redact=redactor.redact)
                 log.error("could not record the crash on the job row: %s", why)
     return Outcome(ExitCode.CRASH, f"crash: {message.splitlines()[0][:300]}")
 

@@ -27,7 +27,14 @@ import orjson
 from agentlife._agent import AgentProcess, Done, Footprint
 from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._exceptions import AgentlifeError, AttemptFenced, ParkRequested, StoreUnavailable, WaitParked
+from agentlife._exceptions import (
+    AgentlifeError,
+    AttemptFenced,
+    ParkRequested,
+    StoreUnavailable,
+    WaitParked,
+    describe_error,
+)
 from agentlife._exitcode import ExitCode
 from agentlife._journal._recovery import build_replay, scan_for_resume
 from agentlife._journal._steprecords import StepJournal, replay_events
@@ -309,7 +316,7 @@ class StepRunner:
                     s.job_id, s.attempt, usage.input_tokens, usage.output_tokens, usage.cost_usd
                 )
         except Exception as exc:
-            why = self.host.redactor.redact(f"{type(exc).__name__}: {exc}")
+            why = describe_error(exc, redact=self.host.redactor.redact)
             log.warning("the usage of step %s's model calls %s was not counted: %s", step, calls, why)
             return
         self.records.append("USAGE_COUNTED", step=step, calls=calls)
@@ -328,7 +335,7 @@ class StepRunner:
             with anyio.CancelScope(shield=True), anyio.fail_after(budget):
                 await self.records.store_all()
         except Exception as exc:
-            why = self.host.redactor.redact(f"{type(exc).__name__}: {exc}")
+            why = describe_error(exc, redact=self.host.redactor.redact)
             log.warning("step %s's calls were not all written to the store: %s", step, why)
 
     async def retrying_store(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:

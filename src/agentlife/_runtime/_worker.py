@@ -398,7 +398,7 @@ class Worker:
         try:
             row = await store.claim_next(self.agent_id)
         except Exception as exc:  # an outage, or a row no store code foresaw: the pool goes on either way
-            why = self.redactor.redact(f"{type(exc).__name__}: {exc}")
+            why = self._why(exc)
             log.warning("claim failed: %s", why)
             self.board.update_worker(claim_error=why)
             return None
@@ -421,7 +421,7 @@ class Worker:
             agent = self.agent_cls()
         except Exception as exc:
             log.error("creating %s() failed: %s", self.agent_cls.__name__, exc)
-            await self._after_crash(store, row, "AgentInitFailed", f"{type(exc).__name__}: {exc}")
+            await self._after_crash(store, row, "AgentInitFailed", describe_error(exc))
             return
         job = self.running[row.id] = job_run(agent, self, store, row)
         self._show_slots()  # no await since the drain check: a drain from now on reaches it in `running`
@@ -595,7 +595,7 @@ class Worker:
 
     def _why(self, exc: BaseException) -> str:
         """``Type: message`` of an error, redacted, on one line (a group by its leaves)."""
-        return self.redactor.redact(describe_error(exc))
+        return describe_error(exc, redact=self.redactor.redact)
 
     # -- process services ----------------------------------------------------------------------------
 
