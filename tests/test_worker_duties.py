@@ -22,7 +22,7 @@ from agentlife._cli._common import guarded
 from agentlife._exceptions import StoreUnavailable
 from agentlife._exitcode import ExitCode
 from agentlife._runtime import _worker
-from agentlife._runtime._worker import Worker, WorkerOptions
+from agentlife._runtime._worker import ShellOptions, Worker, WorkerOptions
 from agentlife.constants import Constants
 from agentlife.stores import JobStatus, SQLiteStore
 
@@ -156,10 +156,7 @@ async def run_worker(
         poll_interval=0.01,
         max_poll_interval=0.05,
         constants=Constants().scaled(0.01),
-        handle_signals=False,
-        hard_exit=False,
-        probes=False,
-        log_stream=stream,
+        shell=ShellOptions(handle_signals=False, hard_exit=False, probes=False, log_stream=stream),
         concurrency=concurrency,
     )
     worker = Worker(DutyAgent, env=env, options=options)

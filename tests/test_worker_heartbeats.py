@@ -16,7 +16,7 @@ import pytest
 
 from agentlife import AgentProcess, Done, StepContext
 from agentlife._exitcode import ExitCode
-from agentlife._runtime._worker import Worker, WorkerOptions
+from agentlife._runtime._worker import ShellOptions, Worker, WorkerOptions
 from agentlife.constants import Constants
 from agentlife.stores import SQLiteStore
 from agentlife.testing import ControlPlaneStub
@@ -68,10 +68,7 @@ async def test_each_concurrent_jobs_heartbeat_carries_its_own_state_and_step(tmp
             poll_interval=0.01,
             max_poll_interval=0.05,
             constants=constants,
-            handle_signals=False,
-            hard_exit=False,
-            probes=False,
-            log_stream=io.StringIO(),
+            shell=ShellOptions(handle_signals=False, hard_exit=False, probes=False, log_stream=io.StringIO()),
             concurrency=2,
         )
         worker = Worker(BeatAgent, env=env, options=options)

@@ -116,7 +116,7 @@ def run_agent_main(agent_cls: type, argv: Sequence[str] | None = None) -> int:
 def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
     import anyio
 
-    from agentlife._runtime._lifecycle import RunOptions, Runtime
+    from agentlife._runtime._lifecycle import RunOptions, Runtime, ShellOptions
 
     payload = validate_payload(_parse_payload(args.payload))
     # Everything `check` checks, checked the same way before anything runs or is written: exit 2.
@@ -136,7 +136,7 @@ def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
         payload=payload,
         create_job=args.create_job,
         constants=settings.constants,
-        early_signal=args.early_signal,
+        shell=ShellOptions(early_signal=args.early_signal),
     )
     runtime = Runtime(agent, env=env, options=options)
     code = anyio.run(runtime.run)

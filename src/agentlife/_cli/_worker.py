@@ -90,7 +90,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         sys.stderr.write(f"agentlife: drained by {exc.name} while importing {args.target}\n")
         return ExitCode.DRAINED
 
-    from agentlife._runtime._worker import Worker, WorkerOptions
+    from agentlife._runtime._worker import ShellOptions, Worker, WorkerOptions
 
     agent_id = args.agent_id or os.environ.get("AGENTLIFE_AGENT_ID") or getattr(agent_cls, "agent_id", None)
     env = dict(os.environ)
@@ -110,7 +110,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         poll_interval=0.05,
         max_poll_interval=max(0.05, min(1.0, constants.probe.readiness_period_seconds / 5)),
         constants=constants,
-        early_signal=early,
+        shell=ShellOptions(early_signal=early),
         concurrency=args.concurrency,
     )
     worker = Worker(agent_cls, env=env, options=options)

@@ -48,7 +48,7 @@ from agentlife._step._approvals import Approvals
 from agentlife._step._host import Booted
 from agentlife.stores import CheckpointStore
 
-__all__ = ["RunOptions", "Runtime"]
+__all__ = ["RunOptions", "Runtime", "ShellOptions"]
 
 log = logging.getLogger("agentlife.runtime")
 
@@ -82,7 +82,7 @@ class Runtime:
         job_id = self.options.job_id or job_id_from_env(self.env) or ""
         self.shell = shell or ProcessShell(
             self.env, agent_id=agent.agent_id, constants=self.constants,
-            options=ShellOptions.of(self.options),
+            options=self.options.shell,
             on_signal=self.request_drain, log_context=lambda: board_log_context(self.shell.board, job_id),
         )  # fmt: skip
         self.board = self.shell.board  # the process's status board (its probe port, for tests)
@@ -132,9 +132,9 @@ class Runtime:
                 self.events.machine.move(State.DRAINING, reason)
 
     async def run(self) -> int:
-        """Run the lifecycle to TERMINATED and return the exit code."""
+        """Run the lifecycle to TERMINATED and return the exit code (a plain `int`, as a process's)."""
         if not self.one_job:
-            return (await self._run_job()).exit_code
+            return int((await self._run_job()).exit_code)
         async with self.shell:
             outcome = await self._run_job()
             return self.shell.exit(outcome.exit_code, outcome.reason)

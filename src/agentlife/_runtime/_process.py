@@ -40,7 +40,21 @@ log = logging.getLogger("agentlife.runtime")
 
 @dataclass(frozen=True, slots=True)
 class ShellOptions:
-    """What the process takes on; the CLI takes everything, an in-process test run little."""
+    """What the process takes on; the CLI takes everything, an in-process run little.
+
+    `RunOptions` and `WorkerOptions` each hold one, as ``shell``: a job run and a worker are the same
+    process to the shell.
+
+    Attributes:
+        json_logs: route logging through the JSON handler.
+        handle_signals: install the SIGTERM/SIGINT receiver (main thread only).
+        hard_exit: ``os._exit`` when the drain overruns its budget, even if code ignoring cancellation
+            still runs.
+        probes: start the probe server.
+        log_stream: where JSON logs go (default stdout).
+        early_signal: a signal caught before the runtime started, while the agent's class was imported
+            (see `EarlySignal`).
+    """
 
     json_logs: bool = True
     handle_signals: bool = True
@@ -48,11 +62,6 @@ class ShellOptions:
     probes: bool = True
     log_stream: Any = None
     early_signal: EarlySignal | None = None
-
-    @classmethod
-    def of(cls, options: Any) -> ShellOptions:
-        """The shell's part of `RunOptions` (or of any options with the same fields)."""
-        return cls(**{name: getattr(options, name) for name in cls.__slots__})
 
 
 def constants_or_default(env: Mapping[str, str]) -> Constants:
@@ -167,7 +176,7 @@ class ProcessShell:
         """Settle the exit code (a swallowed cancel cannot hold the process) and log the exit line."""
         self.hard_exit.settle(self.constants.drain.cleanup_budget_seconds, code)
         logger.info("exit %s: %s", code, reason, extra=log_fields(exit_code=code, reason=reason))
-        return code
+        return int(code)
 
     def _start_probe_server(self) -> None:
         if not self.options.probes:

@@ -25,7 +25,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from agentlife._agent import AgentProcess
     from agentlife.stores import CheckpointStore
 
-__all__ = ["Worker", "WorkerOptions", "job_run"]
+__all__ = ["ShellOptions", "Worker", "WorkerOptions", "job_run"]
 
 log = logging.getLogger("agentlife.worker")
 
@@ -77,12 +77,7 @@ class WorkerOptions:
         poll_interval: the first wait after finding no job; doubled while idle up to ``max_poll_interval``.
         max_poll_interval: the longest wait between two claims while idle.
         constants: use these instead of reading them from the environment.
-        handle_signals: install the SIGTERM/SIGINT receiver (main thread only).
-        json_logs: route logging through the JSON handler.
-        hard_exit: ``os._exit`` when the drain overruns its budget.
-        probes: start the probe server.
-        log_stream: where JSON logs go (default stdout).
-        early_signal: a signal caught while the agent class was imported.
+        shell: what the process takes on: logs, signals, hard exit, probes (`ShellOptions`).
         concurrency: how many jobs run at once in the one event loop (``--concurrency``).
     """
 
@@ -92,12 +87,7 @@ class WorkerOptions:
     poll_interval: float = 0.05
     max_poll_interval: float = 1.0
     constants: Constants | None = None
-    handle_signals: bool = True
-    json_logs: bool = True
-    hard_exit: bool = True
-    probes: bool = True
-    log_stream: Any = None
-    early_signal: Any = None
+    shell: ShellOptions = field(default_factory=ShellOptions)
     concurrency: int = 1
 
 
@@ -111,11 +101,9 @@ def job_run(agent: AgentProcess, worker: Worker, store: CheckpointStore, row: Jo
         job_id=row.id,
         attempt=row.attempt,
         claimed=row,
-        handle_signals=False,
-        json_logs=False,
-        hard_exit=False,
-        probes=False,
         constants=worker.constants,
+        # Signals, logs, the hard exit and the probes are the worker's.
+        shell=ShellOptions(json_logs=False, handle_signals=False, hard_exit=False, probes=False),
     )
     mirror = worker.options.concurrency == 1  # one job at a time: the board's one-job fields name it
     return Runtime(
@@ -147,14 +135,7 @@ class Worker:
             self.env,
             agent_id=self.agent_id,
             constants=self.constants,
-            options=ShellOptions(
-                json_logs=options.json_logs,
-                handle_signals=options.handle_signals,
-                hard_exit=options.hard_exit,
-                probes=options.probes,
-                log_stream=options.log_stream,
-                early_signal=options.early_signal,
-            ),
+            options=options.shell,
             on_signal=self.request_drain,
             log_context=self._log_context,
         )
