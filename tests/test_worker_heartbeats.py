@@ -64,6 +64,7 @@ async def test_each_concurrent_jobs_heartbeat_carries_its_own_state_and_step(tmp
             "AGENTLIFE_CONTROL_PLANE_TOKEN": TOKEN,
         }
         options = WorkerOptions(
+            idle_timeout=600.0,
             max_jobs=2,
             poll_interval=0.01,
             max_poll_interval=0.05,

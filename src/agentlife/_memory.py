@@ -30,6 +30,7 @@ import anyio
 import anyio.to_thread
 
 from agentlife._exceptions import MemoryUnavailable, describe_error
+from agentlife.constants import HydrationConstants
 
 __all__ = [
     "DEFAULT_HALF_LIFE_DAYS",
@@ -209,7 +210,7 @@ class QdrantMemory:
     async def search(
         self,
         query: str,
-        top_k: int = 10,
+        top_k: int = HydrationConstants().memory_top_k,
         half_life_days: float | None = None,
         *,
         now: float | None = None,

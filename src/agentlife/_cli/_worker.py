@@ -107,7 +107,6 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         agent_id=agent_id or None,
         idle_timeout=args.idle_timeout,
         max_jobs=args.max_jobs,
-        poll_interval=0.05,
         max_poll_interval=max(0.05, min(1.0, constants.probe.readiness_period_seconds / 5)),
         constants=constants,
         shell=ShellOptions(early_signal=early),

@@ -302,7 +302,7 @@ class AnthropicLLM:
         http_timeout: the HTTP client's own timeout in seconds, a backstop behind the stream guard;
             None keeps the SDK's default (600 s, 5 s to connect).
         timeouts: the stream timeouts used when `complete` gets none; None reads
-            ``AGENTLIFE_LLM_*_TIMEOUT_SECONDS`` (defaults 30 / 60 / 300 s).
+            ``AGENTLIFE_LLM_*_TIMEOUT_SECONDS`` (their defaults are `CallConstants`').
         env: where to read the variables above (default `os.environ`).
         client: an ``anthropic.AsyncAnthropic`` (or another async client of the ``anthropic`` SDK) to send
             the requests instead of agentlife's own HTTP client. It is used as

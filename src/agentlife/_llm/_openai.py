@@ -91,7 +91,7 @@ class OpenAICompatibleLLM:
         prices: the price table for ``LLMReply.cost_usd`` (default `PriceTable.default`, which lists the
             common OpenAI models; a self-hosted model is unknown to it and costs 0, logged once).
         timeouts: the stream timeouts used when `complete` gets none; None reads
-            ``AGENTLIFE_LLM_*_TIMEOUT_SECONDS`` (defaults 30 / 60 / 300 s).
+            ``AGENTLIFE_LLM_*_TIMEOUT_SECONDS`` (their defaults are `CallConstants`').
         http_timeout: the HTTP client's own timeout in seconds, a backstop behind the stream guard
             (default 600).
         env: where to read the variables above (default `os.environ`).

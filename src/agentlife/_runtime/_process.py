@@ -20,6 +20,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from agentlife._config import probe_address
 from agentlife._exceptions import ConfigError
 from agentlife._exitcode import ExitCode
 from agentlife._logging import log_fields, process_logging
@@ -181,19 +182,14 @@ class ProcessShell:
     def _start_probe_server(self) -> None:
         if not self.options.probes:
             return
-        raw_port = (self.env.get("AGENTLIFE_HEALTH_PORT") or "8086").strip()
-        if raw_port.lower() == "off":
+        address = probe_address(self.env)
+        if address is None:
             return
-        try:
-            port = int(raw_port)
-        except ValueError:
-            return  # the settings report the bad value as a configuration error right after this
         from agentlife._observe._probes import ProbeServer
 
         self._probe_server = ProbeServer(
             self.board,
-            self.env.get("AGENTLIFE_HEALTH_HOST") or "0.0.0.0",
-            port,
+            *address,
             blocked_threshold=self.constants.probe.blocked_threshold_seconds,
             redactor=self.redactor,
         )

@@ -66,13 +66,14 @@ DEFAULT_POOL_SIZE = 4
 REAPS_PER_THRESHOLD = 5
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerOptions:
     """How a worker runs.
 
     Attributes:
+        idle_timeout: seconds without a job (none running, none claimed) after which it exits 0 (the
+            command's ``--idle-timeout``, whose default is the one default).
         agent_id: the agent whose jobs it claims (default: ``AGENTLIFE_AGENT_ID``, else the class's).
-        idle_timeout: seconds without a job (none running, none claimed) after which it exits 0.
         max_jobs: exit 0 after this many jobs (None: no limit).
         poll_interval: the first wait after finding no job; doubled while idle up to ``max_poll_interval``.
         max_poll_interval: the longest wait between two claims while idle.
@@ -81,8 +82,8 @@ class WorkerOptions:
         concurrency: how many jobs run at once in the one event loop (``--concurrency``).
     """
 
+    idle_timeout: float
     agent_id: str | None = None
-    idle_timeout: float = 1800.0
     max_jobs: int | None = None
     poll_interval: float = 0.05
     max_poll_interval: float = 1.0
