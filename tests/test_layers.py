@@ -3,8 +3,9 @@
 A module's layer is the folder it lives in, lowest first: the vocabulary (the modules at the package's
 root, the names everyone speaks) <- storage (``stores/``, ``_journal/``) <- clients of
 models and tool servers (``_llm/``, ``_mcp/``) <-
-observability (``_observe/``) <- the step API (``_step/``) <- the engine (``_runtime/``) <- tools
-(``_cli/``, ``_console/``, ``testing/`` and ``__main__``). Only imports under ``if TYPE_CHECKING:`` are
+observability (``_observe/``) <- the step API (``_step/``) <- the engine (``_runtime/``) <- what an
+operator sees of a job and may do to it (``_jobs/``) <- tools (``_cli/``, ``_console/``, ``testing/``
+and ``__main__``). Only imports under ``if TYPE_CHECKING:`` are
 free. A
 function-level import of an agentlife module is allowed only where it keeps a module off the boot path
 (each listed in `DEFERRED`, with its reason), plus the documented edges from the agent API up to its
@@ -27,6 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("observability", ("_observe",)),
     ("step API", ("_step",)),
     ("engine", ("_runtime",)),
+    ("operations", ("_jobs",)),
     ("tools", ("_cli", "_console", "testing", "__main__")),
 )
 LAYER_NAMES = tuple(name for name, _ in LAYERS)
