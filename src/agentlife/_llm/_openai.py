@@ -46,6 +46,7 @@ from agentlife._llm._pricing import PriceTable
 from agentlife._llm._protocol import CURRENT_CALL, INVOCATION_HEADER, LLMReply, OnEvent, StreamTimeouts
 from agentlife._llm._sse import read_error_body, server_sent_events
 from agentlife._llm._tls import tls_context
+from agentlife._llm._transport import HttpxTransport, Transport, TransportError, TransportTimeout
 from agentlife._redact import Redactor
 from agentlife._retry import classify
 
@@ -164,13 +165,13 @@ class OpenAICompatibleLLM:
         headers = {str(k): str(v) for k, v in (params.pop("extra_headers", None) or {}).items()}
         extra_body = params.pop("extra_body", None) or {}
         body = {**chat_request(model, messages, max_tokens, params), **extra_body}
-        http, httpx = await self._client()
+        transport = await self._client()
         address = CURRENT_CALL.get()
         if address is not None:
             headers.setdefault(INVOCATION_HEADER, str(address))
         holder = ResponseHolder()
         assembler = ChatAssembler(model)
-        source = self._chunks(http, httpx, holder, body, headers)
+        source = self._chunks(transport, holder, body, headers)
         async with aclosing(guard_stream(source, timeouts or self.timeouts, close=holder.aclose)) as stream:
             async for chunk in stream:
                 if chunk is KEEPALIVE:
@@ -186,12 +187,12 @@ class OpenAICompatibleLLM:
         """Close the HTTP client and its connection pool (idempotent)."""
         await self._client_holder.aclose()
 
-    async def _client(self) -> tuple[Any, Any]:
+    async def _client(self) -> Transport:
         if not self._api_key and key_required(self._base_url):
             raise LLMConfigurationError(_NO_KEY)
         return await self._client_holder.get()
 
-    def _make_client(self) -> tuple[Any, Any]:
+    def _make_client(self) -> Transport:
         headers = {"accept": "text/event-stream"}
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
@@ -210,28 +211,26 @@ class OpenAICompatibleLLM:
             trust_env=trust_env,
             verify=tls_context(parts.scheme, trust_env=trust_env),
         )
-        return httpx, client
+        return HttpxTransport(httpx, client)
 
     async def _chunks(
         self,
-        http: Any,
-        httpx: Any,
+        transport: Transport,
         holder: ResponseHolder,
         body: dict[str, Any],
         headers: dict[str, str],
     ) -> AsyncIterator[Mapping[str, Any]]:
         url = f"{self._base_url}/chat/completions"
         try:
-            request = http.build_request(
+            response = await transport.stream(
                 "POST",
                 url,
                 content=orjson.dumps(body),
                 headers={"content-type": "application/json", **headers},
             )
-            response = await http.send(request, stream=True)
-        except httpx.TimeoutException as exc:
+        except TransportTimeout as exc:
             raise TransientError("the OpenAI-compatible API request timed out (HTTP client timeout)") from exc
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             raise TransientError(
                 self._redact(
                     f"cannot reach the OpenAI-compatible API at {self._base_url}: {describe_error(exc)}"
