@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _common import emit
 
 from agentlife._console._data import Cursors, ListQuery, list_jobs
-from agentlife._console._mask import Masker
+from agentlife._jobs._mask import Masker
 from agentlife._redact import Redactor
 from agentlife.stores import CheckpointStore, SQLiteStore
 

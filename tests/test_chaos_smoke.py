@@ -33,7 +33,7 @@ from agentlife import (
     Usage,
     tool,
 )
-from agentlife._runtime._lifecycle import RunOptions, Runtime
+from agentlife._runtime._lifecycle import RunOptions, Runtime, ShellOptions
 from agentlife.constants import Constants
 from agentlife.stores import PostgresStore
 from agentlife.testing import AgentHarness, DrainAt
@@ -253,10 +253,7 @@ async def test_a_postgres_blip_while_usage_is_recorded_is_ridden_through(
     env["AGENTLIFE_DATA_DIR"] = str(tmp_path)
     options = RunOptions(
         create_job=True,
-        handle_signals=False,
-        hard_exit=False,
-        probes=False,
-        json_logs=False,
+        shell=ShellOptions(handle_signals=False, hard_exit=False, probes=False, json_logs=False),
         constants=Constants.from_env({}).scaled(0.1),  # 4.5 s step budget; retries 0.1 s, 0.2 s, 0.4 s ...
     )
     llm = BlipLLM(postgres_server, restarted)
@@ -303,10 +300,7 @@ async def test_the_signal_handlers_from_before_the_runtime_are_back_after_it(tmp
             "AGENTLIFE_HEALTH_PORT": "off",
         }
         options = RunOptions(
-            handle_signals=True,
-            hard_exit=False,
-            probes=False,
-            json_logs=False,
+            shell=ShellOptions(handle_signals=True, hard_exit=False, probes=False, json_logs=False),
             constants=Constants.from_env({}).scaled(0.01),
         )
         assert await Runtime(OneStep(), env=env, options=options).run() == 0

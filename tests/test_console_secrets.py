@@ -150,3 +150,33 @@ def test_no_secret_a_row_holds_reaches_any_page_or_the_timeline_drawn_from_its_h
     assert "<title>Cancelled: pwd=*** auth=***</title>" in svg
     assert "<li>" in job[job.index('id="h-history"') :] and job.count("***") >= 20
     assert "deploy pwd=***" in pages["job?id=job-park"][1]
+
+
+def test_job_show_prints_the_console_s_job_view_with_the_same_secrets_masked(tmp_path: Path) -> None:
+    # `job show` and the console's job page are one view masked by one Masker: each secret a row can hold
+    # (payload, result, crash record, cancel reason, parked call, and a wait's fields) is masked on the
+    # terminal as on the page.
+    db = tmp_path / "agentlife.db"
+    env = agent_env(tmp_path / "data", AGENTLIFE_DATABASE_URL=f"sqlite:///{db}", OPERATOR_TOKEN=ENV_SECRET)
+    assert run_cli("db", "init", env=env).returncode == 0
+    _plant(db, env["AGENTLIFE_DATABASE_URL"])
+    wait_secrets = {"wait-token": "wait-token-91-zq", "wait-event": "wait-event-92-zq"}
+    waiting = {
+        "kind": "event",
+        "events": [f"approved pwd={wait_secrets['wait-event']}"],
+        "token": wait_secrets["wait-token"],
+        "until": time.time() + 600,
+    }
+    insert_row(db, "job-wait", "deployer", {}, status="WAITING", waiting=orjson.dumps(waiting).decode())
+    reason = f"pwd={SECRETS['cancel-pwd']} auth={SECRETS['cancel-auth']}"
+    assert run_cli("job", "cancel", "job-sec", "--reason", reason, env=env).returncode == 0
+    shown = {job: run_cli("job", "show", job, env=env) for job in ("job-sec", "job-park", "job-wait")}
+    for job, proc in shown.items():
+        assert proc.returncode == 0, (job, proc.stderr)
+        for secret in [*PLANTED, *wait_secrets.values()]:
+            assert secret not in proc.stdout + proc.stderr, (job, secret)
+    sec = shown["job-sec"].stdout
+    assert "RuntimeError: pwd=*** and passphrase: ***" in sec and "Cancelled: pwd=*** auth=***" in sec
+    assert '"pwd": "***"' in sec and "crash history (4)" in sec
+    assert "waits for   deploy pwd=*** (job-park/0/1, digest d1)" in shown["job-park"].stdout
+    assert "waits for   event 'approved pwd=***' until " in shown["job-wait"].stdout

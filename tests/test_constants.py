@@ -1,10 +1,17 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import pytest
 
-from agentlife import ConfigError, InvariantViolation
+from agentlife import ConfigError, InvariantViolation, StreamTimeouts
+from agentlife._config import DEFAULT_HEALTH_HOST, DEFAULT_HEALTH_PORT, Settings, probe_address
+from agentlife._journal._recovery import scan_for_resume
+from agentlife._llm._guard import stream_timeouts_from_constants
+from agentlife._manifest import job_manifest
+from agentlife._memory import QdrantMemory
+from agentlife._retry import full_jitter_backoff, retry_call
 from agentlife.constants import DEFAULT_TOOL_TIMEOUTS, Constants, DrainConstants, HeartbeatConstants
 
 
@@ -116,3 +123,26 @@ def test_park_after_is_30_s_overridable_and_scaled_like_every_duration() -> None
     assert Constants().scaled(0.01).budget.park_after_seconds == pytest.approx(0.3)
     with pytest.raises(ConfigError, match="AGENTLIFE_PARK_AFTER_SECONDS"):
         Constants.from_env({"AGENTLIFE_PARK_AFTER_SECONDS": "nan"})
+
+
+def _default(fn: object, name: str) -> object:
+    return inspect.signature(fn).parameters[name].default  # type: ignore[arg-type]
+
+
+def test_the_defaults_of_calls_retries_and_scans_are_the_constants() -> None:
+    # Read from the constants, not written again: a default changed there is changed everywhere.
+    c = Constants()
+    assert StreamTimeouts() == stream_timeouts_from_constants(c.calls)
+    assert _default(full_jitter_backoff, "initial") == _default(retry_call, "initial")
+    assert _default(retry_call, "initial") == c.retry.transient_initial_seconds
+    assert (
+        _default(full_jitter_backoff, "cap") == _default(retry_call, "cap") == c.retry.transient_max_seconds
+    )
+    assert _default(scan_for_resume, "budget_seconds") == c.hydration.buffer_scan_timeout_seconds
+    assert _default(QdrantMemory.search, "top_k") == c.hydration.memory_top_k
+    settings = {f.name: f.default for f in dataclasses.fields(Settings)}
+    assert settings["health_port"] == DEFAULT_HEALTH_PORT == _default(job_manifest, "health_port")
+    assert settings["health_host"] == DEFAULT_HEALTH_HOST
+    assert probe_address({}) == (DEFAULT_HEALTH_HOST, DEFAULT_HEALTH_PORT)
+    assert probe_address({"AGENTLIFE_HEALTH_PORT": "off"}) is None
+    assert probe_address({"AGENTLIFE_HEALTH_PORT": "70000"}) is None  # the settings say why, at boot

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import subprocess
 import sys
+
+import pytest
 
 import agentlife
 import agentlife.constants
 import agentlife.stores
 import agentlife.testing
+from agentlife._exports import reexports
 
 
 def _ruff_sorted(names: list[str]) -> list[str]:
@@ -78,6 +82,54 @@ def test_design_names_exist() -> None:
 
 
 HEAVY = ("asyncpg", "qdrant_client", "anthropic", "aiohttp", "httpx", "opentelemetry", "croniter")
+
+
+def test_every_public_name_is_written_once_in_the_import_block() -> None:
+    # __all__ and the lazy map are both read from the explicit re-exports (`from M import X as X`), so the
+    # three lists that used to drift are one; a helper imported for the package's own use is not public.
+    for module in (agentlife, agentlife.testing):
+        where = module._EXPORTS.where()
+        assert list(module.__all__) == _ruff_sorted(list(where)), module.__name__
+        assert dir(module) == sorted(module.__all__)
+        for name, source in where.items():
+            assert getattr(module, name) is getattr(importlib.import_module(source), name), name
+    assert not {"Any", "TYPE_CHECKING", "annotations", "Exports"} & set(agentlife.__all__)
+
+
+def test_only_the_redundant_alias_marks_a_name_public() -> None:
+    source = (
+        "from typing import TYPE_CHECKING, Any\n"
+        "from agentlife._agent import Done as Done\n"
+        "from agentlife._agent import Job as OtherName\n"
+        "if TYPE_CHECKING:\n"
+        "    from agentlife._llm._anthropic import AnthropicLLM as AnthropicLLM\n"
+        "    from agentlife._memory import Embedder\n"
+        "if sys.version_info >= (3, 12):\n"
+        "    from agentlife._state import State as State\n"
+    )
+    assert reexports(source) == {"Done": "agentlife._agent", "AnthropicLLM": "agentlife._llm._anthropic"}
+
+
+def test_an_unknown_name_is_an_attribute_error_naming_the_package() -> None:
+    with pytest.raises(AttributeError, match=r"module 'agentlife' has no attribute 'Nope'"):
+        agentlife.Nope  # noqa: B018
+    assert not hasattr(agentlife.testing, "Done")
+
+
+def test_import_agentlife_loads_no_lazily_exported_module_and_reads_no_source() -> None:
+    # Each lazy name's module stays unloaded until the name is used, and the import block is parsed only
+    # when a lazy name or __all__ is first asked for, never by `import agentlife` itself.
+    code = (
+        "import sys, agentlife, agentlife.testing\n"
+        "loaded = set(sys.modules)\n"
+        "parsed = [m._EXPORTS._where is not None for m in (agentlife, agentlife.testing)]\n"
+        "lazy = {m for module in (agentlife, agentlife.testing) for n, m in module._EXPORTS.where().items()\n"
+        "        if n not in vars(module)}\n"
+        "print(sorted(lazy & loaded), parsed, len(lazy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("[] [False, False] "), out.stdout
+    assert int(out.stdout.split()[-1]) >= 20  # the lazy names of both packages were found
 
 
 def test_import_agentlife_loads_only_the_core() -> None:

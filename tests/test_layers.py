@@ -1,19 +1,22 @@
 """The layer rule, read from the folders: no module imports one above its layer, no import cycles.
 
 A module's layer is the folder it lives in, lowest first: the vocabulary (the modules at the package's
-root, the names everyone speaks) <- storage (``stores/``, ``_journal/``) <- clients of
-models and tool servers (``_llm/``, ``_mcp/``) <-
-observability (``_observe/``) <- the step API (``_step/``) <- the engine (``_runtime/``) <- tools
-(``_cli/``, ``_console/``, ``testing/`` and ``__main__``). Only imports under ``if TYPE_CHECKING:`` are
-free. A
-function-level import of an agentlife module is allowed only where it keeps a module off the boot path
-(each listed in `DEFERRED`, with its reason), plus the documented edges from the agent API up to its
-defaults and to the command line (`UPWARD`).
+root, the names everyone speaks) <- storage (``stores/``, ``_journal/``) <- clients of models and tool
+servers (``_llm/``, ``_mcp/``) <- observability (``_observe/``) <- the step API (``_step/``) <- the
+engine (``_runtime/``) <- what an operator sees of a job and may do to it (``_jobs/``) <- tools
+(``_cli/``, ``_console/``, ``testing/`` and ``__main__``), which stand side by side: none imports
+another's modules but for the edges in `BETWEEN_TOOLS`. No module imports a private name (``_x``) from
+another package: a private module's public names are how the code is cut, its ``_`` names are its own.
+Imports under ``if TYPE_CHECKING:`` are free of the layer rule (not of that one). A function-level import
+of an agentlife module is allowed only where it keeps a module off the boot path (each listed in
+`DEFERRED`, with its reason), plus the documented edges from the agent API up to its defaults and to the
+command line (`UPWARD`).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -27,6 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("observability", ("_observe",)),
     ("step API", ("_step",)),
     ("engine", ("_runtime",)),
+    ("operations", ("_jobs",)),
     ("tools", ("_cli", "_console", "testing", "__main__")),
 )
 LAYER_NAMES = tuple(name for name, _ in LAYERS)
@@ -70,6 +74,14 @@ DEFERRED: dict[tuple[str, str], str] = {
         "agentlife.testing._plugin",
         "agentlife.testing._harness",
     ): "pytest loads every plugin: it must cost nothing",
+}
+
+#: The tools stand side by side on the layers below (a job's view and operations live in ``_jobs/``, which
+#: both the command line and the console import): none imports another's modules, except these edges.
+TOOLS = ("_cli", "_console", "testing", "__main__")
+BETWEEN_TOOLS = {
+    ("agentlife.__main__", "agentlife._cli"): "python -m agentlife is the command line",
+    ("agentlife._cli._console", "agentlife._console._server"): "the console command starts its server",
 }
 
 #: Imports that go up a layer on purpose.
@@ -134,11 +146,16 @@ def _resolve(module: str, names: list[str]) -> str:
     return module
 
 
-def _graph() -> dict[str, list[tuple[str, bool]]]:
+@functools.cache
+def _trees() -> dict[str, ast.Module]:
+    """Every module's syntax tree, parsed once for all the tests here."""
     return {
-        _module_name(path): _imports(ast.parse(path.read_text()), _module_name(path))
-        for path in sorted((SRC / "agentlife").rglob("*.py"))
+        _module_name(path): ast.parse(path.read_text()) for path in sorted((SRC / "agentlife").rglob("*.py"))
     }
+
+
+def _graph() -> dict[str, list[tuple[str, bool]]]:
+    return {module: _imports(tree, module) for module, tree in _trees().items()}
 
 
 def _allowed(source: str, target: str, table: dict[tuple[str, str], str] | set[tuple[str, str]]) -> bool:
@@ -153,6 +170,79 @@ def test_no_import_goes_up_a_layer() -> None:
         if layer(target) > layer(source) and not _allowed(source, target, UPWARD)
     ]
     assert not bad, "\n".join(bad)
+
+
+def _place(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_the_tools_stand_side_by_side_none_importing_another() -> None:
+    bad = [
+        f"{source} imports {target}"
+        for source, imports in _graph().items()
+        for target, _ in imports
+        if _place(source) in TOOLS
+        and _place(target) in TOOLS
+        and _place(source) != _place(target)
+        and (source, target) not in BETWEEN_TOOLS
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def _package_of(module: str) -> str:
+    """The package a module belongs to (a package is its own)."""
+    path = SRC / module.replace(".", "/")
+    return module if (path / "__init__.py").exists() else module.rpartition(".")[0]
+
+
+def _is_module(package: str, name: str) -> bool:
+    path = SRC / package.replace(".", "/") / name
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def private_names_from_other_packages(tree: ast.AST, module: str) -> list[str]:
+    """``target.name`` for each private name (``_x``, not a module) ``module`` imports from another package.
+
+    Private modules are how the code is cut, so importing one's public names is fine; a name that starts
+    with ``_`` is its module's own business, and a package that needs it from outside should give it a
+    public name (or the helper should move to a layer both stand on). Imports under ``TYPE_CHECKING``
+    count too: they couple the same way.
+    """
+    own = _package_of(module)
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+            continue
+        if not node.module.startswith("agentlife") or _package_of(node.module) == own:
+            continue
+        for alias in node.names:
+            name = alias.name
+            if name.startswith("_") and not name.startswith("__") and not _is_module(node.module, name):
+                found.append(f"{node.module}.{name}")
+    return found
+
+
+def test_no_module_imports_a_private_name_from_another_package() -> None:
+    bad = [
+        f"{module} imports {name}"
+        for module, tree in _trees().items()
+        for name in private_names_from_other_packages(tree, module)
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_private_name_rule_reads_packages_not_modules() -> None:
+    source = (
+        "from agentlife._cli._job import _history_line, open_store\n"  # a private name from _cli: refused
+        "from agentlife._console._data import _alive\n"  # a private name of its own package: fine
+        "from agentlife._runtime import _lifecycle\n"  # a private module: fine
+        "from agentlife._version import __version__\n"  # a dunder is not private
+        "if TYPE_CHECKING:\n"
+        "    from agentlife.stores._base import _Row\n"  # typing-only, still coupling: refused
+    )
+    found = private_names_from_other_packages(ast.parse(source), "agentlife._console._server")
+    assert found == ["agentlife._cli._job._history_line", "agentlife.stores._base._Row"]
 
 
 def test_no_function_level_import_of_agentlife_except_the_deferred_ones() -> None:

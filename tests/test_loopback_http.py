@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 import anyio.lowlevel
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from agentlife import TransientError
 from agentlife._llm import _loopback_http as wire
 from agentlife._llm._openai import OpenAICompatibleLLM
+from agentlife._llm._transport import HttpxTransport, Transport, TransportError, TransportTimeout
 from agentlife._retry import ErrorClass, classify
 
 pytestmark = pytest.mark.anyio
@@ -281,3 +283,37 @@ class socket_closed_port:
 
     def __exit__(self, *exc: object) -> None:
         pass
+
+
+def _transport(which: str, timeout: float) -> Transport:
+    if which == "loopback":
+        return wire.Client(connect_timeout=timeout, read_timeout=timeout)
+    return HttpxTransport(httpx, httpx.AsyncClient(timeout=timeout))
+
+
+@pytest.mark.parametrize("which", ["loopback", "httpx"])
+async def test_both_transports_raise_the_same_two_errors_wherever_the_request_breaks(which: str) -> None:
+    # The adapters catch only TransportError and TransportTimeout: httpx's own exceptions are translated at
+    # the edge (sending, and reading the body), so none reaches an adapter or the retry classifier raw.
+    transport = _transport(which, timeout=0.3)
+
+    async def stall(writer: asyncio.StreamWriter) -> None:
+        writer.write(OK + b"content-length: 5\r\n\r\nhe")
+
+    try:
+        async with raw_server(OK + b"content-length: 100\r\n\r\nshort") as (url, *_):
+            response = await transport.stream("POST", f"{url}/v1/x", content=b"{}", headers={})
+            with pytest.raises(TransportError) as cut:
+                await response.aread()
+        async with raw_server(stall) as (url, *_):
+            response = await transport.stream("POST", f"{url}/v1/x", content=b"{}", headers={})
+            with pytest.raises(TransportTimeout) as stalled:
+                await response.aread()
+        with socket_closed_port() as port, pytest.raises(TransportError) as refused:
+            await transport.stream("POST", f"http://127.0.0.1:{port}/", content=b"", headers={})
+    finally:
+        await transport.aclose()
+    assert not isinstance(cut.value, TimeoutError) and not isinstance(refused.value, TimeoutError)
+    for caught in (cut, stalled, refused):
+        assert type(caught.value).__module__.startswith("agentlife."), caught.value
+    assert classify(cut.value) is ErrorClass.TRANSIENT and classify(stalled.value) is ErrorClass.TIMEOUT

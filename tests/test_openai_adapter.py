@@ -27,12 +27,14 @@ from agentlife import (
     TransientError,
     Usage,
 )
+from agentlife._llm import _loopback_http as wire
 from agentlife._llm._anthropic import AnthropicLLM
 from agentlife._llm._default import UnconfiguredLLM, default_llm
 from agentlife._llm._openai import key_required
 from agentlife._llm._pricing import PriceTable
 from agentlife._llm._protocol import CURRENT_CALL, INVOCATION_HEADER, CallAddress, StreamEvent
 from agentlife._llm._scripted import ScriptedEvent
+from agentlife._llm._transport import HttpxTransport
 from agentlife._retry import retry_call
 from agentlife.testing import FakeAnthropicServer, FakeOpenAIServer
 
@@ -75,10 +77,9 @@ async def test_a_server_on_127_0_0_1_is_reached_without_httpx_any_other_through_
     server.enqueue(ScriptedTurn.text("Labelled.", chunks=2))
     reply = await ask(llm)
     assert reply.text == "Labelled." and len(server.requests) == 1
-    http, module = await llm._client_holder.get()
+    transport = await llm._client_holder.get()
     loopback = server.base_url.startswith("http://127.0.0.1:")
-    assert module.__name__ == ("agentlife._llm._loopback_http" if loopback else "httpx")
-    assert type(http).__module__.startswith("agentlife." if loopback else "httpx")
+    assert type(transport) is (wire.Client if loopback else HttpxTransport)
 
 
 async def test_a_text_stream_gives_text_usage_cost_and_events(

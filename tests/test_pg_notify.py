@@ -438,9 +438,15 @@ async def _prime(store: PostgresStore) -> bool:
 
 _WORKER = """
 import sys, anyio
-from agentlife._runtime._worker import Worker, WorkerOptions
+from agentlife._runtime._worker import ShellOptions, Worker, WorkerOptions
 from agents.worker_agent import WorkerAgent
-options = WorkerOptions(poll_interval=600.0, max_poll_interval=600.0, max_jobs=1, probes=False)
+options = WorkerOptions(
+    idle_timeout=600.0,
+    poll_interval=600.0,
+    max_poll_interval=600.0,
+    max_jobs=1,
+    shell=ShellOptions(probes=False),
+)
 sys.exit(anyio.run(Worker(WorkerAgent, options=options).run))
 """
 

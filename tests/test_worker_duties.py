@@ -20,8 +20,9 @@ import pytest
 from agentlife import AgentProcess, Done, StepContext
 from agentlife._cli._common import guarded
 from agentlife._exceptions import StoreUnavailable
+from agentlife._exitcode import ExitCode
 from agentlife._runtime import _worker
-from agentlife._runtime._worker import EXIT_IDLE, Worker, WorkerOptions
+from agentlife._runtime._worker import ShellOptions, Worker, WorkerOptions
 from agentlife.constants import Constants
 from agentlife.stores import JobStatus, SQLiteStore
 
@@ -156,10 +157,7 @@ async def run_worker(
         poll_interval=0.01,
         max_poll_interval=0.05,
         constants=Constants().scaled(0.01),
-        handle_signals=False,
-        hard_exit=False,
-        probes=False,
-        log_stream=stream,
+        shell=ShellOptions(handle_signals=False, hard_exit=False, probes=False, log_stream=stream),
         concurrency=concurrency,
     )
     worker = Worker(DutyAgent, env=env, options=options)
@@ -197,7 +195,7 @@ async def test_a_store_error_in_a_slots_call_is_logged_and_the_jobs_still_comple
 ) -> None:
     await make_jobs(tmp_path / "agentlife.db", {f"j{i}": {} for i in range(4)})
     code, lines, store = await run_worker(tmp_path, monkeypatch, {duty: 2}, max_jobs=4)
-    assert code == EXIT_IDLE, messages(lines)
+    assert code == ExitCode.DONE, messages(lines)
     assert store.raised[duty] == 2
     final = await statuses(tmp_path / "agentlife.db")
     assert {job: status for job, (status, _) in final.items()} == dict.fromkeys(final, JobStatus.COMPLETED)
@@ -211,7 +209,7 @@ async def test_a_crashed_job_whose_crash_record_cannot_be_written_is_settled_and
     # the engine's crash path must not let it out of the job (nor the job's error out of the slot).
     await make_jobs(tmp_path / "agentlife.db", {"poison": {"crash": True}, "fine": {}})
     code, lines, store = await run_worker(tmp_path, monkeypatch, {"set_status": 1}, max_jobs=2)
-    assert code == EXIT_IDLE, messages(lines)
+    assert code == ExitCode.DONE, messages(lines)
     assert store.raised == {"set_status": 1}
     final = await statuses(tmp_path / "agentlife.db")
     assert final["fine"] == (JobStatus.COMPLETED, 1)
@@ -225,7 +223,7 @@ async def test_a_crashed_job_whose_release_fails_is_left_to_the_reaper_and_the_p
 ) -> None:
     await make_jobs(tmp_path / "agentlife.db", {"poison": {"crash": True}, "fine": {}})
     code, lines, store = await run_worker(tmp_path, monkeypatch, {"release": 1}, max_jobs=2)
-    assert code == EXIT_IDLE, messages(lines)
+    assert code == ExitCode.DONE, messages(lines)
     assert store.raised == {"release": 1}
     final = await statuses(tmp_path / "agentlife.db")
     assert final["fine"] == (JobStatus.COMPLETED, 1)
@@ -247,7 +245,7 @@ async def test_a_wait_for_work_that_fails_every_time_degrades_to_polling(
     code, lines, store = await run_worker(
         tmp_path, monkeypatch, {"wait_for_work": -1}, max_jobs=2, during=later
     )
-    assert code == EXIT_IDLE, messages(lines)
+    assert code == ExitCode.DONE, messages(lines)
     assert store.raised["wait_for_work"] >= 1
     assert {s for s, _ in (await statuses(db)).values()} == {JobStatus.COMPLETED}
     assert "waiting for work: RuntimeError: wait_for_work failed" in messages(lines)
@@ -268,7 +266,7 @@ async def test_a_background_duty_that_always_fails_only_skips_its_passes(
     code, lines, store = await run_worker(
         tmp_path, monkeypatch, {duty: -1}, skip={"count_runnable": 1}, max_jobs=4, during=later
     )
-    assert code == EXIT_IDLE, messages(lines)
+    assert code == ExitCode.DONE, messages(lines)
     assert store.raised[duty] >= 2
     assert {s for s, _ in (await statuses(tmp_path / "agentlife.db")).values()} == {JobStatus.COMPLETED}
     assert_redacted(lines)
@@ -289,7 +287,7 @@ async def test_a_duty_that_raises_a_base_exception_group_of_errors_is_contained_
         error=grouped,
         max_jobs=2,
     )
-    assert code == EXIT_IDLE, messages(lines)
+    assert code == ExitCode.DONE, messages(lines)
     # The log names the leaf, not the group's empty summary.
     assert "RuntimeError: reap failed" in messages(lines)
     assert SECRET not in orjson.dumps(lines).decode()
@@ -325,7 +323,7 @@ async def test_an_engine_failure_around_one_job_is_that_jobs_crash_not_the_pools
     monkeypatch.setattr(_worker, "job_run", failing)
     await make_jobs(tmp_path / "agentlife.db", {"bad": {}, "good": {}})
     code, lines, _ = await run_worker(tmp_path, monkeypatch, {}, max_jobs=2, concurrency=1)
-    assert code == EXIT_IDLE, messages(lines)
+    assert code == ExitCode.DONE, messages(lines)
     final = await statuses(tmp_path / "agentlife.db")
     assert final["good"] == (JobStatus.COMPLETED, 1)
     assert final["bad"][0] == JobStatus.RETRYING

@@ -15,7 +15,8 @@ import anyio
 import pytest
 
 from agentlife import AgentProcess, Done, StepContext
-from agentlife._runtime._worker import EXIT_IDLE, Worker, WorkerOptions
+from agentlife._exitcode import ExitCode
+from agentlife._runtime._worker import ShellOptions, Worker, WorkerOptions
 from agentlife.constants import Constants
 from agentlife.stores import SQLiteStore
 from agentlife.testing import ControlPlaneStub
@@ -63,14 +64,12 @@ async def test_each_concurrent_jobs_heartbeat_carries_its_own_state_and_step(tmp
             "AGENTLIFE_CONTROL_PLANE_TOKEN": TOKEN,
         }
         options = WorkerOptions(
+            idle_timeout=600.0,
             max_jobs=2,
             poll_interval=0.01,
             max_poll_interval=0.05,
             constants=constants,
-            handle_signals=False,
-            hard_exit=False,
-            probes=False,
-            log_stream=io.StringIO(),
+            shell=ShellOptions(handle_signals=False, hard_exit=False, probes=False, log_stream=io.StringIO()),
             concurrency=2,
         )
         worker = Worker(BeatAgent, env=env, options=options)
@@ -97,7 +96,7 @@ async def test_each_concurrent_jobs_heartbeat_carries_its_own_state_and_step(tmp
                         after = plane.events.index(beat) + 1
                 held = [e.data for e in plane.events[since:] if e.event == "heartbeat"]
                 BeatAgent.release.set()
-    assert code == EXIT_IDLE
+    assert code == ExitCode.DONE
     seen = {(b["jobId"], b["lifecycleState"], b["currentStep"]) for b in held}
     assert seen == {("a", "EXECUTING", 3), ("b", "EXECUTING", 1)}
     # The worker's own board fields (what the heartbeat read before) name neither job's step.

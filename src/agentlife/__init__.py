@@ -7,194 +7,94 @@ when a feature first needs them, on a background thread during boot.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 from typing import TYPE_CHECKING, Any
 
-from agentlife._agent import AgentProcess, BudgetView, Done, Footprint, Job
-from agentlife._exceptions import (
-    AgentlifeError,
-    ApprovalRejected,
-    AttemptFenced,
-    BackgroundOperationRestricted,
-    BudgetExhausted,
-    CallError,
-    CheckpointCorrupt,
-    ChildJobError,
-    ConfigError,
-    InvalidTransition,
-    InvariantViolation,
-    JobNotFound,
-    JobStateConflict,
-    LLMConfigurationError,
-    LLMTimeout,
-    MCPServerUnavailable,
-    MCPToolError,
-    MemoryUnavailable,
-    OutputValidationError,
-    PermanentError,
-    PolicyUnavailable,
-    ReplayMismatch,
-    ScheduleError,
-    StoreError,
-    StoreUnavailable,
-    ToolArgumentsInvalid,
-    ToolTimeout,
-    TransientError,
-    UnreplayableValue,
-)
-from agentlife._jobrefs import JobHandle, JobOutcome
-from agentlife._llm._protocol import LLMClient, LLMReply, StreamEvent, StreamTimeouts, Usage
-from agentlife._state import State
-from agentlife._tools import NOT_DONE, ToolSpec, tool
-from agentlife._version import __version__
+from agentlife import _exports
+from agentlife._agent import AgentProcess as AgentProcess
+from agentlife._agent import BudgetView as BudgetView
+from agentlife._agent import Done as Done
+from agentlife._agent import Footprint as Footprint
+from agentlife._agent import Job as Job
+from agentlife._exceptions import AgentlifeError as AgentlifeError
+from agentlife._exceptions import ApprovalRejected as ApprovalRejected
+from agentlife._exceptions import AttemptFenced as AttemptFenced
+from agentlife._exceptions import BackgroundOperationRestricted as BackgroundOperationRestricted
+from agentlife._exceptions import BudgetExhausted as BudgetExhausted
+from agentlife._exceptions import CallError as CallError
+from agentlife._exceptions import CheckpointCorrupt as CheckpointCorrupt
+from agentlife._exceptions import ChildJobError as ChildJobError
+from agentlife._exceptions import ConfigError as ConfigError
+from agentlife._exceptions import InvalidTransition as InvalidTransition
+from agentlife._exceptions import InvariantViolation as InvariantViolation
+from agentlife._exceptions import JobNotFound as JobNotFound
+from agentlife._exceptions import JobStateConflict as JobStateConflict
+from agentlife._exceptions import LLMConfigurationError as LLMConfigurationError
+from agentlife._exceptions import LLMTimeout as LLMTimeout
+from agentlife._exceptions import MCPServerUnavailable as MCPServerUnavailable
+from agentlife._exceptions import MCPToolError as MCPToolError
+from agentlife._exceptions import MemoryUnavailable as MemoryUnavailable
+from agentlife._exceptions import OutputValidationError as OutputValidationError
+from agentlife._exceptions import PermanentError as PermanentError
+from agentlife._exceptions import PolicyUnavailable as PolicyUnavailable
+from agentlife._exceptions import ReplayMismatch as ReplayMismatch
+from agentlife._exceptions import ScheduleError as ScheduleError
+from agentlife._exceptions import StoreError as StoreError
+from agentlife._exceptions import StoreUnavailable as StoreUnavailable
+from agentlife._exceptions import ToolArgumentsInvalid as ToolArgumentsInvalid
+from agentlife._exceptions import ToolTimeout as ToolTimeout
+from agentlife._exceptions import TransientError as TransientError
+from agentlife._exceptions import UnreplayableValue as UnreplayableValue
+from agentlife._jobrefs import JobHandle as JobHandle
+from agentlife._jobrefs import JobOutcome as JobOutcome
+from agentlife._llm._protocol import LLMClient as LLMClient
+from agentlife._llm._protocol import LLMReply as LLMReply
+from agentlife._llm._protocol import StreamEvent as StreamEvent
+from agentlife._llm._protocol import StreamTimeouts as StreamTimeouts
+from agentlife._llm._protocol import Usage as Usage
+from agentlife._state import State as State
+from agentlife._tools import NOT_DONE as NOT_DONE
+from agentlife._tools import ToolSpec as ToolSpec
+from agentlife._tools import tool as tool
+from agentlife._version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from agentlife._journal._conversation import Conversation
-    from agentlife._llm._anthropic import AnthropicLLM
-    from agentlife._llm._openai import OpenAICompatibleLLM
-    from agentlife._llm._pricing import PriceTable
-    from agentlife._llm._scripted import ScriptedLLM, ScriptedTurn
-    from agentlife._mcp._server import MCPServer
-    from agentlife._memory import Embedder, HashingEmbedder, MemoryRecord
-    from agentlife._schedule import Schedule
-    from agentlife._step._context import StepContext
-    from agentlife._step._stepllm import StepLLM
-    from agentlife._step._streaming import LLMStream
-    from agentlife._step._structured import StructuredReply
-    from agentlife._step._tool_agent import ToolAgent
-    from agentlife.stores._delivery import DeliveryGuard
-    from agentlife.stores._policy import (
-        CircuitBreaker,
-        RetryDecision,
-        crash_backoff_schedule,
-        derive_total_timeout,
-        should_retry_after_crash,
-    )
+    from agentlife._journal._conversation import Conversation as Conversation
+    from agentlife._llm._anthropic import AnthropicLLM as AnthropicLLM
+    from agentlife._llm._openai import OpenAICompatibleLLM as OpenAICompatibleLLM
+    from agentlife._llm._pricing import PriceTable as PriceTable
+    from agentlife._llm._scripted import ScriptedLLM as ScriptedLLM
+    from agentlife._llm._scripted import ScriptedTurn as ScriptedTurn
+    from agentlife._mcp._server import MCPServer as MCPServer
+    from agentlife._memory import Embedder as Embedder
+    from agentlife._memory import HashingEmbedder as HashingEmbedder
+    from agentlife._memory import MemoryRecord as MemoryRecord
+    from agentlife._schedule import Schedule as Schedule
+    from agentlife._step._context import StepContext as StepContext
+    from agentlife._step._stepllm import StepLLM as StepLLM
+    from agentlife._step._streaming import LLMStream as LLMStream
+    from agentlife._step._structured import StructuredReply as StructuredReply
+    from agentlife._step._tool_agent import ToolAgent as ToolAgent
+    from agentlife.stores._delivery import DeliveryGuard as DeliveryGuard
+    from agentlife.stores._policy import CircuitBreaker as CircuitBreaker
+    from agentlife.stores._policy import RetryDecision as RetryDecision
+    from agentlife.stores._policy import crash_backoff_schedule as crash_backoff_schedule
+    from agentlife.stores._policy import derive_total_timeout as derive_total_timeout
+    from agentlife.stores._policy import should_retry_after_crash as should_retry_after_crash
 
-# Public names whose modules pull in more than the core (anyio, the journal, cron and pricing tables):
-# they load on first access, so `import agentlife` stays as cheap as `import asyncio`.
-_LAZY = {
-    "AnthropicLLM": "agentlife._llm._anthropic",
-    "CircuitBreaker": "agentlife.stores._policy",
-    "Conversation": "agentlife._journal._conversation",
-    "DeliveryGuard": "agentlife.stores._delivery",
-    "Embedder": "agentlife._memory",
-    "HashingEmbedder": "agentlife._memory",
-    "LLMStream": "agentlife._step._streaming",
-    "MCPServer": "agentlife._mcp._server",
-    "MemoryRecord": "agentlife._memory",
-    "OpenAICompatibleLLM": "agentlife._llm._openai",
-    "PriceTable": "agentlife._llm._pricing",
-    "RetryDecision": "agentlife.stores._policy",
-    "Schedule": "agentlife._schedule",
-    "ScriptedLLM": "agentlife._llm._scripted",
-    "ScriptedTurn": "agentlife._llm._scripted",
-    "StepContext": "agentlife._step._context",
-    "StepLLM": "agentlife._step._stepllm",
-    "StructuredReply": "agentlife._step._structured",
-    "ToolAgent": "agentlife._step._tool_agent",
-    "crash_backoff_schedule": "agentlife.stores._policy",
-    "derive_total_timeout": "agentlife.stores._policy",
-    "should_retry_after_crash": "agentlife.stores._policy",
-}
+_EXPORTS = _exports.Exports(__name__, publish_as=__name__)
 
-
-__all__ = [
-    "NOT_DONE",
-    "AgentProcess",
-    "AgentlifeError",
-    "AnthropicLLM",
-    "ApprovalRejected",
-    "AttemptFenced",
-    "BackgroundOperationRestricted",
-    "BudgetExhausted",
-    "BudgetView",
-    "CallError",
-    "CheckpointCorrupt",
-    "ChildJobError",
-    "CircuitBreaker",
-    "ConfigError",
-    "Conversation",
-    "DeliveryGuard",
-    "Done",
-    "Embedder",
-    "Footprint",
-    "HashingEmbedder",
-    "InvalidTransition",
-    "InvariantViolation",
-    "Job",
-    "JobHandle",
-    "JobNotFound",
-    "JobOutcome",
-    "JobStateConflict",
-    "LLMClient",
-    "LLMConfigurationError",
-    "LLMReply",
-    "LLMStream",
-    "LLMTimeout",
-    "MCPServer",
-    "MCPServerUnavailable",
-    "MCPToolError",
-    "MemoryRecord",
-    "MemoryUnavailable",
-    "OpenAICompatibleLLM",
-    "OutputValidationError",
-    "PermanentError",
-    "PolicyUnavailable",
-    "PriceTable",
-    "ReplayMismatch",
-    "RetryDecision",
-    "Schedule",
-    "ScheduleError",
-    "ScriptedLLM",
-    "ScriptedTurn",
-    "State",
-    "StepContext",
-    "StepLLM",
-    "StoreError",
-    "StoreUnavailable",
-    "StreamEvent",
-    "StreamTimeouts",
-    "StructuredReply",
-    "ToolAgent",
-    "ToolArgumentsInvalid",
-    "ToolSpec",
-    "ToolTimeout",
-    "TransientError",
-    "UnreplayableValue",
-    "Usage",
-    "__version__",
-    "crash_backoff_schedule",
-    "derive_total_timeout",
-    "should_retry_after_crash",
-    "tool",
-]
-
-
-def _publish(obj: Any) -> Any:
-    """Show the public path in tracebacks and docs: ``agentlife.Done``, not ``agentlife._agent.Done``."""
-    module = getattr(obj, "__module__", "")
-    if module.startswith("agentlife.") and any(part.startswith("_") for part in module.split(".")):
-        with contextlib.suppress(AttributeError, TypeError):  # builtins and some protocols refuse it
-            obj.__module__ = "agentlife"
-    return obj
-
-
-for _name in __all__:
-    if _name not in _LAZY and _name != "__version__":
-        _publish(globals()[_name])
-del _name
+for _name, _value in list(globals().items()):
+    if not _name.startswith("_"):
+        _exports.publish(_value, __name__)
+del _name, _value
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentlife' has no attribute {name!r}")
-    value = _publish(getattr(importlib.import_module(module), name))
+    # A lazy public name (or __all__): read from the import block above, loaded once, then a plain global.
+    value = _EXPORTS.load(name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return _EXPORTS.names()

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from agentlife._exitcode import ExitCode
 from agentlife._replay import check_replayable
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class Footprint:
     @classmethod
     def after_exit(cls, previous_exit_code: int | None) -> Footprint:
         """The full footprint, or the reduced one when the previous attempt died of OOM/SIGKILL (137)."""
-        if previous_exit_code == 137:
+        if previous_exit_code == ExitCode.OOM_KILLED:
             return cls(max_context_tokens=50_000, browser_enabled=False, max_concurrent_tools=1, reduced=True)
         return cls()
 

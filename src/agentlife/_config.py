@@ -16,12 +16,15 @@ from agentlife._replay import MAX_DEPTH
 from agentlife.constants import Constants
 
 __all__ = [
+    "DEFAULT_HEALTH_HOST",
+    "DEFAULT_HEALTH_PORT",
     "JOB_ID_PATTERN",
     "LLM_PROVIDERS",
     "MAX_ATTEMPT",
     "MAX_PAYLOAD_DEPTH",
     "Settings",
     "llm_provider_from_env",
+    "probe_address",
     "validate_agent_id",
     "validate_database_url",
     "validate_job_id",
@@ -29,6 +32,9 @@ __all__ = [
     "validate_url",
 ]
 
+#: Where the probe server listens by default (``AGENTLIFE_HEALTH_HOST``, ``AGENTLIFE_HEALTH_PORT``).
+DEFAULT_HEALTH_HOST = "0.0.0.0"
+DEFAULT_HEALTH_PORT = 8086
 JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: The largest attempt number: PostgreSQL's ``integer`` column (the job row's ``attempt``) holds no more.
@@ -98,8 +104,8 @@ class Settings:
     qdrant_url: str | None = None
     control_plane_url: str | None = None
     control_plane_token: str | None = field(default=None, repr=False)
-    health_host: str = "0.0.0.0"
-    health_port: int | None = 8086
+    health_host: str = DEFAULT_HEALTH_HOST
+    health_port: int | None = DEFAULT_HEALTH_PORT
     previous_exit_code: int | None = None
     log_level: str = "INFO"
     pod_name: str = ""
@@ -171,7 +177,7 @@ class Settings:
             qdrant_url=env.get("AGENTLIFE_QDRANT_URL") or None,
             control_plane_url=(env.get("AGENTLIFE_CONTROL_PLANE_URL") or "").rstrip("/") or None,
             control_plane_token=env.get("AGENTLIFE_CONTROL_PLANE_TOKEN") or None,
-            health_host=env.get("AGENTLIFE_HEALTH_HOST") or "0.0.0.0",
+            health_host=env.get("AGENTLIFE_HEALTH_HOST") or DEFAULT_HEALTH_HOST,
             health_port=_port(env),
             previous_exit_code=_int(env, "AGENTLIFE_PREVIOUS_EXIT_CODE", None),
             log_level=(env.get("AGENTLIFE_LOG_LEVEL") or "INFO").upper(),
@@ -279,12 +285,25 @@ def _int(env: Mapping[str, str], name: str, default: int | None) -> int | None:
         raise ConfigError(f"{name}={raw[:40]!r} is not a whole number") from None
 
 
+def probe_address(env: Mapping[str, str]) -> tuple[str, int] | None:
+    """Where the probe server listens, read before the settings are.
+
+    None when it is ``off`` or the port is not one: the settings report a bad value as a configuration
+    error right after.
+    """
+    try:
+        port = _port(env)
+    except ConfigError:
+        return None
+    return None if port is None else (env.get("AGENTLIFE_HEALTH_HOST") or DEFAULT_HEALTH_HOST, port)
+
+
 def _port(env: Mapping[str, str]) -> int | None:
     """The probe port; ``off`` disables the probe server (in-process tests run several agents at once)."""
     raw = env.get("AGENTLIFE_HEALTH_PORT")
     if raw is not None and raw.strip().lower() == "off":
         return None
-    port = _int(env, "AGENTLIFE_HEALTH_PORT", 8086)
+    port = _int(env, "AGENTLIFE_HEALTH_PORT", DEFAULT_HEALTH_PORT)
     if port is None or not 0 <= port <= 65535:
         raise ConfigError(f"AGENTLIFE_HEALTH_PORT={raw!r} must be a port number 0-65535 (0 = any free port)")
     return port

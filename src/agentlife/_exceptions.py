@@ -35,6 +35,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 __all__ = [
@@ -341,13 +342,28 @@ def leaf_exceptions(exc: BaseException) -> list[BaseException]:
     return [leaf for inner in exc.exceptions for leaf in leaf_exceptions(inner)]
 
 
-def describe_error(exc: BaseException) -> str:
-    """``Type: message`` on one line; a group as its type then each leaf's, joined by ``; ``.
+def describe_error(
+    exc: BaseException, *, redact: Callable[[str], str] | None = None, limit: int | None = None
+) -> str:
+    """``Type: message`` on one line (the type alone when the message is empty); a group as its leaves.
 
-    A task group's failure reads ``ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)``
-    on its own, which says nothing of what failed.
+    A group reads as its type, then each leaf's line, joined by ``; ``: a task group's failure reads
+    ``ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)`` on its own, which says nothing
+    of what failed. The message's lines are joined with spaces.
+
+    Args:
+        exc: the error.
+        redact: masks each leaf's text before its lines are joined and before the cut, so neither can
+            leave a piece of a secret that no longer looks like one (a key split across two lines).
+        limit: the most characters returned (None: all).
     """
     if isinstance(exc, BaseExceptionGroup):
-        leaves = "; ".join(describe_error(leaf) for leaf in leaf_exceptions(exc))
-        return f"{type(exc).__name__}: {leaves}"
-    return " ".join(f"{type(exc).__name__}: {exc}".splitlines())
+        leaves = "; ".join(describe_error(leaf, redact=redact) for leaf in leaf_exceptions(exc))
+        text = f"{type(exc).__name__}: {leaves}"
+    else:
+        message = str(exc)
+        text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+        if redact is not None:
+            text = redact(text)
+        text = " ".join(text.splitlines())
+    return text if limit is None else text[:limit]

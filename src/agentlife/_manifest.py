@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+from agentlife._config import DEFAULT_HEALTH_PORT
 from agentlife._exceptions import ConfigError
 from agentlife.constants import Constants
 
@@ -84,7 +85,7 @@ def job_manifest(
     resources: Mapping[str, Mapping[str, str]] | None = None,
     data_volume: str | None = None,
     constants: Constants | None = None,
-    health_port: int = 8086,
+    health_port: int = DEFAULT_HEALTH_PORT,
 ) -> dict[str, Any]:
     """A batch/v1 Job that runs one attempt of one agent job.
 

@@ -29,7 +29,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import anyio
 import anyio.to_thread
 
-from agentlife._exceptions import MemoryUnavailable
+from agentlife._exceptions import MemoryUnavailable, describe_error
+from agentlife.constants import HydrationConstants
 
 __all__ = [
     "DEFAULT_HALF_LIFE_DAYS",
@@ -209,7 +210,7 @@ class QdrantMemory:
     async def search(
         self,
         query: str,
-        top_k: int = 10,
+        top_k: int = HydrationConstants().memory_top_k,
         half_life_days: float | None = None,
         *,
         now: float | None = None,
@@ -291,7 +292,7 @@ class QdrantMemory:
                     f"qdrant-client is not installed ({exc}); install agentlife[qdrant]"
                 ) from exc
             except Exception as exc:
-                raise MemoryUnavailable(f"{self.where}: {_describe(exc)}") from exc
+                raise MemoryUnavailable(f"{self.where}: {_with_cause(exc)}") from exc
 
     def _connect(self) -> Any:
         if self._client is not None:
@@ -425,10 +426,10 @@ def _close_leaked_lock_file(exc: BaseException) -> None:
         tb = tb.tb_next
 
 
-def _describe(exc: BaseException) -> str:
-    """One line naming the error and, for wrapped transport errors, their cause."""
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0] if str(exc) else type(exc).__name__
+def _with_cause(exc: BaseException) -> str:
+    """One line naming the error and, for a wrapped transport error (qdrant-client's), its cause."""
+    text = describe_error(exc)
     cause = exc.__cause__ or exc.__context__
     if cause is not None and str(cause) and str(cause) not in text:
-        text += f" (caused by {type(cause).__name__}: {str(cause).splitlines()[0]})"
+        text += f" (caused by {describe_error(cause)})"
     return text[:300]

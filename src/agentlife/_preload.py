@@ -13,6 +13,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+from agentlife._exceptions import describe_error
+
 __all__ = ["Preloader"]
 
 log = logging.getLogger("agentlife.preload")
@@ -40,7 +42,7 @@ class Preloader:
             try:
                 importlib.import_module(module)
             except Exception as exc:  # an optional extra missing is not fatal here
-                self.errors[module] = f"{type(exc).__name__}: {exc}"
+                self.errors[module] = describe_error(exc)
             finally:
                 self.durations[module] = time.perf_counter() - started
                 self._done[module].set()

@@ -27,6 +27,7 @@ from agentlife._exceptions import (
     PermanentError,
     TransientError,
 )
+from agentlife.constants import RetryConstants
 
 __all__ = [
     "ErrorClass",
@@ -55,6 +56,8 @@ _TRANSIENT_NAMES = frozenset(
         "APIConnectionError",  # anthropic, openai
     }
 )
+#: The defaults of the backoff: `RetryConstants`'.
+_RETRY = RetryConstants()
 # An exponent past this cannot change min(cap, initial * 2**n) and would overflow a float.
 _MAX_EXPONENT = 64
 
@@ -175,7 +178,10 @@ def retry_after_of(exc: BaseException) -> float | None:
 
 
 def full_jitter_backoff(
-    attempt: int, initial: float = 1.0, cap: float = 30.0, rng: random.Random | None = None
+    attempt: int,
+    initial: float = _RETRY.transient_initial_seconds,
+    cap: float = _RETRY.transient_max_seconds,
+    rng: random.Random | None = None,
 ) -> float:
     """The delay before retry number ``attempt`` (1 = after the first failure), "full jitter" style.
 
@@ -232,8 +238,8 @@ class RetryEvent:
 async def retry_call(
     fn: Callable[[], Awaitable[T]],
     *,
-    initial: float = 1.0,
-    cap: float = 30.0,
+    initial: float = _RETRY.transient_initial_seconds,
+    cap: float = _RETRY.transient_max_seconds,
     deadline: float | None = None,
     rng: random.Random | None = None,
     on_retry: Callable[[RetryEvent], None] | None = None,

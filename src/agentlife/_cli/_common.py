@@ -12,11 +12,9 @@ from typing import Any
 
 from agentlife._config import debug_from_env
 from agentlife._exceptions import AgentlifeError, ConfigError, describe_error, leaf_exceptions
+from agentlife._exitcode import ExitCode
 from agentlife._redact import Redactor
 from agentlife._version import __version__
-
-EXIT_USAGE = 2
-EXIT_DRAINED = 143
 
 
 class Parser(argparse.ArgumentParser):
@@ -24,7 +22,7 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> Any:
         say(f"agentlife: error: {message}")  # argparse quotes the offending argument: redact it
-        raise SystemExit(EXIT_USAGE)
+        raise SystemExit(ExitCode.USAGE)
 
 
 def say(line: str) -> None:
@@ -51,22 +49,27 @@ def guarded(handler: Callable[[], int]) -> int:
 def _report(exc: BaseException) -> int:
     if isinstance(exc, ConfigError):
         say(f"agentlife: error: {exc}")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if isinstance(exc, AgentlifeError):
-        say(f"agentlife: {type(exc).__name__}: {exc}")
-        return 1
+        say(f"agentlife: {_one_line(exc)}")
+        return ExitCode.CRASH
     if isinstance(exc, KeyboardInterrupt):
-        return 130
+        return ExitCode.INTERRUPTED
     if isinstance(exc, (SystemExit, GeneratorExit)):
         raise exc
     # A bug, not bad input (or an agent's own BaseException subclass): still one line, since a
     # traceback would print secrets unmasked.
-    say(f"agentlife: internal error: {describe_error(exc)}")
+    say(f"agentlife: internal error: {_one_line(exc)}")
     if debug_from_env(os.environ):
         import traceback
 
         say("".join(traceback.format_exception(exc)).rstrip())
-    return 1
+    return ExitCode.CRASH
+
+
+def _one_line(exc: BaseException) -> str:
+    # Masked before its lines are joined: a secret of several lines (a PEM key) is known only whole.
+    return describe_error(exc, redact=Redactor.from_env(os.environ).redact)
 
 
 def _sole_leaf(exc: BaseException) -> BaseException:

@@ -17,7 +17,7 @@ import anyio
 from agentlife._exceptions import ConfigError
 from agentlife._journal._show import format_timeline
 from agentlife._runtime._entry import load_agent_class
-from agentlife._runtime._lifecycle import RunOptions, Runtime
+from agentlife._runtime._lifecycle import RunOptions, Runtime, ShellOptions
 
 __all__ = ["run_demo"]
 
@@ -60,8 +60,7 @@ def run_demo(data_dir: Path) -> int:
             env={**env, "AGENTLIFE_JOB_ID": job_id},
             options=RunOptions(
                 payload={"changes": str(examples / "changes.txt"), "outbox": str(data_dir / "outbox")},
-                log_stream=logs,
-                hard_exit=False,
+                shell=ShellOptions(hard_exit=False, log_stream=logs),
             ),
         )
         started = time.monotonic()

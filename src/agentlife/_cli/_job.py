@@ -3,9 +3,9 @@
 The store is the one every command uses (``--database-url``, else ``AGENTLIFE_DATABASE_URL``, else the
 embedded SQLite file under ``AGENTLIFE_DATA_DIR``). Only ``create`` may create a SQLite store; every other
 command on a file that is not there says ``no store at PATH`` (exit 1) rather than create an empty one and
-report no jobs. Exit codes: 0 done, 1 store error, 2 usage (a bad id, a payload that is not JSON),
-`EXIT_NOT_FOUND` no such job, `EXIT_CONFLICT` the job's status does not allow the operation (approve of a
-job that is not parked, ...), the message naming the status.
+report no jobs. Exit codes (`ExitCode`): 0 done, 1 store error, 2 usage (a bad id, a payload that is not
+JSON), 3 no such job, 4 the job's status does not allow the operation (approve of a job that is not
+parked, ...), the message naming the status.
 """
 
 from __future__ import annotations
@@ -31,36 +31,32 @@ from agentlife._config import (
     validate_payload,
 )
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError
+from agentlife._exitcode import ExitCode
+from agentlife._jobs._approve import approve_parked
+from agentlife._jobs._mask import masker_for
+from agentlife._jobs._view import SHOWN_CHILDREN, call_text, more, read_job_state, show_job, to_json, utc
 from agentlife._journal._show import format_timeline
 from agentlife._journal._writer import list_sessions
 from agentlife.constants import MAX_ENV_INTEGER
 from agentlife.stores import (
-    ApprovalState,
     CheckpointStore,
     JobRecord,
     JobStatus,
     OperatorStore,
-    WaitState,
     store_from_url,
 )
-from agentlife.stores._childjobs import cancel_with_children, job_ids_waited_for
+from agentlife.stores._childjobs import cancel_with_children
 from agentlife.stores._events import check_event
 from agentlife.stores._jobs import is_crash
 from agentlife.stores._rows import JSON_COLUMNS
 
-__all__ = ["EXIT_CONFLICT", "EXIT_NOT_FOUND", "approve_parked", "open_store", "register"]
+__all__ = ["open_store", "register"]
 
-#: ``job`` exit code: the job row does not exist.
-EXIT_NOT_FOUND = 3
-#: ``job`` exit code: the job's status does not allow the operation (another one may have won a race).
-EXIT_CONFLICT = 4
 #: How many journal lines ``job show`` prints by default.
 DEFAULT_EVENTS = 15
 #: The most rows ``job list --limit`` asks for (what every store's LIMIT takes).
 MAX_LIMIT = MAX_ATTEMPT
 _T = TypeVar("_T")
-#: How many child jobs ``job show`` names on one line.
-_SHOWN_CHILDREN = 10
 
 
 def register(sub: Any) -> None:
@@ -68,8 +64,9 @@ def register(sub: Any) -> None:
     job = sub.add_parser(
         "job",
         help="create, inspect and operate job rows",
-        description="Create, inspect and operate job rows in the store. Exit codes: 0 done, 1 store error, "
-        f"2 usage, {EXIT_NOT_FOUND} no such job, {EXIT_CONFLICT} the job's status does not allow it.",
+        description="Create, inspect and operate job rows in the store. Exit codes: "
+        f"{ExitCode.DONE} done, {ExitCode.CRASH} store error, {ExitCode.USAGE} usage, "
+        f"{ExitCode.NOT_FOUND} no such job, {ExitCode.CONFLICT} the job's status does not allow it.",
     )
     commands = job.add_subparsers(dest="job_command", metavar="COMMAND", parser_class=Parser)
     commands.required = True
@@ -159,10 +156,10 @@ def _main(args: argparse.Namespace, handler: Callable[[argparse.Namespace], Awai
         return anyio.run(handler, args)
     except JobNotFound as exc:
         say(f"agentlife: {exc}")
-        return EXIT_NOT_FOUND
+        return ExitCode.NOT_FOUND
     except JobStateConflict as exc:
         say(f"agentlife: {exc}")
-        return EXIT_CONFLICT
+        return ExitCode.CONFLICT
 
 
 async def open_store(args: argparse.Namespace) -> CheckpointStore:
@@ -171,12 +168,15 @@ async def open_store(args: argparse.Namespace) -> CheckpointStore:
     ``args.must_exist`` (every command but ``job create``): a SQLite file that is not there is an error
     (``no store at PATH``), never created empty.
     """
-    if args.database_url:
-        validate_database_url(args.database_url, "--database-url")
-    url = args.database_url or database_url_from_env(os.environ)
-    store = store_from_url(url, must_exist=getattr(args, "must_exist", True))
+    store = store_from_url(_database_url(args), must_exist=getattr(args, "must_exist", True))
     await store.open()
     return store
+
+
+def _database_url(args: argparse.Namespace) -> str:
+    if args.database_url:
+        validate_database_url(args.database_url, "--database-url")
+    return str(args.database_url or database_url_from_env(os.environ))
 
 
 async def _with_store(args: argparse.Namespace, fn: Callable[[OperatorStore], Awaitable[_T]]) -> _T:
@@ -263,33 +263,38 @@ def _budget(max_cost_usd: float | None, max_input_tokens: int | None) -> dict[st
 async def _show(args: argparse.Namespace) -> int:
     if args.events < 0:
         raise ConfigError(f"--events {args.events} must be >= 0")
-    row, approval, wait, kept = await _with_store(args, lambda store: _row_and_approval(store, args.id))
-    if row is None:
+    masker = masker_for(os.environ, _database_url(args))
+    state = await _with_store(args, lambda store: read_job_state(store, args.id))
+    if state is None:
         raise JobNotFound(f"job {args.id} does not exist")
+    # The same view the console draws, masked by the same masker: a terminal is no place for a secret.
+    shown = show_job(state, masker)
+    row = shown.row
     out = [
         f"job {row.id}",
         f"  agent       {row.agent_id}",
         f"  status      {row.status}",
         f"  attempt     {row.attempt}",
-        f"  updated     {_utc(row.updated_at)}",
-        f"  heartbeat   {_utc(row.heartbeat_at)}",
+        f"  updated     {utc(row.updated_at)}",
+        f"  heartbeat   {utc(row.heartbeat_at)}",
     ]
     if row.not_before is not None and row.status == JobStatus.RETRYING:
-        out.append(f"  not before  {_utc(row.not_before)}")
-    shown = {name: _unreadable(row, name) for name in JSON_COLUMNS}
+        out.append(f"  not before  {utc(row.not_before)}")
+    unreadable = {name: _unreadable(row, name) for name in JSON_COLUMNS}
+    budget = to_json(row.token_budget) if row.token_budget else "-"
     out += [
         f"  checkpoint  {row.checkpoint_id or '-'}",
-        f"  tokens      {shown['tokens_consumed'] or _json(row.tokens_consumed)}",
-        f"  budget      {shown['token_budget'] or (_json(row.token_budget) if row.token_budget else '-')}",
-        f"  payload     {shown['payload'] or _json(row.payload)}",
+        f"  tokens      {unreadable['tokens_consumed'] or to_json(row.tokens_consumed)}",
+        f"  budget      {unreadable['token_budget'] or budget}",
+        f"  payload     {unreadable['payload'] or to_json(row.payload)}",
     ]
-    if row.result is not None or shown["result"]:
-        out.append(f"  result      {shown['result'] or _json(row.result)}")
-    out += _approval_lines(approval) + _wait_lines(wait) + _kept_lines(kept)
-    out += await _family_lines(args, row.id)
-    out.append(f"crash history ({len(row.error)})")
-    out += [f"  {_history_line(entry)}" for entry in row.error] or ["  (none)"]
-    out += _journal_tail(args.id, args.events)
+    if row.result is not None or unreadable["result"]:
+        out.append(f"  result      {unreadable['result'] or to_json(row.result)}")
+    out += [f"  {line}" for line in shown.waits_for]
+    out += [masker.text(line) for line in await _family_lines(args, state.row.id)]
+    out.append(f"crash history ({len(state.row.error)})")
+    out += [f"  {line}" for line in shown.history] or ["  (none)"]
+    out += [masker.text(line) for line in _journal_tail(args.id, args.events)]
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 
@@ -298,54 +303,6 @@ def _unreadable(row: JobRecord, column: str) -> str:
     """``(unreadable: why)`` for a column the store could not decode, else the empty string."""
     why = row.unreadable.get(column)
     return f"(unreadable: {why})" if why else ""
-
-
-async def _row_and_approval(
-    store: OperatorStore, job_id: str
-) -> tuple[JobRecord | None, ApprovalState | None, WaitState | None, dict[str, int]]:
-    row = await store.get_job(job_id)
-    try:
-        kept = await store.kept_events(job_id) if row is not None else {}
-    except StoreError:  # a PostgreSQL database that predates events (``db init`` adds the table)
-        kept = {}
-    try:
-        approval = await store.get_approval(job_id)
-    except StoreError:  # a PostgreSQL table that predates approvals (``db init`` adds the column)
-        approval = None
-    wait = None
-    if row is not None and row.status == JobStatus.WAITING:
-        try:
-            wait = await store.get_wait(job_id)
-        except StoreError:  # a PostgreSQL table that predates durable waits (``db init`` adds the column)
-            wait = None
-    return row, approval, wait, kept
-
-
-def _kept_lines(kept: dict[str, int]) -> list[str]:
-    """The events sent to the job that no wait has taken yet, by name."""
-    if not kept:
-        return []
-    names = ", ".join(f"{name!r} ({count})" for name, count in kept.items())
-    return [f"  events      {names} not taken"]
-
-
-def _wait_lines(state: WaitState | None) -> list[str]:
-    """What a WAITING job waits for: the kind of wait, its end and the call it is."""
-    if state is None or state.status != JobStatus.WAITING:
-        return []
-    what = state.waiting_for
-    kind = str(what["kind"]) if isinstance(what.get("kind"), str) else "wait"
-    events = what.get("events")
-    if isinstance(events, list) and events:
-        kind += " " + ", ".join(repr(e) for e in events if isinstance(e, str))
-    jobs = job_ids_waited_for(what)
-    if jobs:
-        kind += " " + ", ".join(jobs[:_SHOWN_CHILDREN]) + _more(len(jobs))
-    call = what.get("invocation_id")
-    at = f" ({call})" if isinstance(call, str) else ""
-    until = what.get("until", state.until)
-    end = f"until {_utc(until)}" if isinstance(until, int | float) else "(no timeout)"
-    return [f"  waits for   {kind} {end}{at}"]
 
 
 async def _family_lines(args: argparse.Namespace, job_id: str) -> list[str]:
@@ -361,46 +318,9 @@ async def _family_lines(args: argparse.Namespace, job_id: str) -> list[str]:
         detached = ", detached" if family.detached else ""
         out.append(f"  parent      {family.parent_id} ({family.spawned_by}{detached})")
     if family.children:
-        shown = [f"{c} {status}" for c, status, _ in family.children[:_SHOWN_CHILDREN]]
-        out.append(f"  children    {', '.join(shown)}{_more(len(family.children))}")
+        shown = [f"{c} {status}" for c, status, _ in family.children[:SHOWN_CHILDREN]]
+        out.append(f"  children    {', '.join(shown)}{more(len(family.children))}")
     return out
-
-
-def _more(count: int) -> str:
-    return f" and {count - _SHOWN_CHILDREN} more" if count > _SHOWN_CHILDREN else ""
-
-
-def _approval_lines(state: ApprovalState | None) -> list[str]:
-    """The call waiting for approval, the calls approved and the one refused, when the row has any."""
-    if state is None:
-        return []
-    out = []
-    if state.request is not None and state.status == JobStatus.WAITING_FOR_APPROVAL:
-        out.append(f"  waits for   {_call(state.request)}")
-    out += [f"  approved    {_call(grant)} at {_utc(grant.get('approved_at'))}" for grant in state.grants]
-    if state.rejection is not None:
-        reason = state.rejection.get("reason") or ""
-        out.append(f"  rejected    {_call(state.rejection)}: {reason}")
-    return out
-
-
-def _call(entry: Any) -> str:
-    call, digest = entry.get("invocation_id") or "?", entry.get("digest") or "?"
-    return f"{entry.get('tool') or '?'} ({call}, digest {digest})"
-
-
-def _history_line(entry: Any) -> str:
-    if not isinstance(entry, dict):
-        return _json(entry)
-    at = entry.get("at")
-    when = _utc(at) if isinstance(at, (int, float)) else "?"
-    what = entry.get("error_class") or entry.get("event") or "?"
-    line = f"{when}  attempt {entry.get('attempt', '?')}  {what}: {entry.get('message', '')}"
-    if entry.get("decision"):
-        line += f" -> {entry['decision']}"
-        if isinstance(entry.get("not_before"), (int, float)):
-            line += f" not before {_utc(entry['not_before'])}"
-    return line
 
 
 def _journal_tail(job_id: str, count: int) -> list[str]:
@@ -433,7 +353,7 @@ async def _list(args: argparse.Namespace) -> int:
     table = [("ID", "AGENT", "STATUS", "ATTEMPT", "UPDATED", "CRASHES")]
     for row in rows:
         crashes = sum(1 for entry in row.error if is_crash(entry))
-        table.append((row.id, row.agent_id, row.status, str(row.attempt), _utc(row.updated_at), str(crashes)))
+        table.append((row.id, row.agent_id, row.status, str(row.attempt), utc(row.updated_at), str(crashes)))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         sys.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() + "\n")
@@ -462,35 +382,10 @@ def _as_json(row: JobRecord) -> dict[str, Any]:
 # -- approve, reject, cancel, retry ---------------------------------------------------------------------
 
 
-async def approve_parked(
-    store: OperatorStore, job_id: str, call: str | None = None, *, given_by: str = "--call"
-) -> tuple[JobRecord, Any]:
-    """Approve the call ``job_id`` is parked on (only if it is ``call``, when given): (the row, the request).
-
-    Raises:
-        JobStateConflict: the job is not parked, or waits for another call than ``call``.
-        JobNotFound: there is no such job.
-    """
-    # Approve exactly the call read here: if the job asks for another one meanwhile, the store refuses.
-    state = await store.get_approval(job_id)
-    request = state.request if state is not None else None
-    if request is None:
-        if call is not None:
-            raise JobStateConflict(f"cannot approve job {job_id}: it records no call waiting to be approved")
-        return await store.approve(job_id), None
-    if call is not None and call != request.get("invocation_id"):
-        # The given id is not echoed: it is the operator's text and may not even be printable.
-        raise JobStateConflict(
-            f"cannot approve job {job_id}: it waits for {_call(request)}, not the call given by {given_by}"
-        )
-    row = await store.approve(job_id, invocation_id=request["invocation_id"], digest=request["digest"])
-    return row, request
-
-
 async def _approve(args: argparse.Namespace) -> int:
     row, request = await _with_store(args, lambda store: approve_parked(store, args.id, args.call))
     how = "the parked process takes it" if row.status == JobStatus.RUNNING else "the next run resumes it"
-    what = _call(request) if request is not None else "no call recorded: the job asks again, naming it"
+    what = call_text(request) if request is not None else "no call recorded: the job asks again, naming it"
     sys.stdout.write(f"job {row.id} approved: {row.status} ({how}): {what}\n")
     return 0
 
@@ -529,16 +424,3 @@ async def _send(args: argparse.Namespace) -> int:
             "as None, which is also what it returns at a timeout\n"
         )
     return 0
-
-
-# -- formatting -----------------------------------------------------------------------------------------
-
-
-def _utc(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentlife._cli._run import _parse_payload
-from agentlife._config import validate_payload
+from agentlife._config import DEFAULT_HEALTH_PORT, validate_payload
 from agentlife._exceptions import ConfigError
 from agentlife._manifest import (
     CRONJOB_NAME_MAX,
@@ -54,7 +54,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--cpu", help="CPU request, e.g. 500m (default: 500m)")
     parser.add_argument("--memory", help="memory request and limit, e.g. 1Gi (default: 512Mi)")
     parser.add_argument("--pvc", metavar="CLAIM", help="PersistentVolumeClaim for /data (default: emptyDir)")
-    parser.add_argument("--health-port", type=int, default=8086, help="probe port (default: 8086)")
+    parser.add_argument(
+        "--health-port",
+        type=int,
+        default=DEFAULT_HEALTH_PORT,
+        help=f"probe port (default: {DEFAULT_HEALTH_PORT})",
+    )
     parser.add_argument(
         "--payload",
         metavar="JSON",

@@ -14,8 +14,6 @@ from typing import Any
 import orjson
 
 from agentlife._cli._common import (
-    EXIT_DRAINED,
-    EXIT_USAGE,
     Parser,
     guarded,
     install_early_signal,
@@ -28,7 +26,8 @@ from agentlife._config import (
     validate_database_url,
     validate_payload,
 )
-from agentlife._exceptions import ConfigError, SignalDuringImport, UnreplayableValue
+from agentlife._exceptions import ConfigError, SignalDuringImport, UnreplayableValue, describe_error
+from agentlife._exitcode import ExitCode
 from agentlife._replay import check_replayable
 from agentlife._runtime._entry import check_agent_class, load_agent_class
 from agentlife.constants import Constants
@@ -70,8 +69,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         with early.abandoning_imports(budget) if early is not None else contextlib.nullcontext():
             agent_cls = load_agent_class(args.target)
     except SignalDuringImport as exc:
-        _exit_line(EXIT_DRAINED, f"drained by {exc.name} while importing {args.target}; no job state yet")
-        return EXIT_DRAINED
+        _exit_line(ExitCode.DRAINED, f"drained by {exc.name} while importing {args.target}; no job state yet")
+        return ExitCode.DRAINED
     return _run_agent(agent_cls, args)
 
 
@@ -99,7 +98,7 @@ def run_agent_main(agent_cls: type, argv: Sequence[str] | None = None) -> int:
         check_agent_class(agent_cls)
     except ConfigError as exc:
         sys.stderr.write(f"agentlife: error: {exc}\n")
-        return EXIT_USAGE
+        return ExitCode.USAGE
     parser = Parser(
         prog=Path(sys.argv[0]).name, description=f"Run {agent_cls.__name__} as this process's job."
     )
@@ -117,7 +116,7 @@ def run_agent_main(agent_cls: type, argv: Sequence[str] | None = None) -> int:
 def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
     import anyio
 
-    from agentlife._runtime._lifecycle import RunOptions, Runtime
+    from agentlife._runtime._lifecycle import RunOptions, Runtime, ShellOptions
 
     payload = validate_payload(_parse_payload(args.payload))
     # Everything `check` checks, checked the same way before anything runs or is written: exit 2.
@@ -131,13 +130,13 @@ def _run_agent(agent_cls: type, args: argparse.Namespace) -> int:
     try:
         agent = agent_cls()
     except Exception as exc:
-        raise ConfigError(f"creating {agent_cls.__name__}() failed: {type(exc).__name__}: {exc}") from None
+        raise ConfigError(f"creating {agent_cls.__name__}() failed: {describe_error(exc)}") from None
     options = RunOptions(
         job_id=args.job_id,
         payload=payload,
         create_job=args.create_job,
         constants=settings.constants,
-        early_signal=args.early_signal,
+        shell=ShellOptions(early_signal=args.early_signal),
     )
     runtime = Runtime(agent, env=env, options=options)
     code = anyio.run(runtime.run)

@@ -10,10 +10,10 @@ import os
 import sys
 from typing import Any
 
-from agentlife._cli._common import EXIT_DRAINED
 from agentlife._cli._run import validated_settings
 from agentlife._config import validate_database_url
-from agentlife._exceptions import ConfigError, SignalDuringImport
+from agentlife._exceptions import ConfigError, SignalDuringImport, describe_error
+from agentlife._exitcode import ExitCode
 from agentlife._runtime._entry import load_agent_class
 from agentlife.constants import MAX_ENV_SECONDS, Constants
 
@@ -88,9 +88,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             agent_cls = load_agent_class(args.target)
     except SignalDuringImport as exc:
         sys.stderr.write(f"agentlife: drained by {exc.name} while importing {args.target}\n")
-        return EXIT_DRAINED
+        return ExitCode.DRAINED
 
-    from agentlife._runtime._worker import Worker, WorkerOptions
+    from agentlife._runtime._worker import ShellOptions, Worker, WorkerOptions
 
     agent_id = args.agent_id or os.environ.get("AGENTLIFE_AGENT_ID") or getattr(agent_cls, "agent_id", None)
     env = dict(os.environ)
@@ -102,15 +102,14 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     try:
         agent_cls()  # one instance up front: a class that cannot be built is a usage error, not N crashes
     except Exception as exc:
-        raise ConfigError(f"creating {agent_cls.__name__}() failed: {type(exc).__name__}: {exc}") from None
+        raise ConfigError(f"creating {agent_cls.__name__}() failed: {describe_error(exc)}") from None
     options = WorkerOptions(
         agent_id=agent_id or None,
         idle_timeout=args.idle_timeout,
         max_jobs=args.max_jobs,
-        poll_interval=0.05,
         max_poll_interval=max(0.05, min(1.0, constants.probe.readiness_period_seconds / 5)),
         constants=constants,
-        early_signal=early,
+        shell=ShellOptions(early_signal=early),
         concurrency=args.concurrency,
     )
     worker = Worker(agent_cls, env=env, options=options)

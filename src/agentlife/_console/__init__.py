@@ -4,12 +4,13 @@
   action leaves) and ``serve``;
 - `_store`: the store it reads, checked on every request to be the one at the configured path (a SQLite
   file deleted or replaced is noticed), and the check that an action was recorded there;
-- `_mask`: the one masking path everything a page shows from the store or a journal goes through;
 - `_data`: what a page shows, read through the stores' calls (``list_jobs`` with a keyset cursor, the
-  row, approval and wait ``job show`` reads, the conversation rows, the journals), masked and bounded;
+  job view ``job show`` prints too, the conversation rows, the journals), masked and bounded;
 - `_timeline`: a job's lifecycle as spans on one time axis and its inline SVG;
 - `_render`: the HTML around ``templates/base.html``, every value escaped;
 - ``templates/`` and ``static/``: the page shell, one stylesheet and one small script (no build step).
 
+It stands beside the command line on `agentlife._jobs` (the job view, the `Masker` everything a page
+shows from the store or a journal goes through, approving a parked call) and imports nothing from it.
 aiohttp and this package load only when the console runs, never for another command.
 """

@@ -28,14 +28,14 @@ from typing import Any
 import orjson
 
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._cli._job import _approval_lines, _history_line, _kept_lines, _row_and_approval, _wait_lines
 from agentlife._config import JOB_ID_PATTERN
-from agentlife._console._mask import MAX_TEXT, Masker
 from agentlife._console._timeline import Session
 from agentlife._exceptions import CheckpointCorrupt, ConfigError
+from agentlife._jobs._mask import MAX_TEXT, Masker
+from agentlife._jobs._view import read_job_state, show_job
 from agentlife._journal._recovery import BadLine, read_events
 from agentlife._journal._writer import list_sessions
-from agentlife.stores import JobRecord, JobStatus, OperatorStore
+from agentlife.stores import ApprovalState, JobRecord, JobStatus, OperatorStore
 from agentlife.stores._base import CLAIM_STALE_AFTER_SECONDS
 from agentlife.stores._jobs import is_crash
 
@@ -288,31 +288,31 @@ async def load_job(
     store: OperatorStore, job_id: str, data_dir: Path, masker: Masker, now: float
 ) -> JobView | None:
     """The job's page, or None when the store has no such row."""
-    raw, approval, wait, kept = await _row_and_approval(store, job_id)
-    if raw is None:
+    state = await read_job_state(store, job_id)
+    if state is None:
         return None
-    row = masker.row(raw)
-    request, call = None, None
-    if approval is not None and approval.request is not None and raw.status == JobStatus.WAITING_FOR_APPROVAL:
-        request = masker.value(dict(approval.request))
-        call = approval.request.get("invocation_id")
+    raw, shown = state.row, show_job(state, masker)
+    call = _parked_call(state.approval) if shown.request is not None else None
     view = JobView(
         key=raw.id,
-        row=row,
+        row=shown.row,
         version=row_version(raw),
-        history=[masker.text(_history_line(entry)) for entry in row.error],
+        history=shown.history,
         history_total=len(raw.error),
-        waits_for=[
-            masker.text(line.strip())
-            for line in _approval_lines(approval) + _wait_lines(wait) + _kept_lines(kept)
-        ],
-        request=request if isinstance(request, dict) else None,
-        call=call if isinstance(call, str) else None,
+        waits_for=shown.waits_for,
+        request=shown.request,
+        call=call,
         live=_alive(raw, now),
     )
     await _conversation(store, view, masker)
     _journal(view, data_dir, masker)
     return view
+
+
+def _parked_call(approval: ApprovalState | None) -> str | None:
+    """The invocation id the approve form sends back: the one the store holds, unmasked, as it must match."""
+    call = approval.request.get("invocation_id") if approval is not None and approval.request else None
+    return call if isinstance(call, str) else None
 
 
 def _alive(row: JobRecord, now: float) -> str | None:

@@ -1,6 +1,6 @@
 """The console's HTML: every page is the shipped ``templates/base.html`` around a body built here.
 
-What a page shows comes masked (`agentlife._console._mask.Masker`): this module never sees a raw row. Every
+What a page shows comes masked (`agentlife._jobs._mask.Masker`): this module never sees a raw row. Every
 value is escaped by `esc` where it enters the markup, and nothing else builds markup from data; the only
 script is the shipped ``static/console.js`` (the CSP forbids inline script), so a job id, payload or
 message holding ``<script>`` is text on the page, never code. A long id is cut in the list (the whole of

@@ -31,7 +31,6 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from agentlife._cli._job import approve_parked
 from agentlife._console._data import (
     MAX_ID,
     BadRequest,
@@ -41,12 +40,12 @@ from agentlife._console._data import (
     parse_list_query,
     row_version,
 )
-from agentlife._console._mask import Masker
 from agentlife._console._render import FLASHES, error_page, job_page, list_page
 from agentlife._console._store import ConsoleStore, NotRecorded
 from agentlife._console._timeline import build_timeline
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError, describe_error
-from agentlife._redact import Redactor
+from agentlife._jobs._approve import approve_parked
+from agentlife._jobs._mask import masker_for
 from agentlife.stores import JobStatus, OperatorStore
 from agentlife.stores._childjobs import cancel_with_children
 
@@ -101,8 +100,7 @@ class _Console:
         self.actions = config.token is not None
         self.store = ConsoleStore(config.url)
         # The token's variable is named like a secret, and the URL's password is found in it: both masked.
-        redactor = Redactor.from_env({**os.environ, "AGENTLIFE_CONSOLE_DATABASE_URL": config.url})
-        self.masker = Masker(redactor)
+        self.masker = masker_for(os.environ, config.url)
         self.cursors = Cursors()
         self.flashes = _Flashes(config.token) if config.token is not None else None
         self.data_dir = config.data_dir or Path(os.environ.get("AGENTLIFE_DATA_DIR") or ".agentlife")

@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeAlias
 import orjson
 
 from agentlife._journal._writer import Event, EventType, list_sessions
+from agentlife.constants import HydrationConstants
 
 __all__ = [
     "BadLine",
@@ -234,7 +235,7 @@ def scan_for_resume(
     session_dir: Path,
     checkpoint_id: str | None,
     *,
-    budget_seconds: float = 5.0,
+    budget_seconds: float = HydrationConstants().buffer_scan_timeout_seconds,
     exclude: Collection[Path] = (),
     checkpoint_step: int | None = None,
 ) -> ScanResult:

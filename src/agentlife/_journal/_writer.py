@@ -37,7 +37,7 @@ import anyio.to_thread
 import orjson
 
 from agentlife._config import validate_job_id
-from agentlife._exceptions import ConfigError
+from agentlife._exceptions import ConfigError, describe_error
 from agentlife._redact import Redactor
 from agentlife._replay import utf8_safe
 
@@ -518,7 +518,7 @@ class Journal:
         try:
             await self.flush(fsync=fsync)
         except OSError as exc:
-            message = f"{type(exc).__name__}: {exc}"
+            message = describe_error(exc)
             if message != self._last_flush_error:
                 _log.warning("journal flush to %s failed: %s", self.path.name, message)
             self._last_flush_error = message

@@ -29,13 +29,18 @@ from typing import Any
 
 import orjson
 
-from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
+from agentlife._exceptions import (
+    CallError,
+    LLMConfigurationError,
+    PermanentError,
+    TransientError,
+    describe_error,
+)
 from agentlife._llm._guard import guard_stream, stream_timeouts_from_env
 from agentlife._llm._messages_http import (
     MessagesHTTP,
     ResponseHolder,
     checked_events,
-    describe,
     error_details,
     error_for_event,
     error_for_status,
@@ -297,7 +302,7 @@ class AnthropicLLM:
         http_timeout: the HTTP client's own timeout in seconds, a backstop behind the stream guard;
             None keeps the SDK's default (600 s, 5 s to connect).
         timeouts: the stream timeouts used when `complete` gets none; None reads
-            ``AGENTLIFE_LLM_*_TIMEOUT_SECONDS`` (defaults 30 / 60 / 300 s).
+            ``AGENTLIFE_LLM_*_TIMEOUT_SECONDS`` (their defaults are `CallConstants`').
         env: where to read the variables above (default `os.environ`).
         client: an ``anthropic.AsyncAnthropic`` (or another async client of the ``anthropic`` SDK) to send
             the requests instead of agentlife's own HTTP client. It is used as
@@ -438,10 +443,10 @@ class AnthropicLLM:
             return TransientError("the Anthropic API request timed out (HTTP client timeout)")
         if isinstance(exc, module.APIConnectionError):
             cause = exc.__cause__
-            detail = describe(cause) if cause is not None else str(exc)
+            detail = describe_error(cause) if cause is not None else str(exc)
             where = self._base_url or "the default endpoint"
             return TransientError(self._redact(f"cannot reach the Anthropic API at {where}: {detail}"))
-        return PermanentError(self._redact(f"Anthropic SDK error: {describe(exc)}"))
+        return PermanentError(self._redact(f"Anthropic SDK error: {describe_error(exc)}"))
 
     def _redact(self, text: str) -> str:
         return self._redactor.redact(text)

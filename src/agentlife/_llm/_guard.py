@@ -330,7 +330,7 @@ def stream_timeouts_from_env(env: Mapping[str, str]) -> StreamTimeouts:
     """The stream timeouts set by ``AGENTLIFE_LLM_{CONNECT,INTER_CHUNK,TOTAL}_TIMEOUT_SECONDS``.
 
     Only those three variables are read, so an adapter made outside the runtime does not trip over an
-    unrelated setting; missing ones keep the defaults (30, 60 and 300 s).
+    unrelated setting; missing ones keep `CallConstants`' defaults.
 
     Raises:
         ConfigError: a value is not a number of seconds > 0.

@@ -5,13 +5,13 @@ from __future__ import annotations
 import ipaddress
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 import anyio.to_thread
 
 from agentlife._exceptions import LLMConfigurationError
 from agentlife._llm import _loopback_http
+from agentlife._llm._transport import StreamingResponse, Transport
 
 __all__ = ["LazyClient", "ResponseHolder", "http_base_url", "is_loopback", "loopback_client"]
 
@@ -49,17 +49,14 @@ def loopback_client(
     *,
     connect_timeout: float | None,
     read_timeout: float | None,
-) -> tuple[Any, Any] | None:
-    """The `agentlife._llm._loopback_http` module and client for a plain ``http://`` server on this machine.
+) -> Transport | None:
+    """The `agentlife._llm._loopback_http` client for a plain ``http://`` server on this machine.
 
     Such a server needs none of httpx (no TLS, no proxy, no redirect). None for any other base URL.
     """
     if parts.scheme != "http" or not is_loopback(parts.hostname or ""):
         return None
-    client = _loopback_http.Client(
-        headers=headers, connect_timeout=connect_timeout, read_timeout=read_timeout
-    )
-    return _loopback_http, client
+    return _loopback_http.Client(headers=headers, connect_timeout=connect_timeout, read_timeout=read_timeout)
 
 
 class ResponseHolder:
@@ -68,7 +65,7 @@ class ResponseHolder:
     __slots__ = ("response",)
 
     def __init__(self) -> None:
-        self.response: Any = None
+        self.response: StreamingResponse | None = None
 
     async def aclose(self) -> None:
         """Close the response, once (the server sees the disconnect at once)."""
@@ -78,34 +75,34 @@ class ResponseHolder:
 
 
 class LazyClient:
-    """An adapter's ``httpx.AsyncClient``, built once, on first use, on a worker thread.
+    """An adapter's `Transport`, built once, on first use, on a worker thread.
 
-    Importing httpx (~0.1 s) and building its client (see `agentlife._llm._tls.tls_context`) would
-    otherwise block the loop, and a job that never calls the model never pays for them.
+    Importing httpx and building its client (see `agentlife._llm._tls.tls_context`) would otherwise block
+    the loop, and a job that never calls the model never pays for them.
 
     Args:
-        build: returns ``(httpx module, client)``; raises what the first call should raise (a bad base URL).
+        build: returns the transport; raises what the first call should raise (a bad base URL).
     """
 
-    def __init__(self, build: Callable[[], tuple[Any, Any]]) -> None:
+    def __init__(self, build: Callable[[], Transport]) -> None:
         self._build = build
-        self._httpx: Any = None
-        self._http: Any = None
+        self._http: Transport | None = None
 
-    async def get(self) -> tuple[Any, Any]:
-        """``(client, httpx module)``, building them on the first call."""
-        if self._http is None:
-            spare = self._keep(*await anyio.to_thread.run_sync(self._build))
+    async def get(self) -> Transport:
+        """The transport, built on the first call."""
+        http = self._http
+        if http is None:
+            http, spare = self._keep(await anyio.to_thread.run_sync(self._build))
             if spare is not None:
                 await spare.aclose()
-        return self._http, self._httpx
+        return http
 
-    def _keep(self, httpx: Any, http: Any) -> Any:
-        """Keep a client just built, or hand it back when a concurrent first call built one already."""
+    def _keep(self, built: Transport) -> tuple[Transport, Transport | None]:
+        """(the transport kept, the spare to close): a concurrent first call may have built one already."""
         if self._http is not None:
-            return http
-        self._httpx, self._http = httpx, http
-        return None
+            return self._http, built
+        self._http = built
+        return built, None
 
     async def aclose(self) -> None:
         """Close the client and its connection pool (idempotent)."""

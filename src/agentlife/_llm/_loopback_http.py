@@ -5,12 +5,10 @@ httpx. Such a request needs no TLS, no proxy (the environment's proxies never ap
 redirect, and importing httpx and httpcore (40 to 65 ms of CPU, more where h2 is installed) was the largest
 single cost between spawn and the first model request. Every other base URL keeps httpx.
 
-It offers the part of httpx's interface the adapters use, so their code is the same over both: a client's
-``build_request`` / ``send(stream=True)`` / ``aclose``, a response's ``status_code``, ``headers``,
-``aiter_bytes``, ``aiter_lines``, ``aread`` and ``aclose``, and the exceptions ``HTTPError``,
-``TransportError``, ``ConnectError``, ``RemoteProtocolError`` and ``TimeoutException``, named and nested as
-httpx names them so that `agentlife._retry.classify` sorts them alike (they are `ConnectionError` and, for
-the timeout, `TimeoutError` too).
+`Client` is an `agentlife._llm._transport.Transport` (``stream``, ``aclose``) and its responses are
+`StreamingResponse` s, so the adapters' code is the same over it and over httpx. Its exceptions
+(``HTTPError`` and below it ``ConnectError``, ``RemoteProtocolError``, ``TimeoutException``) are the
+transport's `TransportError` and `TransportTimeout`, raised as such: there is nothing to translate.
 
 One connection per request (``connection: close``): on loopback a connect costs less than a pool's
 bookkeeping, and no request ever meets a kept-alive connection the server closed while it was idle. Every
@@ -19,6 +17,10 @@ length a server states is checked before it is trusted: the head is bounded (`MA
 or inside a chunk is an error, and a compressed body (none is asked for) is refused rather than inflated.
 Its error messages name what was wrong, never the server's bytes (beyond a short word such as an
 encoding's name): a piece of a line cut to fit a message could be a piece of a secret.
+
+It reads HTTP/1.1 itself rather than with h11 (installed wherever httpx is): importing h11 costs more on
+the first request than h11 saves on any one parse, and h11's messages quote the bytes they refuse.
+``benchmarks/loopback_parser.py`` measures both.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
 import anyio
+
+from agentlife._llm._transport import StreamingResponse, TransportError, TransportTimeout
 
 __all__ = [
     "MAX_HEADERS",
@@ -42,7 +46,6 @@ __all__ = [
     "Request",
     "Response",
     "TimeoutException",
-    "TransportError",
     "split_lines",
 ]
 
@@ -57,23 +60,19 @@ _HEX = frozenset(b"0123456789abcdefABCDEF")
 _NO_BODY = frozenset({204, 304})
 
 
-class HTTPError(Exception):
-    """Any failure of a request sent by this client."""
+class HTTPError(TransportError):
+    """Any failure of a request sent by this client (a `agentlife._llm._transport.TransportError`)."""
 
 
-class TransportError(HTTPError, ConnectionError):
-    """The connection failed: refused, reset, closed early, or the server broke the protocol."""
-
-
-class ConnectError(TransportError):
+class ConnectError(HTTPError):
     """No connection could be opened."""
 
 
-class RemoteProtocolError(TransportError):
+class RemoteProtocolError(HTTPError):
     """The server's bytes are not a well-formed HTTP/1.1 response, or stop before it ends."""
 
 
-class TimeoutException(TimeoutError, TransportError):
+class TimeoutException(TransportTimeout, HTTPError):
     """A connect, a write or a read took longer than its timeout."""
 
 
@@ -191,7 +190,7 @@ class Client:
             ConnectError: the connection could not be opened.
             TimeoutException: the connect, the write or the head's read took too long.
             RemoteProtocolError: the server's answer is not an HTTP/1.1 response head.
-            TransportError: the connection failed while the request was written or the head read.
+            HTTPError: the connection failed while the request was written or the head read.
         """
         connect_timeout, read_timeout = request.timeouts
         try:
@@ -212,6 +211,22 @@ class Client:
             await response.aclose()
             raise
         return response
+
+    async def stream(
+        self,
+        method: str,
+        url: str,
+        *,
+        content: bytes,
+        headers: Mapping[str, str],
+        params: Mapping[str, Any] | None = None,
+        timeout: Any = None,
+    ) -> StreamingResponse:
+        """`build_request` and `send`: the `agentlife._llm._transport.Transport` method."""
+        request = self.build_request(
+            method, url, content=content, headers=headers, params=params, timeout=timeout
+        )
+        return await self.send(request)
 
     async def aclose(self) -> None:
         """Nothing to close: no connection outlives its response."""
@@ -280,7 +295,7 @@ class Response:
         except TimeoutError:
             raise TimeoutException(f"writing the request took over {self._timeout:g} s") from None
         except OSError as exc:
-            raise TransportError(f"the connection failed while the request was written: {exc}") from exc
+            raise HTTPError(f"the connection failed while the request was written: {exc}") from exc
 
     async def read_head(self) -> None:
         """Read the status line and the header fields, past any interim (1xx) response."""
@@ -365,7 +380,7 @@ class Response:
         except TimeoutError:
             raise TimeoutException(f"no data from the server for {self._timeout:g} s") from None
         except OSError as exc:
-            raise TransportError(f"the connection failed: {exc}") from exc
+            raise HTTPError(f"the connection failed: {exc}") from exc
 
     async def _line(self) -> bytes:
         """One line of the head or of the chunk framing (its end kept); EOF before its end is an error."""
@@ -377,7 +392,7 @@ class Response:
         except ValueError:  # asyncio's limit: the line passed MAX_HEAD_BYTES
             raise RemoteProtocolError(f"a line of the response passed {MAX_HEAD_BYTES} bytes") from None
         except OSError as exc:
-            raise TransportError(f"the connection failed: {exc}") from exc
+            raise HTTPError(f"the connection failed: {exc}") from exc
         if not line.endswith(b"\n"):
             raise RemoteProtocolError("the connection closed before the response's head or framing ended")
         return line

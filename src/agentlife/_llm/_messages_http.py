@@ -26,10 +26,11 @@ from typing import Any
 
 import orjson
 
-from agentlife._exceptions import CallError, PermanentError, TransientError
+from agentlife._exceptions import CallError, PermanentError, TransientError, describe_error
 from agentlife._llm._http import LazyClient, ResponseHolder, http_base_url, is_loopback, loopback_client
-from agentlife._llm._sse import describe, read_error_body, server_sent_events
+from agentlife._llm._sse import read_error_body, server_sent_events
 from agentlife._llm._tls import tls_context
+from agentlife._llm._transport import HttpxTransport, Transport, TransportError, TransportTimeout
 from agentlife._redact import Redactor
 from agentlife._retry import classify, error_for_http_status
 from agentlife._version import __version__
@@ -40,7 +41,6 @@ __all__ = [
     "MessagesHTTP",
     "ResponseHolder",
     "checked_events",
-    "describe",
     "error_details",
     "error_for_event",
     "error_for_status",
@@ -198,7 +198,7 @@ async def checked_events(response: Any, redactor: Redactor) -> AsyncIterator[dic
     except Exception as exc:
         if isinstance(exc, CallError) or not classify(exc).retryable:
             raise
-        raise TransientError(redactor.redact(f"the Anthropic stream broke: {describe(exc)}")) from exc
+        raise TransientError(redactor.redact(f"the Anthropic stream broke: {describe_error(exc)}")) from exc
 
 
 def _decode_event(name: str | None, data: str) -> dict[str, Any] | None:
@@ -254,27 +254,22 @@ class MessagesHTTP:
             PermanentError: another status, a redirect, a ``200`` that is not a stream of events.
             LLMConfigurationError: 401, 403, a base URL that is not ``http(s)://host``.
         """
-        http, httpx = await self.prepare()
+        transport = await self._client_holder.get()
         body = dict(request)
         headers = {str(k): str(v) for k, v in (body.pop("extra_headers", None) or {}).items()}
         query = body.pop("extra_query", None)
         timeout = body.pop("timeout", None)
         body.update(body.pop("extra_body", None) or {})
+        url = f"{self._base_url}/v1/messages"
         try:
-            built = http.build_request(
-                "POST",
-                f"{self._base_url}/v1/messages",
-                content=orjson.dumps(body),
-                headers=headers,
-                params=query,
-                **({} if timeout is None else {"timeout": timeout}),
+            response = await transport.stream(
+                "POST", url, content=orjson.dumps(body), headers=headers, params=query, timeout=timeout
             )
-            response = await http.send(built, stream=True)
-        except httpx.TimeoutException as exc:
+        except TransportTimeout as exc:
             raise TransientError("the Anthropic API request timed out (HTTP client timeout)") from exc
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             raise TransientError(
-                self._redact(f"cannot reach the Anthropic API at {self.where}: {describe(exc)}")
+                self._redact(f"cannot reach the Anthropic API at {self.where}: {describe_error(exc)}")
             ) from exc
         holder.response = response
         if not 200 <= response.status_code < 300:
@@ -308,15 +303,15 @@ class MessagesHTTP:
         """Close the HTTP client and its connection pool (idempotent)."""
         await self._client_holder.aclose()
 
-    async def prepare(self) -> tuple[Any, Any]:
+    async def prepare(self) -> None:
         """Import httpx and build the client, once; the adapter awaits it before the connect clock runs.
 
         Raises:
             LLMConfigurationError: the base URL is not ``http(s)://host``.
         """
-        return await self._client_holder.get()
+        await self._client_holder.get()
 
-    def _make_client(self) -> tuple[Any, Any]:
+    def _make_client(self) -> Transport:
         parts = http_base_url(self._base_url, "ANTHROPIC_BASE_URL", self._redact)
         headers = {
             "x-api-key": self._api_key,
@@ -347,7 +342,7 @@ class MessagesHTTP:
             trust_env=trust_env,
             verify=tls_context(parts.scheme, trust_env=trust_env),
         )
-        return httpx, client
+        return HttpxTransport(httpx, client)
 
     def _redact(self, text: str) -> str:
         return self._redactor.redact(text)

@@ -25,7 +25,13 @@ from typing import Any
 
 import orjson
 
-from agentlife._exceptions import CallError, LLMConfigurationError, PermanentError, TransientError
+from agentlife._exceptions import (
+    CallError,
+    LLMConfigurationError,
+    PermanentError,
+    TransientError,
+    describe_error,
+)
 from agentlife._llm._anthropic import parse_retry_after
 from agentlife._llm._guard import guard_stream, stream_timeouts_from_env
 from agentlife._llm._http import LazyClient, ResponseHolder, http_base_url, is_loopback, loopback_client
@@ -38,8 +44,9 @@ from agentlife._llm._openai_format import (
 )
 from agentlife._llm._pricing import PriceTable
 from agentlife._llm._protocol import CURRENT_CALL, INVOCATION_HEADER, LLMReply, OnEvent, StreamTimeouts
-from agentlife._llm._sse import describe, read_error_body, server_sent_events
+from agentlife._llm._sse import read_error_body, server_sent_events
 from agentlife._llm._tls import tls_context
+from agentlife._llm._transport import HttpxTransport, Transport, TransportError, TransportTimeout
 from agentlife._redact import Redactor
 from agentlife._retry import classify
 
@@ -85,7 +92,7 @@ class OpenAICompatibleLLM:
         prices: the price table for ``LLMReply.cost_usd`` (default `PriceTable.default`, which lists the
             common OpenAI models; a self-hosted model is unknown to it and costs 0, logged once).
         timeouts: the stream timeouts used when `complete` gets none; None reads
-            ``AGENTLIFE_LLM_*_TIMEOUT_SECONDS`` (defaults 30 / 60 / 300 s).
+            ``AGENTLIFE_LLM_*_TIMEOUT_SECONDS`` (their defaults are `CallConstants`').
         http_timeout: the HTTP client's own timeout in seconds, a backstop behind the stream guard
             (default 600).
         env: where to read the variables above (default `os.environ`).
@@ -158,13 +165,13 @@ class OpenAICompatibleLLM:
         headers = {str(k): str(v) for k, v in (params.pop("extra_headers", None) or {}).items()}
         extra_body = params.pop("extra_body", None) or {}
         body = {**chat_request(model, messages, max_tokens, params), **extra_body}
-        http, httpx = await self._client()
+        transport = await self._client()
         address = CURRENT_CALL.get()
         if address is not None:
             headers.setdefault(INVOCATION_HEADER, str(address))
         holder = ResponseHolder()
         assembler = ChatAssembler(model)
-        source = self._chunks(http, httpx, holder, body, headers)
+        source = self._chunks(transport, holder, body, headers)
         async with aclosing(guard_stream(source, timeouts or self.timeouts, close=holder.aclose)) as stream:
             async for chunk in stream:
                 if chunk is KEEPALIVE:
@@ -180,12 +187,12 @@ class OpenAICompatibleLLM:
         """Close the HTTP client and its connection pool (idempotent)."""
         await self._client_holder.aclose()
 
-    async def _client(self) -> tuple[Any, Any]:
+    async def _client(self) -> Transport:
         if not self._api_key and key_required(self._base_url):
             raise LLMConfigurationError(_NO_KEY)
         return await self._client_holder.get()
 
-    def _make_client(self) -> tuple[Any, Any]:
+    def _make_client(self) -> Transport:
         headers = {"accept": "text/event-stream"}
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
@@ -204,30 +211,30 @@ class OpenAICompatibleLLM:
             trust_env=trust_env,
             verify=tls_context(parts.scheme, trust_env=trust_env),
         )
-        return httpx, client
+        return HttpxTransport(httpx, client)
 
     async def _chunks(
         self,
-        http: Any,
-        httpx: Any,
+        transport: Transport,
         holder: ResponseHolder,
         body: dict[str, Any],
         headers: dict[str, str],
     ) -> AsyncIterator[Mapping[str, Any]]:
         url = f"{self._base_url}/chat/completions"
         try:
-            request = http.build_request(
+            response = await transport.stream(
                 "POST",
                 url,
                 content=orjson.dumps(body),
                 headers={"content-type": "application/json", **headers},
             )
-            response = await http.send(request, stream=True)
-        except httpx.TimeoutException as exc:
+        except TransportTimeout as exc:
             raise TransientError("the OpenAI-compatible API request timed out (HTTP client timeout)") from exc
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             raise TransientError(
-                self._redact(f"cannot reach the OpenAI-compatible API at {self._base_url}: {describe(exc)}")
+                self._redact(
+                    f"cannot reach the OpenAI-compatible API at {self._base_url}: {describe_error(exc)}"
+                )
             ) from exc
         holder.response = response
         if response.status_code != 200:
@@ -249,7 +256,7 @@ class OpenAICompatibleLLM:
             if isinstance(exc, CallError) or not classify(exc).retryable:
                 raise
             raise TransientError(
-                self._redact(f"the OpenAI-compatible stream broke: {describe(exc)}")
+                self._redact(f"the OpenAI-compatible stream broke: {describe_error(exc)}")
             ) from exc
 
     async def _status_error(self, response: Any) -> CallError:

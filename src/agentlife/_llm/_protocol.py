@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from agentlife._replay import MAX_DEPTH, nesting
+from agentlife.constants import CallConstants
 
 __all__ = [
     "CURRENT_CALL",
@@ -38,6 +39,8 @@ __all__ = [
 #: The request header that carries ``{job_id}/{step}/{call}`` to the model server: proxies and the fake
 #: servers of `agentlife.testing` can tell a re-sent request from a new one by it.
 INVOCATION_HEADER = "x-agentlife-invocation"
+#: The defaults of `StreamTimeouts`: the constants'.
+_CALLS = CallConstants()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +105,11 @@ class StreamTimeouts:
     raises `LLMTimeout` naming it.
     """
 
-    connect: float = 30.0
+    connect: float = _CALLS.llm_connect_timeout_seconds
     """From the request until the first event of the stream arrives."""
-    chunk: float = 60.0
+    chunk: float = _CALLS.llm_inter_chunk_timeout_seconds
     """The longest silence between two events once the stream has started (keep-alive pings count)."""
-    total: float = 300.0
+    total: float = _CALLS.llm_total_timeout_seconds
     """The whole call, from the request to the last event, whatever the stream does."""
 
 

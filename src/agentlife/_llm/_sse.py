@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 
-from agentlife._exceptions import PermanentError
+from agentlife._exceptions import PermanentError, describe_error
 from agentlife._llm._loopback_http import LineTooLong, split_lines
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "MAX_ERROR_BODY_BYTES",
     "MAX_EVENT_BYTES",
     "ServerSentEvent",
-    "describe",
     "read_error_body",
     "server_sent_events",
 ]
@@ -132,11 +131,5 @@ async def read_error_body(response: Any) -> bytes:
                     if len(body) >= MAX_ERROR_BODY_BYTES:
                         break
         except Exception as exc:  # a body cut off
-            _log.debug("reading an error body failed: %s", describe(exc))
+            _log.debug("reading an error body failed: %s", describe_error(exc))
     return bytes(body[:MAX_ERROR_BODY_BYTES])
-
-
-def describe(exc: BaseException) -> str:
-    """``Type: message`` of an exception (its type alone when it has no message)."""
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

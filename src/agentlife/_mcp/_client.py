@@ -43,7 +43,7 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,14 +51,21 @@ import anyio
 import anyio.abc
 
 from agentlife._children import end_group, register_group
-from agentlife._exceptions import MCPServerUnavailable, MCPToolError
+from agentlife._exceptions import MCPServerUnavailable, MCPToolError, describe_error, leaf_exceptions
 from agentlife._mcp._server import MAX_TOOLS
 from agentlife._redact import Redactor
 
 if TYPE_CHECKING:
     from agentlife._mcp._server import MCPServer
 
-__all__ = ["DEADLINE_META_KEY", "INVOCATION_META_KEY", "MCPConnection", "ToolListing", "server_redactor"]
+__all__ = [
+    "DEADLINE_META_KEY",
+    "INVOCATION_META_KEY",
+    "MCPConnection",
+    "ToolListing",
+    "server_error",
+    "server_redactor",
+]
 
 log = logging.getLogger("agentlife.mcp")
 
@@ -338,7 +345,7 @@ class MCPConnection:
         return None if code is None else f"it exited with code {code}"
 
     def _describe(self, exc: BaseException) -> str:
-        return self.redactor.redact(describe_error(exc))[:_MAX_MESSAGE]
+        return server_error(exc, self.redactor.redact)
 
 
 def _deadline_now() -> float | None:
@@ -587,17 +594,19 @@ def _found(command: str, env: Any) -> str:
     raise FileNotFoundError(errno.ENOENT, "command not found", command)
 
 
-def describe_error(exc: BaseException) -> str:
-    """One line for an error from the SDK or its transports, unwrapping exception groups."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    if isinstance(exc, FileNotFoundError):
-        return f"command not found: {exc.filename or exc}"
-    if isinstance(exc, TimeoutError):
+def server_error(exc: BaseException, redact: Callable[[str], str]) -> str:
+    """What went wrong with a server or a call to it, in one masked line.
+
+    The SDK runs everything in task groups: the first error of a group is the one that ended it, and the
+    rest are what that ending cancelled. A command that cannot be started and a timeout read as such;
+    anything else as `describe_error` gives it.
+    """
+    first = leaf_exceptions(exc)[0]
+    if isinstance(first, FileNotFoundError):
+        return redact(f"command not found: {first.filename or first}")[:_MAX_MESSAGE]
+    if isinstance(first, TimeoutError):
         return "timed out"
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return describe_error(first, redact=redact, limit=_MAX_MESSAGE)
 
 
 class _owning:

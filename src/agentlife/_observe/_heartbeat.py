@@ -31,6 +31,7 @@ from urllib.parse import quote
 import anyio
 import orjson
 
+from agentlife._exceptions import describe_error
 from agentlife._observe._status import StatusBoard
 from agentlife._observe._telemetry import process_start_time
 from agentlife._redact import MASK, Redactor
@@ -628,8 +629,7 @@ class SseHeartbeat:
         )
 
     def _describe(self, exc: BaseException) -> str:
-        text = str(exc) or type(exc).__name__
-        return self._redactor.redact(f"{type(exc).__name__}: {text}")
+        return describe_error(exc, redact=self._redactor.redact)
 
     def _early_answer(self, data: bytes) -> str:
         if not data:

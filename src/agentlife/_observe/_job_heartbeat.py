@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from agentlife._exceptions import AttemptFenced
+from agentlife._exceptions import AttemptFenced, describe_error
 from agentlife._observe._status import StatusBoard
 from agentlife._redact import Redactor
 
@@ -106,7 +106,7 @@ class JobHeartbeat:
     def _failed(self, exc: Exception) -> None:
         self.failures += 1
         self.consecutive_failures += 1
-        error = self._redactor.redact(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        error = describe_error(exc, redact=self._redactor.redact)
         _log.warning(
             "job heartbeat for %s failed (%s); %d failure(s) so far", self._job_id, error, self.failures
         )

@@ -1,4 +1,4 @@
-"""The engine's records: `RunOptions`, what hydration found, how a job ended, and the exit codes.
+"""The engine's records: `RunOptions`, what hydration found and how a job ended.
 
 `Hydrated` and `Resume` carry what hydration found, `Outcome` how the lifecycle ended; no behaviour.
 """
@@ -13,7 +13,7 @@ from agentlife._agent import Job
 from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._journal._conversation import ConversationLog
-from agentlife._runtime._signals import EarlySignal
+from agentlife._runtime._process import ShellOptions
 from agentlife._state import State
 from agentlife._step._approvals import Approvals
 from agentlife.constants import Constants
@@ -23,11 +23,6 @@ if TYPE_CHECKING:
     from agentlife._journal._recovery import ReplayMap
     from agentlife._memory import MemoryRecord
 
-
-EXIT_DONE = 0
-EXIT_CRASH = 1
-EXIT_USAGE = 2
-EXIT_DRAINED = 143
 
 log = logging.getLogger("agentlife.runtime")
 PHASE_NAMES = {
@@ -47,13 +42,8 @@ class RunOptions:
         job_id: overrides ``AGENTLIFE_JOB_ID``.
         payload: the job payload for a job row this process creates.
         create_job: create a missing job row on PostgreSQL too (SQLite always creates it).
-        handle_signals: install the SIGTERM/SIGINT receiver (main thread only).
-        json_logs: route logging through the JSON handler on stdout.
-        hard_exit: after the drain budget, ``os._exit`` even if code ignoring cancellation still runs.
-        probes: start the probe server.
         constants: use these instead of reading them from the environment.
-        log_stream: where JSON logs go (default stdout).
-        early_signal: a signal caught before the runtime started (see `EarlySignal`).
+        shell: what the process takes on: logs, signals, hard exit, probes (`ShellOptions`).
         attempt: the attempt a worker claimed (overrides ``AGENTLIFE_ATTEMPT``); the environment's
             ``AGENTLIFE_PREVIOUS_EXIT_CODE`` is then the worker container's, not the job's, and is ignored.
         claimed: the row a worker's claim (``claim_next``) returned for ``attempt``: hydration takes it as
@@ -64,13 +54,8 @@ class RunOptions:
     job_id: str | None = None
     payload: Any = None
     create_job: bool = False
-    handle_signals: bool = True
-    json_logs: bool = True
-    hard_exit: bool = True
-    probes: bool = True
     constants: Constants | None = None
-    log_stream: Any = None
-    early_signal: EarlySignal | None = None
+    shell: ShellOptions = field(default_factory=ShellOptions)
     attempt: int | None = None
     claimed: JobRecord | None = None
 

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from agentlife._agent import AgentProcess
-from agentlife._exceptions import ConfigError, SignalDuringImport
+from agentlife._exceptions import ConfigError, SignalDuringImport, describe_error
 
 __all__ = ["check_agent_class", "load_agent_class"]
 
@@ -38,9 +38,9 @@ def load_agent_class(target: str) -> type:
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             raise  # nothing took SIGINT over: this may be a real Ctrl-C
         # The CLI's handler turns a real SIGINT into SignalDuringImport: this one the module raised itself.
-        raise ConfigError(f"importing module {module_name!r} failed: {_described(exc)}") from None
+        raise ConfigError(f"importing module {module_name!r} failed: {describe_error(exc)}") from None
     except BaseException as exc:  # any other BaseException too: one line, never a traceback
-        raise ConfigError(f"importing module {module_name!r} failed: {_described(exc)}") from None
+        raise ConfigError(f"importing module {module_name!r} failed: {describe_error(exc)}") from None
     obj: Any = module
     for part in class_name.split("."):
         obj = getattr(obj, part, None)
@@ -50,11 +50,6 @@ def load_agent_class(target: str) -> type:
         raise ConfigError(f"{target!r} is not an AgentProcess subclass")
     check_agent_class(obj)
     return obj
-
-
-def _described(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def check_agent_class(cls: type) -> None:

@@ -20,9 +20,10 @@ from agentlife._agent import Job
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._config import Settings
 from agentlife._exceptions import ApprovalRejected, describe_error
+from agentlife._exitcode import ExitCode
 from agentlife._redact import Redactor
 from agentlife._replay import utf8_safe
-from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, TERMINAL_STATUSES, Outcome
+from agentlife._runtime._base import TERMINAL_STATUSES, Outcome
 from agentlife._runtime._drain import Drain
 from agentlife._runtime._events import JobEvents
 from agentlife._runtime._process import ProcessShell
@@ -65,7 +66,9 @@ class Finisher:
             delivered = await guard.deliver(lambda: self.agent.deliver(doc.result))
             log.info("delivered" if delivered else "delivery already recorded: not delivered again")
         if scope.cancelled_caught:
-            return Outcome(EXIT_DRAINED, "drain deadline reached during delivery; the next attempt delivers")
+            return Outcome(
+                ExitCode.DRAINED, "drain deadline reached during delivery; the next attempt delivers"
+            )
         await store.set_status(
             s.job_id,
             s.attempt,
@@ -78,7 +81,7 @@ class Finisher:
             await run_housekeeping([lambda: self.agent.housekeeping(doc.result)])  # logs its own errors
             await self._store_memories(job, doc)
         enter_draining(self.host.events.machine, f"job {status.lower()}")
-        return Outcome(EXIT_DONE, f"job {status}", status)
+        return Outcome(ExitCode.DONE, f"job {status}", status)
 
     async def failed_by_runtime(self, reason: str) -> Outcome:
         """The runtime failed the job (a budget ran out): FAILED on the row."""
@@ -92,7 +95,7 @@ class Finisher:
             expect=HELD,
         )
         enter_draining(self.host.events.machine, "job failed")
-        return Outcome(EXIT_DONE, reason, JobStatus.FAILED)
+        return Outcome(ExitCode.DONE, reason, JobStatus.FAILED)
 
     def rejected(self, rejection: ApprovalRejected) -> Outcome:
         """A restricted call was refused: the job is over, FAILED as the row already says; nothing written.
@@ -102,7 +105,7 @@ class Finisher:
         """
         log.warning("job failed: %s", rejection)
         enter_draining(self.host.events.machine, "job rejected")
-        return Outcome(EXIT_DONE, f"job FAILED: {rejection}", JobStatus.FAILED)
+        return Outcome(ExitCode.DONE, f"job FAILED: {rejection}", JobStatus.FAILED)
 
     async def _store_memories(self, job: Job, doc: CheckpointDoc) -> None:
         """Write the agent's memories of this job back, best effort, within the memory budget."""
@@ -171,7 +174,11 @@ async def record_crash(
 
     # The shape `should_retry_after_crash` reads back, plus what a person needs to debug it.
     record = CrashRecord.from_exception(
-        exc, attempt=settings.attempt if settings else 0, exit_code=EXIT_CRASH, step=step, redact=crash_text
+        exc,
+        attempt=settings.attempt if settings else 0,
+        exit_code=ExitCode.CRASH,
+        step=step,
+        redact=crash_text,
     ).to_dict()
     record["state"] = state.value
     record["traceback"] = crash_text("".join(traceback.format_exception(exc)))[-4000:]
@@ -193,9 +200,9 @@ async def record_crash(
                         expect=(status,),
                     )
             except Exception as store_exc:  # a driver error too: the crash stays a crash (exit 1), logged
-                why = redactor.redact(describe_error(store_exc))
+                why = describe_error(store_exc, redact=redactor.redact)
                 log.error("could not record the crash on the job row: %s", why)
-    return Outcome(EXIT_CRASH, f"crash: {message.splitlines()[0][:300]}")
+    return Outcome(ExitCode.CRASH, f"crash: {message.splitlines()[0][:300]}")
 
 
 def _row_result(result: Any, reason: str | None) -> Any:

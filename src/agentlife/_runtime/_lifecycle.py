@@ -25,14 +25,12 @@ from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._config import Settings, job_id_from_env
 from agentlife._exceptions import AttemptFenced, BootFailure, BudgetExhausted, ConfigError, ParkRequested
+from agentlife._exitcode import ExitCode
 from agentlife._journal._writer import Journal
 from agentlife._logging import job_attributes, job_log_context
 from agentlife._retry import classify
 from agentlife._runtime import _base
 from agentlife._runtime._base import (
-    EXIT_CRASH,
-    EXIT_DONE,
-    EXIT_DRAINED,
     Hydrated,
     Outcome,
     Resume,
@@ -50,7 +48,7 @@ from agentlife._step._approvals import Approvals
 from agentlife._step._host import Booted
 from agentlife.stores import JobStore
 
-__all__ = ["RunOptions", "Runtime"]
+__all__ = ["RunOptions", "Runtime", "ShellOptions"]
 
 log = logging.getLogger("agentlife.runtime")
 
@@ -84,7 +82,7 @@ class Runtime:
         job_id = self.options.job_id or job_id_from_env(self.env) or ""
         self.shell = shell or ProcessShell(
             self.env, agent_id=agent.agent_id, constants=self.constants,
-            options=ShellOptions.of(self.options),
+            options=self.options.shell,
             on_signal=self.request_drain, log_context=lambda: board_log_context(self.shell.board, job_id),
         )  # fmt: skip
         self.board = self.shell.board  # the process's status board (its probe port, for tests)
@@ -134,9 +132,9 @@ class Runtime:
                 self.events.machine.move(State.DRAINING, reason)
 
     async def run(self) -> int:
-        """Run the lifecycle to TERMINATED and return the exit code."""
+        """Run the lifecycle to TERMINATED and return the exit code (a plain `int`, as a process's)."""
         if not self.one_job:
-            return (await self._run_job()).exit_code
+            return int((await self._run_job()).exit_code)
         async with self.shell:
             outcome = await self._run_job()
             return self.shell.exit(outcome.exit_code, outcome.reason)
@@ -163,15 +161,15 @@ class Runtime:
                 hydrated = await self._hydrate(booted, tasks)
             if hydrated is None or self.drain.draining:
                 name = _base.PHASE_NAMES.get(self._drained_in, self._drained_in.value.lower())
-                outcome = Outcome(EXIT_DRAINED, f"drained during {name}")
+                outcome = Outcome(ExitCode.DRAINED, f"drained during {name}")
             elif isinstance(hydrated.resume.doc.status, str) and hydrated.resume.doc.phase == "done":
-                outcome = Outcome(EXIT_DONE, f"job already {hydrated.resume.doc.status}")
+                outcome = Outcome(ExitCode.DONE, f"job already {hydrated.resume.doc.status}")
             else:
                 outcome = await self._execute(hydrated)
         except (BootFailure, AttemptFenced) as exc:
             # The one ERROR line saying why the job stopped (the transition and exit lines are INFO).
             log.error("%s: %s", "fatal" if isinstance(exc, BootFailure) else "stopping", exc)
-            outcome = Outcome(EXIT_CRASH, str(exc))
+            outcome = Outcome(ExitCode.CRASH, str(exc))
         except Exception as exc:
             outcome = await record_crash(
                 exc, state=self.state, step=self._runner.current_step if self._runner else None,
@@ -253,7 +251,7 @@ class Runtime:
 
     async def _execute(self, hydrated: Hydrated) -> Outcome:
         if self.drain.draining:
-            return Outcome(EXIT_DRAINED, "drained before execution")
+            return Outcome(ExitCode.DRAINED, "drained before execution")
         self.events.machine.move(State.EXECUTING, "step loop")
         runner = self._runner
         assert runner is not None  # built by hydration
@@ -264,7 +262,7 @@ class Runtime:
         doc, replay = hydrated.resume.doc, hydrated.resume.replay
         while doc.phase != "delivering":
             if self.drain.draining:  # read before each step: a signal may have come during the last
-                return Outcome(EXIT_DRAINED, runner.drained_between_steps())
+                return Outcome(ExitCode.DRAINED, runner.drained_between_steps())
             try:
                 result, doc = await runner.run_step(hydrated, llm, doc, replay)
             except ParkRequested as parked:
@@ -275,7 +273,7 @@ class Runtime:
             if runner.fenced is not None:
                 raise runner.fenced
             if result is None:
-                return Outcome(EXIT_DRAINED, f"step {doc.next_step} cancelled at the drain deadline")
+                return Outcome(ExitCode.DRAINED, f"step {doc.next_step} cancelled at the drain deadline")
         return await finisher.deliver_and_finish(hydrated.job, doc)
 
     async def _step_failed(
@@ -296,4 +294,4 @@ class Runtime:
             "step %s failed during the drain with %s: %s; not retried now, the next attempt resumes the step",
             doc.next_step, type(exc).__name__, self.shell.redactor.redact(str(exc)),
         )  # fmt: skip
-        return Outcome(EXIT_DRAINED, f"step {doc.next_step} failed transiently during the drain")
+        return Outcome(ExitCode.DRAINED, f"step {doc.next_step} failed transiently during the drain")

@@ -20,7 +20,9 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from agentlife._config import probe_address
 from agentlife._exceptions import ConfigError
+from agentlife._exitcode import ExitCode
 from agentlife._logging import log_fields, process_logging
 from agentlife._observe._lag import run_lag_monitor
 from agentlife._observe._status import StatusBoard
@@ -36,13 +38,24 @@ __all__ = ["ProcessShell", "ShellOptions", "quietly"]
 
 log = logging.getLogger("agentlife.runtime")
 
-#: The exit code a drain's hard exit uses.
-_EXIT_DRAINED = 143
-
 
 @dataclass(frozen=True, slots=True)
 class ShellOptions:
-    """What the process takes on; the CLI takes everything, an in-process test run little."""
+    """What the process takes on; the CLI takes everything, an in-process run little.
+
+    `RunOptions` and `WorkerOptions` each hold one, as ``shell``: a job run and a worker are the same
+    process to the shell.
+
+    Attributes:
+        json_logs: route logging through the JSON handler.
+        handle_signals: install the SIGTERM/SIGINT receiver (main thread only).
+        hard_exit: ``os._exit`` when the drain overruns its budget, even if code ignoring cancellation
+            still runs.
+        probes: start the probe server.
+        log_stream: where JSON logs go (default stdout).
+        early_signal: a signal caught before the runtime started, while the agent's class was imported
+            (see `EarlySignal`).
+    """
 
     json_logs: bool = True
     handle_signals: bool = True
@@ -50,11 +63,6 @@ class ShellOptions:
     probes: bool = True
     log_stream: Any = None
     early_signal: EarlySignal | None = None
-
-    @classmethod
-    def of(cls, options: Any) -> ShellOptions:
-        """The shell's part of `RunOptions` (or of any options with the same fields)."""
-        return cls(**{name: getattr(options, name) for name in cls.__slots__})
 
 
 def constants_or_default(env: Mapping[str, str]) -> Constants:
@@ -163,30 +171,25 @@ class ProcessShell:
     def arm_drain_exit(self) -> None:
         """A drain began: the process is out within the step deadline and cleanup budget, whatever runs."""
         drain = self.constants.drain
-        self.arm_hard_exit(drain.step_deadline_seconds + drain.cleanup_budget_seconds, _EXIT_DRAINED)
+        self.arm_hard_exit(drain.step_deadline_seconds + drain.cleanup_budget_seconds, ExitCode.DRAINED)
 
     def exit(self, code: int, reason: str, logger: logging.Logger = log) -> int:
         """Settle the exit code (a swallowed cancel cannot hold the process) and log the exit line."""
         self.hard_exit.settle(self.constants.drain.cleanup_budget_seconds, code)
         logger.info("exit %s: %s", code, reason, extra=log_fields(exit_code=code, reason=reason))
-        return code
+        return int(code)
 
     def _start_probe_server(self) -> None:
         if not self.options.probes:
             return
-        raw_port = (self.env.get("AGENTLIFE_HEALTH_PORT") or "8086").strip()
-        if raw_port.lower() == "off":
+        address = probe_address(self.env)
+        if address is None:
             return
-        try:
-            port = int(raw_port)
-        except ValueError:
-            return  # the settings report the bad value as a configuration error right after this
         from agentlife._observe._probes import ProbeServer
 
         self._probe_server = ProbeServer(
             self.board,
-            self.env.get("AGENTLIFE_HEALTH_HOST") or "0.0.0.0",
-            port,
+            *address,
             blocked_threshold=self.constants.probe.blocked_threshold_seconds,
             redactor=self.redactor,
         )

@@ -27,10 +27,9 @@ import orjson
 
 from agentlife._children import kill_groups
 from agentlife._exceptions import SignalDuringImport
+from agentlife._exitcode import ExitCode
 
-__all__ = ["DRAIN_SIGNALS", "EXIT_DRAINED", "EarlySignal", "HardExit", "receive_drain_signals"]
-
-EXIT_DRAINED = 143
+__all__ = ["DRAIN_SIGNALS", "EarlySignal", "HardExit", "receive_drain_signals"]
 
 #: The signals that drain: Kubernetes sends SIGTERM; Ctrl-C is SIGINT; a supervisor or a closed terminal
 #: sends SIGHUP. Each drains the same way and exits 143 with the job resumable.
@@ -279,7 +278,7 @@ class EarlySignal:
         deadline = time.monotonic() + budget
         while not self._abandoning.wait(0.1):
             if time.monotonic() >= deadline:
-                _hard_exit(EXIT_DRAINED, budget)
+                _hard_exit(ExitCode.DRAINED, budget)
             with contextlib.suppress(OSError, ValueError):
                 signal.pthread_kill(main, signum)
 

@@ -27,14 +27,22 @@ import orjson
 from agentlife._agent import AgentProcess, Done, Footprint
 from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
-from agentlife._exceptions import AgentlifeError, AttemptFenced, ParkRequested, StoreUnavailable, WaitParked
+from agentlife._exceptions import (
+    AgentlifeError,
+    AttemptFenced,
+    ParkRequested,
+    StoreUnavailable,
+    WaitParked,
+    describe_error,
+)
+from agentlife._exitcode import ExitCode
 from agentlife._journal._recovery import build_replay, scan_for_resume
 from agentlife._journal._steprecords import StepJournal, replay_events
 from agentlife._llm._protocol import CURRENT_CALL, LLMClient
 from agentlife._observe._telemetry_facade import TelemetryFacade
 from agentlife._redact import Redactor
 from agentlife._replay import check_replayable
-from agentlife._runtime._base import EXIT_DONE, EXIT_DRAINED, Hydrated, Outcome
+from agentlife._runtime._base import Hydrated, Outcome
 from agentlife._runtime._drain import Drain
 from agentlife._runtime._events import JobEvents
 from agentlife._state import State
@@ -308,7 +316,7 @@ class StepRunner:
                     s.job_id, s.attempt, usage.input_tokens, usage.output_tokens, usage.cost_usd
                 )
         except Exception as exc:
-            why = self.host.redactor.redact(f"{type(exc).__name__}: {exc}")
+            why = describe_error(exc, redact=self.host.redactor.redact)
             log.warning("the usage of step %s's model calls %s was not counted: %s", step, calls, why)
             return
         self.records.append("USAGE_COUNTED", step=step, calls=calls)
@@ -327,7 +335,7 @@ class StepRunner:
             with anyio.CancelScope(shield=True), anyio.fail_after(budget):
                 await self.records.store_all()
         except Exception as exc:
-            why = self.host.redactor.redact(f"{type(exc).__name__}: {exc}")
+            why = describe_error(exc, redact=self.host.redactor.redact)
             log.warning("step %s's calls were not all written to the store: %s", step, why)
 
     async def retrying_store(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
@@ -387,10 +395,12 @@ class StepRunner:
             return await self._park_waiting(wait)
         await self._let_go_of_park()
         if self.host.draining:
-            return Outcome(EXIT_DRAINED, "drained while waiting for approval")
+            return Outcome(ExitCode.DRAINED, "drained while waiting for approval")
         self.host.events.machine.move(State.DRAINING, "parked: approval idle timeout")
         return Outcome(
-            EXIT_DONE, "parked: WAITING_FOR_APPROVAL after the idle timeout", JobStatus.WAITING_FOR_APPROVAL
+            ExitCode.DONE,
+            "parked: WAITING_FOR_APPROVAL after the idle timeout",
+            JobStatus.WAITING_FOR_APPROVAL,
         )
 
     async def _park_waiting(self, wait: WaitParked) -> Outcome:
@@ -405,9 +415,9 @@ class StepRunner:
             log.warning("parking at a wait: the row is no longer this attempt's RUNNING job; left as it is")
         self.booted.journal.append("WAIT_PARKED", step=self.current_step, until=wait.until)
         if wait.drained or self.host.draining:
-            return Outcome(EXIT_DRAINED, f"drained during a wait; {left:.0f} s of it left")
+            return Outcome(ExitCode.DRAINED, f"drained during a wait; {left:.0f} s of it left")
         self.host.events.machine.move(State.DRAINING, "parked: waiting")
-        return Outcome(EXIT_DONE, f"parked: WAITING for {left:.0f} s", JobStatus.WAITING)
+        return Outcome(ExitCode.DONE, f"parked: WAITING for {left:.0f} s", JobStatus.WAITING)
 
     async def _let_go_of_park(self) -> None:
         """Leave the parked row to whoever resumes it, even if an approval lands while this process exits.

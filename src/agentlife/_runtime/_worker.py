@@ -25,7 +25,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -34,8 +34,9 @@ import anyio.lowlevel
 
 from agentlife._config import Settings
 from agentlife._exceptions import ConfigError, describe_error
+from agentlife._exitcode import ExitCode
 from agentlife._logging import log_fields
-from agentlife._runtime._base import EXIT_CRASH, EXIT_DONE, EXIT_DRAINED, RunOptions
+from agentlife._runtime._base import RunOptions
 from agentlife._runtime._drain import Drain
 from agentlife._runtime._lifecycle import Runtime
 from agentlife._runtime._process import ProcessShell, ShellOptions, quietly
@@ -53,14 +54,12 @@ if TYPE_CHECKING:
         """What a worker uses of its store: its queue, and each job it runs."""
 
 
-__all__ = ["EXIT_IDLE", "Worker", "WorkerOptions", "job_run"]
+__all__ = ["ShellOptions", "Worker", "WorkerOptions", "job_run"]
 
 log = logging.getLogger("agentlife.worker")
 
-#: The worker's exit code after its idle timeout or its ``max_jobs``: it did all it was asked to.
-EXIT_IDLE = 0
 #: How a job run by a worker ended, by the exit code its lifecycle would have given a process of its own.
-JOB_OUTCOMES = {EXIT_DONE: "done", EXIT_DRAINED: "drained", EXIT_CRASH: "crashed"}
+JOB_OUTCOMES: dict[int, str] = {ExitCode.DONE: "done", ExitCode.DRAINED: "drained", ExitCode.CRASH: "crashed"}
 #: The slowest idle poll when the store notifies new work (PostgreSQL): a notification lost with a dropped
 #: connection, or a retry whose backoff ended (nothing notifies that), waits at most this long.
 NOTIFY_FALLBACK_POLL_SECONDS = 5.0
@@ -71,38 +70,29 @@ DEFAULT_POOL_SIZE = 4
 REAPS_PER_THRESHOLD = 5
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerOptions:
     """How a worker runs.
 
     Attributes:
+        idle_timeout: seconds without a job (none running, none claimed) after which it exits 0 (the
+            command's ``--idle-timeout``, whose default is the one default).
         agent_id: the agent whose jobs it claims (default: ``AGENTLIFE_AGENT_ID``, else the class's).
-        idle_timeout: seconds without a job (none running, none claimed) after which it exits 0.
         max_jobs: exit 0 after this many jobs (None: no limit).
         poll_interval: the first wait after finding no job; doubled while idle up to ``max_poll_interval``.
         max_poll_interval: the longest wait between two claims while idle.
         constants: use these instead of reading them from the environment.
-        handle_signals: install the SIGTERM/SIGINT receiver (main thread only).
-        json_logs: route logging through the JSON handler.
-        hard_exit: ``os._exit`` when the drain overruns its budget.
-        probes: start the probe server.
-        log_stream: where JSON logs go (default stdout).
-        early_signal: a signal caught while the agent class was imported.
+        shell: what the process takes on: logs, signals, hard exit, probes (`ShellOptions`).
         concurrency: how many jobs run at once in the one event loop (``--concurrency``).
     """
 
+    idle_timeout: float
     agent_id: str | None = None
-    idle_timeout: float = 1800.0
     max_jobs: int | None = None
     poll_interval: float = 0.05
     max_poll_interval: float = 1.0
     constants: Constants | None = None
-    handle_signals: bool = True
-    json_logs: bool = True
-    hard_exit: bool = True
-    probes: bool = True
-    log_stream: Any = None
-    early_signal: Any = None
+    shell: ShellOptions = field(default_factory=ShellOptions)
     concurrency: int = 1
 
 
@@ -116,11 +106,9 @@ def job_run(agent: AgentProcess, worker: Worker, store: JobStore, row: JobRecord
         job_id=row.id,
         attempt=row.attempt,
         claimed=row,
-        handle_signals=False,
-        json_logs=False,
-        hard_exit=False,
-        probes=False,
         constants=worker.constants,
+        # Signals, logs, the hard exit and the probes are the worker's.
+        shell=ShellOptions(json_logs=False, handle_signals=False, hard_exit=False, probes=False),
     )
     mirror = worker.options.concurrency == 1  # one job at a time: the board's one-job fields name it
     return Runtime(
@@ -152,14 +140,7 @@ class Worker:
             self.env,
             agent_id=self.agent_id,
             constants=self.constants,
-            options=ShellOptions(
-                json_logs=options.json_logs,
-                handle_signals=options.handle_signals,
-                hard_exit=options.hard_exit,
-                probes=options.probes,
-                log_stream=options.log_stream,
-                early_signal=options.early_signal,
-            ),
+            options=options.shell,
             on_signal=self.request_drain,
             log_context=self._log_context,
         )
@@ -236,14 +217,14 @@ class Worker:
                 await store.open()
             except Exception as exc:  # a driver error no store code wrapped is still "unreachable"
                 log.error("fatal: store unreachable: %s", self._why(exc))
-                return EXIT_CRASH, "store unreachable"
+                return ExitCode.CRASH, "store unreachable"
             try:
                 # One query of the job table now: a database without the schema (or one older than job
                 # operations) is a fatal boot error naming `db init`, not a claim that fails for ever.
                 await store.count_runnable()
             except Exception as exc:
                 log.error("fatal: the store cannot serve jobs: %s", self._why(exc))
-                return EXIT_CRASH, "store not usable"
+                return ExitCode.CRASH, "store not usable"
             self.board.store_has_free_connection = store.has_free_connection
             self.shell.start_lag_monitor(self.constants.probe.lag_interval_seconds)
             self.shell.start_telemetry(settings, one_job=False)
@@ -270,7 +251,7 @@ class Worker:
             for _ in range(self.options.concurrency):
                 slots.start_soon(self._slot, store)
         if self.drain.draining:
-            return EXIT_DRAINED, f"drained by {self.drain.reason} after {len(self.history)} jobs"
+            return ExitCode.DRAINED, f"drained by {self.drain.reason} after {len(self.history)} jobs"
         assert self._stop is not None  # a slot returns only when draining or stopped
         return self._stop
 
@@ -333,7 +314,9 @@ class Worker:
             return False
         idle = time.monotonic() - self._idle_since if not self.running else 0.0
         if idle >= self.options.idle_timeout:
-            self._stop_all(EXIT_IDLE, f"idle for {idle:.1f}s (--idle-timeout {self.options.idle_timeout:g})")
+            self._stop_all(
+                ExitCode.DONE, f"idle for {idle:.1f}s (--idle-timeout {self.options.idle_timeout:g})"
+            )
             return False
         seconds = min(seconds, self.options.idle_timeout - idle)
         woken = False
@@ -396,12 +379,12 @@ class Worker:
         if self.drain.draining or self._stop:
             return None
         if opts.max_jobs is not None and self._claimed >= opts.max_jobs:
-            self._stop_all(EXIT_IDLE, f"ran {opts.max_jobs} jobs (--max-jobs)")
+            self._stop_all(ExitCode.DONE, f"ran {opts.max_jobs} jobs (--max-jobs)")
             return None
         try:
             row = await store.claim_next(self.agent_id)
         except Exception as exc:  # an outage, or a row no store code foresaw: the pool goes on either way
-            why = self.redactor.redact(f"{type(exc).__name__}: {exc}")
+            why = self._why(exc)
             log.warning("claim failed: %s", why)
             self.board.update_worker(claim_error=why)
             return None
@@ -424,7 +407,7 @@ class Worker:
             agent = self.agent_cls()
         except Exception as exc:
             log.error("creating %s() failed: %s", self.agent_cls.__name__, exc)
-            await self._after_crash(store, row, "AgentInitFailed", f"{type(exc).__name__}: {exc}")
+            await self._after_crash(store, row, "AgentInitFailed", describe_error(exc))
             return
         job = self.running[row.id] = job_run(agent, self, store, row)
         self._show_slots()  # no await since the drain check: a drain from now on reaches it in `running`
@@ -433,7 +416,7 @@ class Worker:
         try:
             code, reason = await job.run(), job.exit_reason or "the job failed before its first step"
         except Exception as exc:  # the engine failed around the job: a crash of that job, not of the pool
-            error_class, reason, code = "InternalError", f"internal error: {self._why(exc)}", EXIT_CRASH
+            error_class, reason, code = "InternalError", f"internal error: {self._why(exc)}", ExitCode.CRASH
             log.error("job %s: %s", row.id, reason, exc_info=exc, extra=log_fields(job_id=row.id))
         finally:
             del self.running[row.id]
@@ -442,9 +425,9 @@ class Worker:
         self._log_job_end(row, code, reason)
         self.history.append((row.id, row.attempt, code))
         await self._drop_claim(store, row)
-        if code == EXIT_DRAINED:
+        if code == ExitCode.DRAINED:
             await self._hand_back(store, row, "drained")
-        elif code == EXIT_DONE:
+        elif code == ExitCode.DONE:
             self.jobs_done += 1
         else:
             self.jobs_crashed += 1
@@ -542,7 +525,7 @@ class Worker:
         self, store: JobStore, row: JobRecord, error_class: str, why: str
     ) -> JobRecord | None:
         """Append the crash record the engine could not write; the row as it is then."""
-        error: dict[str, Any] = {"at": time.time(), "attempt": row.attempt, "exit_code": EXIT_CRASH}
+        error: dict[str, Any] = {"at": time.time(), "attempt": row.attempt, "exit_code": ExitCode.CRASH}
         error.update(error_class=error_class, message=self.redactor.redact(why))
         await store.set_status(
             row.id, row.attempt, JobStatus.RUNNING, error=error, expect=(JobStatus.RUNNING,)
@@ -598,7 +581,7 @@ class Worker:
 
     def _why(self, exc: BaseException) -> str:
         """``Type: message`` of an error, redacted, on one line (a group by its leaves)."""
-        return self.redactor.redact(describe_error(exc))
+        return describe_error(exc, redact=self.redactor.redact)
 
     # -- process services ----------------------------------------------------------------------------
 

@@ -12,61 +12,33 @@ Importing this package is cheap: each helper's module (and aiohttp, for the serv
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from agentlife import _exports
+
 if TYPE_CHECKING:
-    from agentlife._llm._scripted import ScriptedLLM, ScriptedTurn
-    from agentlife.testing._anthropic_server import FakeAnthropicServer
-    from agentlife.testing._control_plane import (
-        ControlPlaneStub,
-        HeartbeatMonitor,
-        HeartbeatStatus,
-        ReceivedEvent,
-    )
-    from agentlife.testing._fake_server import FakeRequest
-    from agentlife.testing._harness import AgentHarness, AgentRun, DrainAt
-    from agentlife.testing._openai_server import FakeOpenAIServer
+    from agentlife._llm._scripted import ScriptedLLM as ScriptedLLM
+    from agentlife._llm._scripted import ScriptedTurn as ScriptedTurn
+    from agentlife.testing._anthropic_server import FakeAnthropicServer as FakeAnthropicServer
+    from agentlife.testing._control_plane import ControlPlaneStub as ControlPlaneStub
+    from agentlife.testing._control_plane import HeartbeatMonitor as HeartbeatMonitor
+    from agentlife.testing._control_plane import HeartbeatStatus as HeartbeatStatus
+    from agentlife.testing._control_plane import ReceivedEvent as ReceivedEvent
+    from agentlife.testing._fake_server import FakeRequest as FakeRequest
+    from agentlife.testing._harness import AgentHarness as AgentHarness
+    from agentlife.testing._harness import AgentRun as AgentRun
+    from agentlife.testing._harness import DrainAt as DrainAt
+    from agentlife.testing._openai_server import FakeOpenAIServer as FakeOpenAIServer
 
-__all__ = [
-    "AgentHarness",
-    "AgentRun",
-    "ControlPlaneStub",
-    "DrainAt",
-    "FakeAnthropicServer",
-    "FakeOpenAIServer",
-    "FakeRequest",
-    "HeartbeatMonitor",
-    "HeartbeatStatus",
-    "ReceivedEvent",
-    "ScriptedLLM",
-    "ScriptedTurn",
-]
-
-_WHERE = {
-    "AgentHarness": "agentlife.testing._harness",
-    "AgentRun": "agentlife.testing._harness",
-    "DrainAt": "agentlife.testing._harness",
-    "ScriptedLLM": "agentlife._llm._scripted",
-    "ScriptedTurn": "agentlife._llm._scripted",
-    "FakeAnthropicServer": "agentlife.testing._anthropic_server",
-    "FakeOpenAIServer": "agentlife.testing._openai_server",
-    "FakeRequest": "agentlife.testing._fake_server",
-    "ControlPlaneStub": "agentlife.testing._control_plane",
-    "HeartbeatMonitor": "agentlife.testing._control_plane",
-    "HeartbeatStatus": "agentlife.testing._control_plane",
-    "ReceivedEvent": "agentlife.testing._control_plane",
-}
+_EXPORTS = _exports.Exports(__name__)
 
 
 def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    # Every public name here is lazy: read from the import block above, loaded once, then a plain global.
+    value = _EXPORTS.load(name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return _EXPORTS.names()

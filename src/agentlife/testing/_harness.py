@@ -15,7 +15,7 @@ from agentlife._agent import AgentProcess
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._exceptions import CheckpointCorrupt
 from agentlife._journal._recovery import read_events
-from agentlife._runtime._lifecycle import RunOptions, Runtime
+from agentlife._runtime._lifecycle import RunOptions, Runtime, ShellOptions
 from agentlife._state import State
 from agentlife.constants import Constants
 from agentlife.stores import JobRecord, SQLiteStore
@@ -176,11 +176,8 @@ class AgentHarness:
             env=run_env,
             options=RunOptions(
                 payload=payload,
-                handle_signals=False,
-                hard_exit=False,
-                probes=probes,
                 constants=self.constants(run_env),
-                log_stream=logs,
+                shell=ShellOptions(handle_signals=False, hard_exit=False, probes=probes, log_stream=logs),
             ),
         )
         transitions: list[tuple[State, State]] = []

@@ -1,24 +1,26 @@
-"""The one way a value from the store or a journal reaches a page: secrets masked, size bounded.
+"""The one way a value from the store or a journal reaches an operator: secrets masked, size bounded.
 
-Every text the console renders that it did not write itself (a row's ids, status, payload, result, crash
-history and unreadable-column notes, an approval's request, a wait, a conversation message, a journal
-event, an error's message) passes through `Masker` before any page, SVG or JSON answer is built from it:
-the `Redactor` used for logs and journals (secret values in every spelling, URL passwords, key shapes,
-``pwd=``), then every value under a key named like a credential (``password``, ``pwd``, ``passphrase``,
-``auth``, ``cookie``, ``token`` ...) whatever it looks like, then the size bounds. Masking comes before
-cutting, so a cut can never leave half a secret the redactor no longer recognises.
+Every text the console renders or ``job show`` prints that the tool did not write itself (a row's ids,
+status, payload, result, crash history and unreadable-column notes, an approval's request, a wait, a
+conversation message, a journal event, an error's message) passes through `Masker` before any page, SVG,
+JSON answer or line is built from it: the `Redactor` used for logs and journals (secret values in every
+spelling, URL passwords, key shapes, ``pwd=``), then every value under a key named like a credential
+(``password``, ``pwd``, ``passphrase``, ``auth``, ``cookie``, ``token`` ...) whatever it looks like, then
+the size bounds. Masking comes before cutting, so a cut can never leave half a secret the redactor no
+longer recognises.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from agentlife._redact import MASK, Redactor
 from agentlife.stores import JobRecord
 
-__all__ = ["MAX_TEXT", "Masker", "bound"]
+__all__ = ["MAX_TEXT", "Masker", "bound", "masker_for"]
 
 #: The most characters of one value (a message's text, a tool's input, a payload) a page shows.
 MAX_TEXT = 20_000
@@ -63,6 +65,12 @@ class Masker:
             result=self.value(row.result),
             unreadable={self.text(k, 200): self.text(v, 500) for k, v in row.unreadable.items()},
         )
+
+
+def masker_for(env: Mapping[str, str], database_url: str) -> Masker:
+    """The masker of a tool reading ``database_url``: the environment's secrets and the URL's password."""
+    # The URL (from a flag, not only the environment) joins the values searched for URL passwords.
+    return Masker(Redactor.from_env({**env, "AGENTLIFE_OPERATOR_DATABASE_URL": database_url}))
 
 
 def _mapping(value: Any) -> dict[str, Any]:
