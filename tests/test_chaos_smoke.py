@@ -359,3 +359,31 @@ async def test_sigterm_during_an_uncancellable_memory_call_drains_with_143(tmp_p
     assert (State.DRAINING, State.READY) not in run.transitions
     assert run.transitions[-1] == (State.DRAINING, State.TERMINATED)
     assert any("memory fetch failed" in message for message in run.log_messages())  # the path under test
+
+
+# -- SIGTERM while the store opened on a worker thread crashed on DRAINING -> HYDRATING (exit 1) ------------
+
+
+@pytest.mark.anyio
+async def test_sigterm_while_the_store_opens_drains_with_143_and_never_hydrates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentlife._runtime._services import JobServices
+
+    runtime: list[Runtime] = []
+    opened = JobServices.open_store
+
+    async def open_then_signalled(self: JobServices, settings: Any) -> Any:
+        store = await opened(self, settings)
+        runtime[0].request_drain("SIGTERM")  # as the signal lands while the open ran on its thread
+        return store
+
+    monkeypatch.setattr(JobServices, "open_store", open_then_signalled)
+
+    def keep_runtime(found: Runtime, event: str, info: dict[str, Any]) -> None:
+        runtime[:] = [found]
+
+    run = await AgentHarness(tmp_path / "agentlife").run(OneStep(), payload="x", on_event=keep_runtime)
+    assert run.exit_code == 143, run.log_messages()
+    assert (State.DRAINING, State.HYDRATING) not in run.transitions
+    assert run.transitions[-1] == (State.DRAINING, State.TERMINATED)

@@ -157,8 +157,9 @@ class Runtime:
         try:
             with anyio.CancelScope() as phase, self.drain.cancelled(phase):
                 booted = await self._boot(tasks, scope)
-                self.events.machine.move(State.HYDRATING, "stores open")
-                hydrated = await self._hydrate(booted, tasks)
+                if not self.drain.draining:  # a signal as the store opened on its thread: never hydrated
+                    self.events.machine.move(State.HYDRATING, "stores open")
+                    hydrated = await self._hydrate(booted, tasks)
             if hydrated is None or self.drain.draining:
                 name = _base.PHASE_NAMES.get(self._drained_in, self._drained_in.value.lower())
                 outcome = Outcome(ExitCode.DRAINED, f"drained during {name}")
