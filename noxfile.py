@@ -109,7 +109,7 @@ def chaos(session: nox.Session) -> None:
         "pytest",
         "-q",
         "-s",
-        "tests/test_worker_chaos.py",
+        "tests/e2e/test_worker_chaos.py",
         env={
             "WORKER_CHAOS_JOBS": "300",
             "WORKER_CHAOS_SIGKILLS": "32",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,26 @@ import pytest
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+# Test modules import the support modules of tests/ (world, procs, agents, ...) and each other's helpers
+# (``from test_worker import ...``) by bare name: tests/ and every folder under it that holds tests are on
+# sys.path, as pytest's default import mode does for a test file's own folder when it imports the file. The
+# folders have no ``__init__.py`` (a ``tests/mcp`` package would hide the ``mcp`` SDK), so a test file's name
+# must be unique across the suite (tests/test_tests_layout.py checks it).
+_TESTS = Path(__file__).resolve().parent
+for _folder in [_TESTS, *sorted(p for p in _TESTS.iterdir() if p.is_dir() and any(p.glob("test_*.py")))]:
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark every test under tests/e2e/ ``e2e``: ``pytest -m 'not e2e'`` runs the in-process suite alone.
+
+    Applied as each item is collected, so the marker is there before ``-m`` deselects anything.
+    """
+    if (_TESTS / "e2e") in item.path.parents:
+        item.add_marker(pytest.mark.e2e)
 
 
 from _pg import *  # noqa: E402, F403 - PostgreSQL fixtures (postgres_server, postgres_url)

@@ -81,9 +81,6 @@ def test_design_names_exist() -> None:
     assert {"FakeAnthropicServer", "FakeOpenAIServer"} <= set(agentlife.testing.__all__)
 
 
-HEAVY = ("asyncpg", "qdrant_client", "anthropic", "aiohttp", "httpx", "opentelemetry", "croniter")
-
-
 def test_every_public_name_is_written_once_in_the_import_block() -> None:
     # __all__ and the lazy map are both read from the explicit re-exports (`from M import X as X`), so the
     # three lists that used to drift are one; a helper imported for the package's own use is not public.
@@ -130,25 +127,3 @@ def test_import_agentlife_loads_no_lazily_exported_module_and_reads_no_source() 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("[] [False, False] "), out.stdout
     assert int(out.stdout.split()[-1]) >= 20  # the lazy names of both packages were found
-
-
-def test_import_agentlife_loads_only_the_core() -> None:
-    code = (
-        "import sys, agentlife\n"
-        f"heavy = [m for m in sys.modules if m.split('.')[0] in {HEAVY!r}]\n"
-        "print(','.join(sorted(heavy)))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
-
-
-def test_the_runtime_path_defers_heavy_clients() -> None:
-    # Even the whole runtime (what `python -m agentlife run` imports before boot) stays off the heavy clients;
-    # they load on the preload thread, the probe thread or the telemetry thread.
-    code = (
-        "import sys, agentlife._runtime._lifecycle, agentlife._cli, agentlife.testing._harness\n"
-        f"heavy = [m for m in sys.modules if m.split('.')[0] in {HEAVY!r}]\n"
-        "print(','.join(sorted(heavy)))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""

@@ -1,4 +1,4 @@
-"""Agents with a restricted call, for the approval tests with real processes (``test_job_approve_e2e.py``).
+"""Agents with a restricted call, for the approval tests with real processes (``test_job_approve.py``).
 
 Every trace goes to append-only files in ``APPROVAL_DIR``, written with ``fsync`` so a SIGKILL cannot lose
 one: ``effects`` (``invocation_id attempt pid``) each time the restricted ``deploy`` really runs, ``plans``

@@ -1,4 +1,4 @@
-"""Agents for the real-process tests of progress-aware calls (tests/test_calls_e2e.py).
+"""Agents for the real-process tests of progress-aware calls (tests/runtime/test_calls.py).
 
 They take their knobs from the environment, write marker files into ``TEST_MARKER_DIR`` so the test knows
 when to signal, and use the default ``make_llm()`` (the real `AnthropicLLM` when ``ANTHROPIC_API_KEY`` is

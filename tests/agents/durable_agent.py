@@ -1,4 +1,4 @@
-"""Agents for the end-to-end durability tests (``tests/test_durability_e2e.py``), driven by environment.
+"""Agents for the end-to-end durability tests (``tests/e2e/test_durability.py``), driven by environment.
 
 Everything a test needs to observe is written to ``DURABLE_DIR``: a marker file per event (``touch``) and
 append-only logs written with ``fsync``, so a SIGKILL right after an effect cannot lose its record.

@@ -1,4 +1,4 @@
-"""Agents for the hardening tests (tests/test_hardening.py): masking, claims, import-time secrets."""
+"""Agents for the hardening tests (tests/e2e/test_run_refusals.py): masking, claims, import-time secrets."""
 
 from __future__ import annotations
 

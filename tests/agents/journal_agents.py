@@ -1,4 +1,4 @@
-"""Agents for what the journal refuses and what it left pending (tests/test_journal_refusals.py).
+"""Agents for what the journal refuses and what it left pending (tests/e2e/test_journal_refusals.py).
 
 Every effect is one line appended to ``$TEST_MARKER_DIR/effects``, so a test counts runs across processes.
 ``TEST_KIND`` picks what the side-effecting tool returns: ``cycle``, ``deep`` (300 levels) or

@@ -1,4 +1,4 @@
-"""Agents for the masking end-to-end tests (tests/test_redact_e2e.py): large results, leaky URLs.
+"""Agents for the masking end-to-end tests (tests/e2e/test_redaction.py): large results, leaky URLs.
 
 Marker files live in ``TEST_MARKER_DIR``.
 """
