@@ -11,13 +11,14 @@ answers the two questions the interpreter still asks: where a lazy name lives (t
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import importlib
-import importlib.abc
 import sys
 from types import ModuleType
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+if TYPE_CHECKING:
+    import ast
 
 __all__ = ["Exports", "publish", "ruff_sorted"]
 
@@ -45,6 +46,8 @@ def ruff_sorted(names: list[str]) -> list[str]:
 
 
 def _is_type_checking(node: ast.stmt) -> TypeGuard[ast.If]:
+    import ast
+
     return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
 
 
@@ -54,6 +57,8 @@ def reexports(source: str) -> dict[str, str]:
     Only the redundant alias marks a name public (the form PEP 484 gives for an explicit re-export), so a
     helper the package imports for itself (``from typing import Any``) is never exported by accident.
     """
+    import ast  # here, not at the top: `import agentlife` never parses, and ast costs ~5 ms to import
+
     tree = ast.parse(source)
     statements = list(tree.body)
     for node in tree.body:
@@ -106,6 +111,8 @@ class Exports:
     def _source(self) -> str:
         package: ModuleType = sys.modules[self._package]
         loader = getattr(package.__spec__, "loader", None)
+        import importlib.abc  # ~20 ms (it imports importlib.resources): only when a lazy name is first read
+
         source = loader.get_source(self._package) if isinstance(loader, importlib.abc.InspectLoader) else None
         if source is None:
             # A frozen or sourceless install: the import block is the only list of the public names.
