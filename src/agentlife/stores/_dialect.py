@@ -138,13 +138,25 @@ Page = Callable[[bool, bool, "tuple[Any, str | bytes | None] | None"], "tuple[St
 CheckpointShape = tuple[bool, bool, bool, bool]
 
 
-@dataclass(frozen=True, slots=True)
 class Statements:
     """Every statement of the store's operations, in one database's dialect, built once per table layout.
 
     The parameters each takes are those the operation that runs it passes (see the operation). Built by
-    `shared_statements` and the database's own; a missing or unknown one fails at construction.
+    `shared_statements` and the database's own; a missing or unknown one fails at construction, and none
+    changes after it. (Not a dataclass: generating its methods for this many fields cost every process
+    ~10 ms at import.)
     """
+
+    def __init__(self, **statements: Any) -> None:
+        names = frozenset(type(self).__annotations__)
+        missing, unknown = sorted(names - statements.keys()), sorted(statements.keys() - names)
+        if missing or unknown:
+            raise TypeError(f"Statements: missing {missing}, unknown {unknown}")
+        for name, statement in statements.items():
+            object.__setattr__(self, name, statement)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Statements are built once: {name} cannot be set")
 
     # -- job rows and claims (_claims)
     get_job: Statement
