@@ -513,6 +513,18 @@ async def test_streamable_http_server_tools_work_and_auth_headers_never_show(
     assert "tok-8f2" not in everything and "s3cr3t" not in everything
 
 
+@pytest.mark.parametrize(
+    "url", ["http://u:pw-s3cr3t@tracker.local/mcp", "https://tracker.local/mcp?api_key=q-s3cr3t#frag-s3cr3t"]
+)
+def test_an_http_servers_repr_names_its_url_without_a_password_or_a_query(url: str) -> None:
+    # A URL may carry the API key (user:pass@, ?key=): the repr (a log's %r, a traceback's locals) hides it
+    # as it hides the headers, and still says where the server is.
+    server = MCPServer.http(url, {"Authorization": "Bearer h-s3cr3t"}).with_tool("create_issue")
+    shown = repr(server) + str(server)
+    assert "s3cr3t" not in shown
+    assert "url='http" in shown and "tracker.local/mcp'" in shown
+
+
 def test_result_values_are_structured_content_else_text() -> None:
     import mcp.types as types
 

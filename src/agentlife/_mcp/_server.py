@@ -22,7 +22,7 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
@@ -71,7 +71,7 @@ class MCPToolOptions:
     restricted: bool | None = None
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class MCPServer:
     """An MCP server whose tools an agent may call; build it with `stdio` or `http`.
 
@@ -106,6 +106,18 @@ class MCPServer:
     """A call whose result is larger fails, back to the model as an error."""
     tool_options: Mapping[str, MCPToolOptions] = field(default_factory=dict, repr=False)
     """Per-tool overrides of the annotations, by tool name (see `with_tool`)."""
+
+    def __repr__(self) -> str:
+        # The dataclass's own, but an HTTP server's URL as it may be logged: a password in it
+        # (``user:pass@``) or a key in its query is a secret like a header.
+        shown = []
+        for f in fields(self):
+            if f.repr:
+                value = getattr(self, f.name)
+                if f.name == "url" and isinstance(value, str):
+                    value = _bare_url(value)
+                shown.append(f"{f.name}={value!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     @classmethod
     def stdio(
