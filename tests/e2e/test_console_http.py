@@ -119,12 +119,12 @@ def test_a_read_only_console_refuses_every_action(store_env: dict[str, str]) -> 
 
 def test_operator_sequences_never_turn_a_no_into_a_yes(store_env: dict[str, str], console: str) -> None:
     assert _job(store_env, "create", "demo", "--id", "job-s").returncode == 0
-    assert _act(console, "job-s", "approve")[0] == 409  # not parked
+    assert _act(console, "job-s", "approve", call="")[0] == 409  # not parked
     assert _act(console, "job-s", "retry")[0] == 409  # not failed
     assert _act(console, "job-s", "cancel", reason="stop <b>it</b>")[0] == 303
     twice = _act(console, "job-s", "cancel")  # a double submit
     assert twice[0] == 409 and "FAILED" in twice[1]
-    assert _act(console, "job-s", "approve")[0] == 409  # approve after the end
+    assert _act(console, "job-s", "approve", call="")[0] == 409  # approve after the end
     assert _status(store_env, "job-s") == ("FAILED", 1)
     page = request(console + "job?id=job-s")[1]
     assert "stop &lt;b&gt;it&lt;/b&gt;" in page and "<b>it" not in page
@@ -134,6 +134,29 @@ def test_operator_sequences_never_turn_a_no_into_a_yes(store_env: dict[str, str]
     assert _act(console, "no-such-job", "cancel")[0] == 404
     assert _act(console, "job-s", "retry")[0] == 303
     assert _status(store_env, "job-s") == ("PENDING", 1)
+
+
+def test_an_approval_grants_the_call_the_page_showed_and_nothing_when_it_showed_none(
+    store_env: dict[str, str], console: str
+) -> None:
+    # A row parked with no readable request (set by hand, by another tool) shows no call; the job then asks
+    # for one. The form as it was drawn, or one without the field, must not grant a call nobody saw.
+    db = Path(store_env["AGENTLIFE_DATABASE_URL"].removeprefix("sqlite:///"))
+    insert_row(db, "a1", "demo", None, "WAITING_FOR_APPROVAL", approval="{bad")
+    page = request(console + "job?id=a1")[1]
+    assert '<input type="hidden" name="call" value="">' in page  # the page says it showed no call
+    asked = {"request": {"invocation_id": "a1/0/0", "digest": "d0", "tool": "deploy", "at": time.time()}}
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("UPDATE job SET approval = ? WHERE id = 'a1'", (orjson.dumps(asked).decode(),))
+    finally:
+        conn.close()
+    refused = _act(console, "a1", "approve", call="")
+    assert refused[0] == 409 and "a call not shown" in refused[1], refused[1]
+    assert _act(console, "a1", "approve")[0] == 400  # no call field: not the page's form
+    assert _status(store_env, "a1") == ("WAITING_FOR_APPROVAL", 0)
+    assert _act(console, "a1", "approve", call="a1/0/0")[0] == 303  # the page that shows it grants it
+    assert _status(store_env, "a1")[0] == "PENDING"
 
 
 # -- hostile requests -------------------------------------------------------------------------------------

@@ -388,6 +388,18 @@ async def test_approve_refuses_a_call_other_than_the_one_named(store: Checkpoint
     assert state is not None and state.status == "WAITING_FOR_APPROVAL" and state.grants == ()
 
 
+async def test_approve_of_no_call_refuses_a_job_that_records_one(store: CheckpointStore) -> None:
+    # ``no_call``: the operator was shown no call (a row parked without a readable request); one recorded
+    # since is refused, in the same transaction as the approval, never granted unseen.
+    await _parked(store)
+    with pytest.raises(
+        JobStateConflict, match=r"now waits for deploy \(j-1/0/1\), a call that was not shown"
+    ):
+        await store.approve("j-1", no_call=True)
+    state = await store.get_approval("j-1")
+    assert state is not None and state.status == "WAITING_FOR_APPROVAL" and state.grants == ()
+
+
 async def test_approve_makes_the_row_pending_when_the_parked_process_is_gone(
     store: CheckpointStore, backend: Backend
 ) -> None:

@@ -221,7 +221,8 @@ def _actions(view: JobView) -> str:
     row, key, forms = view.row, view.key, []
     if row.status == JobStatus.WAITING_FOR_APPROVAL:
         call = view.call
-        hidden = f'<input type="hidden" name="call" value="{esc(call)}">' if call is not None else ""
+        # Always sent, empty when no call is shown: the approval is of what this page showed, nothing else.
+        hidden = f'<input type="hidden" name="call" value="{esc(call or "")}">'
         forms.append(_form(key, "approve", "Approve", hidden))
         forms.append(_form(key, "reject", "Reject", _reason("approval rejected")))
     if row.status in CANCELLABLE:

@@ -180,8 +180,11 @@ class _Console:
 
     async def _write(self, store: OperatorStore, action: str, job_id: str, form: Any) -> None:
         if action == "approve":
+            # The page always says which call it showed ("" for none): a form without it is not the page's.
+            if "call" not in form:
+                raise web.HTTPBadRequest(text="An approval names the call the page showed (its call field).")
             call = _text(form.get("call")) or None
-            await approve_parked(store, job_id, call, given_by="the page")
+            await approve_parked(store, job_id, call, given_by="the page", shown=True)
         elif action == "retry":
             await store.retry(job_id)
         elif action == "reject":

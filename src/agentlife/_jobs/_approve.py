@@ -12,11 +12,18 @@ __all__ = ["approve_parked"]
 
 
 async def approve_parked(
-    store: OperatorStore, job_id: str, call: str | None = None, *, given_by: str = "--call"
+    store: OperatorStore,
+    job_id: str,
+    call: str | None = None,
+    *,
+    given_by: str = "--call",
+    shown: bool = False,
 ) -> tuple[JobRecord, Any]:
     """Approve the call ``job_id`` is parked on (only if it is ``call``, when given): (the row, the request).
 
-    ``given_by`` names where ``call`` came from in the refusal (``--call``, a form's field).
+    ``given_by`` names where ``call`` came from in the refusal (``--call``, a form's field). ``shown``: the
+    caller showed the operator ``call``, None being "no call" (a page): then a job that records a call the
+    operator did not see is refused, never approved.
 
     Raises:
         JobStateConflict: the job is not parked, or waits for another call than ``call``.
@@ -28,7 +35,10 @@ async def approve_parked(
     if request is None:
         if call is not None:
             raise JobStateConflict(f"cannot approve job {job_id}: it records no call waiting to be approved")
-        return await store.approve(job_id), None
+        return await store.approve(job_id, no_call=shown), None
+    if shown and call is None:
+        waits_for = call_text(request)
+        raise JobStateConflict(f"cannot approve job {job_id}: it now waits for {waits_for}, a call not shown")
     if call is not None and call != request.get("invocation_id"):
         # The given id is not echoed: it is the operator's text and may not even be printable.
         waits_for = call_text(request)

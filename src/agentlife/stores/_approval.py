@@ -218,8 +218,21 @@ def rejected(raw: Any, reason: str, at: float) -> tuple[dict[str, Any], dict[str
     return column, request
 
 
-def check_request(job_id: str, raw: Any, invocation_id: str | None, digest: str | None) -> None:
-    """Raise `JobStateConflict` unless the recorded request is the call named (when one is named)."""
+def check_request(
+    job_id: str, raw: Any, invocation_id: str | None, digest: str | None, *, no_call: bool = False
+) -> None:
+    """Raise `JobStateConflict` unless the recorded request is the call named (when one is named).
+
+    ``no_call``: the caller was shown no call, so a request recorded since is refused, not granted.
+    """
+    if no_call:
+        shown = _column(raw)["request"]
+        if shown is not None:
+            raise JobStateConflict(
+                f"cannot approve job {job_id}: it now waits for {shown.get('tool', '?')} "
+                f"({shown['invocation_id']}), a call that was not shown"
+            )
+        return
     if invocation_id is None and digest is None:
         return
     request = _column(raw)["request"]

@@ -327,7 +327,12 @@ class OperatorStore(JobRows, Protocol):
         """
 
     async def approve(
-        self, job_id: str, *, invocation_id: str | None = None, digest: str | None = None
+        self,
+        job_id: str,
+        *,
+        invocation_id: str | None = None,
+        digest: str | None = None,
+        no_call: bool = False,
     ) -> JobRecord:
         """Grant the call the job is parked on; WAITING_FOR_APPROVAL -> RUNNING or PENDING; returns the row.
 
@@ -335,7 +340,9 @@ class OperatorStore(JobRows, Protocol):
         other. RUNNING when the process that parked still holds the row (its owner not provably gone, its
         heartbeat within the zombie threshold): it polls and carries on. Otherwise PENDING: the next run or
         worker resumes the job and runs the granted call without asking again. ``invocation_id`` and
-        ``digest``, when given, must name the recorded request (approve exactly the call that was shown).
+        ``digest``, when given, must name the recorded request (approve exactly the call that was shown);
+        ``no_call=True`` says no call was shown, and refuses the approval if a request is recorded (a job
+        that records none is approved and names its call when it asks again).
 
         Raises:
             JobNotFound: no such row.

@@ -271,10 +271,15 @@ class SQLStore(Generic[D]):
         return await self._db.run(_approval.get_approval, job_id)
 
     async def approve(
-        self, job_id: str, *, invocation_id: str | None = None, digest: str | None = None
+        self,
+        job_id: str,
+        *,
+        invocation_id: str | None = None,
+        digest: str | None = None,
+        no_call: bool = False,
     ) -> JobRecord:
         """Grant the call the job is parked on; see `OperatorStore.approve`."""
-        return await self._db.run(_transitions.approve, job_id, invocation_id, digest)
+        return await self._db.run(_transitions.approve, job_id, invocation_id, digest, no_call)
 
     async def reject(self, job_id: str, reason: str) -> JobRecord:
         """WAITING_FOR_APPROVAL -> FAILED, final, the reason recorded."""

@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["approve", "cancel", "reject", "retry"]
 
 
-async def approve(tx: Tx, job_id: str, invocation_id: str | None, digest: str | None) -> JobRecord:
+async def approve(
+    tx: Tx, job_id: str, invocation_id: str | None, digest: str | None, no_call: bool = False
+) -> JobRecord:
     """Grant the call the row is parked on: RUNNING for a live parked process, else PENDING.
 
     A PENDING row wakes the agent's idle workers.
@@ -44,7 +46,7 @@ async def approve(tx: Tx, job_id: str, invocation_id: str | None, digest: str | 
     async with tx.atomic():
         _, locked = await _locked(tx, job_id, "approve", APPROVABLE)
         approval = loads_approval(locked["approval"])
-        check_request(job_id, approval, invocation_id, digest)
+        check_request(job_id, approval, invocation_id, digest, no_call=no_call)
         live = owner_is_live(locked["owner"], locked["heartbeat_age"], CLAIM_STALE_AFTER_SECONDS)
         column, _ = granted(approval, tx.now)
         status = JobStatus.RUNNING if live else JobStatus.PENDING
