@@ -159,6 +159,15 @@ def test_an_approval_grants_the_call_the_page_showed_and_nothing_when_it_showed_
     assert _status(store_env, "a1")[0] == "PENDING"
 
 
+def test_filter_values_the_list_echoes_are_masked_like_the_store_s(console: str) -> None:
+    # A value typed into the filter (or a crafted link) is drawn back into the form and the caption: it is
+    # shown through the same masking as everything read from the store.
+    token = "ghp_" + "Q7w" * 12
+    page = request(console + "?" + urlencode({"agent": token, "id": "password=Hunter2Secret"}))[1]
+    assert token not in page and "Hunter2Secret" not in page
+    assert "No job with id password=***" in page
+
+
 # -- hostile requests -------------------------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import string
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from html import escape
 from importlib import resources
@@ -66,12 +66,19 @@ def error_page(status: int, title: str, message: str, *, actions: bool = False) 
 # -- the jobs list ---------------------------------------------------------------------------------------
 
 
-def list_page(query: ListQuery, result: ListResult, *, actions: bool, now: float) -> str:
-    """The jobs list with its filter form and the link to the next page."""
-    parts = ["<h1>Jobs</h1>", _filters(query)]
+def list_page(
+    query: ListQuery, result: ListResult, *, actions: bool, now: float, mask: Callable[[str], str] = str
+) -> str:
+    """The jobs list with its filter form and the link to the next page.
+
+    ``mask``: what the filter's own values are shown through where the page echoes them (a value typed
+    into the filter is as likely to be a secret as one read from the store); its links keep them as given.
+    """
+    parts = ["<h1>Jobs</h1>", _filters(query, mask)]
     caption = "Jobs, most recently updated first"
     if query.job_id is not None:
-        caption = f"Job with id {esc(query.job_id)}" if result.rows else f"No job with id {esc(query.job_id)}"
+        shown = esc(mask(query.job_id))
+        caption = f"Job with id {shown}" if result.rows else f"No job with id {shown}"
     rows = "".join(_list_row(job, now) for job in result.rows)
     empty = '<tr><td colspan="8">No jobs match.</td></tr>' if not result.rows else ""
     parts.append(
@@ -96,7 +103,7 @@ def _filter_query(query: ListQuery, after: str | None = None) -> str:
     return urlencode({k: v for k, v in fields.items() if v})
 
 
-def _filters(query: ListQuery) -> str:
+def _filters(query: ListQuery, mask: Callable[[str], str]) -> str:
     options = ['<option value="">any</option>'] + [
         f'<option value="{s}"{" selected" if query.status == s else ""}>{s}</option>' for s in JobStatus
     ]
@@ -104,8 +111,8 @@ def _filters(query: ListQuery) -> str:
         '<form class="filters" method="get" action="/" role="search" aria-label="Filter jobs">'
         f'<label for="f-status">Status</label><select id="f-status" name="status">{"".join(options)}</select>'
         '<label for="f-agent">Agent</label>'
-        f'<input id="f-agent" name="agent" value="{esc(query.agent or "")}">'
-        f'<label for="f-id">Job id</label><input id="f-id" name="id" value="{esc(query.job_id or "")}">'
+        f'<input id="f-agent" name="agent" value="{esc(mask(query.agent or ""))}">'
+        f'<label for="f-id">Job id</label><input id="f-id" name="id" value="{esc(mask(query.job_id or ""))}">'
         '<button type="submit">Show</button></form>'
     )
 

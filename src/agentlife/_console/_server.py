@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import hmac
 import logging
@@ -116,7 +117,8 @@ class _Console:
     async def index(self, request: web.Request) -> web.Response:
         query = parse_list_query(request.query, self.cursors)
         result = await list_jobs(await self.store.get(), query, self.masker, self.cursors)
-        text = list_page(query, result, actions=self.actions, now=time.time())
+        shown = functools.partial(self.masker.text, limit=2000)
+        text = list_page(query, result, actions=self.actions, now=time.time(), mask=shown)
         return web.Response(text=text, content_type="text/html")
 
     async def job(self, request: web.Request) -> web.Response:
