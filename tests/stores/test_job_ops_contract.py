@@ -990,3 +990,36 @@ async def test_an_event_for_an_unknown_or_finished_job_is_refused(store: Checkpo
         await store.send_event("j-1", "answer")
     with pytest.raises(ConfigError, match="not JSON"):
         await store.send_event("j-1", "answer", {1, 2})
+
+
+async def _race_to_create(stores: list[CheckpointStore], job_id: str) -> dict[int, str]:
+    """Each store creates ``job_id`` exclusively, all at once: who was told what."""
+    outcomes: dict[int, str] = {}
+
+    async def create(n: int) -> None:
+        try:
+            await stores[n].create_job(job_id, "agent", {"who": n}, exclusive=True)
+            outcomes[n] = "created"
+        except JobStateConflict as exc:
+            outcomes[n] = str(exc)
+
+    async with anyio.create_task_group() as tasks:
+        for n in range(len(stores)):
+            tasks.start_soon(create, n)
+    return outcomes
+
+
+async def test_of_exclusive_creates_racing_for_one_id_exactly_one_wins(make_store: StoreFactory) -> None:
+    # `job create --job-id` from several places at once (a retried request, two operators): the insert itself
+    # decides, so exactly one is told it created the job, and the row holds that one's payload.
+    stores = [await make_store() for _ in range(4)]
+    for round_ in range(6):
+        outcomes = await _race_to_create(stores, f"race-{round_}")
+        [winner] = [n for n, outcome in outcomes.items() if outcome == "created"]
+        assert set(outcomes.values()) == {
+            "created",
+            f"job race-{round_} already exists (PENDING, agent agent)",
+        }
+        row = await stores[0].get_job(f"race-{round_}")
+        assert row is not None and row.payload == {"who": winner}
+    assert (await stores[0].create_job("race-0", "agent", None)).payload is not None  # not exclusive: the row

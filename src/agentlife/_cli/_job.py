@@ -197,12 +197,7 @@ async def _create(args: argparse.Namespace) -> int:
     budget = _budget(args.max_cost_usd, args.max_input_tokens)
 
     async def create(store: OperatorStore) -> JobRecord:
-        existing = await store.get_job(job_id)
-        if existing is not None:
-            raise JobStateConflict(
-                f"job {job_id} already exists ({existing.status}, agent {existing.agent_id})"
-            )
-        return await store.create_job(job_id, agent_id, payload, budget)
+        return await store.create_job(job_id, agent_id, payload, budget, exclusive=True)
 
     row = await _with_store(args, create)
     sys.stdout.write(f"{row.id}\n")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentlife._exceptions import AttemptFenced, JobNotFound
+from agentlife._exceptions import AttemptFenced, JobNotFound, JobStateConflict
 from agentlife.stores._base import JobRecord, JobStatus, add_usage_totals, claim_refusal
 from agentlife.stores._jobs import SET_ASIDE_PER_CLAIM, check_releasable, expected_statuses
 from agentlife.stores._rows import appended, as_text, dumps, set_aside_entry
@@ -63,10 +63,14 @@ async def get_job(tx: Tx, job_id: str) -> JobRecord | None:
 
 
 async def create_job(
-    tx: Tx, job_id: str, agent_id: str, payload: Any, token_budget: dict[str, Any] | None
+    tx: Tx, job_id: str, agent_id: str, payload: Any, token_budget: dict[str, Any] | None, exclusive: bool
 ) -> JobRecord:
-    """Insert a PENDING row unless one exists (an insert wakes the agent's idle workers); the row."""
-    await tx.execute(
+    """Insert a PENDING row unless one exists (an insert wakes the agent's idle workers); the row.
+
+    ``exclusive``: a row that exists is a `JobStateConflict`, decided by the insert itself, so of creators
+    racing for one id exactly one is told it created the job.
+    """
+    inserted = await tx.execute(
         tx.sql.create_job,
         job_id=job_id,
         agent_id=agent_id,
@@ -76,7 +80,10 @@ async def create_job(
     )
     row = await tx.fetchrow(tx.sql.get_job, job_id=job_id)
     assert row is not None
-    return tx.job(row)
+    job = tx.job(row)
+    if exclusive and not inserted:
+        raise JobStateConflict(f"job {job_id} already exists ({job.status}, agent {job.agent_id})")
+    return job
 
 
 async def claim(tx: Tx, job_id: str, attempt: int, owner: str) -> JobRecord:

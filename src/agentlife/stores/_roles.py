@@ -51,9 +51,20 @@ class JobRows(Protocol):
         """The job row, or None."""
 
     async def create_job(
-        self, job_id: str, agent_id: str, payload: Any, token_budget: dict[str, Any] | None = None
+        self,
+        job_id: str,
+        agent_id: str,
+        payload: Any,
+        token_budget: dict[str, Any] | None = None,
+        *,
+        exclusive: bool = False,
     ) -> JobRecord:
-        """Insert a PENDING job row (no-op returning the row if it exists)."""
+        """Insert a PENDING job row (no-op returning the row if it exists).
+
+        Raises:
+            JobStateConflict: ``exclusive`` and the row exists: of creators racing for one id, exactly one
+                is told it created the job.
+        """
 
     async def load_checkpoint(self, job_id: str) -> LoadedCheckpoint | None:
         """The newest checkpoint that verifies, falling back to history; None for a fresh job.

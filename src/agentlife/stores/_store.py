@@ -144,10 +144,16 @@ class SQLStore(Generic[D]):
         return await self._db.run(_claims.get_job, job_id)
 
     async def create_job(
-        self, job_id: str, agent_id: str, payload: Any, token_budget: dict[str, Any] | None = None
+        self,
+        job_id: str,
+        agent_id: str,
+        payload: Any,
+        token_budget: dict[str, Any] | None = None,
+        *,
+        exclusive: bool = False,
     ) -> JobRecord:
-        """Insert a PENDING job row (no-op returning the row if it exists)."""
-        return await self._db.run(_claims.create_job, job_id, agent_id, payload, token_budget)
+        """Insert a PENDING job row (no-op returning the row if it exists); see `JobStore.create_job`."""
+        return await self._db.run(_claims.create_job, job_id, agent_id, payload, token_budget, exclusive)
 
     async def claim(self, job_id: str, attempt: int) -> JobRecord:
         """Take ownership for ``attempt``; see `JobStore.claim`."""
