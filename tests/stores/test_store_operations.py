@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -263,3 +264,29 @@ async def test_a_sqlite_step_record_that_is_not_one_is_passed_over_at_load(
         StepRecord(0, 1, 1, 1, b'{"type": "TOOL_STARTED"}'),
     ], why
     assert any("a step record that is not one" in r.getMessage() for r in caplog.records), why
+
+
+@pytest.mark.parametrize("at", ["'294276-01-01'", "'4713-01-01 BC'", "'10000-01-01'"])
+async def test_a_postgres_time_past_a_datetime_s_years_reads_as_infinity_and_stops_no_reader(
+    postgres_url: str, at: str
+) -> None:
+    # Such a time (another client wrote it) made asyncpg raise OverflowError: `job list` failed for the
+    # whole table, `job show` and `job cancel` on the row. It reads as PostgreSQL's infinity reads.
+    store = PostgresStore(postgres_url, create_schema=True)
+    await store.open()
+    try:
+        await store.create_job("odd", "agent", None)
+        await store.create_job("fine", "agent", None)
+        await _raw(
+            store,
+            f"UPDATE job SET updated_at = {at}, heartbeat_at = {at}, not_before = {at} WHERE id = 'odd'",
+        )
+        listed = await store.list_jobs(None, None, 10)
+        assert sorted(row.id for row in listed) == ["fine", "odd"]
+        row = await store.get_job("odd")
+        assert row is not None and row.updated_at is not None and not math.isnan(row.updated_at)
+        assert row.updated_at < -1e10 if "BC" in at else row.updated_at > 1e11  # as -infinity, or infinity
+        assert (await store.cancel("odd", "stop")).status == "FAILED"
+        assert (await store.get_job("fine")) is not None
+    finally:
+        await store.close()

@@ -17,6 +17,7 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import anyio
@@ -279,6 +280,7 @@ class PostgresDatabase:
             # A pod runs one job: keep its connections rather than churning them.
             max_inactive_connection_lifetime=0,
             reset=_keep_session,
+            init=_read_any_timestamp,
         )
 
     async def close(self) -> None:
@@ -489,6 +491,44 @@ class Listening:
 
 async def _value(tx: Tx, statement: Statement, /, **params: Any) -> Any:
     return await tx.fetchval(statement, **params)
+
+
+async def _read_any_timestamp(conn: Any) -> None:
+    """Read every ``timestamptz`` PostgreSQL holds: one past a datetime's years (1 to 9999) as infinity.
+
+    asyncpg's own decoder raises ``OverflowError`` on ``'294276-01-01'`` or ``'4713-01-01 BC'`` (a row
+    another client wrote), and that made every read of the table fail, ``job list`` too. Here such a time
+    reads as PostgreSQL's infinity does (the naive ``datetime.max`` or ``datetime.min``, see `unix`).
+    """
+    await conn.set_type_codec(
+        "timestamptz", schema="pg_catalog", encoder=_timestamp_out, decoder=_timestamp_in, format="tuple"
+    )
+
+
+#: How PostgreSQL sends a timestamp: microseconds since 2000-01-01 UTC, its infinities at the int64 ends.
+_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+_PG_INFINITY, _PG_MINUS_INFINITY = 2**63 - 1, -(2**63)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _timestamp_in(value: tuple[int]) -> datetime:
+    (micros,) = value
+    try:
+        if _PG_MINUS_INFINITY < micros < _PG_INFINITY:
+            return _PG_EPOCH + micros * _MICROSECOND
+    except OverflowError:
+        pass
+    return datetime.max if micros > 0 else datetime.min
+
+
+def _timestamp_out(value: datetime) -> tuple[int]:
+    if value.tzinfo is None:  # the naive ends are PostgreSQL's infinities, as asyncpg writes them
+        if value == datetime.max:
+            return (_PG_INFINITY,)
+        if value == datetime.min:
+            return (_PG_MINUS_INFINITY,)
+        value = value.replace(tzinfo=UTC)
+    return ((value - _PG_EPOCH) // _MICROSECOND,)
 
 
 async def _keep_session(conn: Any) -> None:
