@@ -259,14 +259,20 @@ def validate_url(name: str, url: str, schemes: tuple[str, ...]) -> str:
 
 
 def validate_payload(payload: object, what: str = "--payload") -> object:
-    """Return ``payload`` if it nests at most `MAX_PAYLOAD_DEPTH` levels, else raise `ConfigError`."""
+    """Return ``payload`` if both stores keep it as given, else raise `ConfigError`.
+
+    It nests at most `MAX_PAYLOAD_DEPTH` levels, and no string or key holds U+0000, which PostgreSQL's
+    JSON cannot store (SQLite would, so the two stores would differ).
+    """
     stack: list[tuple[object, int]] = [(payload, 0)]
     while stack:
         value, depth = stack.pop()
+        if isinstance(value, str) and "\x00" in value:
+            raise ConfigError(f"{what} holds U+0000 in a string (PostgreSQL's JSON cannot store it)")
         if isinstance(value, (dict, list)):
             if depth + 1 > MAX_PAYLOAD_DEPTH:
                 raise ConfigError(f"{what} nests deeper than {MAX_PAYLOAD_DEPTH} levels")
-            items = value.values() if isinstance(value, dict) else value
+            items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
             stack.extend((item, depth + 1) for item in items)
     return payload
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from agentlife._config import JOB_ID_PATTERN, validate_agent_id, validate_job_id
+from agentlife._config import JOB_ID_PATTERN, validate_agent_id, validate_job_id, validate_payload
 from agentlife._exceptions import ConfigError
 from agentlife._replay import check_replayable
 
@@ -156,6 +156,7 @@ def check_child_agent(agent_id: object) -> str:
 
 def check_child_payload(payload: Any) -> None:
     """`ConfigError` unless ``payload`` is JSON the journal and the row can hold exactly."""
+    validate_payload(payload, "ctx.start_job: the payload")
     try:
         check_replayable(payload, "the child job's payload")
         data = orjson.dumps(payload)

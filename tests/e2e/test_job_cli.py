@@ -251,6 +251,9 @@ MALFORMED = [
     (("--payload", "-"), "[1, 2", "stdin is not valid JSON"),
     (("--payload-file", "/nonexistent/p.json"), None, "payload file not found"),
     (("--payload", "{}", "--payload-file", "x"), None, "not allowed with argument"),
+    # PostgreSQL's JSON cannot store U+0000: refused on both stores alike, not an internal error on one.
+    (("--payload", '"\\u0000"'), None, "--payload holds U+0000 in a string"),
+    (("--payload", '{"\\u0000k": 1}'), None, "--payload holds U+0000 in a string"),
     (("--max-cost-usd", "-1"), None, "must be a finite number > 0"),
     (
         ("--max-input-tokens", str(2**64)),

@@ -22,6 +22,7 @@ import anyio.to_thread
 import orjson
 import pytest
 
+from agentlife import ConfigError
 from agentlife.stores import (
     CheckpointStore,
     JobRows,
@@ -290,3 +291,20 @@ async def test_a_postgres_time_past_a_datetime_s_years_reads_as_infinity_and_sto
         assert (await store.get_job("fine")) is not None
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("payload", ["\x00", {"a": "x\x00y"}, {"\x00k": 1}, [["deep\x00"]]])
+async def test_a_payload_holding_u0000_is_refused_alike_on_both_stores(
+    any_store: tuple[str, CheckpointStore], payload: Any
+) -> None:
+    # PostgreSQL's JSON cannot store U+0000 (an internal error there), SQLite can: both refuse it, in one
+    # line, for an event and for a child job's payload as for `job create`.
+    from agentlife._jobrefs import check_child_payload
+
+    _, store = any_store
+    await store.create_job("j", "agent", None)
+    with pytest.raises(ConfigError, match=r"holds U\+0000 in a string"):
+        await store.send_event("j", "answer", payload)
+    with pytest.raises(ConfigError, match=r"holds U\+0000 in a string"):
+        check_child_payload(payload)
+    assert await store.kept_events("j") == {}

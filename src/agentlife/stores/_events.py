@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from agentlife._config import validate_payload
 from agentlife._exceptions import AttemptFenced, ConfigError, JobNotFound, JobStateConflict
 from agentlife._replay import check_replayable
 from agentlife.stores._base import JobStatus
@@ -64,6 +65,7 @@ def check_event_name(name: object) -> None:
 def check_event(name: object, payload: Any) -> bytes:
     """The payload's JSON when ``name`` and ``payload`` make an event, else `ConfigError` saying why."""
     check_event_name(name)
+    validate_payload(payload, "the event's payload")  # as a job's: what both stores keep as given
     try:
         check_replayable(payload, "the event's payload")
         data = orjson.dumps(payload)
