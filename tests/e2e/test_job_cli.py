@@ -383,3 +383,36 @@ def test_run_and_worker_take_database_url(tmp_path: Path) -> None:
         "run", "agents.worker_agent:WorkerAgent", "--job-id", "x", "--database-url", "sqlite:", env=env
     )
     _one_line_error(bad, EXIT_USAGE, "--database-url='sqlite:' names no database file")
+
+
+def test_the_list_table_and_the_confirmations_mask_what_job_show_masks(cli: Cli) -> None:
+    # Found by an outside trial: an API key fits the id rules, and `job show` printed `***` where the list
+    # table and the cancel, retry and send lines printed it whole.
+    key = "sk-ant-api03-" + "Zx9" * 10
+    cli.env["ANTHROPIC_API_KEY"] = key
+    assert cli("job", "create", key, "--job-id", "k1").returncode == 0
+    listed = cli("job", "list")
+    assert listed.returncode == 0 and "k1" in listed.stdout and key not in listed.stdout, listed.stdout
+    sent = cli("job", "send", "k1", key[:40], "--payload", "1")
+    cancelled = cli("job", "cancel", "k1", "--reason", f"leaked {key}")
+    retried = cli("job", "retry", "k1")
+    for done in (sent, cancelled, retried):
+        assert done.returncode == 0 and key[:20] not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert "job k1 cancelled: FAILED, attempt 1" in cancelled.stdout
+
+
+def test_list_json_prints_bytes_another_client_wrote_as_hex(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    env = agent_env(tmp_path / "data", AGENTLIFE_DATABASE_URL=url)
+    init_schema(url)
+    assert run_cli("job", "create", "agent", "--job-id", "b1", env=env).returncode == 0
+    assert run_cli("job", "create", "agent", "--job-id", "b2", env=env).returncode == 0
+    conn = sqlite3.connect(tmp_path / "jobs.db", isolation_level=None)
+    try:
+        conn.execute("UPDATE job SET checkpoint_id = X'FF41' WHERE id = 'b1'")
+    finally:
+        conn.close()
+    shown = run_cli("job", "list", "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    rows = {r["id"]: r for r in map(json.loads, shown.stdout.splitlines())}
+    assert set(rows) == {"b1", "b2"} and rows["b1"]["checkpoint_id"] == "hex:ff41"

@@ -341,18 +341,33 @@ async def _list(args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= MAX_LIMIT:
         raise ConfigError(f"--limit {args.limit} must be >= 1 and <= {MAX_LIMIT}")
     rows = await _with_store(args, lambda store: store.list_jobs(args.status, args.agent, args.limit))
-    if args.json:
+    if args.json:  # the rows as stored, for scripts: bytes another client wrote as hex, never a crash
         for row in rows:
-            sys.stdout.write(json.dumps(_as_json(row), sort_keys=True) + "\n")
+            sys.stdout.write(json.dumps(_as_json(row), sort_keys=True, default=_stored_bytes) + "\n")
         return 0
-    table = [("ID", "AGENT", "STATUS", "ATTEMPT", "UPDATED", "CRASHES")]
+    mask = _masked(args)  # the table masks what `job show` masks: an id or agent id can hold a key
+    table: list[tuple[str, ...]] = [("ID", "AGENT", "STATUS", "ATTEMPT", "UPDATED", "CRASHES")]
     for row in rows:
         crashes = sum(1 for entry in row.error if is_crash(entry))
-        table.append((row.id, row.agent_id, row.status, str(row.attempt), utc(row.updated_at), str(crashes)))
+        cells = (row.id, row.agent_id, row.status, str(row.attempt), utc(row.updated_at), str(crashes))
+        table.append(tuple(mask(cell) for cell in cells))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         sys.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() + "\n")
     return 0
+
+
+def _masked(args: argparse.Namespace) -> Callable[[str], str]:
+    """What the commands print about a job goes through the masker `job show` uses."""
+    masker = masker_for(os.environ, _database_url(args))
+    return lambda text: masker.text(text, 20_000)
+
+
+def _stored_bytes(value: object) -> str:
+    """A BLOB another client wrote where JSON was expected, in `job list --json`: its bytes in hex."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "hex:" + bytes(value).hex()
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _as_json(row: JobRecord) -> dict[str, Any]:
@@ -381,30 +396,33 @@ async def _approve(args: argparse.Namespace) -> int:
     row, request = await _with_store(args, lambda store: approve_parked(store, args.id, args.call))
     how = "the parked process takes it" if row.status == JobStatus.RUNNING else "the next run resumes it"
     what = call_text(request) if request is not None else "no call recorded: the job asks again, naming it"
-    sys.stdout.write(f"job {row.id} approved: {row.status} ({how}): {what}\n")
+    sys.stdout.write(_masked(args)(f"job {row.id} approved: {row.status} ({how}): {what}") + "\n")
     return 0
 
 
 async def _reject(args: argparse.Namespace) -> int:
     row = await _with_store(args, lambda store: store.reject(args.id, args.reason))
-    sys.stdout.write(f"job {row.id} rejected: {row.status}\n")
+    sys.stdout.write(_masked(args)(f"job {row.id} rejected: {row.status}") + "\n")
     return 0
 
 
 async def _cancel(args: argparse.Namespace) -> int:
     row, children = await _with_store(args, lambda store: cancel_with_children(store, args.id, args.reason))
-    sys.stdout.write(
-        f"job {row.id} cancelled: {row.status}, attempt {row.attempt}"
-        " (a process still running it is fenced out)\n"
-    )
+    mask = _masked(args)
+    said = f"job {row.id} cancelled: {row.status}, attempt {row.attempt}"
+    sys.stdout.write(mask(said) + " (a process still running it is fenced out)\n")
     for child in children:
-        sys.stdout.write(f"  child job {child.id} cancelled: {child.status}, attempt {child.attempt}\n")
+        sys.stdout.write(
+            mask(f"  child job {child.id} cancelled: {child.status}, attempt {child.attempt}") + "\n"
+        )
     return 0
 
 
 async def _retry(args: argparse.Namespace) -> int:
     row = await _with_store(args, lambda store: store.retry(args.id))
-    sys.stdout.write(f"job {row.id} will run again: {row.status}, attempt {row.attempt}\n")
+    sys.stdout.write(
+        _masked(args)(f"job {row.id} will run again: {row.status}, attempt {row.attempt}") + "\n"
+    )
     return 0
 
 
@@ -412,7 +430,7 @@ async def _send(args: argparse.Namespace) -> int:
     payload = _payload(args)
     check_event(args.name, payload)  # a bad name or payload is a usage error before the store is opened
     seq = await _with_store(args, lambda store: store.send_event(args.id, args.name, payload))
-    sys.stdout.write(f"event {args.name!r} sent to job {args.id} (#{seq})\n")
+    sys.stdout.write(_masked(args)(f"event {args.name!r} sent to job {args.id} (#{seq})") + "\n")
     if args.payload is None and args.payload_file is None:
         sys.stderr.write(
             "agentlife: note: sent without --payload, the event carries null: ctx.wait_for_event returns it "
