@@ -308,3 +308,22 @@ async def test_a_payload_holding_u0000_is_refused_alike_on_both_stores(
     with pytest.raises(ConfigError, match=r"holds U\+0000 in a string"):
         check_child_payload(payload)
     assert await store.kept_events("j") == {}
+
+
+@pytest.mark.parametrize("attempt", ["X'41'", "'abc'", "1e20", "2.5"])
+async def test_a_sqlite_attempt_that_is_not_a_whole_number_stops_neither_cancel_nor_the_reaper(
+    sqlite: SQLiteStore, attempt: str
+) -> None:
+    # Another client's BLOB or text attempt made `job cancel` fail (bytes into the crash record's JSON) and
+    # the reaper raise on int(b'A'): the row reads as attempt 0, flagged unreadable, and nothing raises.
+    for job_id in ("odd", "fine"):
+        await sqlite.create_job(job_id, "agent", None)
+        await sqlite.claim(job_id, 1)
+    await _raw(sqlite, "UPDATE job SET heartbeat_at = 0 WHERE id IN ('odd', 'fine')")
+    await _raw(sqlite, f"UPDATE job SET attempt = {attempt} WHERE id = 'odd'")
+    row = await sqlite.get_job("odd")
+    assert row is not None and row.attempt == 0 and "attempt" in row.unreadable
+    decisions = await sqlite.reap(1.0)
+    assert [d.job_id for d in decisions] == ["fine"]  # the readable stale row is reaped, the other passed by
+    cancelled = await sqlite.cancel("odd", "stop")
+    assert cancelled.status == "FAILED"

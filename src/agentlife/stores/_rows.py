@@ -110,12 +110,15 @@ def job_record(columns: Mapping[str, Any]) -> JobRecord:
                 # Keep the history's text in the history: whatever appends to it next writes it back.
                 value = [{"event": UNREADABLE_HISTORY_EVENT, "message": why, "raw": _raw_text(raw)}]
         values[name] = value
+    attempt, why = _attempt(columns["attempt"])
+    if why is not None:
+        unreadable["attempt"] = why
     return JobRecord(
         id=columns["id"],
         agent_id=columns["agent_id"],
         status=columns["status"],
         payload=values["payload"],
-        attempt=columns["attempt"],
+        attempt=attempt,
         checkpoint_id=columns.get("checkpoint_id"),
         checkpoint_crc=columns.get("checkpoint_crc"),
         heartbeat_at=columns.get("heartbeat_at"),
@@ -127,6 +130,15 @@ def job_record(columns: Mapping[str, Any]) -> JobRecord:
         not_before=columns.get("not_before"),
         unreadable=unreadable,
     )
+
+
+def _attempt(raw: Any) -> tuple[int, str | None]:
+    """The row's attempt as an int, or 0 and why not (SQLite keeps whatever another client wrote there)."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw, None
+    if isinstance(raw, float) and raw.is_integer() and abs(raw) < 2**53:
+        return int(raw), None
+    return 0, f"not a whole number: {type(raw).__name__}"
 
 
 def unreadable_summary(row: JobRecord) -> str:
