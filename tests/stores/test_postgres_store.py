@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from _pg import PostgresServer
-from agentlife import AttemptFenced, ConfigError, StoreUnavailable
+from agentlife import AttemptFenced, ConfigError, StoreError, StoreUnavailable
 from agentlife.stores import PostgresStore, TableNames, store_from_url
 
 pytestmark = pytest.mark.anyio
@@ -310,9 +310,28 @@ async def test_misuse_is_not_reported_as_an_outage(postgres_url: str) -> None:
     try:
         await store.create_job("job-1", "agent", None)
         await store.claim("job-1", 1)
-        with pytest.raises(asyncpg.exceptions.DataError):
+        with pytest.raises(StoreError, match="refused a value") as refused:
             await store.heartbeat("job-1", "not-an-attempt")  # type: ignore[arg-type]
+        assert not isinstance(refused.value, StoreUnavailable)  # not retried as an outage
         await store.heartbeat("job-1", 1)
+    finally:
+        await store.close()
+
+
+async def test_a_value_postgresql_cannot_hold_is_one_line_not_an_internal_error(postgres_url: str) -> None:
+    # An attempt another client set to the top of its integer: cancel's attempt + 1 is out of range.
+    store = await _open(postgres_url)
+    try:
+        await store.create_job("top", "agent", None)
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            await conn.execute("UPDATE job SET attempt = 2147483647 WHERE id = 'top'")
+        finally:
+            await conn.close()
+        with pytest.raises(StoreError, match=r"refused a value: .*out of range"):
+            await store.cancel("top", "stop")
+        row = await store.get_job("top")
+        assert row is not None and row.attempt == 2147483647 and row.status == "PENDING"  # nothing changed
     finally:
         await store.close()
 

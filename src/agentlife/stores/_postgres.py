@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from agentlife._exceptions import ConfigError, StoreUnavailable
+from agentlife._exceptions import ConfigError, StoreError, StoreUnavailable
 from agentlife._redact import Redactor, url_password
 from agentlife.constants import HydrationConstants
 from agentlife.stores._base import JobRecord, TableNames
@@ -343,9 +343,12 @@ class PostgresDatabase:
                     raise StoreUnavailable(
                         f"PostgreSQL store {self.display_url} unavailable: {self.describe(exc)}"
                     ) from None
+        except self._misuse as exc:
+            # Not an outage: retrying cannot help. A value PostgreSQL cannot hold (an attempt at the top of
+            # its integer, written by another client) is one line, not an internal error.
+            message = f"PostgreSQL store {self.display_url} refused a value: {self.describe(exc)}"
+            raise StoreError(message) from None
         except self._unavailable as exc:
-            if isinstance(exc, self._misuse):
-                raise  # a bug (bad argument type, ...) is not an outage: retrying cannot help
             raise StoreUnavailable(
                 f"PostgreSQL store {self.display_url} unavailable: {self.describe(exc)}"
             ) from None
