@@ -285,17 +285,18 @@ class socket_closed_port:
         pass
 
 
-def _transport(which: str, timeout: float) -> Transport:
+def _transport(which: str, read_timeout: float) -> Transport:
+    # A connect gets room (a loaded machine's first connect can be slow); a read stalls on purpose.
     if which == "loopback":
-        return wire.Client(connect_timeout=timeout, read_timeout=timeout)
-    return HttpxTransport(httpx, httpx.AsyncClient(timeout=timeout))
+        return wire.Client(connect_timeout=15.0, read_timeout=read_timeout)
+    return HttpxTransport(httpx, httpx.AsyncClient(timeout=httpx.Timeout(15.0, read=read_timeout)))
 
 
 @pytest.mark.parametrize("which", ["loopback", "httpx"])
 async def test_both_transports_raise_the_same_two_errors_wherever_the_request_breaks(which: str) -> None:
     # The adapters catch only TransportError and TransportTimeout: httpx's own exceptions are translated at
     # the edge (sending, and reading the body), so none reaches an adapter or the retry classifier raw.
-    transport = _transport(which, timeout=0.3)
+    transport = _transport(which, read_timeout=0.3)
 
     async def stall(writer: asyncio.StreamWriter) -> None:
         writer.write(OK + b"content-length: 5\r\n\r\nhe")
