@@ -46,15 +46,13 @@ _PATTERNS = (
     ),
     # A cookie header holds several ``name=value`` pairs: all of it, to the end of its line, is masked.
     re.compile(r"(?i)((?:set-)?cookie[\"']?\s*[=:]\s*)(?:\"[^\"\n]*\"?|'[^'\n]*'?|[^\n\r'\"]+)"),
-    # Token shapes known by their prefix, case-sensitive (`_TOKEN_PREFIXES`). Each starts only where a run
-    # of its characters starts (the lookbehind), so no run is scanned twice: a GitHub token, an AWS access
-    # key id, a JSON Web Token (three base64url parts, the first two JSON objects: ``eyJ``).
+    # Token shapes known by a case-sensitive prefix (`_shapes_in` looks for it). Each starts only where a
+    # run of its characters starts (the lookbehind), so no run is scanned twice: a GitHub token, an AWS
+    # access key id, a JSON Web Token (three base64url parts, the first two JSON objects: ``eyJ``).
     re.compile(r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
     re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])"),
     re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
 )
-#: The literals without which each token shape (the last three of _PATTERNS) cannot match.
-_TOKEN_PREFIXES = ((("gh", "_"), ("github_pat_",)), (("AKIA",), ("ASIA",)), (("eyJ",),))
 # Case-insensitive scans cost ~40-80 ns a character in ``re``, so a pattern runs only when the text holds
 # what it cannot match without (`_shapes_in`). Every text the first five of _PATTERNS match also matches this,
 # under the same case folding: the check for non-ASCII text, where folding reaches beyond ASCII (the long s is
@@ -287,11 +285,14 @@ def _shapes_in(text: str) -> tuple[re.Pattern[str], ...]:
     puts ``***`` where a run was, which creates none of these, so the set also holds for the patterns after
     it.
     """
-    tokens = tuple(
-        pattern
-        for pattern, prefixes in zip(_PATTERNS[5:], _TOKEN_PREFIXES, strict=True)
-        if any(all(part in text for part in prefix) for prefix in prefixes)
-    )
+    github, aws, jwt = _PATTERNS[5:]
+    tokens: tuple[re.Pattern[str], ...] = ()
+    if "_" in text and ("gh" in text or "github_pat_" in text):
+        tokens += (github,)
+    if "AKIA" in text or "ASIA" in text:
+        tokens += (aws,)
+    if "eyJ" in text:
+        tokens += (jwt,)
     if not text.isascii():
         return (_PATTERNS[:5] if _MAYBE_SHAPE.search(text) else ()) + tokens
     lowered = text.lower()

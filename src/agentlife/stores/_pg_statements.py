@@ -90,6 +90,7 @@ class _Postgres:
         return column
 
 
+@functools.cache  # once per table layout in a process, not per store opened (~2 ms of parsing each)
 def pg_statements(t: TableNames, *, owner: bool = True) -> Statements:
     """Every statement, for the tables ``t``; without ``owner`` (no such column) fenced by attempt alone."""
     d = _Postgres(owner)
