@@ -79,7 +79,9 @@ async def count_rows(backend: Backend) -> int:
 # -- a start and its result -------------------------------------------------------------------------------
 
 
-async def test_a_started_job_s_result_is_what_its_step_returned(client: Client, worker: CheckpointStore) -> None:
+async def test_a_started_job_s_result_is_what_its_step_returned(
+    client: Client, worker: CheckpointStore
+) -> None:
     handle = await client.start(AGENT, {"topic": "tides"}, job_id="research-1")
     assert (handle.job_id, handle.agent_id) == ("research-1", AGENT)
     got: list[Any] = []
@@ -310,7 +312,14 @@ async def test_ids_that_are_almost_right_are_refused_before_the_store_is_touched
             with pytest.raises(ConfigError) as caught:
                 await call(bad)
             assert "\n" not in str(caught.value)
-        for operation in (client.get, client.result, client.retry, client.cancel, client.approve, client.reject):
+        for operation in (
+            client.get,
+            client.result,
+            client.retry,
+            client.cancel,
+            client.approve,
+            client.reject,
+        ):
             with pytest.raises(ConfigError):
                 await operation(bad)
         with pytest.raises(ConfigError):
@@ -376,7 +385,7 @@ async def test_an_approve_racing_a_cancel_never_runs_the_cancelled_call(
         outcomes: dict[str, str] = {}
         async with await Client.connect(url) as other:
 
-            async def act(name: str, operation: Any) -> None:
+            async def act(name: str, operation: Any, outcomes: dict[str, str] = outcomes) -> None:
                 try:
                     await operation
                     outcomes[name] = "won"

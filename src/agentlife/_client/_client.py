@@ -210,7 +210,7 @@ class Client:
         also what a wait returns at its timeout.
 
         Raises:
-            ConfigError: an empty, overlong or unprintable name, or a payload that is not JSON or over 256 KiB.
+            ConfigError: an empty, overlong or unprintable name, or a payload not JSON or over 256 KiB.
             JobNotFound: there is no such job.
             JobStateConflict: the job has ended, or keeps 1,000 events no wait has taken.
         """
@@ -251,7 +251,9 @@ class Client:
             JobNotFound: there is no such job.
         """
         job = self._job_id(job_id)
-        row, _ = await cancel_with_children(self._store, job, check_reason(reason) or "cancelled by an operator")
+        row, _ = await cancel_with_children(
+            self._store, job, check_reason(reason) or "cancelled by an operator"
+        )
         return summary(row)
 
     async def retry(self, job_id: str) -> JobSummary:
@@ -283,6 +285,7 @@ class Client:
         if self._listener is None:
             self._listener = self._store.end_listener()  # type: ignore[attr-defined]
         self._listening[job_id] = self._listening.get(job_id, 0) + 1
+        self._listener.watch(job_id)  # before the first read of the row: no end announced meanwhile is lost
         return self._listener
 
     def _unlisten(self, job_id: str) -> None:
@@ -304,4 +307,3 @@ def _position(after: object) -> tuple[Any, Any] | None:
         return decode_position(after)
     except ValueError:
         raise ConfigError("after is not a paging cursor (a page's next_cursor)") from None
-

@@ -105,7 +105,9 @@ def outcome(row: JobRecord, masker: Masker) -> Any:
     if row.status == JobStatus.COMPLETED:
         why = row.unreadable.get("result")
         if why:
-            raise StoreError(f"job {row.id} completed but its result cannot be read: {masker.text(why, _QUOTED)}")
+            raise StoreError(
+                f"job {row.id} completed but its result cannot be read: {masker.text(why, _QUOTED)}"
+            )
         return row.result
     last = row.error[-1] if row.error and isinstance(row.error[-1], dict) else None
     kind: type[JobFailed] = JobFailed
