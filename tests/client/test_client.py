@@ -511,3 +511,38 @@ async def test_the_end_of_a_job_wakes_a_postgresql_wait_by_notification(postgres
     finally:
         await listener.close()
         await store.close()
+
+
+async def test_an_end_announced_between_the_read_and_the_wait_is_not_missed(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentlife._client import _wait
+
+    monkeypatch.setattr(_wait, "NOTIFIED_POLL_SECONDS", 3600.0)  # a lost notification would hang the wait
+    backend = Backend("postgresql", postgres_url, TableNames())
+    worker = backend.open_store()
+    await worker.open()
+    await worker.init_schema()
+    try:
+        async with await Client.connect(postgres_url) as client:
+            await client.start(AGENT, None, job_id="warm")
+            async with anyio.create_task_group() as tg:  # a wait opens the LISTEN connection
+                tg.start_soon(client.result, "warm")
+                await anyio.sleep(0.5)
+                await finish(worker, "warm", 1, JobStatus.COMPLETED)
+            await client.start(AGENT, None, job_id="racy")
+            store: Any = client._store
+            read = store.get_job
+
+            async def get_job(job_id: str) -> Any:
+                row = await read(job_id)
+                if job_id == "racy" and row.status == JobStatus.PENDING:
+                    await finish(worker, "racy", 1, JobStatus.COMPLETED, result="ended meanwhile")
+                    await anyio.sleep(0.3)  # its notification arrives before the wait begins
+                return row
+
+            store.get_job = get_job
+            with anyio.fail_after(8):  # woken by the notification kept for it, not by the (patched) poll
+                assert await client.result("racy") == "ended meanwhile"
+    finally:
+        await worker.close()
