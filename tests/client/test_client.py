@@ -546,3 +546,53 @@ async def test_an_end_announced_between_the_read_and_the_wait_is_not_missed(
                 assert await client.result("racy") == "ended meanwhile"
     finally:
         await worker.close()
+
+
+# -- rows written by someone else ------------------------------------------------------------------------
+
+
+async def test_rows_another_writer_left_answer_in_one_line_and_never_as_a_result(
+    client: Client, worker: CheckpointStore, backend: Backend
+) -> None:
+    await client.start(AGENT, None, job_id="garbled")
+    await finish(worker, "garbled", 1, JobStatus.FAILED)
+    await backend.raw("UPDATE job SET error = '[1, \"text\", null]' WHERE id = 'garbled'")
+    with pytest.raises(JobFailed) as caught:
+        await client.result("garbled", timeout=math.inf)
+    assert caught.value.last_error is None and str(caught.value) == "job garbled ended FAILED on attempt 1"
+    await client.start(AGENT, None, job_id="odd")
+    await backend.raw("UPDATE job SET status = 'PAUSED_BY_HAND' WHERE id = 'odd'")  # a status of no version
+    with pytest.raises(ResultTimeout) as timed_out:
+        await client.result("odd", timeout=0.05)
+    assert timed_out.value.status == "PAUSED_BY_HAND"
+    assert (await client.get("odd")).status == "PAUSED_BY_HAND"
+    got: list[BaseException] = []
+    async with anyio.create_task_group() as tg:
+
+        async def wait() -> None:
+            try:
+                await client.result("odd", timeout=30)
+            except JobNotFound as exc:
+                got.append(exc)
+
+        tg.start_soon(wait)
+        await anyio.wait_all_tasks_blocked()
+        # A retention job removed it meanwhile: no end is announced, the wait's next read finds it gone.
+        await backend.raw("DELETE FROM job WHERE id = 'odd'")
+    assert [str(e) for e in got] == ["job odd does not exist"]
+
+
+async def test_a_start_on_a_row_whose_payload_cannot_be_read_is_a_conflict(tmp_path: Path) -> None:
+    backend = Backend("sqlite", str(tmp_path / "torn.db"), TableNames())
+    worker = backend.open_store()
+    await worker.open()
+    await worker.init_schema()
+    try:
+        async with await Client.connect(f"sqlite:///{backend.location}") as client:
+            await client.start(AGENT, {"a": 1}, job_id="torn")
+            await backend.raw("UPDATE job SET payload = X'00FF' WHERE id = 'torn'")
+            with pytest.raises(JobStateConflict, match="stored payload cannot be read"):
+                await client.start(AGENT, {"a": 1}, job_id="torn")
+            assert "payload" in (await client.get("torn")).unreadable
+    finally:
+        await worker.close()
