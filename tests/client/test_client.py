@@ -596,3 +596,21 @@ async def test_a_start_on_a_row_whose_payload_cannot_be_read_is_a_conflict(tmp_p
             assert "payload" in (await client.get("torn")).unreadable
     finally:
         await worker.close()
+
+
+async def test_a_refused_postgresql_login_is_one_line_without_the_password(postgres_server: Any) -> None:
+    password = "wr ong%20pa'ss\"word"
+    url = postgres_server.url("postgres").replace(postgres_server.password, password)
+    with pytest.raises(StoreError) as caught:
+        await Client.connect(url)
+    text = str(caught.value)
+    assert "refused" in text and "\n" not in text
+    assert "wr ong" not in text and "pa'ss" not in text
+
+
+def test_a_blocking_client_that_cannot_connect_leaves_no_thread_behind(tmp_path: Path) -> None:
+    before = threading.active_count()
+    for url in ("sqlite://", f"sqlite:///{tmp_path / 'missing.db'}"):
+        with pytest.raises((ConfigError, StoreError)):
+            BlockingClient.connect(url)
+    assert threading.active_count() == before
