@@ -606,6 +606,9 @@ async def test_a_refused_postgresql_login_is_one_line_without_the_password(postg
     text = str(caught.value)
     assert "refused" in text and "\n" not in text
     assert "wr ong" not in text and "pa'ss" not in text
+    with pytest.raises(StoreError, match="db init") as no_schema:  # at connect, not at the first request
+        await Client.connect(postgres_server.create_schema())
+    assert "\n" not in str(no_schema.value)
 
 
 def test_a_blocking_client_that_cannot_connect_leaves_no_thread_behind(tmp_path: Path) -> None:
@@ -614,3 +617,30 @@ def test_a_blocking_client_that_cannot_connect_leaves_no_thread_behind(tmp_path:
         with pytest.raises((ConfigError, StoreError)):
             BlockingClient.connect(url)
     assert threading.active_count() == before
+
+
+async def test_a_result_wait_outlives_a_database_restart(postgres_server: Any) -> None:
+    url = postgres_server.create_schema()
+    backend = Backend("postgresql", url, TableNames())
+    worker = backend.open_store()
+    await worker.open()
+    await worker.init_schema()
+    try:
+        async with await Client.connect(url) as client:
+            await client.start(AGENT, None, job_id="outlived")
+            got: list[Any] = []
+            async with anyio.create_task_group() as tg:
+
+                async def wait() -> None:
+                    got.append(await client.result("outlived", timeout=120))
+
+                tg.start_soon(wait)
+                await anyio.wait_all_tasks_blocked()
+                await anyio.to_thread.run_sync(postgres_server.stop)  # the wait's reads fail meanwhile
+                await anyio.sleep(1.5)
+                await anyio.to_thread.run_sync(postgres_server.start)
+                await finish(worker, "outlived", 1, JobStatus.COMPLETED, result="after the restart")
+            assert got == ["after the restart"]
+    finally:
+        postgres_server.start()
+        await worker.close()

@@ -81,8 +81,15 @@ class Client:
             raise ConfigError(f"database_url must be a string, got {type(database_url).__name__}")
         else:
             url = validate_database_url(database_url, "database_url")
-        store = store_from_url(url, must_exist=True)
+        store = _open_store(url)
         await store.open()
+        try:
+            # One read: a refused login, a missing database or a schema `db init` never made fails here,
+            # not at the application's first request (the pool opens no connection by itself).
+            await store.list_jobs(limit=1)
+        except BaseException:
+            await store.close()
+            raise
         return cls(store, masker_for(os.environ, url))
 
     async def close(self) -> None:
@@ -296,6 +303,17 @@ class Client:
         self._listening.pop(job_id, None)
         if self._listener is not None:
             self._listener.forget(job_id)
+
+
+def _open_store(url: str) -> CheckpointStore:
+    """The store at ``url``, not yet opened; a SQLite file that is not there is refused at `open`."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return store_from_url(url, must_exist=True)
+    from agentlife.stores._postgres import PostgresStore  # asyncpg: only for postgresql:// URLs
+
+    # No connection floor: asyncpg's background refill of one logs a traceback on every try while the
+    # database is gone, into the application's log. No LISTEN for work: the client claims none.
+    return PostgresStore(url, min_size=0, listen=False)
 
 
 def _position(after: object) -> tuple[Any, Any] | None:
