@@ -17,7 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.from_thread
+import anyio.to_thread
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_store_contract import Backend
 
 from agentlife import (
@@ -644,3 +648,46 @@ async def test_a_result_wait_outlives_a_database_restart(postgres_server: Any) -
     finally:
         postgres_server.start()
         await worker.close()
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from(
+        [1e16, -0.0, 1.2345678901234568e17, 1e300, 1.5e-320]
+    )  # jsonb gives these back rewritten
+    | st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=8),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+async def test_any_json_payload_started_twice_is_one_job_never_a_conflict(client: Client) -> None:
+    # The second start compares the payload the store gives back (PostgreSQL's jsonb rewrites numbers and
+    # key order) with the one given: a value both stores keep must always read as the same job.
+    seen = 0
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(payload=JSON_VALUES)
+    def check(payload: Any) -> None:
+        nonlocal seen
+        seen += 1
+        job_id = f"json-{seen}"
+
+        async def twice() -> None:
+            first = await client.start(AGENT, payload, job_id=job_id)
+            again = await client.start(AGENT, payload, job_id=job_id)
+            assert first == again
+
+        anyio.from_thread.run(twice)
+
+    await anyio.to_thread.run_sync(check)
