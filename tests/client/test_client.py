@@ -691,3 +691,52 @@ async def test_any_json_payload_started_twice_is_one_job_never_a_conflict(client
         anyio.from_thread.run(twice)
 
     await anyio.to_thread.run_sync(check)
+
+
+def test_the_blocking_client_answers_inside_a_sync_wsgi_view(tmp_path: Path) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    backend = Backend("sqlite", str(tmp_path / "agentlife.db"), TableNames())
+
+    async def make_schema() -> None:
+        store = backend.open_store()
+        await store.open()
+        await store.init_schema()
+        await store.close()
+
+    anyio.run(make_schema)
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with BlockingClient.connect(f"sqlite:///{backend.location}") as client:
+
+        def view(environ: dict[str, Any], respond: Any) -> list[bytes]:  # a Flask/Django-style sync view
+            job_id = environ["PATH_INFO"].strip("/")
+            try:
+                job = client.start(AGENT, {"from": "web"}, job_id=job_id)
+                body, status = {"job": job.job_id, "status": client.get(job.job_id).status}, "200 OK"
+            except ConfigError as exc:
+                body, status = {"error": str(exc)}, "400 Bad Request"
+            respond(status, [("Content-Type", "application/json")])
+            return [json.dumps(body).encode()]
+
+        server = make_server("127.0.0.1", 0, view, handler_class=Quiet)
+        serving = threading.Thread(target=server.serve_forever, daemon=True)
+        serving.start()
+        try:
+            base = f"http://127.0.0.1:{server.server_port}"
+            with urllib.request.urlopen(f"{base}/web-1", timeout=30) as answer:
+                assert json.loads(answer.read()) == {"job": "web-1", "status": "PENDING"}
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(f"{base}/bad%20id", timeout=30)
+            assert refused.value.code == 400
+            assert "is not allowed" in json.loads(refused.value.read())["error"]
+        finally:
+            server.shutdown()
+            server.server_close()
+        assert [job.job_id for job in client.list().jobs] == ["web-1"]
