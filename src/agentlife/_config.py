@@ -11,6 +11,7 @@ from pathlib import Path
 
 from agentlife._exceptions import ConfigError
 from agentlife._providers import DEFAULT_PROVIDER, PROVIDERS
+from agentlife._ratelimit import RateLimits, rate_limits_from_env
 from agentlife._redact import url_password
 from agentlife._replay import MAX_DEPTH
 from agentlife.constants import Constants
@@ -112,6 +113,8 @@ class Settings:
     deployment_env: str = ""
     llm_provider: str = DEFAULT_PROVIDER
     constants: Constants = field(default_factory=Constants)
+    rate_limits: RateLimits | None = None
+    """The fleet-wide rate limits of model calls (``AGENTLIFE_RATE_LIMIT_*``); None: none configured."""
 
     def __post_init__(self) -> None:
         validate_job_id(self.job_id)
@@ -168,6 +171,7 @@ class Settings:
         agent = env.get("AGENTLIFE_AGENT_ID") or agent_id
         if not agent:
             raise ConfigError("no agent id: set AGENTLIFE_AGENT_ID or the agent class's agent_id")
+        provider = llm_provider_from_env(env)
         return cls(
             job_id=job,
             agent_id=agent,
@@ -183,8 +187,9 @@ class Settings:
             log_level=(env.get("AGENTLIFE_LOG_LEVEL") or "INFO").upper(),
             pod_name=env.get("HOSTNAME") or socket.gethostname(),
             deployment_env=env.get("DEPLOYMENT_ENV", ""),
-            llm_provider=llm_provider_from_env(env),
+            llm_provider=provider,
             constants=constants if constants is not None else Constants.from_env(env),
+            rate_limits=rate_limits_from_env(env, provider),
         )
 
 

@@ -245,6 +245,7 @@ async def retry_call(
     on_retry: Callable[[RetryEvent], None] | None = None,
     max_attempts: int | None = None,
     classify_error: Callable[[BaseException], ErrorClass] = classify,
+    waited: Callable[[], float] | None = None,
 ) -> T:
     """Await ``fn()`` until it succeeds, retrying transient errors and timeouts within ``deadline``.
 
@@ -257,6 +258,8 @@ async def retry_call(
         on_retry: called with a `RetryEvent` before each backoff sleep (journal, log, metrics).
         max_attempts: the most attempts in all, including the first (None: only the deadline limits).
         classify_error: how to classify failures (default `classify`).
+        waited: seconds ``fn`` spent waiting for capacity (a rate limit) so far, which the deadline does
+            not count: waiting for one's turn spends no retry allowance.
 
     Returns:
         What the first successful attempt returned.
@@ -274,11 +277,12 @@ async def retry_call(
         try:
             return await fn()
         except Exception as exc:
-            delay = _next_delay(exc, attempt, initial, cap, deadline, rng, max_attempts, classify_error)
+            until = deadline if deadline is None or waited is None else deadline + waited()
+            delay = _next_delay(exc, attempt, initial, cap, until, rng, max_attempts, classify_error)
             if delay is None:
                 raise
             if on_retry is not None:
-                on_retry(_event(exc, attempt, delay, deadline, classify_error))
+                on_retry(_event(exc, attempt, delay, until, classify_error))
         await anyio.sleep(delay)
 
 

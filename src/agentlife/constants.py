@@ -162,6 +162,14 @@ class CallConstants:
     """How long one ``check_policy`` call of a restricted tool may take."""
     policy_retry_seconds: float = _seconds(5.0)
     """The wait before asking ``check_policy`` again after it failed or timed out."""
+    rate_limit_store_down_seconds: float = _seconds(30.0, "AGENTLIFE_RATE_LIMIT_STORE_DOWN_SECONDS")
+    """With rate limits configured and the store unreachable: how long a model call waits for it before
+    going on without the fleet's limit (``AGENTLIFE_RATE_LIMIT_STORE_DOWN_SECONDS``)."""
+
+    @property
+    def rate_limit_slot_lease_seconds(self) -> float:
+        """How long an in-flight slot outlives a killed process: longer than any model call may take."""
+        return 1.1 * (self.llm_connect_timeout_seconds + self.llm_total_timeout_seconds)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from agentlife.stores import (
     JobStore,
     OperatorStore,
     PostgresStore,
+    RateBuckets,
     SQLiteStore,
     StepRecord,
     WorkQueue,
@@ -56,6 +57,7 @@ def test_every_operation_of_the_store_belongs_to_a_role() -> None:
         return {name for name in {*dir(cls), *annotated} if not name.startswith("_")}
 
     roles = members(JobStore) | members(WorkQueue) | members(OperatorStore) | members(JobRows)
+    roles |= members(RateBuckets)
     assert members(SQLStore) - {"owner", "tables"} == members(CheckpointStore)
     assert members(CheckpointStore) == roles | {"init_schema"}
 

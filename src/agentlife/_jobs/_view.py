@@ -138,6 +138,9 @@ def _wait_lines(state: WaitState | None) -> list[str]:
         return []
     what = state.waiting_for
     kind = str(what["kind"]) if isinstance(what.get("kind"), str) else "wait"
+    if kind == "rate_limit":
+        bucket = what.get("bucket")
+        kind = "rate limit" + (f" {bucket}" if isinstance(bucket, str) else "")
     events = what.get("events")
     if isinstance(events, list) and events:
         kind += " " + ", ".join(repr(e) for e in events if isinstance(e, str))

@@ -62,6 +62,7 @@ from agentlife._llm._protocol import (
     json_kind,
     stream_event,
 )
+from agentlife._llm._ratelimit_headers import response_seen
 from agentlife._redact import Redactor, url_password
 
 __all__ = [
@@ -423,6 +424,7 @@ class AnthropicLLM:
         except anthropic.AnthropicError as exc:
             raise self._map_sdk_error(exc, anthropic) from exc
         holder.response = stream.response
+        response_seen(stream.response.status_code, stream.response.headers)
         content_type = str(stream.response.headers.get("content-type", ""))
         if "text/event-stream" not in content_type.lower():
             where = self._base_url or "the default endpoint"
@@ -432,6 +434,7 @@ class AnthropicLLM:
 
     def _map_sdk_error(self, exc: Exception, module: Any) -> CallError:
         if isinstance(exc, module.APIStatusError):
+            response_seen(exc.status_code, exc.response.headers)
             error_type, message = error_details(exc.body)
             return error_for_status(
                 exc.status_code,

@@ -28,6 +28,7 @@ import orjson
 
 from agentlife._exceptions import CallError, PermanentError, TransientError, describe_error
 from agentlife._llm._http import LazyClient, ResponseHolder, http_base_url, is_loopback, loopback_client
+from agentlife._llm._ratelimit_headers import response_seen
 from agentlife._llm._sse import read_error_body, server_sent_events
 from agentlife._llm._tls import tls_context
 from agentlife._llm._transport import HttpxTransport, Transport, TransportError, TransportTimeout
@@ -272,6 +273,7 @@ class MessagesHTTP:
                 self._redact(f"cannot reach the Anthropic API at {self.where}: {describe_error(exc)}")
             ) from exc
         holder.response = response
+        response_seen(response.status_code, response.headers)
         if not 200 <= response.status_code < 300:
             raise await self._status_error(response)
         content_type = str(response.headers.get("content-type", ""))

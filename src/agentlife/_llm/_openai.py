@@ -44,6 +44,7 @@ from agentlife._llm._openai_format import (
 )
 from agentlife._llm._pricing import PriceTable
 from agentlife._llm._protocol import CURRENT_CALL, INVOCATION_HEADER, LLMReply, OnEvent, StreamTimeouts
+from agentlife._llm._ratelimit_headers import response_seen
 from agentlife._llm._sse import read_error_body, server_sent_events
 from agentlife._llm._tls import tls_context
 from agentlife._llm._transport import HttpxTransport, Transport, TransportError, TransportTimeout
@@ -237,6 +238,7 @@ class OpenAICompatibleLLM:
                 )
             ) from exc
         holder.response = response
+        response_seen(response.status_code, response.headers)
         if response.status_code != 200:
             raise await self._status_error(response)
         content_type = str(response.headers.get("content-type", ""))

@@ -42,6 +42,9 @@ class StatusSnapshot:
     #: Every job this process is running, by job id: its agent, attempt, state and step (one entry in a
     #: one-job process, up to ``--concurrency`` in a worker).
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: With rate limits configured: per bucket, this process's waits for capacity (calls waiting now,
+    #: seconds waited) and what providers taught it; None without limits.
+    rate_limits: dict[str, dict[str, Any]] | None = None
 
     def loop_silence(self, now: float | None = None) -> float:
         """Seconds since the agent's loop last proved it was running (0 before the sampler starts)."""
@@ -66,6 +69,7 @@ class StatusSnapshot:
             "heartbeats": self.heartbeats,
             "jobs": [{"job_id": job_id, **fields} for job_id, fields in self.jobs.items()],
             **({} if self.worker is None else {"worker": self.worker}),
+            **({} if self.rate_limits is None else {"rate_limits": self.rate_limits}),
         }
 
 

@@ -106,6 +106,14 @@ INSTRUMENTS: tuple[InstrumentSpec, ...] = (
         "agent.tool.calls", "counter", "{call}", "Tool calls by tool and outcome", ("tool", "outcome")
     ),
     InstrumentSpec(
+        "agent.llm.rate_limit.wait",
+        "histogram",
+        "s",
+        "Time a model call waited for fleet-wide rate-limit capacity, by bucket",
+        ("bucket", "reason"),
+        _STEP_BUCKETS,
+    ),
+    InstrumentSpec(
         "agent.tool.duration",
         "histogram",
         "s",
@@ -383,6 +391,11 @@ class Telemetry:
             tokens = self._instruments["agent.llm.tokens"]
             tokens.add(input_tokens, {**job, "model": model, "type": "input"})
             tokens.add(output_tokens, {**job, "model": model, "type": "output"})
+
+    def rate_limit_wait(self, bucket: str, reason: str, duration: float) -> None:
+        """Record one wait for rate-limit capacity (``reason``: paused, requests, input_tokens ...)."""
+        attrs = {**_job(), "bucket": bucket, "reason": reason}
+        self._instruments["agent.llm.rate_limit.wait"].record(duration, attrs)
 
     def tool_call(self, name: str, outcome: str, duration: float | None = None) -> None:
         """Count a tool call (``outcome``: ok, error, timeout, replayed ...) and its wall time."""

@@ -181,6 +181,9 @@ class TelemetryFacade:
     def llm_call(self, model: str, outcome: str, usage: Usage | None) -> None:
         self._record(lambda t: t.llm_call(model, outcome, usage))
 
+    def rate_limit_wait(self, bucket: str, reason: str, seconds: float) -> None:
+        self._record(lambda t: t.rate_limit_wait(bucket, reason, seconds))
+
     def tool_call(self, name: str, outcome: str, seconds: float) -> None:
         self._record(lambda t: t.tool_call(name, outcome, seconds))
 

@@ -218,6 +218,7 @@ class Runtime:
         row = await hydrator.claim_job(create=o.create_job, payload=o.payload, claimed=o.claimed)
         host = JobHost(self.agent, self.constants, self.drain, redactor, telemetry, self.events)
         runner = self._runner = StepRunner(host, booted)
+        runner.limiter = self.shell.rate_limiter(booted.store, booted.settings)
         self.services.start_job_heartbeat(tasks, booted, runner.fenced_out)
         job = self._claimed = Job(row.id, row.agent_id, booted.settings.attempt, row.payload, row.status)
         approvals = Approvals(booted, job, self.drain, lambda: runner.current_step)

@@ -33,6 +33,8 @@ from agentlife.constants import Constants
 
 if TYPE_CHECKING:
     from agentlife._config import Settings
+    from agentlife._llm._ratelimiter import RateLimiter
+    from agentlife.stores import JobStore
 
 __all__ = ["ProcessShell", "ShellOptions", "quietly"]
 
@@ -108,6 +110,36 @@ class ProcessShell:
         self._tasks: anyio.abc.TaskGroup | None = None
         self._probe_server: Any = None
         self._lag_started = False
+        self._limiter: RateLimiter | None = None
+
+    def rate_limiter(self, store: JobStore, settings: Settings) -> RateLimiter | None:
+        """The process's rate limiter, shared by every job it runs; None when no limit is configured.
+
+        Made on first use, over the first job's store (a worker lends one store to all its jobs).
+        """
+        if settings.rate_limits is None:
+            return None
+        if self._limiter is None:
+            from agentlife._llm._ratelimiter import RateLimiter  # only with limits configured
+
+            calls = settings.constants.calls
+            limiter = RateLimiter(
+                store,  # type: ignore[arg-type]  # every store is also RateBuckets (CheckpointStore)
+                settings.rate_limits,
+                slot_lease_seconds=calls.rate_limit_slot_lease_seconds,
+                store_down_seconds=calls.rate_limit_store_down_seconds,
+            )
+            board, telemetry = self.board, self.telemetry
+
+            def observe(bucket: str, reason: str, seconds: float | None) -> None:
+                if seconds is not None:
+                    telemetry.rate_limit_wait(bucket, reason, seconds)
+                board.update(rate_limits=limiter.snapshot())
+
+            limiter.observe = observe
+            board.update(rate_limits=limiter.snapshot())
+            self._limiter = limiter
+        return self._limiter
 
     # -- entering and leaving ------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from agentlife._logging import log_fields
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
 from agentlife._retry import RetryEvent, classify, retry_call
 from agentlife._step._childjobs import ChildJobCalls
+from agentlife._step._ratewait import CapacityWait, limited_attempt
 from agentlife._step._stepllm import StepLLM
 from agentlife._step._streaming import emit_reply, is_streaming_adapter, retry_event
 from agentlife._step._toolcalls import Registry, run_tool_calls, tool_registry
@@ -47,6 +48,7 @@ from agentlife._tools import NOT_DONE, ToolSpec, loaded_mcp, tool
 
 if TYPE_CHECKING:
     from agentlife._journal._steprecords import StepJournal
+    from agentlife._llm._ratelimiter import RateLimiter
     from agentlife._memory import MemoryRecord
     from agentlife._step._approvals import Approvals
     from agentlife._step._host import StepHost
@@ -76,6 +78,8 @@ class CallEnv:
     llm_client: LLMClient
     rng: random.Random
     step_started: float = field(default_factory=anyio.current_time)
+    limiter: RateLimiter | None = None
+    """The process's fleet-wide rate limiter; None when no limit is configured (then nothing is paid)."""
 
 
 class StepContext(ChildJobCalls):
@@ -352,7 +356,8 @@ class StepContext(ChildJobCalls):
         on_event: OnEvent | None = None,
     ) -> LLMReply:
         host, env = self._env.host, self._env
-        env.budget.check_before_call(estimate_input_tokens(messages, params), messages)
+        estimate = estimate_input_tokens(messages, params)
+        env.budget.check_before_call(estimate, messages)
         timeouts = stream_timeouts_from_constants(host.constants.calls)
         env.journal.append("LLM_STARTED", step=self.step, call=call, model=model, digest=digest)
         streams = on_event is not None and is_streaming_adapter(env.llm_client)
@@ -369,6 +374,12 @@ class StepContext(ChildJobCalls):
             if on_event is not None:
                 on_event(retry_event(event))
 
+        waited: Callable[[], float] | None = None
+        if env.limiter is not None:
+            capacity = CapacityWait(host, self._invocation_id(call))
+            attempt = limited_attempt(env.limiter, attempt, model=model, estimate=estimate, wait=capacity)
+            waited = capacity.seconds_waited
+
         started = time.monotonic()
         with host.telemetry.llm_span(
             model, max_tokens=max_tokens, system=provider_name(env.llm_client)
@@ -381,6 +392,7 @@ class StepContext(ChildJobCalls):
                     deadline=self._retry_deadline(),
                     rng=env.rng,
                     on_retry=retried,
+                    waited=waited,
                 )
             except Exception as exc:
                 host.telemetry.llm_call(model, "error", None)

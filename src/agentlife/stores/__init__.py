@@ -30,7 +30,15 @@ from agentlife.stores._base import (
 )
 from agentlife.stores._childjobs import JobFamily
 from agentlife.stores._jobs import ReapDecision
-from agentlife.stores._roles import CheckpointStore, Handback, JobRows, JobStore, OperatorStore, WorkQueue
+from agentlife.stores._roles import (
+    CheckpointStore,
+    Handback,
+    JobRows,
+    JobStore,
+    OperatorStore,
+    RateBuckets,
+    WorkQueue,
+)
 from agentlife.stores._sqlite import SQLiteStore
 from agentlife.stores._steprecords import StepRecord
 from agentlife.stores._waits import WaitState
@@ -52,6 +60,7 @@ __all__ = [
     "LoadedCheckpoint",
     "OperatorStore",
     "PostgresStore",
+    "RateBuckets",
     "ReapDecision",
     "SQLiteStore",
     "StepRecord",

@@ -85,6 +85,10 @@ class TableNames:
     """The events sent to jobs (``job send``), kept until a ``ctx.wait_for_event`` takes them."""
     step_record: str = "step_record"
     """The journal events a resumed step replays (write-ahead starts, results, waits), on any pod."""
+    rate_bucket: str = "rate_bucket"
+    """The fleet-wide rate-limit buckets: one row per configured account or model."""
+    rate_slot: str = "rate_slot"
+    """The model calls in flight under an in-flight limit, each leased until it ends or its lease runs out."""
 
     def __post_init__(self) -> None:
         names = (
@@ -94,6 +98,8 @@ class TableNames:
             self.conversation,
             self.event,
             self.step_record,
+            self.rate_bucket,
+            self.rate_slot,
         )
         for name in names:
             # Names are interpolated into SQL, so only plain (optionally schema-qualified) identifiers pass.

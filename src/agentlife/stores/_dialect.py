@@ -226,6 +226,16 @@ class Statements:
     # -- the delivery registry (_delivery)
     is_delivered: Statement
     record_delivery: Statement
+    # -- rate-limit buckets (_ratebuckets)
+    rate_insert_bucket: Statement
+    rate_lock_bucket: Statement
+    rate_get_bucket: Statement
+    rate_write_bucket: Statement
+    rate_expire_slots: Statement
+    rate_count_slots: Statement
+    rate_live_slots: Statement
+    rate_take_slot: Statement
+    rate_end_slot: Statement
 
 
 class Dialect(Protocol):
@@ -334,8 +344,32 @@ def shared_statements(t: TableNames, d: Dialect) -> dict[str, Statement]:
             " ORDER BY attempt, session, seq"
         ),
         "is_delivered": f"SELECT 1 FROM {t.delivery} WHERE key = :key",
+        **_rate_statements(t, d),
     }
     return {name: d.sql(statement) for name, statement in text.items()}
+
+
+def _rate_statements(t: TableNames, d: Dialect) -> dict[str, str]:
+    """The rate-limit buckets' statements (`agentlife.stores._ratebuckets`): plain SQL on every database."""
+    bucket, slot = t.rate_bucket, t.rate_slot
+    columns = "requests, input_tokens, output_tokens, updated_at, paused_until"
+    return {
+        "rate_insert_bucket": (
+            f"INSERT INTO {bucket} (key, {columns}) VALUES"
+            " (:key, :requests, :input_tokens, :output_tokens, :at, 0) ON CONFLICT (key) DO NOTHING"
+        ),
+        "rate_lock_bucket": f"SELECT {columns} FROM {bucket} WHERE key = :key{d.for_update}",
+        "rate_get_bucket": f"SELECT {columns} FROM {bucket} WHERE key = :key",
+        "rate_write_bucket": (
+            f"UPDATE {bucket} SET requests = :requests, input_tokens = :input_tokens,"
+            " output_tokens = :output_tokens, updated_at = :at, paused_until = :paused_until WHERE key = :key"
+        ),
+        "rate_expire_slots": f"DELETE FROM {slot} WHERE key = :key AND expires_at <= :at",
+        "rate_count_slots": f"SELECT count(*) FROM {slot} WHERE key = :key",
+        "rate_live_slots": f"SELECT count(*) FROM {slot} WHERE key = :key AND expires_at > :at",
+        "rate_take_slot": f"INSERT INTO {slot} (id, key, expires_at) VALUES (:id, :key, :until)",
+        "rate_end_slot": f"DELETE FROM {slot} WHERE id = :id",
+    }
 
 
 class Tx(Protocol):

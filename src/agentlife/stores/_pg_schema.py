@@ -14,7 +14,15 @@ def pg_schema(t: TableNames) -> tuple[str, ...]:
     schemas = sorted(
         {
             name.split(".")[0]
-            for name in (t.job, t.checkpoint_history, t.delivery, t.conversation, t.event, t.step_record)
+            for name in (
+                t.job,
+                t.checkpoint_history,
+                t.delivery,
+                t.conversation,
+                t.event,
+                t.step_record,
+                t.rate_bucket,
+            )
             if "." in name
         }
     )
@@ -60,12 +68,34 @@ def pg_schema(t: TableNames) -> tuple[str, ...]:
             job_id text NOT NULL, seq integer NOT NULL, step integer NOT NULL, message bytea NOT NULL,
             PRIMARY KEY (job_id, seq)
         )""",
+        *_rate_schema(t),
         *_job_schema(t),
         *_wait_schema(t),
         *_event_schema(t),
         *_child_schema(t),
         *_step_record_schema(t),
         *_end_schema(t),
+    )
+
+
+def _rate_schema(t: TableNames) -> tuple[str, ...]:
+    """The rate-limit buckets and in-flight slots (PostgreSQL); times are unix seconds, as the callers'."""
+    slot_index = t.rate_slot.split(".")[-1] + "_key_idx"
+    return (
+        f"""CREATE TABLE IF NOT EXISTS {t.rate_bucket} (
+            key text PRIMARY KEY,
+            requests double precision,
+            input_tokens double precision,
+            output_tokens double precision,
+            updated_at double precision NOT NULL,
+            paused_until double precision NOT NULL DEFAULT 0
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS {t.rate_slot} (
+            id text PRIMARY KEY,
+            key text NOT NULL,
+            expires_at double precision NOT NULL
+        )""",
+        f"CREATE INDEX IF NOT EXISTS {slot_index} ON {t.rate_slot} (key, expires_at)",
     )
 
 

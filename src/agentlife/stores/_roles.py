@@ -7,6 +7,7 @@ A caller is typed by the role it plays, so a reader sees which operations it use
   approvals and waits it parks on, the events it takes and the child jobs it starts;
 - `WorkQueue`: what a worker's queue uses: the claim of the next runnable job, the wait for one, the count of
   runnable jobs, the reaper, and handing a job back;
+- `RateBuckets`: what a process's rate limiter uses: the fleet-wide buckets of model calls;
 - `OperatorStore`: what an operator uses (``python -m agentlife job``, the console): creating, listing and
   reading jobs, approving, rejecting, cancelling and retrying them, sending events.
 
@@ -27,10 +28,11 @@ if TYPE_CHECKING:
     from agentlife.stores._base import JobRecord, LoadedCheckpoint, StepUsage
     from agentlife.stores._childjobs import JobFamily
     from agentlife.stores._jobs import ReapDecision
+    from agentlife.stores._ratebuckets import Caps, RateDraw, RateGrant
     from agentlife.stores._steprecords import StepRecord
     from agentlife.stores._waits import WaitState
 
-__all__ = ["CheckpointStore", "Handback", "JobRows", "JobStore", "OperatorStore", "WorkQueue"]
+__all__ = ["CheckpointStore", "Handback", "JobRows", "JobStore", "OperatorStore", "RateBuckets", "WorkQueue"]
 
 
 class JobRows(Protocol):
@@ -399,8 +401,35 @@ class OperatorStore(JobRows, Protocol):
         """The row's status and, while it is WAITING, what it waits for; None when there is no such job."""
 
 
+class RateBuckets(Protocol):
+    """The fleet-wide rate-limit buckets of model calls, shared by every process of the store.
+
+    See `agentlife.stores._ratebuckets`.
+    """
+
+    async def draw_rate_capacity(self, key: str, caps: Caps, draw: RateDraw) -> RateGrant:
+        """Take a slice of bucket ``key`` (and an in-flight slot), or learn how long to wait for one.
+
+        ``caps`` are the bucket's limits per minute (requests, input tokens, output tokens; None: not
+        limited); the bucket is made full on first use. What ``draw.give_back`` returns is applied first.
+        """
+
+    async def return_rate_capacity(
+        self, key: str, caps: Caps, give_back: Sequence[float], slot: str | None = None
+    ) -> None:
+        """Give back what a slice left (negative: take what it overspent) and end in-flight slot ``slot``."""
+
+    async def pause_rate_bucket(
+        self, key: str, caps: Caps, until: float, remaining: Sequence[float | None] = (None, None, None)
+    ) -> None:
+        """No capacity from bucket ``key`` before ``until`` (unix seconds), at most ``remaining`` now."""
+
+    async def rate_bucket_levels(self, key: str) -> tuple[tuple[float | None, ...], float, int] | None:
+        """(levels as stored, pause end, live in-flight slots) of bucket ``key``; None before first use."""
+
+
 @runtime_checkable
-class CheckpointStore(JobStore, WorkQueue, OperatorStore, Protocol):
+class CheckpointStore(JobStore, WorkQueue, OperatorStore, RateBuckets, Protocol):
     """Durable job state, every role's operations. Every write after `claim` is fenced by the attempt.
 
     A write whose ``attempt`` no longer owns the row raises `agentlife.AttemptFenced` and changes nothing.

@@ -24,6 +24,7 @@ from agentlife.stores import (
     _claims,
     _delivery,
     _events,
+    _ratebuckets,
     _reaper,
     _steprecords,
     _transitions,
@@ -35,6 +36,7 @@ from agentlife.stores._childjobs import JobFamily
 from agentlife.stores._claims import Claimed
 from agentlife.stores._dialect import Database
 from agentlife.stores._jobs import ReapDecision
+from agentlife.stores._ratebuckets import Caps, RateDraw, RateGrant
 from agentlife.stores._rows import log_set_aside
 from agentlife.stores._steprecords import StepRecord
 from agentlife.stores._waits import WaitState
@@ -265,6 +267,28 @@ class SQLStore(Generic[D]):
     async def load_step_records(self, job_id: str) -> list[StepRecord]:
         """Every step record the job keeps, oldest writer first."""
         return await self._db.run(_steprecords.load_step_records, job_id)
+
+    # -- rate-limit buckets ---------------------------------------------------------------------------------
+
+    async def draw_rate_capacity(self, key: str, caps: Caps, draw: RateDraw) -> RateGrant:
+        """Take a slice of bucket ``key``, or learn how long to wait for one."""
+        return await self._db.run(_ratebuckets.draw_rate_capacity, key, caps, draw)
+
+    async def return_rate_capacity(
+        self, key: str, caps: Caps, give_back: Sequence[float], slot: str | None = None
+    ) -> None:
+        """Give back what a slice left and end in-flight slot ``slot``."""
+        await self._db.run(_ratebuckets.return_rate_capacity, key, caps, give_back, slot)
+
+    async def pause_rate_bucket(
+        self, key: str, caps: Caps, until: float, remaining: Sequence[float | None] = (None, None, None)
+    ) -> None:
+        """No capacity from bucket ``key`` before ``until``, at most ``remaining`` now."""
+        await self._db.run(_ratebuckets.pause_rate_bucket, key, caps, until, remaining)
+
+    async def rate_bucket_levels(self, key: str) -> tuple[tuple[float | None, ...], float, int] | None:
+        """(levels, pause end, live slots) of bucket ``key``; None before its first use."""
+        return await self._db.run(_ratebuckets.rate_bucket_levels, key)
 
     # -- approvals and operator transitions ---------------------------------------------------------------
 
