@@ -53,6 +53,7 @@ __all__ = [
     "ScriptedRequest",
     "ScriptedTurn",
     "estimate_tokens",
+    "output_text",
 ]
 
 After = Literal["end", "stall", "trickle"]
@@ -386,7 +387,7 @@ class ScriptedTurn:
         """The events to send for a request: the reported model and, if asked, estimated usage filled in."""
         reported = self.model or model
         input_tokens = estimate_tokens(_dumps(messages)) if self.estimate_usage else None
-        output_tokens = estimate_tokens(_output_text(self.events)) if self.estimate_usage else None
+        output_tokens = estimate_tokens(output_text(self.events)) if self.estimate_usage else None
         return tuple(_patched(e, reported, input_tokens, output_tokens) for e in self.events)
 
 
@@ -484,7 +485,8 @@ def _split(text: str, chunks: int) -> list[str]:
     return parts
 
 
-def _output_text(events: Iterable[ScriptedEvent]) -> str:
+def output_text(events: Iterable[ScriptedEvent]) -> str:
+    """The text and thinking a turn's events carry, as its estimated usage counts them."""
     parts = []
     for scripted in events:
         delta = scripted.event.get("delta")

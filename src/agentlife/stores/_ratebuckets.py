@@ -202,10 +202,17 @@ async def pause_rate_bucket(
         await _write(tx, key, levels, max(paused_until, until))
 
 
-async def rate_bucket_levels(tx: Tx, key: str) -> tuple[tuple[float | None, ...], float, int] | None:
-    """(levels as stored, pause end, live slots) of bucket ``key``; None when it has no row."""
+async def rate_bucket_levels(tx: Tx, key: str, caps: Caps) -> tuple[tuple[float, ...], float, int] | None:
+    """(levels refilled to now, pause end, live slots) of bucket ``key``; None when it has no row.
+
+    Reads only: what ``/status`` and the tests look at.
+    """
     row = await tx.fetchrow(tx.sql.rate_get_bucket, key=key)
     if row is None:
         return None
-    slots = await tx.fetchval(tx.sql.rate_live_slots, key=key, at=tx.now) or 0
-    return (row[0], row[1], row[2]), float(row[4] or 0.0), int(slots)
+    now = tx.now
+    updated = _number(row[3], now)
+    elapsed = now - updated if now > updated else 0.0
+    levels = tuple(refill(_number(row[i], 0.0), caps[i], elapsed) for i in range(3))
+    slots = await tx.fetchval(tx.sql.rate_live_slots, key=key, at=now) or 0
+    return levels, _number(row[4], 0.0), int(slots)

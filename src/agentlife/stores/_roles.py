@@ -424,8 +424,8 @@ class RateBuckets(Protocol):
     ) -> None:
         """No capacity from bucket ``key`` before ``until`` (unix seconds), at most ``remaining`` now."""
 
-    async def rate_bucket_levels(self, key: str) -> tuple[tuple[float | None, ...], float, int] | None:
-        """(levels as stored, pause end, live in-flight slots) of bucket ``key``; None before first use."""
+    async def rate_bucket_levels(self, key: str, caps: Caps) -> tuple[tuple[float, ...], float, int] | None:
+        """(levels now, pause end, live in-flight slots) of bucket ``key``; None before its first use."""
 
 
 @runtime_checkable

@@ -286,9 +286,9 @@ class SQLStore(Generic[D]):
         """No capacity from bucket ``key`` before ``until``, at most ``remaining`` now."""
         await self._db.run(_ratebuckets.pause_rate_bucket, key, caps, until, remaining)
 
-    async def rate_bucket_levels(self, key: str) -> tuple[tuple[float | None, ...], float, int] | None:
+    async def rate_bucket_levels(self, key: str, caps: Caps) -> tuple[tuple[float, ...], float, int] | None:
         """(levels, pause end, live slots) of bucket ``key``; None before its first use."""
-        return await self._db.run(_ratebuckets.rate_bucket_levels, key)
+        return await self._db.run(_ratebuckets.rate_bucket_levels, key, caps)
 
     # -- approvals and operator transitions ---------------------------------------------------------------
 

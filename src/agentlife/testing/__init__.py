@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from agentlife.testing._control_plane import HeartbeatStatus as HeartbeatStatus
     from agentlife.testing._control_plane import ReceivedEvent as ReceivedEvent
     from agentlife.testing._fake_server import FakeRequest as FakeRequest
+    from agentlife.testing._fake_server import ProviderLimits as ProviderLimits
     from agentlife.testing._harness import AgentHarness as AgentHarness
     from agentlife.testing._harness import AgentRun as AgentRun
     from agentlife.testing._harness import DrainAt as DrainAt

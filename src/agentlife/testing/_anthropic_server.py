@@ -26,6 +26,7 @@ The script may also address turns by ``(step, call)``, answered by each request'
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,7 @@ import orjson
 
 from agentlife._llm._anthropic import MessageAssembler
 from agentlife._llm._scripted import ScriptedEvent, ScriptedTurn
-from agentlife.testing._fake_server import FakeModelServer, FakeRequest
+from agentlife.testing._fake_server import FakeModelServer, FakeRequest, RateState
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -85,6 +86,7 @@ class FakeAnthropicServer(FakeModelServer):
                 "content-type": "text/event-stream",
                 "cache-control": "no-cache",
                 "request-id": "req_fake",
+                **request.get("rate_headers", {}),
             },
         )
         await response.prepare(request)
@@ -140,6 +142,36 @@ class FakeAnthropicServer(FakeModelServer):
             headers["x-should-retry"] = "true"
         payload = {"type": "error", "error": {"type": error_type, "message": message or ""}}
         return web.json_response(payload, status=status, headers=headers)
+
+    def _rate_headers(self, states: list[RateState]) -> dict[str, str]:
+        """``anthropic-ratelimit-{requests,input-tokens,output-tokens}-{limit,remaining,reset}``."""
+        now = dt.datetime.now(dt.UTC)
+        headers: dict[str, str] = {}
+        for state in states:
+            reset = now + dt.timedelta(seconds=math.ceil(state.reset_seconds))
+            prefix = f"anthropic-ratelimit-{state.name}"
+            headers[f"{prefix}-limit"] = str(state.limit)
+            headers[f"{prefix}-remaining"] = str(state.remaining)
+            headers[f"{prefix}-reset"] = reset.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return headers
+
+    def _rate_limited(
+        self, states: list[RateState], wait: float, body: Mapping[str, Any]
+    ) -> web.StreamResponse:
+        """Anthropic's 429: ``rate_limit_error``, ``retry-after`` in whole seconds, the rate-limit headers."""
+        from aiohttp import web
+
+        headers = {
+            "request-id": "req_fake",
+            "retry-after": str(max(1, math.ceil(wait))),
+            **self._rate_headers(states),
+        }
+        message = (
+            "This request would exceed your organization's rate limit. For details, refer to: "
+            "https://docs.claude.com/en/api/rate-limits."
+        )
+        payload = {"type": "error", "error": {"type": "rate_limit_error", "message": message}}
+        return web.json_response(payload, status=429, headers=headers)
 
 
 def _sse(event: Mapping[str, Any]) -> bytes:

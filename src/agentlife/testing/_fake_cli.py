@@ -34,6 +34,7 @@ each) and ``"usage"`` (``{"input_tokens": 10, "output_tokens": 5}``; estimated w
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 from collections.abc import Mapping, Sequence
@@ -47,7 +48,7 @@ from agentlife._exceptions import ConfigError
 from agentlife._llm._protocol import Usage
 from agentlife._llm._scripted import ScriptedTurn
 from agentlife.testing._anthropic_server import FakeAnthropicServer
-from agentlife.testing._fake_server import FakeModelServer, FakeRequest, Script
+from agentlife.testing._fake_server import FakeModelServer, FakeRequest, ProviderLimits, Script
 from agentlife.testing._openai_server import FakeOpenAIServer
 
 __all__ = ["DEFAULT_TEXT", "load_script", "main", "turn_from_json"]
@@ -206,7 +207,55 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--script", type=Path, help="a JSON file of turns (see the module's documentation)")
     parser.add_argument("--requests-log", type=Path, help="append one JSON line per request to this file")
     parser.add_argument("--api-key", help="refuse requests without this key (401), like the real API")
+    parser.add_argument("--rpm", help="requests per minute to allow; past it, 429s as the real API sends")
+    parser.add_argument("--input-tpm", help="input tokens per minute to allow (OpenAI's fake: its tokens)")
+    parser.add_argument("--output-tpm", help="output tokens per minute to allow")
+    parser.add_argument(
+        "--latency", help="LOW,HIGH: each answer starts after a uniform draw in seconds (e.g. 0.02,0.2)"
+    )
     return parser
+
+
+def limits_from_args(args: argparse.Namespace) -> ProviderLimits | None:
+    """``--rpm``, ``--input-tpm``, ``--output-tpm`` as `ProviderLimits`, None when none is given.
+
+    Raises:
+        ConfigError: a value that is not a whole number from 1 to 10**9.
+    """
+    values: dict[str, int] = {}
+    for flag, attr in (
+        ("rpm", "requests_per_minute"),
+        ("input_tpm", "input_tokens_per_minute"),
+        ("output_tpm", "output_tokens_per_minute"),
+    ):
+        raw = getattr(args, flag)
+        if raw is None:
+            continue
+        text = str(raw).strip()
+        if not text.isdigit() or len(text) > 10 or not 1 <= int(text) <= 10**9:
+            raise ConfigError(
+                f"--{flag.replace('_', '-')} {str(raw)[:20]!r} must be a whole number from 1 to 10**9"
+            )
+        values[attr] = int(text)
+    return ProviderLimits(**values) if values else None
+
+
+def latency_from_args(raw: str | None) -> tuple[float, float] | None:
+    """``--latency LOW,HIGH`` in seconds.
+
+    Raises:
+        ConfigError: not two numbers with 0 <= LOW <= HIGH <= 60.
+    """
+    if raw is None:
+        return None
+    low, sep, high = raw.partition(",")
+    try:
+        pair = (float(low), float(high if sep else low))
+    except ValueError:
+        pair = (math.nan, math.nan)
+    if not (0 <= pair[0] <= pair[1] <= 60):
+        raise ConfigError(f"--latency {raw[:40]!r} must be LOW,HIGH seconds with 0 <= LOW <= HIGH <= 60")
+    return pair
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -216,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         script: Script = load_script(args.script) if args.script is not None else []
         if not 0 <= args.port <= 65535:
             raise ConfigError(f"--port {args.port} is not a port number (0-65535)")
+        limits, latency = limits_from_args(args), latency_from_args(args.latency)
         log = args.requests_log.open("a", encoding="utf-8") if args.requests_log is not None else None
     except ConfigError as exc:
         sys.stderr.write(f"error: {exc}\n")
@@ -224,13 +274,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"error: cannot open --requests-log: {exc.strerror or exc}\n")
         return 2
     try:
-        return anyio.run(_serve, args, script, log)
+        return anyio.run(_serve, args, script, log, limits, latency)
     finally:
         if log is not None:
             log.close()
 
 
-async def _serve(args: argparse.Namespace, script: Script, log: IO[str] | None) -> int:
+async def _serve(
+    args: argparse.Namespace,
+    script: Script,
+    log: IO[str] | None,
+    limits: ProviderLimits | None,
+    latency: tuple[float, float] | None,
+) -> int:
     servers: dict[str, type[FakeModelServer]] = {
         "fake-openai": FakeOpenAIServer,
         "fake-anthropic": FakeAnthropicServer,
@@ -255,6 +311,8 @@ async def _serve(args: argparse.Namespace, script: Script, log: IO[str] | None) 
         api_key=args.api_key,
         default_turn=None if args.script is not None else DEFAULT_TEXT,
         on_request=record,
+        limits=limits,
+        latency=latency,
     )
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         try:

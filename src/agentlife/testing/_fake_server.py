@@ -12,11 +12,20 @@ the n-th (the last one repeats), so "stall, then answer" can be scripted for one
 
 A `ScriptedTurn.raw` turn is answered with its body as it is (a proxy's HTML page with status 200, a 502
 page), whatever the format the server speaks.
+
+With ``limits=`` (`ProviderLimits`) the server enforces an account's limits per minute as the providers
+do, with token buckets that refill continuously: a request past them gets a 429 in the provider's shape
+(its error body, ``retry-after``, its rate-limit headers), and every answer carries the rate-limit headers.
+``latency=(low, high)`` delays each answer by a uniform draw in that range, like a real API's time to
+first token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import random
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,12 +36,12 @@ import anyio
 import orjson
 
 from agentlife._llm._protocol import INVOCATION_HEADER
-from agentlife._llm._scripted import ScriptedTurn
+from agentlife._llm._scripted import ScriptedTurn, estimate_tokens, output_text
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-__all__ = ["FakeModelServer", "FakeRequest", "Script", "TurnLike"]
+__all__ = ["FakeModelServer", "FakeRequest", "ProviderLimits", "RateState", "Script", "TurnLike"]
 
 _SECRET_HEADERS = frozenset({"x-api-key", "authorization", "proxy-authorization"})
 
@@ -58,6 +67,88 @@ class FakeRequest:
     """The ``x-agentlife-invocation`` header (``{job_id}/{step}/{call}``), or None."""
 
 
+@dataclass(frozen=True, slots=True)
+class ProviderLimits:
+    """An account's limits per minute, as a fake server enforces them (None: not limited)."""
+
+    requests_per_minute: int | None = None
+    """Requests a minute (RPM)."""
+    input_tokens_per_minute: int | None = None
+    """Input tokens a minute (ITPM; the OpenAI fake reports them as its ``tokens``)."""
+    output_tokens_per_minute: int | None = None
+    """Output tokens a minute (OTPM)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RateState:
+    """One dimension of the account as a response reports it."""
+
+    name: str
+    """``requests``, ``input-tokens`` or ``output-tokens``."""
+    limit: int
+    """Its limit per minute."""
+    remaining: int
+    """What is left now."""
+    reset_seconds: float
+    """Seconds until it is full again."""
+
+
+class _Buckets:
+    """Token buckets per dimension that refill continuously (Anthropic's algorithm), on one clock."""
+
+    _NAMES = ("requests", "input-tokens", "output-tokens")
+
+    def __init__(self, limits: ProviderLimits, clock: Callable[[], float] = time.monotonic) -> None:
+        self._caps = (
+            limits.requests_per_minute,
+            limits.input_tokens_per_minute,
+            limits.output_tokens_per_minute,
+        )
+        for cap in self._caps:
+            if cap is not None and not cap >= 1:
+                raise ValueError(f"a limit per minute must be >= 1, got {cap}")
+        self._clock = clock
+        self._levels = [float(cap or 0) for cap in self._caps]
+        self._at = clock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        elapsed, self._at = max(0.0, now - self._at), now
+        for i, cap in enumerate(self._caps):
+            if cap is not None:
+                self._levels[i] = min(float(cap), self._levels[i] + cap * elapsed / 60.0)
+
+    def admit(self, input_tokens: int) -> float:
+        """Take one request of ``input_tokens``: 0 when admitted, else the seconds until it would be."""
+        self._refill()
+        need = (1.0, float(input_tokens), 1.0)
+        wait = 0.0
+        for i, cap in enumerate(self._caps):
+            if cap is not None and self._levels[i] < min(need[i], cap):
+                wait = max(wait, (min(need[i], cap) - self._levels[i]) * 60.0 / cap)
+        if wait > 0:
+            return wait
+        for i, cap in enumerate(self._caps):
+            if cap is not None and i < 2:
+                self._levels[i] = max(0.0, self._levels[i] - need[i])
+        return 0.0
+
+    def charge_output(self, tokens: int) -> None:
+        """The output tokens of an answer, once known (the bucket may go to 0, never below)."""
+        self._refill()
+        if self._caps[2] is not None:
+            self._levels[2] = max(0.0, self._levels[2] - tokens)
+
+    def states(self) -> list[RateState]:
+        """Each limited dimension as the rate-limit headers report it."""
+        self._refill()
+        return [
+            RateState(name, cap, int(self._levels[i]), (cap - self._levels[i]) * 60.0 / cap)
+            for i, (name, cap) in enumerate(zip(self._NAMES, self._caps, strict=True))
+            if cap is not None
+        ]
+
+
 class NoTurn(Exception):
     """No scripted turn answers a request (the server sends a 400 that says so, never retried)."""
 
@@ -73,6 +164,8 @@ class FakeModelServer:
         port: the port (0: any free one; read `base_url`).
         default_turn: the answer when the script has none for a request (None: a 400 saying so).
         on_request: called with each `FakeRequest` as it arrives (the CLI's ``--requests-log``).
+        limits: the account's limits per minute, enforced (None: none).
+        latency: ``(low, high)`` seconds each answer waits before it starts (None: none).
     """
 
     #: The name in messages; the routes and the format come from the subclass.
@@ -89,8 +182,18 @@ class FakeModelServer:
         port: int = 0,
         default_turn: TurnLike | None = None,
         on_request: Callable[[FakeRequest], None] | None = None,
+        limits: ProviderLimits | None = None,
+        latency: tuple[float, float] | None = None,
     ) -> None:
         self.requests: list[FakeRequest] = []
+        self._buckets = _Buckets(limits) if limits is not None else None
+        if latency is not None and not 0 <= latency[0] <= latency[1] < math.inf:
+            raise ValueError(f"latency must be (low, high) with 0 <= low <= high, got {latency}")
+        self._latency = latency
+        #: How many requests got a 429 because they were past ``limits``.
+        self.rate_limited = 0
+        #: ``(monotonic time, input tokens, output tokens)`` of each answer admitted under ``limits``.
+        self.admitted: list[tuple[float, int, int]] = []
         self._script: list[ScriptedTurn] = []
         self._by_call: dict[tuple[int, int], tuple[ScriptedTurn, ...]] = {}
         self._default = self._checked(default_turn) if default_turn is not None else None
@@ -270,6 +373,12 @@ class FakeModelServer:
                 turn = self._next_turn(record)
             except NoTurn as exc:
                 return self._error(400, None, str(exc), None)
+            if self._buckets is not None and turn.status == 200 and turn.body is None:
+                refused = self._take_capacity(request, turn, body)
+                if refused is not None:
+                    return refused
+            if self._latency is not None:
+                await anyio.sleep(random.uniform(*self._latency))
             if turn.body is not None:
                 response = _raw_response(turn)
             else:
@@ -282,6 +391,32 @@ class FakeModelServer:
         self._completed.append(number)
         self._notify()
         return response
+
+    def _take_capacity(
+        self, request: web.Request, turn: ScriptedTurn, body: Mapping[str, Any]
+    ) -> web.StreamResponse | None:
+        """Admit the request under ``limits`` (its rate-limit headers kept for the answer), or its 429."""
+        assert self._buckets is not None
+        input_tokens = request_input_tokens(body)
+        wait = self._buckets.admit(input_tokens)
+        if wait > 0:
+            self.rate_limited += 1
+            return self._rate_limited(self._buckets.states(), wait, body)
+        output_tokens = turn_output_tokens(turn)
+        self._buckets.charge_output(output_tokens)
+        self.admitted.append((time.monotonic(), input_tokens, output_tokens))
+        request["rate_headers"] = self._rate_headers(self._buckets.states())
+        return None
+
+    def _rate_headers(self, states: list[RateState]) -> dict[str, str]:
+        """The provider's rate-limit headers for ``states``."""
+        raise NotImplementedError
+
+    def _rate_limited(
+        self, states: list[RateState], wait: float, body: Mapping[str, Any]
+    ) -> web.StreamResponse:
+        """The provider's 429 for a request ``wait`` seconds early."""
+        raise NotImplementedError
 
     async def _respond(
         self, request: web.Request, turn: ScriptedTurn, body: Mapping[str, Any]
@@ -344,3 +479,20 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     except orjson.JSONDecodeError:
         return {}
     return body if isinstance(body, dict) else {}
+
+
+def request_input_tokens(body: Mapping[str, Any]) -> int:
+    """The input tokens a fake counts for a request: the scripted usage's estimate of its messages."""
+    return estimate_tokens(orjson.dumps(body.get("messages") or [], default=str).decode())
+
+
+def turn_output_tokens(turn: ScriptedTurn) -> int:
+    """The output tokens a fake counts for a turn's answer: what its usage reports (or estimates)."""
+    if turn.estimate_usage:
+        return estimate_tokens(output_text(turn.events))
+    for scripted in turn.events:
+        event = scripted.event
+        usage = event.get("usage") if event.get("type") == "message_delta" else None
+        if isinstance(usage, Mapping) and isinstance(usage.get("output_tokens"), int):
+            return int(usage["output_tokens"])
+    return 0

@@ -28,7 +28,7 @@ import anyio
 import orjson
 
 from agentlife._llm._scripted import ScriptedEvent, ScriptedTurn
-from agentlife.testing._fake_server import FakeModelServer
+from agentlife.testing._fake_server import FakeModelServer, RateState
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -100,6 +100,7 @@ class FakeOpenAIServer(FakeModelServer):
                 "content-type": "text/event-stream",
                 "cache-control": "no-cache",
                 "x-request-id": "req_fake",
+                **request.get("rate_headers", {}),
             },
         )
         await response.prepare(request)
@@ -116,6 +117,41 @@ class FakeOpenAIServer(FakeModelServer):
         await response.write_eof()
         return response
 
+    def _rate_headers(self, states: list[RateState]) -> dict[str, str]:
+        """``x-ratelimit-{limit,remaining}-{requests,tokens}`` and ``x-ratelimit-reset-{requests,tokens}``."""
+        headers: dict[str, str] = {}
+        for state in states:
+            name = {"requests": "requests", "input-tokens": "tokens"}.get(state.name)
+            if name is None:  # OpenAI reports one token limit: the input tokens' here
+                continue
+            headers[f"x-ratelimit-limit-{name}"] = str(state.limit)
+            headers[f"x-ratelimit-remaining-{name}"] = str(state.remaining)
+            headers[f"x-ratelimit-reset-{name}"] = _duration(state.reset_seconds)
+        return headers
+
+    def _rate_limited(
+        self, states: list[RateState], wait: float, body: Mapping[str, Any]
+    ) -> web.StreamResponse:
+        """OpenAI's 429: ``rate_limit_exceeded`` with the limit that was hit, and the rate-limit headers."""
+        from aiohttp import web
+
+        state = min(states, key=lambda s: s.remaining / s.limit)
+        unit = "requests per min (RPM)" if state.name == "requests" else "tokens per min (TPM)"
+        model = str(body.get("model") or "the model")[:100]
+        message = (
+            f"Rate limit reached for {model} in organization org-fake on {unit}: Limit {state.limit}, "
+            f"Used {state.limit - state.remaining}, Requested 1. Please try again in {_duration(wait)}. "
+            "Visit https://platform.openai.com/account/rate-limits to learn more."
+        )
+        kind = "requests" if state.name == "requests" else "tokens"
+        headers = {
+            "x-request-id": "req_fake",
+            "retry-after": str(max(1, math.ceil(wait))),
+            **self._rate_headers(states),
+        }
+        payload = {"error": {"message": message, "type": kind, "param": None, "code": "rate_limit_exceeded"}}
+        return web.json_response(payload, status=429, headers=headers)
+
     def _error(
         self, status: int, error_type: str | None, message: str | None, retry_after: float | None
     ) -> web.StreamResponse:
@@ -131,6 +167,14 @@ class FakeOpenAIServer(FakeModelServer):
         )
         payload = {"error": {"message": message or "", "type": kind, "param": None, "code": kind}}
         return web.json_response(payload, status=status, headers=headers)
+
+
+def _duration(seconds: float) -> str:
+    """OpenAI's reset duration: ``20ms``, ``1s``, ``6m0s``."""
+    if seconds < 1:
+        return f"{max(1, math.ceil(seconds * 1000))}ms"
+    minutes, rest = divmod(math.ceil(seconds), 60)
+    return f"{minutes}m{rest}s" if minutes else f"{rest}s"
 
 
 def chat_chunks(
