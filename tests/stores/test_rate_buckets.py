@@ -207,7 +207,11 @@ async def check_random_run(store: CheckpointStore, clock: Clock, seed: int, step
         action = rng.random()
         if action < 0.5:
             need = (1.0, float(rng.choice([1, 500, 20_000, 300_000])), 1.0)
-            want = (float(rng.randint(1, 300)), need[1] + rng.choice([0, 3000, 90_000]), float(rng.choice([0, 1000])))
+            want = (
+                float(rng.randint(1, 300)),
+                need[1] + rng.choice([0, 3000, 90_000]),
+                float(rng.choice([0, 1000])),
+            )
             # what a slice left, or overspent: enough to empty a bucket, or to overflow it
             give = (rng.uniform(-400, 50), rng.uniform(-150_000, 20_000), rng.uniform(-90_000, 100))
             slot = f"s{step}" if rng.random() < 0.5 else None

@@ -322,8 +322,8 @@ class RateLimiter:
         """Tell the fleet what a response said; True when it was a rate limit the call should wait out.
 
         A 429, or a 529 with ``retry-after``, pauses every bucket of the call for the wait it named
-        (bounded, `MAX_PAUSE_SECONDS`); a rate-limit header with less than `LOW_FRACTION` of a limit left
-        narrows the bucket to it, and pauses it until its reset when nothing is left.
+        (bounded, `MAX_PAUSE_SECONDS`; `DEFAULT_PAUSE_SECONDS` when it named none); a rate-limit header
+        with less than `LOW_FRACTION` of a limit left narrows the bucket to it.
         """
         view = provider_view(headers or {}, on_lie=self._lie)
         limited = status == 429 or (status == 529 and retry_after is not None)
@@ -332,14 +332,14 @@ class RateLimiter:
         ]
         for piece in buckets:
             if limited:
-                await self._pause(piece, self._bounded_pause(retry_after, view), (None, None, None))
+                await self._pause(piece, self._bounded_pause(retry_after), (None, None, None))
                 self.stats[piece.limit.key].rate_limited += 1
             else:
                 await self._narrow(piece, view)
         return limited
 
-    def _bounded_pause(self, retry_after: float | None, view: ProviderView) -> float:
-        pause = retry_after if retry_after is not None else view.reset_when_exhausted()
+    def _bounded_pause(self, retry_after: float | None) -> float:
+        pause = retry_after
         if pause is None:
             return DEFAULT_PAUSE_SECONDS
         if pause > MAX_PAUSE_SECONDS:
@@ -348,19 +348,19 @@ class RateLimiter:
         return max(0.0, pause)
 
     async def _narrow(self, piece: _Slice, view: ProviderView) -> None:
+        """Levels down to what the provider says is left; the bucket's own refill then paces the calls.
+
+        The providers' ``reset`` is when a bucket is *full* again, not when it has room for one more call
+        (they refill continuously): it is read and checked, never waited for.
+        """
         remaining: list[float | None] = [None, None, None]
-        pause = 0.0
         for i, cap in enumerate(piece.caps):
             left = view.remaining[i]
-            if cap is None or left is None or left >= cap * LOW_FRACTION:
-                continue
-            remaining[i] = left
-            reset = view.reset[i]
-            if left < 1 and reset is not None:
-                pause = max(pause, min(reset, MAX_PAUSE_SECONDS))
+            if cap is not None and left is not None and left < cap * LOW_FRACTION:
+                remaining[i] = left
         if remaining != [None, None, None]:
             self.stats[piece.limit.key].narrowed += 1
-            await self._pause(piece, pause, tuple(remaining))
+            await self._pause(piece, 0.0, tuple(remaining))
 
     async def _pause(self, piece: _Slice, seconds: float, remaining: tuple[float | None, ...]) -> None:
         if seconds > 0:

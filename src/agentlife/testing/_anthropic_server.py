@@ -86,7 +86,7 @@ class FakeAnthropicServer(FakeModelServer):
                 "content-type": "text/event-stream",
                 "cache-control": "no-cache",
                 "request-id": "req_fake",
-                **request.get("rate_headers", {}),
+                **self._headers_for(request),
             },
         )
         await response.prepare(request)

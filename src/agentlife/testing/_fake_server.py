@@ -133,6 +133,13 @@ class _Buckets:
                 self._levels[i] = max(0.0, self._levels[i] - need[i])
         return 0.0
 
+    def spend(self, requests: int, input_tokens: int, output_tokens: int) -> None:
+        """Capacity used by someone else (each level stops at 0)."""
+        self._refill()
+        for i, amount in enumerate((requests, input_tokens, output_tokens)):
+            if self._caps[i] is not None:
+                self._levels[i] = max(0.0, self._levels[i] - amount)
+
     def charge_output(self, tokens: int) -> None:
         """The output tokens of an answer, once known (the bucket may go to 0, never below)."""
         self._refill()
@@ -194,6 +201,7 @@ class FakeModelServer:
         self.rate_limited = 0
         #: ``(monotonic time, input tokens, output tokens)`` of each answer admitted under ``limits``.
         self.admitted: list[tuple[float, int, int]] = []
+        self._answer_headers: dict[int, dict[str, str]] = {}
         self._script: list[ScriptedTurn] = []
         self._by_call: dict[tuple[int, int], tuple[ScriptedTurn, ...]] = {}
         self._default = self._checked(default_turn) if default_turn is not None else None
@@ -301,6 +309,12 @@ class FakeModelServer:
         """How many responses were sent in full."""
         return len(self._completed)
 
+    def spend(self, *, requests: int = 0, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        """Use the account's capacity as another client of it would (needs ``limits=``)."""
+        if self._buckets is None:
+            raise RuntimeError(f"{self.kind} has no limits to spend")
+        self._buckets.spend(requests, input_tokens, output_tokens)
+
     def requests_by_invocation(self) -> dict[str, int]:
         """How many requests arrived per ``x-agentlife-invocation`` value: more than 1 means re-sent."""
         counts = Counter(r.invocation for r in self.requests if r.invocation is not None)
@@ -405,8 +419,12 @@ class FakeModelServer:
         output_tokens = turn_output_tokens(turn)
         self._buckets.charge_output(output_tokens)
         self.admitted.append((time.monotonic(), input_tokens, output_tokens))
-        request["rate_headers"] = self._rate_headers(self._buckets.states())
+        self._answer_headers[id(request)] = self._rate_headers(self._buckets.states())
         return None
+
+    def _headers_for(self, request: web.Request) -> dict[str, str]:
+        """The rate-limit headers the answer to ``request`` carries (none without ``limits``)."""
+        return self._answer_headers.pop(id(request), {})
 
     def _rate_headers(self, states: list[RateState]) -> dict[str, str]:
         """The provider's rate-limit headers for ``states``."""

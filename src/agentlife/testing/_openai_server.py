@@ -100,7 +100,7 @@ class FakeOpenAIServer(FakeModelServer):
                 "content-type": "text/event-stream",
                 "cache-control": "no-cache",
                 "x-request-id": "req_fake",
-                **request.get("rate_headers", {}),
+                **self._headers_for(request),
             },
         )
         await response.prepare(request)
