@@ -317,7 +317,7 @@ def test_a_reset_in_the_past_or_unreadable_pauses_nothing(reset: str) -> None:
 
 
 def test_a_reset_far_away_is_believed_only_up_to_a_minute() -> None:
-    said, on_lie = lies()
+    _, on_lie = lies()
     view = provider_view(
         {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "9999h"}, on_lie=on_lie
     )
