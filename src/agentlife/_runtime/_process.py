@@ -23,6 +23,7 @@ import anyio.to_thread
 from agentlife._config import probe_address
 from agentlife._exceptions import ConfigError
 from agentlife._exitcode import ExitCode
+from agentlife._llm._ratelimiter import RateLimiter
 from agentlife._logging import log_fields, process_logging
 from agentlife._observe._lag import run_lag_monitor
 from agentlife._observe._status import StatusBoard
@@ -33,7 +34,6 @@ from agentlife.constants import Constants
 
 if TYPE_CHECKING:
     from agentlife._config import Settings
-    from agentlife._llm._ratelimiter import RateLimiter
     from agentlife.stores import JobStore
 
 __all__ = ["ProcessShell", "ShellOptions", "quietly"]
@@ -120,8 +120,6 @@ class ProcessShell:
         if settings.rate_limits is None:
             return None
         if self._limiter is None:
-            from agentlife._llm._ratelimiter import RateLimiter  # only with limits configured
-
             calls = settings.constants.calls
             limiter = RateLimiter(
                 store,  # type: ignore[arg-type]  # every store is also RateBuckets (CheckpointStore)

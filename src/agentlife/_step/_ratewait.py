@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentlife._exceptions import WaitParked
-from agentlife._llm._ratelimiter import RESPONSE_SEEN
+from agentlife._llm._ratelimit_headers import RESPONSE_SEEN
 from agentlife._retry import retry_after_of
 from agentlife._step._waits import _wait_here
 
