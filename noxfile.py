@@ -122,6 +122,18 @@ def chaos(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def fleet(session: nox.Session) -> None:
+    """A fleet on one provider account with fleet-wide rate limits and without; adds it to performance.md.
+
+    Full scale by default (300 jobs, 3 workers x --concurrency 50, 600 RPM, 200 000 input tokens a
+    minute); FLEET_JOBS, FLEET_WORKERS, FLEET_CONCURRENCY, FLEET_RPM, FLEET_INPUT_TPM, FLEET_LATENCY and
+    FLEET_PAYLOAD_BYTES shrink it for a smaller machine.
+    """
+    session.install("-e", ".[all]")
+    session.run("python", "benchmarks/run.py", "--only", "fleet", "--timeout", "3600", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def soak(session: nox.Session) -> None:
     """Many jobs in sequence and several agents at once; RSS and open fds must not grow."""
     session.install("-e", ".[all,test]")

@@ -11,6 +11,9 @@ script prints one JSON object per result line::
     {"bench": "startup", "metric": "...", "value": 23.1, "unit": "ms", "baseline": 21.0, "ratio": 1.1,
      "target": "<= 1.5x ...", "pass": true}
 
+A script that sets ``ON_DEMAND = True`` (the fleet run: minutes of several processes) runs only when
+``--only`` names it; its last results stay on the page like the others'.
+
 Other lines (notes, progress, JSON without those keys) are passed through and otherwise ignored. The results
 go to ``bench-results/latest.json`` (plus a dated copy) and to ``docs/performance.md``, with the machine they
 ran on. ``--only startup`` runs ``bench_startup.py`` alone. Results of benchmarks not run this time are kept
@@ -348,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     scripts = discover(args.bench_dir)
 
-    selected = list(scripts)
+    selected = [name for name, path in scripts.items() if "\nON_DEMAND = True" not in path.read_text()]
     if args.only:
         selected = [
             n.strip().removeprefix("bench_").removesuffix(".py") for o in args.only for n in o.split(",")

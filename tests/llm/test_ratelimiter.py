@@ -107,12 +107,14 @@ async def _append(out: list[LLMReply], call: Callable[[], Awaitable[LLMReply]]) 
 async def test_a_429_pauses_the_bucket_for_every_process_of_the_fleet(store: CheckpointStore) -> None:
     """The account was spent by someone the fleet does not know: one call learns it, the other waits."""
     async with FakeAnthropicServer(
-        default_turn="ok", limits=ProviderLimits(requests_per_minute=600)
+        default_turn="ok", limits=ProviderLimits(requests_per_minute=120)
     ) as server:
-        server.spend(requests=600)
+        # Two requests a second come back: the first call must arrive within half a second (it does, by
+        # far), and after the 1 s pause there is room for both.
+        server.spend(requests=120)
         first, second = (
-            limiter(store, limits(requests_per_minute=600)),
-            limiter(store, limits(requests_per_minute=600)),
+            limiter(store, limits(requests_per_minute=120)),
+            limiter(store, limits(requests_per_minute=120)),
         )
         llm = AnthropicLLM(api_key="k", base_url=server.base_url, env={})
         waits_first, waits_second = Waits(), Waits()
@@ -152,10 +154,10 @@ async def test_a_rate_limit_header_with_little_left_narrows_the_fleets_bucket(st
 
 
 async def test_openai_rate_limit_headers_and_429_are_learned_the_same_way(store: CheckpointStore) -> None:
-    provider = ProviderLimits(requests_per_minute=600, input_tokens_per_minute=100_000)
+    provider = ProviderLimits(requests_per_minute=120, input_tokens_per_minute=100_000)
     async with FakeOpenAIServer(default_turn="ok", limits=provider) as server:
-        server.spend(input_tokens=100_000)
-        rate, waits = limiter(store, RateLimits(RateLimit("openai", 600, 100_000))), Waits()
+        server.spend(requests=120)  # two a second come back: the call arrives well within half a second
+        rate, waits = limiter(store, RateLimits(RateLimit("openai", 120, 100_000))), Waits()
         llm = OpenAICompatibleLLM(server.base_url, api_key="k", timeouts=FAST)
         reply = await calls(llm, rate, waits)()
         await llm.aclose()

@@ -103,3 +103,12 @@ async def test_waits_in_the_process_add_up_to_park_after_then_park(tmp_path: Pat
         events = [e["type"] for e in await journal_events(journal)]
         await store.close()
     assert 2 <= len(llm.requests) <= 5 and "RETRY" not in events
+
+
+def test_job_show_and_the_console_say_a_parked_job_waits_for_a_rate_limit() -> None:
+    from agentlife._jobs._view import _wait_lines
+    from agentlife.stores._waits import WaitState
+
+    what = {"kind": "rate_limit", "bucket": "anthropic", "reason": "paused", "invocation_id": "j/0/1"}
+    (line,) = _wait_lines(WaitState("WAITING", 1_900_000_000.0, what))
+    assert line.startswith("waits for   rate limit anthropic until ") and line.endswith("(j/0/1)")

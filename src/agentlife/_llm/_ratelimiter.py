@@ -94,7 +94,10 @@ class _Slice:
     limit: RateLimit
     levels: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
     drawn_at: float = -math.inf
+    #: Until when the bucket is known to have no room (the store said so): this process's other calls
+    #: wait without asking the store again, and why.
     blocked_until: float = 0.0
+    blocked_reason: str = "paused"
     lock: anyio.Lock = field(default_factory=anyio.Lock)
 
     @property
@@ -215,7 +218,7 @@ class RateLimiter:
         async with piece.lock:  # one draw at a time per bucket: the others use what it brought
             now = self._clock()
             if piece.blocked_until > now:
-                return piece.blocked_until - now, "paused", None
+                return piece.blocked_until - now, piece.blocked_reason, None
             if piece.limit.in_flight is None and self._take_locally(piece, need):
                 return 0.0, "", None
             return await self._draw(piece, need)
@@ -254,7 +257,8 @@ class RateLimiter:
             return self._store_down(limit.key, exc)
         self._store_up()
         if grant.wait > 0:
-            piece.blocked_until = self._clock() + grant.wait if grant.reason == "paused" else 0.0
+            if grant.reason != "in_flight":  # a slot may end any moment; refills and pauses have a time
+                piece.blocked_until, piece.blocked_reason = self._clock() + grant.wait, grant.reason
             return grant.wait, grant.reason, None
         piece.levels = [grant.granted[i] - need[i] if i < 2 else grant.granted[i] for i in range(3)]
         piece.drawn_at = self._clock()
@@ -363,8 +367,8 @@ class RateLimiter:
             await self._pause(piece, 0.0, tuple(remaining))
 
     async def _pause(self, piece: _Slice, seconds: float, remaining: tuple[float | None, ...]) -> None:
-        if seconds > 0:
-            piece.blocked_until = max(piece.blocked_until, self._clock() + seconds)
+        if seconds > 0 and self._clock() + seconds > piece.blocked_until:
+            piece.blocked_until, piece.blocked_reason = self._clock() + seconds, "paused"
         for i, left in enumerate(remaining):
             if left is not None:
                 piece.levels[i] = min(piece.levels[i], left)
