@@ -346,3 +346,49 @@ def test_a_megabyte_header_value_is_refused_before_it_is_parsed() -> None:
         {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": value}, on_lie=on_lie
     )
     assert parse_duration(value) is None and view.reset == (None, None, None) and said
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Wed, 21 Oct 2015 07:28:00 GMT",  # an HTTP date in the past
+        "-1",
+        "0",
+        "soon",
+        "",
+        "1e999",
+        "\x00",
+    ],
+)
+async def test_a_429_whose_retry_after_is_past_negative_or_garbage_pauses_the_fleet_one_second(
+    store: CheckpointStore, header: str
+) -> None:
+    from agentlife._llm._messages_http import parse_retry_after
+
+    rate = limiter(store, limits(requests_per_minute=600))
+    assert await rate.learn(_permit(rate), 429, {}, parse_retry_after({"retry-after": header}))
+    _, paused_until, _ = await store.rate_bucket_levels("anthropic", (600, None, None)) or ((), 0, 0)
+    assert 0.5 < paused_until - time.time() <= 1.0
+
+
+async def test_a_bucket_row_written_by_hand_is_read_within_bounds(tmp_path: Path) -> None:
+    """Text, a negative level and a time in the year 10^300 in the row: draws go on, levels stay in range."""
+    import sqlite3
+
+    store = SQLiteStore(tmp_path / "agentlife.db")
+    await store.open()
+    try:
+        caps = (600, 200_000, None)
+        await store.pause_rate_bucket("acct", caps, 0)
+        with sqlite3.connect(tmp_path / "agentlife.db") as conn:
+            conn.execute(
+                "UPDATE rate_bucket SET requests = 'lots', input_tokens = -5, updated_at = 1e300,"
+                " paused_until = 'never' WHERE key = 'acct'"
+            )
+        grant = await store.draw_rate_capacity("acct", caps, RateDraw(need=(1, 10, 1), want=(1, 10, 0)))
+        levels, paused, _ = await store.rate_bucket_levels("acct", caps) or ((), 0, 0)
+    finally:
+        await store.close()
+    assert grant.reason in ("requests", "input_tokens") and grant.wait > 0  # read as empty, refilling
+    assert all(0 <= level <= cap for level, cap in zip(levels[:2], caps[:2], strict=True))
+    assert paused == 0.0

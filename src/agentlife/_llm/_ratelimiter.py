@@ -317,7 +317,11 @@ class RateLimiter:
                 await self._store.return_rate_capacity(piece.limit.key, piece.caps, give_back, slot)
                 return
             except StoreError as exc:
-                log.warning("rate limit %s: slot not returned (%s); its lease ends it", piece.limit.key, exc)
+                log.warning(
+                    "rate limit %s: slot not returned (%s); its lease ends it",
+                    piece.limit.key,
+                    type(exc).__name__,
+                )
         piece.levels = list(give_back)
 
     async def learn(
@@ -343,8 +347,13 @@ class RateLimiter:
         return limited
 
     def _bounded_pause(self, retry_after: float | None) -> float:
+        """The pause a 429 imposes: what it asked, within (0, `MAX_PAUSE_SECONDS`].
+
+        No ``retry-after``, or one of 0 (a date in the past, or a server that says "now" while refusing):
+        `DEFAULT_PAUSE_SECONDS`, so a refusing server is not asked again at once, eight times in a row.
+        """
         pause = retry_after
-        if pause is None:
+        if pause is None or pause <= 0:
             return DEFAULT_PAUSE_SECONDS
         if pause > MAX_PAUSE_SECONDS:
             log.warning("a provider asked for a pause of %.0f s; pausing %.0f s", pause, MAX_PAUSE_SECONDS)
