@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentlife._cli._run import _parse_payload
-from agentlife._config import DEFAULT_HEALTH_PORT, validate_payload
+from agentlife._config import DEFAULT_HEALTH_PORT, llm_provider_from_env, validate_payload
 from agentlife._exceptions import ConfigError
 from agentlife._manifest import (
     CRONJOB_NAME_MAX,
@@ -25,6 +25,7 @@ from agentlife._manifest import (
     render,
     worker_manifest,
 )
+from agentlife._ratelimit import rate_limits_from_env
 from agentlife.constants import Constants
 
 
@@ -106,6 +107,17 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=_cmd_manifest)
 
 
+def _rate_limit_env(env: dict[str, str]) -> dict[str, str]:
+    """The fleet's rate limits (``AGENTLIFE_RATE_LIMIT_*`` of the shell or ``--env``) for the pod, checked.
+
+    Raises:
+        ConfigError: a bad limit, named as the pod would name it at boot.
+    """
+    limits = {k: v for k, v in env.items() if k.startswith("AGENTLIFE_RATE_LIMIT_")}
+    rate_limits_from_env(limits, llm_provider_from_env(env))
+    return limits
+
+
 def _cmd_manifest(args: argparse.Namespace) -> int:
     extra_env = _parse_env_flags(args.env)
     if args.budget_usd is not None:
@@ -116,6 +128,7 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
         if not math.isfinite(args.budget_usd) or args.budget_usd <= 0:
             raise ConfigError(f"--budget-usd {args.budget_usd:g} is refused: it must be a finite number > 0")
         extra_env["AGENTLIFE_BUDGET_MAX_COST_USD"] = env_number(args.budget_usd)
+    extra_env.update(_rate_limit_env({**os.environ, **extra_env}))
     if args.worker:
         return _worker_deployment(args, extra_env)
     _refuse_worker_options(args)
