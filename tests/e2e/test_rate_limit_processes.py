@@ -91,6 +91,9 @@ async def test_sigterm_while_waiting_for_capacity_drains_at_once_and_status_show
     proc.stdout.close()
     proc.stderr.close()
     assert code == 143, output
+    assert status["jobs"] == [  # type: ignore[comparison-overlap]
+        {**status["jobs"][0], "job_id": "waits-1", "waiting": "rate limit anthropic"}  # type: ignore[index]
+    ]
     assert seconds < 20  # the pause had two minutes left: the drain did not wait for it
 
 

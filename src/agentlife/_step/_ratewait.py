@@ -76,6 +76,7 @@ class CapacityWait:
             await _wait_here(host, seconds)
         finally:
             self.waited += time.monotonic() - began
+            host.notify("rate_limit_waited", bucket=bucket)
         if host.draining:
             raise WaitParked(time.time(), what, drained=True)
 
