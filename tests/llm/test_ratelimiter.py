@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -392,3 +393,42 @@ async def test_a_bucket_row_written_by_hand_is_read_within_bounds(tmp_path: Path
     assert grant.reason in ("requests", "input_tokens") and grant.wait > 0  # read as empty, refilling
     assert all(0 <= level <= cap for level, cap in zip(levels[:2], caps[:2], strict=True))
     assert paused == 0.0
+
+
+class SlowStore:
+    """A store whose draws wait for the test to let them go, so calls can settle meanwhile."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        self.store, self.go, self.drawing = store, anyio.Event(), anyio.Event()
+        self.give_backs: list[tuple[float, ...]] = []
+
+    async def draw_rate_capacity(self, key: str, caps: Any, draw: RateDraw) -> Any:
+        self.give_backs.append(draw.give_back)
+        self.drawing.set()
+        await self.go.wait()
+        return await self.store.draw_rate_capacity(key, caps, draw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+async def test_what_a_call_settles_while_another_draws_is_not_lost(store: CheckpointStore) -> None:
+    """A reply's output tokens, settled while the store is being asked, go back with the next draw."""
+    from agentlife._llm._protocol import Usage
+
+    slow = SlowStore(store)
+    rate = limiter(slow, RateLimits(RateLimit("acct", 600, None, 100_000)))
+    slow.go.set()
+    first = await rate.acquire("m", 0, Waits())
+    slow.go, slow.drawing = anyio.Event(), anyio.Event()
+    async with anyio.create_task_group() as tg:
+        rate._slices["acct"].drawn_at = -math.inf  # the slice is old: the next call draws
+        tg.start_soon(rate.acquire, "m", 0, Waits())
+        await slow.drawing.wait()
+        await rate.release(first, Usage(output_tokens=5000))  # settled while the draw is under way
+        slow.go.set()
+    assert rate._slices["acct"].levels[2] < 0  # the 5000 output tokens are owed, not forgotten
+    rate._slices["acct"].drawn_at = -math.inf
+    slow.drawing = anyio.Event()
+    await rate.acquire("m", 0, Waits())
+    assert slow.give_backs[-1][2] == pytest.approx(100_000 / 60 - 5000)  # paid with the next draw

@@ -104,6 +104,10 @@ class _Slice:
     def caps(self) -> tuple[int | None, int | None, int | None]:
         return self.limit.rates
 
+    def keep(self, amounts: tuple[float, ...]) -> None:
+        """Add ``amounts`` to the slice, on top of what calls settled while the store was being asked."""
+        self.levels = [level + amount for level, amount in zip(self.levels, amounts, strict=True)]
+
     def leftovers(self) -> tuple[float, float, float]:
         """What goes back to the bucket (negative: overspent), and the slice emptied."""
         out = tuple(
@@ -253,14 +257,14 @@ class RateLimiter:
         try:
             grant = await self._store.draw_rate_capacity(limit.key, caps, draw)
         except StoreError as exc:
-            piece.levels = list(give_back)  # kept for the next draw
+            piece.keep(give_back)  # for the next draw
             return self._store_down(limit.key, exc)
         self._store_up()
         if grant.wait > 0:
             if grant.reason != "in_flight":  # a slot may end any moment; refills and pauses have a time
                 piece.blocked_until, piece.blocked_reason = self._clock() + grant.wait, grant.reason
             return grant.wait, grant.reason, None
-        piece.levels = [grant.granted[i] - need[i] if i < 2 else grant.granted[i] for i in range(3)]
+        piece.keep(tuple(grant.granted[i] - need[i] if i < 2 else grant.granted[i] for i in range(3)))
         piece.drawn_at = self._clock()
         return 0.0, "", slot
 
@@ -322,7 +326,7 @@ class RateLimiter:
                     piece.limit.key,
                     type(exc).__name__,
                 )
-        piece.levels = list(give_back)
+        piece.keep(give_back)
 
     async def learn(
         self, permit: Permit, status: int | None, headers: Mapping[str, str] | None, retry_after: float | None
@@ -335,9 +339,7 @@ class RateLimiter:
         """
         view = provider_view(headers or {}, on_lie=self._lie)
         limited = status == 429 or (status == 529 and retry_after is not None)
-        buckets = [piece for piece, _ in permit.parts] or [
-            self._slice(b) for b in self._limits.buckets(permit.model)
-        ]
+        buckets = [self._slice(b) for b in self._limits.buckets(permit.model)]
         for piece in buckets:
             if limited:
                 await self._pause(piece, self._bounded_pause(retry_after), (None, None, None))
