@@ -203,8 +203,10 @@ def main() -> None:
         lim["sustained_input_tpm"],
         "tokens/min",
         baseline=float(INPUT_TPM),
-        target="90-100 % of the limit (the ratio) once the first minute's bucket is spent",
-        ok=0.9 * INPUT_TPM <= lim["sustained_input_tpm"] <= INPUT_TPM * 1.01,
+        # The provider's own bucket is the judge of "over" (responses_429); this figure, cut at the first
+        # minute's bucket, is within a few per cent of the truth.
+        target="90 % of the limit or more (the ratio), within the measure's 5 %, after the first bucket",
+        ok=0.9 * INPUT_TPM <= lim["sustained_input_tpm"] <= INPUT_TPM * 1.05,
         baseline_run=round(base["sustained_input_tpm"]),
     )
     emit(
