@@ -88,11 +88,20 @@ class JobEvents:
 
     def notify(self, event: str, **info: Any) -> None:
         """Tell observers (the test harness) that ``event`` happened; never lets one break the run."""
+        self._show_rate_limit_wait(event, info)
         for observer in list(self.observers):
             try:
                 observer(event, info)
             except Exception:
                 log.exception("runtime observer failed on %s", event)
+
+    def _show_rate_limit_wait(self, event: str, info: dict[str, Any]) -> None:
+        """The job's ``/status`` entry says ``waiting: rate limit BUCKET`` while a call waits for capacity."""
+        entry = self.board
+        if event == "rate_limit_wait":
+            entry.board.update_job(entry.job_id, waiting=f"rate limit {info.get('bucket')}")
+        elif event == "rate_limit_waited":
+            entry.board.update_job(entry.job_id, waiting=None)
 
     def end_bootstrap_at_first_tool(self, settings: Settings) -> None:
         """End the bootstrap phase at the job's first tool dispatch (its metric's other half is EXECUTING)."""

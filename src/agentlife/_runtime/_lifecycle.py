@@ -17,7 +17,6 @@ import dataclasses
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any
 
 import anyio.abc
 
@@ -89,7 +88,6 @@ class Runtime:
         self.board = self.shell.board  # the process's status board (its probe port, for tests)
         entry = JobBoard.for_job(self.board, job_id, agent.agent_id, mirror=self.one_job or mirror_board)
         self.events = JobEvents(entry, self.shell.telemetry)
-        self.events.observers.append(self._show_rate_limit_wait)
         self.drain = Drain(self.constants.drain.step_deadline_seconds)
         self.services = JobServices(agent, self.env, self.shell.redactor, self.events, lent_store=store)
         self.drain.add_listener(self._on_drain)
@@ -97,14 +95,6 @@ class Runtime:
         self._drained_in = State.BOOTING  # the state a drain interrupted, for the exit line
         self._runner: StepRunner | None = None
         self._claimed: Job | None = None  # once hydration claimed the row: a crash is recorded on it
-
-    def _show_rate_limit_wait(self, event: str, info: dict[str, Any]) -> None:
-        """The job's ``/status`` entry says ``waiting: rate limit BUCKET`` while a call waits for capacity."""
-        entry = self.events.board
-        if event == "rate_limit_wait":
-            entry.board.update_job(entry.job_id, waiting=f"rate limit {info.get('bucket')}")
-        elif event == "rate_limit_waited":
-            entry.board.update_job(entry.job_id, waiting=None)
 
     @property
     def observers(self) -> list[Observer]:  # Called with each runtime event (the test harness's hook).
