@@ -175,7 +175,7 @@ async def test_a_provider_that_always_answers_429_goes_to_the_ordinary_retries_a
     async def refused() -> LLMReply:
         nonlocal sent
         sent += 1
-        error = TransientError("429", retry_after=0.0)
+        error = TransientError("429", retry_after=0.01)
         setattr(error, "status_code", 429)  # noqa: B010
         raise error
 
