@@ -135,7 +135,7 @@ async def test_a_sigkilled_holder_gives_its_in_flight_slot_back_when_its_lease_e
 def test_a_bad_limit_stops_the_process_at_boot_with_one_line_and_exit_2(tmp_path: Path) -> None:
     env = agent_env(tmp_path / "data", AGENTLIFE_JOB_ID="bad-1", AGENTLIFE_RATE_LIMIT_MODELS="m rpm=nan")
     proc = spawn(AGENT, env)
-    out, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert err.decode().strip() == (
         "agentlife: error: AGENTLIFE_RATE_LIMIT_MODELS m rpm='nan' is not a whole number "
