@@ -64,14 +64,32 @@ def _make(conn: sqlite3.Connection, t: TableNames) -> None:
     for column, kind in _ADDED_COLUMNS:
         if column not in names:
             conn.execute(f"ALTER TABLE {t.job} ADD COLUMN {column} {kind}")
-    for statement in [
-        *_job_indexes(t),
-        *_event_schema(t),
-        *_child_schema(t),
-        *_step_record_schema(t),
-        *_rate_schema(t),
-    ]:
+    for statement in [*_job_indexes(t), *_event_schema(t), *_child_schema(t), *_step_record_schema(t)]:
         conn.execute(statement)
+    for statement in _rate_schema(t):
+        conn.execute(statement)
+
+
+def _rate_schema(t: TableNames) -> list[str]:
+    """The rate-limit buckets and in-flight slots (SQLite)."""
+    schema, _, base = t.rate_slot.rpartition(".")
+    prefix = f"{schema}." if schema else ""
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {t.rate_bucket} (
+            key TEXT PRIMARY KEY,
+            requests REAL,
+            input_tokens REAL,
+            output_tokens REAL,
+            updated_at REAL NOT NULL,
+            paused_until REAL NOT NULL DEFAULT 0
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS {t.rate_slot} (
+            id TEXT PRIMARY KEY,
+            key TEXT NOT NULL,
+            expires_at REAL NOT NULL
+        )""",
+        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_key_idx ON {base} (key, expires_at)",
+    ]
 
 
 def _schema(t: TableNames) -> list[str]:
@@ -211,26 +229,4 @@ def _step_record_schema(t: TableNames) -> list[str]:
             data BLOB NOT NULL,
             PRIMARY KEY (job_id, step, attempt, session, seq)
         )"""
-    ]
-
-
-def _rate_schema(t: TableNames) -> list[str]:
-    """The rate-limit buckets and in-flight slots (SQLite)."""
-    schema, _, base = t.rate_slot.rpartition(".")
-    prefix = f"{schema}." if schema else ""
-    return [
-        f"""CREATE TABLE IF NOT EXISTS {t.rate_bucket} (
-            key TEXT PRIMARY KEY,
-            requests REAL,
-            input_tokens REAL,
-            output_tokens REAL,
-            updated_at REAL NOT NULL,
-            paused_until REAL NOT NULL DEFAULT 0
-        )""",
-        f"""CREATE TABLE IF NOT EXISTS {t.rate_slot} (
-            id TEXT PRIMARY KEY,
-            key TEXT NOT NULL,
-            expires_at REAL NOT NULL
-        )""",
-        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_key_idx ON {base} (key, expires_at)",
     ]
