@@ -15,6 +15,7 @@ only model text sent meanwhile is.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import time
 from collections import deque
@@ -25,15 +26,20 @@ from typing import Any
 import anyio
 
 from agentlife.stores._base import TableNames
-from agentlife.stores._output import delta_channel
 
-__all__ = ["FALLBACK_SECONDS", "PgOutputListener", "PgWatch"]
+__all__ = ["FALLBACK_SECONDS", "PgOutputListener", "PgWatch", "delta_channel"]
 
 _log = logging.getLogger("agentlife.store")
 #: A watch without a working ``LISTEN`` wakes this often (the follower reads the rows).
 FALLBACK_SECONDS = 1.0
 #: The delta batches a watch keeps for a follower that reads slowly; older ones are dropped.
 MAX_QUEUED_BATCHES = 256
+
+
+def delta_channel(output_table_oid: int, job_id: str) -> str:
+    """The PostgreSQL channel of a job's output (`agentlife.stores._output_sql` spells it alike in SQL)."""
+    digest = hashlib.md5(f"{output_table_oid}:{job_id}".encode(), usedforsecurity=False).hexdigest()
+    return f"agentlife_out_{digest}"
 
 
 class PgOutputListener:
