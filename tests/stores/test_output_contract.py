@@ -34,7 +34,6 @@ class Db:
         )
         await store.open()
         await store.init_schema()
-        await store.init_schema()  # `db init` on a database that has it all: nothing changes, nothing fails
         self.opened.append(store)
         return store
 
@@ -83,6 +82,7 @@ async def test_published_and_status_rows_share_one_order_and_a_publish_is_kept_o
     output_db: Db,
 ) -> None:
     store = await output_db.store()
+    await store.init_schema()  # `db init` on a database that has it all: nothing changes, nothing fails
     await _running(store)  # PENDING -> RUNNING: a status row
     assert await store.publish_output("job-1", 1, "job-1/0/0", "phase", b'{"n": 1}') == 2
     # The same call again (a step replayed after a crash, on any pod): its row, not a second one.
