@@ -3,7 +3,8 @@
 A module's layer is the folder it lives in, lowest first: the vocabulary (the modules at the package's
 root, the names everyone speaks) <- storage (``stores/``, ``_journal/``) <- clients of models and tool
 servers (``_llm/``, ``_mcp/``) <- observability (``_observe/``) <- the step API (``_step/``) <- the
-engine (``_runtime/``) <- what an operator sees of a job and may do to it (``_jobs/``) <- tools
+engine (``_runtime/``) <- what an operator sees of a job and may do to it (``_jobs/``) <- an
+application's client of the store (``_client/``) <- tools
 (``_cli/``, ``_console/``, ``testing/`` and ``__main__``), which stand side by side: none imports
 another's modules but for the edges in `BETWEEN_TOOLS`. No module imports a private name (``_x``) from
 another package: a private module's public names are how the code is cut, its ``_`` names are its own.
@@ -31,6 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("step API", ("_step",)),
     ("engine", ("_runtime",)),
     ("operations", ("_jobs",)),
+    ("client", ("_client",)),
     ("tools", ("_cli", "_console", "testing", "__main__")),
 )
 LAYER_NAMES = tuple(name for name, _ in LAYERS)

@@ -26,6 +26,9 @@ from agentlife._exceptions import ChildJobError as ChildJobError
 from agentlife._exceptions import ConfigError as ConfigError
 from agentlife._exceptions import InvalidTransition as InvalidTransition
 from agentlife._exceptions import InvariantViolation as InvariantViolation
+from agentlife._exceptions import JobCancelled as JobCancelled
+from agentlife._exceptions import JobDeadLettered as JobDeadLettered
+from agentlife._exceptions import JobFailed as JobFailed
 from agentlife._exceptions import JobNotFound as JobNotFound
 from agentlife._exceptions import JobStateConflict as JobStateConflict
 from agentlife._exceptions import LLMConfigurationError as LLMConfigurationError
@@ -37,6 +40,7 @@ from agentlife._exceptions import OutputValidationError as OutputValidationError
 from agentlife._exceptions import PermanentError as PermanentError
 from agentlife._exceptions import PolicyUnavailable as PolicyUnavailable
 from agentlife._exceptions import ReplayMismatch as ReplayMismatch
+from agentlife._exceptions import ResultTimeout as ResultTimeout
 from agentlife._exceptions import ScheduleError as ScheduleError
 from agentlife._exceptions import StoreError as StoreError
 from agentlife._exceptions import StoreUnavailable as StoreUnavailable
@@ -58,6 +62,11 @@ from agentlife._tools import tool as tool
 from agentlife._version import __version__ as __version__
 
 if TYPE_CHECKING:
+    from agentlife._client._blocking import BlockingClient as BlockingClient
+    from agentlife._client._client import Client as Client
+    from agentlife._client._views import JobPage as JobPage
+    from agentlife._client._views import JobSnapshot as JobSnapshot
+    from agentlife._client._views import JobSummary as JobSummary
     from agentlife._journal._conversation import Conversation as Conversation
     from agentlife._llm._anthropic import AnthropicLLM as AnthropicLLM
     from agentlife._llm._openai import OpenAICompatibleLLM as OpenAICompatibleLLM

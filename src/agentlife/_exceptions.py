@@ -25,6 +25,10 @@
     │   │   └── MCPToolError             an MCP tool's error, a malformed or oversized result, a dead server
     │   └── LLMConfigurationError        no API key, 401/403
     ├── MemoryUnavailable                the memory store is unreachable, slow or locked (never fatal)
+    ├── JobFailed                        `Client.result`: the job ended FAILED; carries its last crash record
+    │   ├── JobCancelled                 ... because an operator (or the client) cancelled it
+    │   └── JobDeadLettered              ... DEAD_LETTER: given up after repeated crashes
+    ├── ResultTimeout                    (also TimeoutError) `Client.result` waited its timeout: the job runs on
     ├── BudgetExhausted                  token, cost or run-time budget spent
     ├── BackgroundOperationRestricted    a restricted tool without approval
     │   └── ApprovalRejected             the operator refused the call: the job ends FAILED, whatever follows
@@ -50,6 +54,9 @@ __all__ = [
     "ConfigError",
     "InvalidTransition",
     "InvariantViolation",
+    "JobCancelled",
+    "JobDeadLettered",
+    "JobFailed",
     "JobNotFound",
     "JobStateConflict",
     "LLMConfigurationError",
@@ -61,6 +68,7 @@ __all__ = [
     "PermanentError",
     "PolicyUnavailable",
     "ReplayMismatch",
+    "ResultTimeout",
     "ScheduleError",
     "StoreError",
     "StoreUnavailable",
@@ -225,6 +233,53 @@ class MemoryUnavailable(AgentlifeError):
 
     The runtime logs it as a warning and goes on without memories (hydration) or without writing them back.
     """
+
+
+class JobFailed(AgentlifeError):
+    """The job `Client.result` waited for ended FAILED, without a result.
+
+    Its step returned ``Done(status="FAILED")``, its budget was spent, or its approval was rejected. Raised only for the final outcome: a job that crashed and is being retried is waited for to its end.
+
+    Attributes:
+        job_id: the job.
+        status: its terminal status (``FAILED`` or ``DEAD_LETTER``).
+        attempt: the attempt it ended on.
+        last_error: the last entry of its crash history (a crash record, or the operator's cancel or
+            reject record), as stored; None when it has none.
+    """
+
+    def __init__(
+        self, message: str, *, job_id: str, status: str, attempt: int, last_error: dict[str, object] | None
+    ) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+        self.status = status
+        self.attempt = attempt
+        self.last_error = last_error
+
+
+class JobCancelled(JobFailed):
+    """The job was cancelled (``job cancel``, `Client.cancel`, the console) before it finished: FAILED."""
+
+
+class JobDeadLettered(JobFailed):
+    """The job was given up after repeated crashes (DEAD_LETTER); `Client.retry` runs it again."""
+
+
+class ResultTimeout(AgentlifeError, TimeoutError):
+    """`Client.result` waited its whole timeout and the job had not ended: it goes on running.
+
+    Attributes:
+        job_id: the job.
+        status: its status when the wait gave up.
+        seconds: the timeout.
+    """
+
+    def __init__(self, job_id: str, status: str, seconds: float) -> None:
+        super().__init__(f"job {job_id} has not ended after {seconds:g} s (it is {status})")
+        self.job_id = job_id
+        self.status = status
+        self.seconds = seconds
 
 
 class BudgetExhausted(AgentlifeError):

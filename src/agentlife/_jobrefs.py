@@ -154,15 +154,16 @@ def check_child_agent(agent_id: object) -> str:
     return validate_agent_id(agent_id)
 
 
-def check_child_payload(payload: Any) -> None:
-    """`ConfigError` unless ``payload`` is JSON the journal and the row can hold exactly."""
-    validate_payload(payload, "ctx.start_job: the payload")
+def check_child_payload(payload: Any, what: str = "ctx.start_job: the payload") -> None:
+    """`ConfigError` unless ``payload`` is JSON the journal and the row can hold exactly.
+
+    ``what`` names the payload in the message (a child's, or one `agentlife.Client.start` was given).
+    """
+    validate_payload(payload, what)
     try:
-        check_replayable(payload, "the child job's payload")
+        check_replayable(payload, "the payload")
         data = orjson.dumps(payload)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"ctx.start_job: the payload is not JSON the job row can hold: {exc}") from None
+        raise ConfigError(f"{what} is not JSON the job row can hold: {exc}") from None
     if len(data) > MAX_CHILD_PAYLOAD_BYTES:
-        raise ConfigError(
-            f"ctx.start_job: the payload is {len(data)} bytes of JSON, more than {MAX_CHILD_PAYLOAD_BYTES}"
-        )
+        raise ConfigError(f"{what} is {len(data)} bytes of JSON, more than {MAX_CHILD_PAYLOAD_BYTES}")

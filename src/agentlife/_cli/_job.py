@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +32,7 @@ from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, St
 from agentlife._exitcode import ExitCode
 from agentlife._jobs._approve import approve_parked
 from agentlife._jobs._mask import masker_for
+from agentlife._jobs._start import check_start, create_job
 from agentlife._jobs._view import SHOWN_CHILDREN, call_text, more, read_job_state, show_job, to_json, utc
 from agentlife._journal._show import format_timeline
 from agentlife._journal._writer import list_sessions
@@ -191,21 +190,19 @@ async def _with_store(args: argparse.Namespace, fn: Callable[[OperatorStore], Aw
 
 
 async def _create(args: argparse.Namespace) -> int:
-    agent_id = validate_agent_id(args.agent_id)
-    job_id = _new_job_id() if args.job_id is None else validate_job_id(args.job_id)
+    validate_agent_id(args.agent_id)
+    if args.job_id is not None:
+        validate_job_id(args.job_id)
     payload = _payload(args)
+    agent_id, job_id = check_start(args.agent_id, payload, args.job_id, "the payload")
     budget = _budget(args.max_cost_usd, args.max_input_tokens)
 
     async def create(store: OperatorStore) -> JobRecord:
-        return await store.create_job(job_id, agent_id, payload, budget, exclusive=True)
+        return await create_job(store, job_id, agent_id, payload, budget, exclusive=True)
 
     row = await _with_store(args, create)
     sys.stdout.write(f"{row.id}\n")
     return 0
-
-
-def _new_job_id() -> str:
-    return f"job-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
 
 
 def _payload(args: argparse.Namespace) -> Any:

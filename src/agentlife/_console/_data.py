@@ -14,10 +14,7 @@ appears once however its id is spelled.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import math
 import secrets
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -31,6 +28,7 @@ from agentlife._checkpoint import CheckpointDoc
 from agentlife._config import JOB_ID_PATTERN
 from agentlife._console._timeline import Session
 from agentlife._exceptions import CheckpointCorrupt, ConfigError
+from agentlife._jobs._cursor import decode_position, encode_position, position_of
 from agentlife._jobs._mask import MAX_TEXT, Masker
 from agentlife._jobs._view import read_job_state, show_job
 from agentlife._journal._recovery import BadLine, read_events
@@ -147,9 +145,8 @@ class Cursors:
 
     def encode(self, row: JobRecord) -> str:
         """The cursor of the page that follows ``row``."""
-        position = (row.updated_at, row.key if row.key is not None else row.id)
-        raw = orjson.dumps([*_pack(position[0]), *_pack(position[1])])
-        text = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        position = position_of(row)
+        text = encode_position(position)
         if len(text) <= CURSOR_INLINE:
             return text
         name = "~" + secrets.token_urlsafe(16)
@@ -168,56 +165,9 @@ class Cursors:
                 )
             return kept
         try:
-            value = orjson.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-            if isinstance(value, list) and len(value) == 2:  # a cursor of an older console: [time, id]
-                value = ["n", *value[:1], "s", *value[1:]]
-            if not isinstance(value, list):
-                raise TypeError("not a list")
-            at, rest = _unpack(value)
-            key, left = _unpack(rest)
-        except (binascii.Error, orjson.JSONDecodeError, ValueError, TypeError, IndexError):
+            return decode_position(text)
+        except ValueError:
             raise BadRequest("the paging cursor is not one this console made") from None
-        if left or not (at is None or isinstance(at, (float, str, bytes))):
-            raise BadRequest("the paging cursor is not one this console made")
-        return at, key
-
-
-def _pack(value: Any) -> list[Any]:
-    """``value`` as a tag and a JSON value: its type survives the trip through a link."""
-    if value is None:
-        return ["z", None]
-    if isinstance(value, bytes):
-        return ["b", base64.b64encode(value).decode()]
-    if isinstance(value, str):
-        try:
-            value.encode()
-        except UnicodeEncodeError:  # `JobRecord.key` of text that is not UTF-8: its bytes
-            return ["t", base64.b64encode(value.encode("utf-8", "surrogateescape")).decode()]
-        return ["s", value]
-    number = float(value)
-    return ["n", number if math.isfinite(number) else repr(number)]
-
-
-def _unpack(items: list[Any]) -> tuple[Any, list[Any]]:
-    """The value `_pack` made from the first two items, and the items after them."""
-    tag, value, rest = items[0], items[1], items[2:]
-    if tag == "z" and value is None:
-        return None, rest
-    if tag == "s" and isinstance(value, str):
-        return value, rest
-    if tag in ("b", "t") and isinstance(value, str):
-        raw = base64.b64decode(value, validate=True)
-        return (raw if tag == "b" else raw.decode("utf-8", "surrogateescape")), rest
-    if tag == "n" and value in ("inf", "-inf"):
-        return float(value), rest
-    if (
-        tag == "n"
-        and isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-    ):
-        return float(value), rest
-    raise ValueError("not a cursor value")
 
 
 async def list_jobs(store: OperatorStore, query: ListQuery, masker: Masker, cursors: Cursors) -> ListResult:

@@ -52,6 +52,7 @@ from agentlife._console._timeline import build_timeline
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError, describe_error
 from agentlife._jobs._approve import approve_parked
 from agentlife._jobs._mask import masker_for
+from agentlife._jobs._reason import check_reason
 from agentlife.stores import JobStatus, OperatorStore
 from agentlife.stores._childjobs import cancel_with_children
 
@@ -63,8 +64,6 @@ log = logging.getLogger("agentlife.console")
 MAX_QUERY = 4096
 #: The largest action form accepted.
 MAX_FORM = 64 * 1024
-#: The longest reason an operator may give (it goes into the crash history).
-MAX_REASON = 500
 #: The header a script may carry the token in instead of the form's ``token`` field.
 TOKEN_HEADER = "X-Agentlife-Token"
 _CSP = (
@@ -256,12 +255,10 @@ def _job_id(value: str | None) -> str:
 
 
 def _reason(value: str) -> str:
-    value = value.strip()
-    if len(value) > MAX_REASON:
-        raise BadRequest(f"the reason must be at most {MAX_REASON} characters")
-    if not value.isprintable():
-        raise BadRequest("the reason must be printable text on one line")
-    return value
+    try:
+        return check_reason(value)
+    except ConfigError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 # -- the application -----------------------------------------------------------------------------------------

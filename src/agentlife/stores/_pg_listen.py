@@ -11,6 +11,11 @@ agentlife schemas in one database, even with the same table name on different se
 other. The payload is the agent id; an empty payload (an agent id too long for a notification, or a control
 plane's own ``SELECT pg_notify(channel, '')`` after a bulk insert) wakes every waiter.
 
+The same connection class follows the ends of jobs for `agentlife.Client.result`: a trigger made by ``db
+init`` (`pg_schema`) calls ``pg_notify(end channel, job id)`` when a row's status becomes terminal, on a
+channel of its own (`end_channel_prefix`), so a worker is never woken by a job's end nor a waiting client by
+new work; there the key waited for is a job id instead of an agent id.
+
 A notification is a hint, never the only way to a job: a waiter that missed one (the connection dropped, it
 was busy running a job, the row's backoff had not ended) still finds the job at its next fallback poll.
 Nothing here raises: a failed connect or a dropped connection is logged once (redacted) and the wait falls
@@ -29,9 +34,14 @@ from typing import Any
 import anyio
 
 from agentlife.stores._base import TableNames
-from agentlife.stores._pg_statements import NOTIFY_PAYLOAD_LIMIT, channel_prefix, notify_call
+from agentlife.stores._pg_statements import (
+    NOTIFY_PAYLOAD_LIMIT,
+    channel_prefix,
+    end_channel_prefix,
+    notify_call,
+)
 
-__all__ = ["NOTIFY_PAYLOAD_LIMIT", "PgListener", "channel_prefix", "notify_call"]
+__all__ = ["NOTIFY_PAYLOAD_LIMIT", "PgListener", "channel_prefix", "end_channel_prefix", "notify_call"]
 
 _log = logging.getLogger("agentlife.store")
 #: After a failed connect or a dropped connection, waits sleep this long at least before connecting again.
@@ -46,6 +56,9 @@ class PgListener:
         tables: the store's table names (the channel is named from the job table).
         connect_timeout: seconds one connection attempt may take.
         describe: the store's redacting formatter for exceptions.
+        prefix: the channel's name before the job table's OID (default: the channel of runnable work,
+            whose notifications name agent ids; `end_channel_prefix` for the ends of jobs, naming job ids).
+        waiters: who waits, for the log lines (``idle workers``).
     """
 
     def __init__(
@@ -54,9 +67,14 @@ class PgListener:
         tables: TableNames,
         connect_timeout: float,
         describe: Callable[[BaseException], str],
+        *,
+        prefix: str | None = None,
+        waiters: str = "idle workers",
     ) -> None:
         self._url = url
         self._tables = tables
+        self._prefix = channel_prefix(tables) if prefix is None else prefix
+        self._waiters = waiters
         self._connect_timeout = connect_timeout
         self._describe = describe
         self._conn: Any = None
@@ -96,6 +114,12 @@ class PgListener:
             return True
         return False
 
+    def forget(self, key: str) -> None:
+        """Stop marking notifications for ``key`` (a job id no one waits for any more)."""
+        self._agents.discard(key)
+        self._pending.discard(key)
+        self._events.pop(key, None)
+
     def _take(self, agent_id: str) -> bool:
         if agent_id in self._pending:
             self._pending.discard(agent_id)
@@ -114,7 +138,7 @@ class PgListener:
         if conn is self._conn:
             self._conn = None
             self._retry_at = time.monotonic() + RECONNECT_AFTER_SECONDS
-            self._failed("PostgreSQL LISTEN connection lost; idle workers poll until it is back")
+            self._failed(f"PostgreSQL LISTEN connection lost; {self._waiters} poll until it is back")
 
     def _failed(self, message: str, exc: BaseException | None = None) -> None:
         if not self._failing:
@@ -149,7 +173,7 @@ class PgListener:
             )
             if oid is None:
                 raise LookupError(f"no table {self._tables.job}: run `python -m agentlife db init`")
-            channel = f"{channel_prefix(self._tables)}{oid}"
+            channel = f"{self._prefix}{oid}"
             await conn.add_listener(channel, self._notified)
             conn.add_termination_listener(self._terminated)
         except BaseException as exc:
@@ -158,13 +182,13 @@ class PgListener:
             if not isinstance(exc, Exception):
                 raise  # cancelled by `close`
             self._retry_at = time.monotonic() + RECONNECT_AFTER_SECONDS
-            self._failed("PostgreSQL LISTEN unavailable; idle workers poll instead", exc)
+            self._failed(f"PostgreSQL LISTEN unavailable; {self._waiters} poll instead", exc)
             return
         if self._closed:  # closed while connecting
             conn.terminate()
             return
         if self._failing:
-            _log.info("PostgreSQL LISTEN connection is back: idle workers are woken by new jobs again")
+            _log.info("PostgreSQL LISTEN connection is back: %s are woken at once again", self._waiters)
         self._failing = False
         self.channel = channel
         self._conn = conn

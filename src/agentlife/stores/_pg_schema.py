@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentlife.stores._base import TableNames
 from agentlife.stores._dialect import RUNNABLE_SQL, TERMINAL_SQL
-from agentlife.stores._pg_statements import notify_call
+from agentlife.stores._pg_statements import NOTIFY_PAYLOAD_LIMIT, end_channel_prefix, notify_call
 
 __all__ = ["pg_schema"]
 
@@ -65,6 +65,7 @@ def pg_schema(t: TableNames) -> tuple[str, ...]:
         *_event_schema(t),
         *_child_schema(t),
         *_step_record_schema(t),
+        *_end_schema(t),
     )
 
 
@@ -161,4 +162,31 @@ def _step_record_schema(t: TableNames) -> tuple[str, ...]:
             data bytea NOT NULL,
             PRIMARY KEY (job_id, step, attempt, session, seq)
         )""",
+    )
+
+
+def _end_schema(t: TableNames) -> tuple[str, ...]:
+    """The trigger that announces a job's end to `agentlife.Client.result` waits (``db init``).
+
+    A trigger, not the statements: every writer of a terminal status (the finisher, the reaper, an
+    operator's cancel or reject, a control plane's own UPDATE) announces it, in the same transaction.
+    The payload is the job id ('' for one too long for a notification: every waiter reads its row again).
+    """
+    schema, _, base = t.job.rpartition(".")
+    prefix = f"{schema}." if schema else ""
+    function = f"{prefix}agentlife_{base}_job_ended"
+    channel = f"'{end_channel_prefix(t)}' || '{t.job}'::regclass::oid::text"
+    payload = f"CASE WHEN octet_length(NEW.id) < {NOTIFY_PAYLOAD_LIMIT} THEN NEW.id ELSE '' END"
+    body = f"""
+        BEGIN
+            PERFORM pg_notify({channel}, {payload});
+            RETURN NULL;
+        END"""
+    return (
+        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql"
+        f" AS $agentlife${body}$agentlife$",
+        f"DROP TRIGGER IF EXISTS {base}_job_ended ON {t.job}",
+        f"CREATE TRIGGER {base}_job_ended AFTER UPDATE OF status ON {t.job} FOR EACH ROW"
+        f" WHEN (NEW.status IN ({TERMINAL_SQL}) AND OLD.status IS DISTINCT FROM NEW.status)"
+        f" EXECUTE FUNCTION {function}()",
     )

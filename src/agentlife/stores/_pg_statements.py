@@ -33,6 +33,7 @@ __all__ = [
     "HEARTBEAT_AGE",
     "NOTIFY_PAYLOAD_LIMIT",
     "channel_prefix",
+    "end_channel_prefix",
     "notify_call",
     "pg_job",
     "pg_statements",
@@ -443,11 +444,20 @@ def _text_key(key: Any) -> str:
 #: PostgreSQL refuses a payload of 8000 bytes or more; a longer agent id is sent as '' (wakes every waiter).
 NOTIFY_PAYLOAD_LIMIT = 7900
 _BASE_CHARS = 40  # the channel is an identifier: at most 63 bytes with the prefix and the OID
+_END_BASE_CHARS = 34  # the same, with "_end"
 
 
 def channel_prefix(t: TableNames) -> str:
     """``agentlife_<table>_``: the channel is this followed by the job table's OID."""
     return f"agentlife_{t.job.split('.')[-1][:_BASE_CHARS]}_"
+
+
+def end_channel_prefix(t: TableNames) -> str:
+    """``agentlife_<table>_end_``: the channel of the ends of jobs is this followed by the job table's OID.
+
+    Never a channel of work (`channel_prefix`): a table whose name ends ``_end`` has another OID.
+    """
+    return f"agentlife_{t.job.split('.')[-1][:_END_BASE_CHARS]}_end_"
 
 
 def notify_call(t: TableNames, agent_column: str = "agent_id") -> str:

@@ -30,7 +30,7 @@ from agentlife.stores._claims import Claimed
 from agentlife.stores._dialect import RUNNABLE_SQL, Op, P, Row, Sql, Statement, Statements, Tx
 from agentlife.stores._pg_listen import PgListener
 from agentlife.stores._pg_schema import pg_schema
-from agentlife.stores._pg_statements import SECONDS_TO_NEXT_DUE, pg_job, pg_statements
+from agentlife.stores._pg_statements import SECONDS_TO_NEXT_DUE, end_channel_prefix, pg_job, pg_statements
 from agentlife.stores._store import SQLStore
 
 __all__ = ["PostgresStore"]
@@ -110,6 +110,7 @@ class PostgresStore(SQLStore["PostgresDatabase"]):
             create_schema=create_schema,
         )
         listener = PgListener(url, tables, connect_timeout, db.describe) if listen else None
+        self._listening = (url, tables, connect_timeout, db.describe)
         super().__init__(db, tables, signal=None if listener is None else Listening(db, listener))
 
     def __repr__(self) -> str:
@@ -119,6 +120,16 @@ class PostgresStore(SQLStore["PostgresDatabase"]):
     def display_url(self) -> str:
         """The URL with its password masked, safe for logs and errors."""
         return self._db.display_url
+
+    def end_listener(self) -> PgListener:
+        """A new ``LISTEN`` connection (opened on its first wait) woken by the ends of jobs, keyed by job id.
+
+        Fed by the trigger ``db init`` makes; on a database without it, its waits only time out, so
+        every caller keeps polling at its timeout.
+        """
+        url, tables, connect_timeout, describe = self._listening
+        prefix = end_channel_prefix(tables)
+        return PgListener(url, tables, connect_timeout, describe, prefix=prefix, waiters="result() waits")
 
 
 class PostgresDatabase:

@@ -1,0 +1,307 @@
+"""`Client`: an application's way into agentlife: start jobs, read them, wait for results, answer them.
+
+One client holds one open store (the URL rules, default and errors of every tool: ``database_url``, else
+``AGENTLIFE_DATABASE_URL``, else the embedded SQLite file under ``AGENTLIFE_DATA_DIR``, which must exist:
+a worker or ``db init`` makes it) and runs every operation through the implementation ``job`` commands and
+the console run, so a job started or answered here is exactly one started or answered there.
+
+Everything it is given is checked before the store is touched: a bad id, a payload that is not JSON the
+row can hold, a timeout that is no number of seconds is a `ConfigError` in one line and writes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from agentlife._client._views import JobPage, JobSnapshot, JobSummary, snapshot, summary
+from agentlife._client._wait import check_timeout, outcome, wait_for_end
+from agentlife._config import database_url_from_env, validate_database_url, validate_job_id
+from agentlife._exceptions import ConfigError, JobNotFound
+from agentlife._jobrefs import JobHandle
+from agentlife._jobs._approve import approve_parked
+from agentlife._jobs._cursor import decode_position, encode_position, position_of
+from agentlife._jobs._mask import Masker, masker_for
+from agentlife._jobs._reason import check_reason
+from agentlife._jobs._start import check_start, create_job
+from agentlife._jobs._view import read_job_state
+from agentlife.stores import CheckpointStore, JobStatus, store_from_url
+from agentlife.stores._childjobs import cancel_with_children
+from agentlife.stores._events import check_event
+
+if TYPE_CHECKING:
+    from agentlife.stores._pg_listen import PgListener
+
+__all__ = ["MAX_LIST", "Client"]
+
+#: The most jobs one `Client.list` page holds.
+MAX_LIST = 1000
+#: The longest agent id a list filter may name (rows written by other tools may break the id pattern).
+_MAX_FILTER = 512
+
+
+class Client:
+    """A connection to agentlife's store for an application: start, read, wait for and answer jobs.
+
+    Make one with `connect` (or ``async with await Client.connect(...)``), share it between tasks, and
+    `close` it at the end. `BlockingClient` offers the same for code that is not async.
+
+    Example::
+
+        async with await agentlife.Client.connect() as client:
+            job = await client.start("researcher", {"topic": "tides"}, job_id="research-42")
+            answer = await client.result(job.job_id, timeout=600)
+    """
+
+    # ``events(job_id, after=None)``, following a job's published output, belongs here once the store
+    # records published events; it is not offered before.
+
+    def __init__(self, store: CheckpointStore, masker: Masker) -> None:
+        """Use `connect`: this takes an open store and the masker of its URL."""
+        self._store = store
+        self._masker = masker
+        self._listener: PgListener | None = None
+        self._listening: dict[str, int] = {}
+        self._closed = False
+
+    @classmethod
+    async def connect(cls, database_url: str | None = None) -> Client:
+        """Open the store at ``database_url`` (default: ``AGENTLIFE_DATABASE_URL``, else the embedded file).
+
+        Raises:
+            ConfigError: the URL names no usable store (its password is never quoted).
+            StoreError: there is no store there (``no store at PATH``: run ``python -m agentlife db init``).
+            StoreUnavailable: the database cannot be reached.
+        """
+        if database_url is None:
+            url = database_url_from_env(os.environ)
+            validate_database_url(url)
+        elif not isinstance(database_url, str):
+            raise ConfigError(f"database_url must be a string, got {type(database_url).__name__}")
+        else:
+            url = validate_database_url(database_url, "database_url")
+        store = store_from_url(url, must_exist=True)
+        await store.open()
+        return cls(store, masker_for(os.environ, url))
+
+    async def close(self) -> None:
+        """Close the store and the ``LISTEN`` connection; safe to call twice."""
+        self._closed = True
+        listener, self._listener = self._listener, None
+        try:
+            if listener is not None:
+                await listener.close()
+        finally:
+            await self._store.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- starting and reading ---------------------------------------------------------------------------
+
+    async def start(self, agent_id: str, payload: Any = None, *, job_id: str | None = None) -> JobHandle:
+        """Start a job of ``agent_id`` with ``payload`` (JSON): a PENDING row a worker of the agent claims.
+
+        Starting ``job_id`` again with the same agent and payload returns the job that exists (whatever its
+        status), so a start retried after a timeout or a crash creates one job: give a ``job_id`` to make
+        a start safe to retry. Without one, each call makes a new id.
+
+        Raises:
+            ConfigError: a bad agent id or job id, or a payload that is not JSON the row can hold
+                (U+0000, a NaN, nesting past 128 levels, more than 1 MiB); nothing is written.
+            JobStateConflict: ``job_id`` exists with another agent or payload.
+        """
+        self._check_open()
+        agent, job = check_start(agent_id, payload, job_id, "the payload")
+        row = await create_job(self._store, job, agent, payload, exclusive=False)
+        return JobHandle(job_id=row.id, agent_id=row.agent_id)
+
+    async def get(self, job_id: str) -> JobSnapshot:
+        """The job as it stands now.
+
+        Raises:
+            JobNotFound: there is no such job.
+        """
+        job = self._job_id(job_id)
+        state = await read_job_state(self._store, job)
+        if state is None:
+            raise JobNotFound(f"job {job} does not exist")
+        return snapshot(state, self._masker)
+
+    async def list(
+        self,
+        *,
+        status: str | None = None,
+        agent_id: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> JobPage:
+        """One page of jobs, most recently updated first, filtered as ``job list`` filters.
+
+        Args:
+            status: only jobs in this status (`agentlife.stores.JobStatus`).
+            agent_id: only jobs of this agent.
+            limit: at most this many jobs (1 to `MAX_LIST`).
+            after: the `JobPage.next_cursor` of the page before (keyset paging: a job updated meanwhile
+                moves to the top and is not seen twice on the pages that follow).
+
+        Raises:
+            ConfigError: an unknown status, a bad limit, or a cursor that is not one of this store's.
+        """
+        self._check_open()
+        if status is not None and status not in {str(s) for s in JobStatus}:
+            raise ConfigError("status must be one of " + ", ".join(str(s) for s in JobStatus))
+        if agent_id is not None and (
+            not isinstance(agent_id, str) or len(agent_id) > _MAX_FILTER or "\x00" in agent_id
+        ):
+            raise ConfigError(f"agent_id must be text of at most {_MAX_FILTER} characters, without NUL")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
+            raise ConfigError(f"limit must be a whole number from 1 to {MAX_LIST}, got {limit!r}")
+        position = _position(after)
+        try:
+            rows = await self._store.list_jobs(status, agent_id, limit + 1, after=position)
+        except ValueError:  # a cursor of another store (bytes or a non-number time on PostgreSQL)
+            raise ConfigError("after is not a paging cursor of this store") from None
+        more = len(rows) > limit
+        rows = rows[:limit]
+        cursor = encode_position(position_of(rows[-1])) if more and rows else None
+        return JobPage(tuple(summary(row) for row in rows), cursor)
+
+    async def result(self, job_id: str, timeout: float | None = None) -> Any:
+        """Wait for the job to end; its result (``Done(result=...)``) when it COMPLETED.
+
+        A job that crashed and is retried is waited for to its final outcome. The job is never changed:
+        at the timeout it goes on running.
+
+        Args:
+            job_id: the job.
+            timeout: the most seconds to wait; None (or ``inf``) waits as long as it takes. 0, negative
+                and NaN are refused: read the job without waiting with `get`.
+
+        Raises:
+            JobFailed: it ended FAILED (`JobCancelled`: by a cancel); ``last_error`` is its last crash record.
+            JobDeadLettered: it was given up after repeated crashes.
+            ResultTimeout: (also `TimeoutError`) ``timeout`` passed first.
+            JobNotFound: there is no such job.
+            ConfigError: a bad job id or timeout.
+        """
+        job = self._job_id(job_id)
+        seconds = check_timeout(timeout)
+        listener = self._listen(job)
+        try:
+            row = await wait_for_end(self._store, job, seconds, listener)
+        finally:
+            self._unlisten(job)
+        return outcome(row, self._masker)
+
+    # -- answering and acting ---------------------------------------------------------------------------
+
+    async def send(self, job_id: str, name: str, payload: Any = None) -> int:
+        """Send the event ``name`` with ``payload`` (JSON) to the job; its sequence number.
+
+        A ``ctx.wait_for_event(name)`` of the job takes it (each event taken once, oldest first); a job
+        parked WAITING for it becomes runnable at once. A None payload reaches the step as None, which is
+        also what a wait returns at its timeout.
+
+        Raises:
+            ConfigError: an empty, overlong or unprintable name, or a payload that is not JSON or over 256 KiB.
+            JobNotFound: there is no such job.
+            JobStateConflict: the job has ended, or keeps 1,000 events no wait has taken.
+        """
+        job = self._job_id(job_id)
+        check_event(name, payload)
+        return await self._store.send_event(job, name, payload)
+
+    async def approve(self, job_id: str, *, call: str | None = None) -> JobSummary:
+        """Approve the call the job is parked on (only if it is ``call``, an invocation id, when given).
+
+        Raises:
+            JobStateConflict: the job is not parked for approval, or waits for another call than ``call``.
+            JobNotFound: there is no such job.
+        """
+        job = self._job_id(job_id)
+        if call is not None and not isinstance(call, str):
+            raise ConfigError(f"call must be an invocation id (text), got {type(call).__name__}")
+        row, _ = await approve_parked(self._store, job, call, given_by="call=")
+        return summary(row)
+
+    async def reject(self, job_id: str, reason: str = "approval rejected") -> JobSummary:
+        """Refuse the call the job is parked on: it ends FAILED, ``reason`` in its crash history.
+
+        Raises:
+            JobStateConflict: the job is not parked for approval.
+            JobNotFound: there is no such job.
+        """
+        job = self._job_id(job_id)
+        return summary(await self._store.reject(job, check_reason(reason) or "approval rejected"))
+
+    async def cancel(self, job_id: str, reason: str = "cancelled by an operator") -> JobSummary:
+        """End a job that has not finished, and its child jobs not started detached: FAILED, attempt + 1.
+
+        A process still running it is fenced out: its next write fails and it stops.
+
+        Raises:
+            JobStateConflict: the job has already ended.
+            JobNotFound: there is no such job.
+        """
+        job = self._job_id(job_id)
+        row, _ = await cancel_with_children(self._store, job, check_reason(reason) or "cancelled by an operator")
+        return summary(row)
+
+    async def retry(self, job_id: str) -> JobSummary:
+        """Run a FAILED or DEAD_LETTER job again (PENDING now); it approves nothing a reject refused.
+
+        Raises:
+            JobStateConflict: the job is not FAILED or DEAD_LETTER.
+            JobNotFound: there is no such job.
+        """
+        job = self._job_id(job_id)
+        return summary(await self._store.retry(job))
+
+    # -- helpers ----------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigError("this agentlife.Client is closed")
+
+    def _job_id(self, job_id: object) -> str:
+        self._check_open()
+        if not isinstance(job_id, str):
+            raise ConfigError(f"job_id must be a string, got {type(job_id).__name__}")
+        return validate_job_id(job_id)
+
+    def _listen(self, job_id: str) -> PgListener | None:
+        """The end listener for a wait on ``job_id`` (PostgreSQL only), opened with the first wait."""
+        if self._store.url_scheme != "postgresql":
+            return None
+        if self._listener is None:
+            self._listener = self._store.end_listener()  # type: ignore[attr-defined]
+        self._listening[job_id] = self._listening.get(job_id, 0) + 1
+        return self._listener
+
+    def _unlisten(self, job_id: str) -> None:
+        left = self._listening.get(job_id, 0) - 1
+        if left > 0:
+            self._listening[job_id] = left
+            return
+        self._listening.pop(job_id, None)
+        if self._listener is not None:
+            self._listener.forget(job_id)
+
+
+def _position(after: object) -> tuple[Any, Any] | None:
+    if after is None:
+        return None
+    if not isinstance(after, str) or not after or len(after) > 65_536:
+        raise ConfigError("after must be the next_cursor of a page of this client's list")
+    try:
+        return decode_position(after)
+    except ValueError:
+        raise ConfigError("after is not a paging cursor (a page's next_cursor)") from None
+

@@ -1,0 +1,504 @@
+"""`agentlife.Client` in-process, on SQLite and a real PostgreSQL: the job's side is played by a second
+store (claim, finish, crash, park) exactly as a worker writes it.
+
+Read top to bottom: a start and its result; a start retried; a result that waits past a crash; the typed
+errors of a job that ends without a result; reading and paging; input that is almost right (nothing
+written); operators racing; secrets in what the client says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from test_store_contract import Backend
+
+from agentlife import (
+    BlockingClient,
+    Client,
+    ConfigError,
+    JobCancelled,
+    JobDeadLettered,
+    JobFailed,
+    JobNotFound,
+    JobStateConflict,
+    ResultTimeout,
+    StoreError,
+)
+from agentlife.stores import ApprovalRequest, CheckpointStore, JobStatus, TableNames
+
+pytestmark = pytest.mark.anyio
+
+AGENT = "app-agent"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "sqlite":
+        return Backend("sqlite", str(tmp_path / "agentlife.db"), TableNames())
+    return Backend("postgresql", request.getfixturevalue("postgres_url"), TableNames())
+
+
+@pytest.fixture
+def url(backend: Backend) -> str:
+    return f"sqlite:///{backend.location}" if backend.kind == "sqlite" else backend.location
+
+
+@pytest.fixture
+async def worker(backend: Backend) -> AsyncIterator[CheckpointStore]:
+    """The store a worker would hold: it makes the schema (as ``db init``) and plays the job's process."""
+    store = backend.open_store()
+    await store.open()
+    await store.init_schema()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def client(url: str, worker: CheckpointStore) -> AsyncIterator[Client]:
+    async with await Client.connect(url) as client:
+        yield client
+
+
+async def finish(worker: CheckpointStore, job_id: str, attempt: int, status: str, **kwargs: Any) -> None:
+    await worker.claim(job_id, attempt)
+    await worker.set_status(job_id, attempt, status, **kwargs)
+
+
+async def count_rows(backend: Backend) -> int:
+    return int((await backend.raw("SELECT count(*) FROM job"))[0][0])
+
+
+# -- a start and its result -------------------------------------------------------------------------------
+
+
+async def test_a_started_job_s_result_is_what_its_step_returned(client: Client, worker: CheckpointStore) -> None:
+    handle = await client.start(AGENT, {"topic": "tides"}, job_id="research-1")
+    assert (handle.job_id, handle.agent_id) == ("research-1", AGENT)
+    got: list[Any] = []
+    async with anyio.create_task_group() as tg:
+
+        async def wait() -> None:
+            got.append(await client.result("research-1", timeout=60))
+
+        tg.start_soon(wait)
+        await anyio.wait_all_tasks_blocked()
+        await finish(worker, "research-1", 1, JobStatus.COMPLETED, result={"answer": 42})
+    assert got == [{"answer": 42}]
+    assert await client.result("research-1", timeout=1) == {"answer": 42}  # an ended job answers at once
+
+
+async def test_a_start_without_a_job_id_makes_a_new_job_each_time(client: Client, backend: Backend) -> None:
+    first, second = await client.start(AGENT), await client.start(AGENT)
+    assert first.job_id != second.job_id and first.job_id.startswith("job-")
+    assert await count_rows(backend) == 2
+
+
+# -- a start retried -------------------------------------------------------------------------------------
+
+
+async def test_starting_the_same_job_again_returns_it_and_another_payload_conflicts(
+    client: Client, worker: CheckpointStore, backend: Backend
+) -> None:
+    payload = {"b": [1, 2.5, True, None], "a": {"x": "y"}, "big": 1e300, "n": 10**18}
+    await client.start(AGENT, payload, job_id="same")
+    await finish(worker, "same", 1, JobStatus.COMPLETED, result="done")
+    again = await client.start(AGENT, dict(reversed(payload.items())), job_id="same")
+    assert again.job_id == "same"
+    assert (await client.get("same")).status == JobStatus.COMPLETED  # the existing job, not a new one
+    with pytest.raises(JobStateConflict, match="another payload") as caught:
+        await client.start(AGENT, {**payload, "b": [1, 2.5, 1, None]}, job_id="same")  # True is not 1
+    assert "tides" not in str(caught.value)
+    with pytest.raises(JobStateConflict, match="another agent"):
+        await client.start("other-agent", payload, job_id="same")
+    assert await count_rows(backend) == 1
+
+
+async def test_a_start_cut_short_by_a_timeout_and_retried_creates_one_job(
+    url: str, client: Client, backend: Backend
+) -> None:
+    async with await Client.connect(url) as other:
+        results: list[str] = []
+
+        async def start(c: Client) -> None:
+            results.append((await c.start(AGENT, {"n": 1}, job_id="retried")).job_id)
+
+        with anyio.move_on_after(0):  # the caller's own timeout, before or after the insert
+            await client.start(AGENT, {"n": 1}, job_id="retried")
+        async with anyio.create_task_group() as tg:  # the retries, from two processes' clients at once
+            tg.start_soon(start, client)
+            tg.start_soon(start, other)
+    assert results == ["retried", "retried"]
+    assert await count_rows(backend) == 1
+
+
+# -- a result that waits past a crash ------------------------------------------------------------------
+
+
+async def test_result_of_a_job_retried_after_a_crash_is_its_final_outcome(
+    client: Client, worker: CheckpointStore
+) -> None:
+    await client.start(AGENT, None, job_id="crashy")
+    crash = {"at": 1.0, "attempt": 1, "exit_code": 137, "error_class": "Killed", "message": "SIGKILL"}
+    await finish(worker, "crashy", 1, JobStatus.RETRYING, error=crash)
+    with pytest.raises(ResultTimeout) as timed_out:  # a crash is not an end: the wait goes on
+        await client.result("crashy", timeout=0.2)
+    assert isinstance(timed_out.value, TimeoutError) and timed_out.value.status == JobStatus.RETRYING
+    got: list[Any] = []
+    async with anyio.create_task_group() as tg:
+
+        async def wait() -> None:
+            got.append(await client.result("crashy"))
+
+        tg.start_soon(wait)
+        await anyio.wait_all_tasks_blocked()
+        await finish(worker, "crashy", 2, JobStatus.COMPLETED, result="second try")
+    assert got == ["second try"]
+
+
+# -- jobs that end without a result ---------------------------------------------------------------------
+
+
+async def test_a_failed_job_raises_job_failed_with_its_last_crash_record(
+    client: Client, worker: CheckpointStore
+) -> None:
+    await client.start(AGENT, None, job_id="failing")
+    record = {"at": 2.0, "attempt": 1, "exit_code": 1, "error_class": "ValueError", "message": "bad\ninput"}
+    await finish(worker, "failing", 1, JobStatus.FAILED, error=record)
+    with pytest.raises(JobFailed) as caught:
+        await client.result("failing")
+    error = caught.value
+    assert type(error) is JobFailed
+    assert (error.job_id, error.status, error.attempt) == ("failing", "FAILED", 1)
+    assert error.last_error == record
+    assert str(error) == "job failing ended FAILED on attempt 1: ValueError: bad input"
+
+
+async def test_a_dead_lettered_job_raises_job_dead_lettered(client: Client, worker: CheckpointStore) -> None:
+    await client.start(AGENT, None, job_id="poison")
+    await finish(worker, "poison", 1, JobStatus.DEAD_LETTER, error={"exit_code": 1, "error_class": "Boom"})
+    with pytest.raises(JobDeadLettered) as caught:
+        await client.result("poison")
+    assert isinstance(caught.value, JobFailed) and caught.value.status == "DEAD_LETTER"
+
+
+async def test_a_cancelled_job_raises_job_cancelled_and_a_retry_waits_again(
+    client: Client, worker: CheckpointStore
+) -> None:
+    await client.start(AGENT, None, job_id="stopped")
+    summary = await client.cancel("stopped", "user clicked stop")
+    assert (summary.status, summary.attempt, summary.finished) == ("FAILED", 1, True)
+    with pytest.raises(JobCancelled, match="Cancelled: user clicked stop") as caught:
+        await client.result("stopped")
+    assert caught.value.last_error is not None and caught.value.last_error["error_class"] == "Cancelled"
+    assert (await client.retry("stopped")).status == JobStatus.PENDING
+    with pytest.raises(ResultTimeout):
+        await client.result("stopped", timeout=0.05)
+
+
+async def test_a_result_no_one_can_read_is_a_store_error_not_a_none(tmp_path: Path) -> None:
+    backend = Backend("sqlite", str(tmp_path / "torn.db"), TableNames())  # jsonb cannot hold such bytes
+    worker = backend.open_store()
+    await worker.open()
+    await worker.init_schema()
+    try:
+        async with await Client.connect(f"sqlite:///{backend.location}") as client:
+            await client.start(AGENT, None, job_id="torn")
+            await finish(worker, "torn", 1, JobStatus.COMPLETED, result={"ok": True})
+            # What a disk that tore, or another client, left in the column.
+            await backend.raw("UPDATE job SET result = X'00FF' WHERE id = 'torn'")
+            with pytest.raises(StoreError, match="result cannot be read") as caught:
+                await client.result("torn")
+            assert "\n" not in str(caught.value)
+    finally:
+        await worker.close()
+
+
+# -- reading and paging ------------------------------------------------------------------------------------
+
+
+async def test_get_shows_what_a_parked_job_waits_for_in_a_frozen_snapshot(
+    client: Client, worker: CheckpointStore
+) -> None:
+    await client.start(AGENT, {"q": 1}, job_id="parked")
+    await worker.claim("parked", 1)
+    await worker.add_usage("parked", 1, 120, 30, 0.01)
+    request = ApprovalRequest("parked/0/0", "d1g3st", "deploy", "{}", 1.0)
+    await worker.request_approval("parked", 1, request)
+    await client.send("parked", "note", {"k": "v"})
+    job = await client.get("parked")
+    assert (job.status, job.attempt, job.payload, job.result) == ("WAITING_FOR_APPROVAL", 1, {"q": 1}, None)
+    assert job.approval_request is not None and job.approval_request["invocation_id"] == "parked/0/0"
+    assert job.tokens_used["input"] == 120 and dict(job.events_kept) == {"note": 1}
+    assert any("deploy (parked/0/0, digest d1g3st)" in line for line in job.waits_for)
+    assert not job.finished and job.errors == ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.status = "COMPLETED"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        job.tokens_used["input"] = 0  # type: ignore[index]
+    with pytest.raises(JobNotFound, match="job nope does not exist"):
+        await client.get("nope")
+
+
+async def test_list_pages_through_every_job_once_with_the_job_list_filters(
+    client: Client, worker: CheckpointStore
+) -> None:
+    for n in range(5):
+        await client.start(AGENT if n % 2 else "other-agent", {"n": n}, job_id=f"listed-{n}")
+    await finish(worker, "listed-3", 1, JobStatus.COMPLETED, result=None)
+    seen: list[str] = []
+    page = await client.list(limit=2)
+    while True:
+        seen += [job.job_id for job in page.jobs]
+        if page.next_cursor is None:
+            break
+        page = await client.list(limit=2, after=page.next_cursor)
+    assert sorted(seen) == [f"listed-{n}" for n in range(5)] and len(seen) == 5
+    assert [j.job_id for j in (await client.list(agent_id=AGENT)).jobs] == ["listed-3", "listed-1"]
+    done = (await client.list(status="COMPLETED")).jobs
+    assert [(j.job_id, j.status, j.attempt, j.finished) for j in done] == [("listed-3", "COMPLETED", 1, True)]
+
+
+# -- input that is almost right: one line, nothing written --------------------------------------------------
+
+NOT_JSON = [
+    {1, 2},
+    {"when": object()},
+    {"x": math.nan},
+    {"x": math.inf},
+    {"k": "\x00"},
+    {"\x00": 1},
+    {"s": "\ud800"},
+    {1: "int key"},
+    (1, 2),
+    b"bytes",
+    2**64,
+    "x" * (1024 * 1024 + 1),
+]
+
+
+@pytest.mark.parametrize("payload", NOT_JSON, ids=range(len(NOT_JSON)))
+async def test_a_payload_the_row_cannot_hold_is_refused_in_one_line_and_nothing_is_written(
+    client: Client, backend: Backend, payload: Any
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        await client.start(AGENT, payload, job_id="refused")
+    assert "\n" not in str(caught.value) and "the payload" in str(caught.value)
+    assert await count_rows(backend) == 0
+
+
+BAD_IDS = ["", "../etc", "a/b", ".", "-lead", "x" * 129, "tab\there", "nul\x00", "é", 7, None]
+
+
+async def test_ids_that_are_almost_right_are_refused_before_the_store_is_touched(
+    client: Client, backend: Backend
+) -> None:
+    for bad in BAD_IDS:
+        for call in (
+            lambda b: client.start(b, None),
+            lambda b: client.start(AGENT, None, job_id=b),
+        ):
+            if bad is None:
+                continue  # a None job id makes a new one
+            with pytest.raises(ConfigError) as caught:
+                await call(bad)
+            assert "\n" not in str(caught.value)
+        for operation in (client.get, client.result, client.retry, client.cancel, client.approve, client.reject):
+            with pytest.raises(ConfigError):
+                await operation(bad)
+        with pytest.raises(ConfigError):
+            await client.send(bad, "name")
+    assert await count_rows(backend) == 0
+
+
+async def test_timeouts_and_filters_that_are_no_numbers_are_refused(client: Client) -> None:
+    await client.start(AGENT, None, job_id="waited")
+    for timeout in (0, 0.0, -0.0, -1, math.nan, "5", True, [1]):
+        with pytest.raises(ConfigError, match="timeout") as caught:
+            await client.result("waited", timeout=timeout)  # type: ignore[arg-type]
+        assert "\n" not in str(caught.value)
+    for limit in (0, -1, 2**63, True, 1.5, 1001):
+        with pytest.raises(ConfigError, match="limit"):
+            await client.list(limit=limit)
+    with pytest.raises(ConfigError, match="status"):
+        await client.list(status="DONE")
+    for cursor in ("forged", "", "W10", "x" * 70_000, "WyJuIiwibmFuIiwicyIsImEiXQ"):
+        with pytest.raises(ConfigError, match="after"):
+            await client.list(after=cursor)
+    with pytest.raises(ConfigError, match="agent_id"):
+        await client.list(agent_id="a\x00b")
+
+
+async def test_events_and_reasons_that_are_almost_right_are_refused_and_nothing_is_sent(
+    client: Client, backend: Backend
+) -> None:
+    await client.start(AGENT, None, job_id="answered")
+    for name in ("", " ", "a\nb", "bell\x07", "x" * 1000, 5):
+        with pytest.raises(ConfigError):
+            await client.send("answered", name)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        await client.send("answered", "ok", {"v": math.nan})
+    for reason in ("two\nlines", "x" * 501, "nul\x00", 3):
+        with pytest.raises(ConfigError, match="reason"):
+            await client.cancel("answered", reason)  # type: ignore[arg-type]
+    assert (await client.get("answered")).status == JobStatus.PENDING
+    assert await backend.raw("SELECT count(*) FROM job_event") == [(0,)]
+
+
+async def test_a_url_that_names_no_store_is_one_line_without_its_password(tmp_path: Path) -> None:
+    for url in ("sqlite://", "sqlite:///:memory:", "mysql://u:hunter2@h/db", "postgresql://u:pa/ss@h/db"):
+        with pytest.raises(ConfigError) as caught:
+            await Client.connect(url)
+        assert "hunter2" not in str(caught.value) and "pa/ss" not in str(caught.value)
+    with pytest.raises(StoreError, match="no store at"):
+        await Client.connect(f"sqlite:///{tmp_path / 'missing.db'}")
+    assert not (tmp_path / "missing.db").exists()
+
+
+# -- operators racing ---------------------------------------------------------------------------------------
+
+
+async def test_an_approve_racing_a_cancel_never_runs_the_cancelled_call(
+    url: str, client: Client, worker: CheckpointStore
+) -> None:
+    for n in range(6):
+        job = f"raced-{n}"
+        await client.start(AGENT, None, job_id=job)
+        await worker.claim(job, 1)
+        await worker.request_approval(job, 1, ApprovalRequest(f"{job}/0/0", "d", "pay", "{}", 1.0))
+        outcomes: dict[str, str] = {}
+        async with await Client.connect(url) as other:
+
+            async def act(name: str, operation: Any) -> None:
+                try:
+                    await operation
+                    outcomes[name] = "won"
+                except JobStateConflict:
+                    outcomes[name] = "lost"
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(act, "approve", client.approve(job, call=f"{job}/0/0"))
+                tg.start_soon(act, "cancel", other.cancel(job))
+        row = await client.get(job)
+        if outcomes["cancel"] == "won":  # a cancel after the approval still ends it: FAILED, fenced
+            assert row.status == JobStatus.FAILED and row.attempt == 2
+        else:
+            assert outcomes == {"approve": "won", "cancel": "lost"}
+        assert outcomes["approve"] == "won" or row.status == JobStatus.FAILED
+
+
+async def test_an_approval_names_the_call_it_means_or_none(client: Client, worker: CheckpointStore) -> None:
+    await client.start(AGENT, None, job_id="asks")
+    await worker.claim("asks", 1)
+    await worker.request_approval("asks", 1, ApprovalRequest("asks/0/1", "d", "pay", "{}", 1.0))
+    with pytest.raises(JobStateConflict, match="not the call given by call="):
+        await client.approve("asks", call="asks/0/0")
+    assert (await client.get("asks")).status == JobStatus.WAITING_FOR_APPROVAL
+    assert (await client.reject("asks", "  no  ")).status == JobStatus.FAILED
+    with pytest.raises(JobFailed, match="ApprovalRejected: no"):
+        await client.result("asks")
+    with pytest.raises(JobStateConflict):  # a rejected call is never approved afterwards
+        await client.approve("asks")
+
+
+# -- secrets in what the client says -----------------------------------------------------------------------
+
+
+async def test_a_crash_message_holding_a_secret_is_masked_in_the_error(
+    monkeypatch: pytest.MonkeyPatch, url: str, worker: CheckpointStore
+) -> None:
+    secret = "sk-ant-api03-" + "Q" * 40
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secret)
+    async with await Client.connect(url) as client:
+        await client.start(AGENT, {"password": "hunter2"}, job_id="leaky")
+        record = {"exit_code": 1, "error_class": "AuthError", "message": f"key {secret} refused"}
+        await finish(worker, "leaky", 1, JobStatus.FAILED, error=record)
+        with pytest.raises(JobFailed) as caught:
+            await client.result("leaky")
+        with pytest.raises(JobStateConflict) as conflict:
+            await client.start(AGENT, {"password": "hunter3"}, job_id="leaky")
+    assert secret not in str(caught.value) and "AuthError" in str(caught.value)
+    assert "hunter" not in str(conflict.value)
+
+
+# -- the blocking facade -----------------------------------------------------------------------------------
+
+
+def test_the_blocking_client_works_from_plain_threads(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'agentlife.db'}"
+    backend = Backend("sqlite", str(tmp_path / "agentlife.db"), TableNames())
+
+    async def make_schema_and_finish(job_id: str | None) -> None:
+        store = backend.open_store()
+        await store.open()
+        try:
+            await store.init_schema()
+            if job_id is not None:
+                await finish(store, job_id, 1, JobStatus.COMPLETED, result={"from": "worker"})
+        finally:
+            await store.close()
+
+    anyio.run(make_schema_and_finish, None)
+    client = BlockingClient.connect(url)
+    answers: list[Any] = []
+    errors: list[BaseException] = []
+
+    def handler(n: int) -> None:  # what a sync web framework's view does, on its own thread
+        try:
+            job = client.start(AGENT, {"n": n}, job_id=f"sync-{n}")
+            assert client.get(job.job_id).status == "PENDING"
+            answers.append(client.result(job.job_id, timeout=60))
+        except BaseException as exc:  # reported below: an assertion in a thread is lost otherwise
+            errors.append(exc)
+
+    threads = [threading.Thread(target=handler, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    while len(client.list().jobs) < 3 and not errors:
+        time.sleep(0.01)
+    for n in range(3):
+        anyio.run(make_schema_and_finish, f"sync-{n}")
+    for thread in threads:
+        thread.join(60)
+    assert errors == [] and answers == [{"from": "worker"}] * 3
+    with pytest.raises(ConfigError, match="payload"):
+        client.start(AGENT, {1, 2})
+    client.close()
+    client.close()  # twice is fine
+    with pytest.raises(ConfigError, match="closed"):
+        client.get("sync-0")
+
+
+async def test_the_end_of_a_job_wakes_a_postgresql_wait_by_notification(postgres_url: str) -> None:
+    backend = Backend("postgresql", postgres_url, TableNames())
+    store = backend.open_store()
+    await store.open()
+    await store.init_schema()
+    listener = store.end_listener()  # type: ignore[attr-defined]
+    try:
+        await store.create_job("ends", AGENT, None)
+        await store.create_job("other", AGENT, None)
+        assert await listener.wait("ends", 30)  # the LISTEN opens: read the row once
+        woken: list[bool] = []
+        async with anyio.create_task_group() as tg:
+
+            async def wait() -> None:
+                woken.append(await listener.wait("ends", 30))
+
+            tg.start_soon(wait)
+            await anyio.wait_all_tasks_blocked()
+            await finish(store, "other", 1, JobStatus.COMPLETED)  # another job's end wakes no one
+            await finish(store, "ends", 1, JobStatus.RUNNING)  # nor a status that is no end
+            assert woken == []
+            await store.set_status("ends", 1, JobStatus.COMPLETED, result=1)
+        assert woken == [True]
+    finally:
+        await listener.close()
+        await store.close()
