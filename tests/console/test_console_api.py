@@ -22,6 +22,7 @@ import anyio
 import httpx
 import pytest
 from aiohttp import web
+from jsonschema import Draft202012Validator
 
 from agentlife._console._api import MAX_BODY
 from agentlife._console._openapi import PREFIX, ROUTES, openapi
@@ -132,36 +133,57 @@ async def test_every_served_route_is_in_the_document_and_every_documented_one_is
                     assert 200 <= int(status) < 600
 
 
-async def test_each_route_answers_only_statuses_its_document_lists(tmp_path: Path) -> None:
+def _check(document: dict[str, Any], method: str, template: str, answer: httpx.Response) -> None:
+    """``answer`` has a status the document lists for the route, and a body its schema allows."""
+    operation = document["paths"][PREFIX + template][method]
+    listed = operation["responses"].get(str(answer.status_code))
+    assert listed is not None, (method, template, answer.status_code, answer.text)
+    schema = listed["content"]["application/json"]["schema"]
+    Draft202012Validator({**document, **schema}).validate(answer.json())
+
+
+async def test_each_route_answers_only_statuses_and_bodies_its_document_lists(tmp_path: Path) -> None:
     async with served(tmp_path) as s:
         document = (await s.http.get(f"{PREFIX}/openapi.json")).json()
-        statuses = {
-            (m, p): set(map(int, op["responses"]))
-            for p, item in document["paths"].items()
-            for m, op in item.items()
-        }
-        asks = [
-            ("get", "/jobs", {}, None),
-            ("get", "/jobs?status=NOPE", {}, None),
-            ("get", "/jobs/done-1", {}, None),
-            ("get", "/jobs/nope", {}, None),
-            ("get", "/jobs/done-1/result", {}, None),
-            ("get", "/jobs/wait-1/result?timeout=0.05", {}, None),
-            ("get", "/jobs/nope/result?timeout=0.05", {}, None),
-            ("post", "/jobs", AUTH, {"agent_id": "demo", "job_id": "new-1"}),
-            ("post", "/jobs", AUTH, {"agent_id": "demo", "job_id": "new-1"}),
-            ("post", "/jobs", AUTH, {"agent_id": "demo", "job_id": "new-1", "payload": 1}),
-            ("post", "/jobs/wait-1/send", AUTH, {"name": "answer", "payload": {"ok": True}}),
-            ("post", "/jobs/done-1/send", AUTH, {"name": "answer"}),
-            ("post", "/jobs/nope/cancel", AUTH, {}),
-            ("post", "/jobs/done-1/retry", AUTH, {}),
+        start = {"agent_id": "demo", "job_id": "new-1"}
+        asks: list[tuple[str, str, str, dict[str, str], Any]] = [
+            ("get", "/jobs", "/jobs", {}, None),
+            ("get", "/jobs", "/jobs?status=NOPE", {}, None),
+            ("get", "/jobs/{job_id}", "/jobs/done-1", {}, None),
+            ("get", "/jobs/{job_id}", "/jobs/park-1", {}, None),
+            ("get", "/jobs/{job_id}", "/jobs/nope", {}, None),
+            ("get", "/jobs/{job_id}", "/jobs/a%20b", {}, None),
+            ("get", "/jobs/{job_id}/result", "/jobs/done-1/result", {}, None),
+            ("get", "/jobs/{job_id}/result", "/jobs/wait-1/result?timeout=0.05", {}, None),
+            ("get", "/jobs/{job_id}/result", "/jobs/nope/result?timeout=0.05", {}, None),
+            ("get", "/jobs/{job_id}/events", "/jobs/nope/events", {}, None),
+            ("post", "/jobs", "/jobs", AUTH, start),
+            ("post", "/jobs", "/jobs", AUTH, start),
+            ("post", "/jobs", "/jobs", AUTH, {**start, "payload": 1}),
+            ("post", "/jobs", "/jobs", {}, start),
+            (
+                "post",
+                "/jobs/{job_id}/send",
+                "/jobs/wait-1/send",
+                AUTH,
+                {"name": "answer", "payload": {"ok": 1}},
+            ),
+            ("post", "/jobs/{job_id}/send", "/jobs/done-1/send", AUTH, {"name": "answer"}),
+            ("post", "/jobs/{job_id}/approve", "/jobs/park-1/approve", AUTH, {"call": "park-1/0/1"}),
+            ("post", "/jobs/{job_id}/reject", "/jobs/park-1/reject", AUTH, {}),
+            ("post", "/jobs/{job_id}/cancel", "/jobs/nope/cancel", AUTH, {}),
+            ("post", "/jobs/{job_id}/cancel", "/jobs/wait-1/cancel", AUTH, {"reason": "r"}),
+            ("post", "/jobs/{job_id}/retry", "/jobs/done-1/retry", AUTH, {}),
+            ("post", "/jobs/{job_id}/retry", "/jobs/wait-1/retry", AUTH, None),
+            ("get", "/jobs/{job_id}/result", "/jobs/park-1/result?timeout=1", {}, None),
         ]
-        for method, path, headers, body in asks:
+        for method, template, path, headers, body in asks:
             answer = await s.http.request(method, PREFIX + path, headers=headers, json=body)
-            template = "/jobs/{job_id}" + path.split("?")[0].removeprefix("/jobs/").partition("/")[1:][0]
-            template += path.split("?")[0].removeprefix("/jobs/").partition("/")[2]
-            key = (method, PREFIX + ("/jobs" if path.split("?")[0] == "/jobs" else template))
-            assert answer.status_code in statuses[key], (key, answer.status_code, answer.text)
+            _check(document, method, template, answer)
+        seen = {(method, template) for method, template, *_ in asks}
+        assert seen | {("get", "/openapi.json")} == {
+            (m, p.removeprefix(PREFIX)) for p, item in document["paths"].items() for m in item
+        }
 
 
 async def test_an_unknown_path_or_method_is_a_json_error(tmp_path: Path) -> None:
@@ -292,7 +314,9 @@ async def test_ids_names_reasons_and_numbers_at_the_edges_are_refused(tmp_path: 
             _error(
                 await s.http.post(f"{PREFIX}/jobs/park-1/reject", json={"reason": reason}, headers=AUTH), 400
             )
-        _error(await s.http.post(f"{PREFIX}/jobs/park-1/approve", json={}, headers=AUTH), 400)
+        for call in (5, {"x": 1}, ["park-1/0/1"]):
+            answer = await s.http.post(f"{PREFIX}/jobs/park-1/approve", json={"call": call}, headers=AUTH)
+            _error(answer, 400)
         _error(
             await s.http.post(send, json={"name": "x", "payload": {"k": "v" * 300_000}}, headers=AUTH), 400
         )
@@ -310,40 +334,31 @@ async def test_ids_names_reasons_and_numbers_at_the_edges_are_refused(tmp_path: 
 
 async def test_start_get_list_send_approve_and_result_through_the_api(tmp_path: Path) -> None:
     async with served(tmp_path) as s:
-        first = await s.http.post(
-            f"{PREFIX}/jobs", json={"agent_id": "demo", "job_id": "n1", "payload": {"a": 1}}, headers=AUTH
-        )
-        assert first.status_code == 201 and first.json()["status"] == "PENDING"
-        again = await s.http.post(
-            f"{PREFIX}/jobs", json={"agent_id": "demo", "job_id": "n1", "payload": {"a": 1}}, headers=AUTH
-        )
-        assert again.status_code == 200 and again.json()["id"] == "n1"
-        other = await s.http.post(
-            f"{PREFIX}/jobs", json={"agent_id": "demo", "job_id": "n1", "payload": {"a": 2}}, headers=AUTH
-        )
+        start = {"agent_id": "demo", "job_id": "n1", "payload": {"a": 1}}
+        first = await s.http.post(f"{PREFIX}/jobs", json=start, headers=AUTH)
+        assert first.status_code == 200 and first.json()["status"] == "PENDING", first.text
+        assert first.json()["payload"] == {"a": 1} and first.json()["finished"] is False
+        again = await s.http.post(f"{PREFIX}/jobs", json=start, headers=AUTH)  # a retried start: one job
+        assert again.status_code == 200 and again.json()["job_id"] == "n1"
+        other = await s.http.post(f"{PREFIX}/jobs", json={**start, "payload": {"a": 2}}, headers=AUTH)
         _error(other, 409, "conflict")
         unnamed = await s.http.post(f"{PREFIX}/jobs", json={"agent_id": "demo"}, headers=AUTH)
-        assert unnamed.status_code == 201 and unnamed.json()["id"].startswith("job-")
+        assert unnamed.status_code == 200 and unnamed.json()["job_id"].startswith("job-")
 
         parked = (await s.http.get(f"{PREFIX}/jobs/park-1")).json()
-        assert parked["approval"]["invocation_id"] == "park-1/0/1"
-        wrong_call = await s.http.post(
-            f"{PREFIX}/jobs/park-1/approve", json={"call": "park-1/0/9"}, headers=AUTH
-        )
-        _error(wrong_call, 409)
-        no_call = await s.http.post(f"{PREFIX}/jobs/park-1/approve", json={"call": None}, headers=AUTH)
-        _error(no_call, 409)
-        approved = await s.http.post(
-            f"{PREFIX}/jobs/park-1/approve", json={"call": "park-1/0/1"}, headers=AUTH
-        )
+        assert parked["approval_request"]["invocation_id"] == "park-1/0/1"
+        approve = f"{PREFIX}/jobs/park-1/approve"
+        _error(await s.http.post(approve, json={"call": "park-1/0/9"}, headers=AUTH), 409)
+        approved = await s.http.post(approve, json={"call": "park-1/0/1"}, headers=AUTH)
         assert approved.status_code == 200 and approved.json()["status"] in ("RUNNING", "PENDING")
         # an operator sequence: reject after the approval is a conflict, not a "no" over a "yes"
         _error(await s.http.post(f"{PREFIX}/jobs/park-1/reject", json={}, headers=AUTH), 409)
+        _error(await s.http.post(approve, json={}, headers=AUTH), 409)  # nothing parked any more
 
-        sent = await s.http.post(
-            f"{PREFIX}/jobs/wait-1/send", json={"name": "answer", "payload": [1]}, headers=AUTH
-        )
+        send = f"{PREFIX}/jobs/wait-1/send"
+        sent = await s.http.post(send, json={"name": "answer", "payload": [1]}, headers=AUTH)
         assert sent.status_code == 200 and sent.json()["seq"] >= 1
+        assert (await s.http.get(f"{PREFIX}/jobs/wait-1")).json()["events_kept"] == {"answer": 1}
         _error(await s.http.post(f"{PREFIX}/jobs/done-1/send", json={"name": "x"}, headers=AUTH), 409)
         _error(await s.http.post(f"{PREFIX}/jobs/ghost/send", json={"name": "x"}, headers=AUTH), 404)
 
@@ -351,11 +366,12 @@ async def test_start_get_list_send_approve_and_result_through_the_api(tmp_path: 
         assert done.status_code == 200 and done.json()["result"]["answer"] == 42
         pending = await s.http.get(f"{PREFIX}/jobs/wait-1/result", params={"timeout": "0.05"})
         assert pending.status_code == 202 and pending.json()["status"] == "PENDING"
-        cancelled = await s.http.post(f"{PREFIX}/jobs/wait-1/cancel", json={"reason": "enough"}, headers=AUTH)
-        assert cancelled.status_code == 200
+        cancel = f"{PREFIX}/jobs/wait-1/cancel"
+        cancelled = await s.http.post(cancel, json={"reason": "enough"}, headers=AUTH)
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "FAILED"
         failed = await s.http.get(f"{PREFIX}/jobs/wait-1/result")
-        _error(failed, 409, "job_failed")
-        assert failed.json()["error"]["crash"] is not None
+        _error(failed, 409, "job_cancelled")
+        assert failed.json()["error"]["last_error"]["message"] == "enough"
         retried = await s.http.post(f"{PREFIX}/jobs/wait-1/retry", headers=AUTH)
         assert retried.status_code == 200 and retried.json()["status"] == "PENDING"
 
@@ -366,10 +382,10 @@ async def test_start_get_list_send_approve_and_result_through_the_api(tmp_path: 
         page3 = (
             await s.http.get(f"{PREFIX}/jobs", params={"limit": "2", "after": page2["next_cursor"]})
         ).json()
-        ids = [j["id"] for page in (page1, page2, page3) for j in page["jobs"]]
+        ids = [j["job_id"] for page in (page1, page2, page3) for j in page["jobs"]]
         assert len(ids) == len(set(ids)) == 5 and page3["next_cursor"] is None
         only = (await s.http.get(f"{PREFIX}/jobs", params={"agent": "deployer"})).json()
-        assert [j["id"] for j in only["jobs"]] == ["park-1"]
+        assert [j["job_id"] for j in only["jobs"]] == ["park-1"]
 
 
 async def test_secrets_in_payloads_results_and_errors_are_masked(tmp_path: Path) -> None:

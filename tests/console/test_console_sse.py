@@ -21,10 +21,8 @@ import pytest
 from aiohttp import web
 
 from agentlife._console._api import Api
-from agentlife._console._ops import Detail
 from agentlife._console._sse import Fanout, FellBehind, Frame, SseLimits, StreamLimit, frame
 from agentlife._jobs._mask import masker_for
-from agentlife.stores import JobRecord
 
 pytestmark = pytest.mark.anyio
 
@@ -156,14 +154,18 @@ async def test_the_stream_bound_and_the_follower_ends_after_its_last_stream() ->
         tasks.cancel_scope.cancel()
 
 
-class _Ops:
-    """Operations for the stream only: every job exists, every cursor is accepted."""
+class _Clients:
+    """The client the stream asks whether the job exists: every job does."""
+
+    async def get(self, job_id: str | None = None) -> _Clients:
+        return self
+
+
+class _Follower:
+    """Every cursor is accepted."""
 
     def __init__(self, follow: Follower) -> None:
         self.follow = follow
-
-    async def get(self, job_id: str) -> Detail:
-        return Detail(JobRecord(job_id, "a", "RUNNING", {}, 1))
 
     def check_cursor(self, job_id: str, cursor: str) -> None:
         return None
@@ -173,8 +175,8 @@ class _Ops:
 async def _server(follow: Follower, limits: SseLimits) -> AsyncIterator[tuple[str, Fanout]]:
     async with anyio.create_task_group() as tasks:
         fanout = Fanout(follow, limits, tasks)
-        ops: Any = _Ops(follow)
-        api = Api(ops, masker_for({}, "sqlite:///x"), None, lambda: fanout, limits)
+        clients: Any = _Clients()
+        api = Api(clients, _Follower(follow), masker_for({}, "sqlite:///x"), None, lambda: fanout, limits)
         app = web.Application()
         app.router.add_get("/events/{job_id}", api.events)
         runner = web.AppRunner(app, access_log=None)

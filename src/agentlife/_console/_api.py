@@ -12,33 +12,44 @@ with the job's status, 413, 415, 503 the store. Everything a response holds from
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hmac
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 import anyio
 import orjson
 from aiohttp import web
 
-from agentlife._console._data import MAX_ID, BadRequest, Cursors
+from agentlife._client._client import Client
+from agentlife._client._views import JobSnapshot, JobSummary
+from agentlife._console._data import BadRequest
 from agentlife._console._openapi import (
     DEFAULT_WAIT,
     MAX_LIMIT,
-    MAX_REASON,
     MAX_WAIT,
     PREFIX,
     ROUTES,
-    STATUSES,
     openapi,
 )
-from agentlife._console._ops import Detail, Operations, Started
+from agentlife._console._ops import ConsoleClients
 from agentlife._console._sse import Fanout, FellBehind, Frame, SseLimits, StreamLimit, comment, retry
 from agentlife._console._store import NotRecorded
-from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError, describe_error
+from agentlife._exceptions import (
+    ConfigError,
+    JobCancelled,
+    JobDeadLettered,
+    JobFailed,
+    JobNotFound,
+    JobStateConflict,
+    ResultTimeout,
+    StoreError,
+    describe_error,
+)
 from agentlife._jobs._mask import Masker
-from agentlife.stores import JobRecord, JobStatus
+from agentlife.stores import JobStatus
 
 __all__ = ["MAX_BODY", "Api", "ApiError", "add_routes", "same_origin"]
 
@@ -46,7 +57,19 @@ log = logging.getLogger("agentlife.console")
 
 #: The largest request body accepted (a job's payload, an event's).
 MAX_BODY = 1024 * 1024
-_ENDED = {"FAILED": "job_failed", "DEAD_LETTER": "job_dead_letter"}
+_ENDED: dict[type[JobFailed], str] = {JobCancelled: "job_cancelled", JobDeadLettered: "job_dead_letter"}
+#: The newest crash records a job's answer holds.
+MAX_ERRORS = 20
+
+
+class Follower(Protocol):
+    """What a job's event stream reads: the job's events after a cursor, and the check of a cursor."""
+
+    def check_cursor(self, job_id: str, cursor: str) -> None:
+        """`BadRequest` (or `ConfigError`) unless ``cursor`` is a cursor of ``job_id``'s events."""
+
+    def follow(self, job_id: str, after: str | None) -> AsyncIterator[Frame]:
+        """The job's events after ``after`` (None: from its first), ending after its end."""
 
 
 class ApiError(Exception):
@@ -61,19 +84,19 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Api:
-    """The routes' handlers over the `Operations` they call; one per console."""
+    """The routes' handlers: each calls one operation of `agentlife.Client`; one per console."""
 
     def __init__(
         self,
-        ops: Operations,
+        clients: ConsoleClients,
+        follower: Follower,
         masker: Masker,
         token: str | None,
         fanout: Callable[[], Fanout],
         limits: SseLimits,
     ) -> None:
-        self.ops, self.masker, self.token = ops, masker, token
+        self.clients, self.follower, self.masker, self.token = clients, follower, masker, token
         self.fanout, self.limits = fanout, limits
-        self.cursors = Cursors()
 
     # -- reads --------------------------------------------------------------------------------------------
 
@@ -82,77 +105,87 @@ class Api:
 
     async def list_jobs(self, request: web.Request) -> web.StreamResponse:
         query = request.query
-        status = query.get("status") or None
-        if status is not None and status not in STATUSES:
-            raise BadRequest("status must be one of " + ", ".join(sorted(STATUSES)))
-        agent = _id(query.get("agent"), "agent") if query.get("agent") else None
         limit = _integer(query.get("limit"), "limit", 1, MAX_LIMIT, 50)
-        after = self.cursors.decode(query["after"]) if query.get("after") else None
-        rows = await self.ops.list(status, agent, limit + 1, after)
-        page = rows[:limit]
-        cursor = self.cursors.encode(page[-1]) if len(rows) > limit and page else None
-        return _json({"jobs": [self._job(row) for row in page], "next_cursor": cursor})
+        client = await self.clients.get()
+        page = await client.list(
+            status=query.get("status") or None,
+            agent_id=query.get("agent") or None,
+            limit=limit,
+            after=query.get("after") or None,
+        )
+        jobs = [self._shown(job) for job in page.jobs]
+        return _json({"jobs": jobs, "next_cursor": page.next_cursor})
 
     async def get(self, request: web.Request) -> web.StreamResponse:
         job_id = _path_id(request)
-        detail = await self.ops.get(job_id)
-        if detail is None:
-            raise JobNotFound(f"there is no job {job_id!r}")
-        return _json(self._job(detail.row, detail))
+        client = await self.clients.get()
+        return _json(self._shown(await client.get(job_id)))
 
     async def result(self, request: web.Request) -> web.StreamResponse:
         job_id = _path_id(request)
         timeout = _seconds(request.query.get("timeout"), "timeout", MAX_WAIT, DEFAULT_WAIT)
-        row = await self.ops.result(job_id, timeout)
-        if row is None:
-            now = await self.ops.get(job_id)
-            shown = self._job(now.row) if now is not None else None
-            return _json(shown, status=202)
-        if row.status != JobStatus.COMPLETED:
-            crash = self.masker.value(row.error[-1]) if row.error else None
-            code = _ENDED.get(row.status, "job_failed")
-            raise ApiError(409, code, f"job {job_id} ended {row.status}", job=self._job(row), crash=crash)
-        return _json(self._job(row))
+        client = await self.clients.get()
+        try:
+            result = await client.result(job_id, timeout)
+        except ResultTimeout as exc:
+            return _json({"job_id": job_id, "status": self.masker.text(exc.status, 100)}, status=202)
+        except JobFailed as exc:
+            code = _ENDED.get(type(exc), "job_failed")
+            last = self.masker.value(exc.last_error) if exc.last_error is not None else None
+            raise ApiError(
+                409, code, str(exc), job_id=job_id, job_status=exc.status, last_error=last
+            ) from None
+        shown = {"job_id": job_id, "status": str(JobStatus.COMPLETED), "result": self.masker.value(result)}
+        return _json(shown)
 
     # -- writes -------------------------------------------------------------------------------------------
 
     async def start(self, request: web.Request) -> web.StreamResponse:
         body = await _body(request, {"agent_id", "payload", "job_id"})
-        agent_id = _field(body, "agent_id", required=True)
-        job_id = _field(body, "job_id")
-        started: Started = await self.ops.start(agent_id, body.get("payload"), job_id)
-        return _json(self._job(started.row), status=201 if started.created else 200)
+        client = await self.clients.get()
+        agent_id: Any = body.get("agent_id")  # the client checks each: a wrong type is its ConfigError
+        handle = await client.start(agent_id, body.get("payload"), job_id=body.get("job_id"))
+        await self.clients.confirm(client)
+        return _json(self._shown(await client.get(handle.job_id)))
 
     async def send(self, request: web.Request) -> web.StreamResponse:
         job_id = _path_id(request)
         body = await _body(request, {"name", "payload"})
-        name = _field(body, "name", required=True)
-        if not name.isprintable():
-            raise BadRequest("an event name is printable text on one line")
-        seq = await self.ops.send(job_id, name, body.get("payload"))
-        return _json({"job_id": self.masker.text(job_id, MAX_ID), "name": self.masker.text(name), "seq": seq})
+        client = await self.clients.get()
+        name: Any = body.get("name")
+        seq = await client.send(job_id, name, body.get("payload"))
+        await self.clients.confirm(client)
+        return _json({"job_id": job_id, "name": self.masker.text(name, 200), "seq": seq})
 
     async def approve(self, request: web.Request) -> web.StreamResponse:
         job_id = _path_id(request)
         body = await _body(request, {"call"})
-        if "call" not in body:
-            raise BadRequest("an approval names the call it approves: call (null when the job names none)")
-        return _json(self._job(await self.ops.approve(job_id, _field(body, "call"))))
+        client = await self.clients.get()
+        return await self._acted(client, await client.approve(job_id, call=body.get("call")))
 
     async def reject(self, request: web.Request) -> web.StreamResponse:
         job_id = _path_id(request)
-        reason = _reason(await _body(request, {"reason"})) or "approval rejected"
-        return _json(self._job(await self.ops.reject(job_id, reason)))
+        client = await self.clients.get()
+        return await self._acted(
+            client, await client.reject(job_id, *_reason(await _body(request, {"reason"})))
+        )
 
     async def cancel(self, request: web.Request) -> web.StreamResponse:
         job_id = _path_id(request)
-        reason = _reason(await _body(request, {"reason"})) or "cancelled by an operator"
-        return _json(self._job(await self.ops.cancel(job_id, reason)))
+        client = await self.clients.get()
+        return await self._acted(
+            client, await client.cancel(job_id, *_reason(await _body(request, {"reason"})))
+        )
 
     async def retry(self, request: web.Request) -> web.StreamResponse:
         job_id = _path_id(request)
         await _body(request, set())
-        return _json(self._job(await self.ops.retry(job_id)))
+        client = await self.clients.get()
+        return await self._acted(client, await client.retry(job_id))
+
+    async def _acted(self, client: Client, job: JobSummary) -> web.StreamResponse:
+        await self.clients.confirm(client)
+        return _json(self._shown(job))
 
     def authorize(self, request: web.Request) -> None:
         """`ApiError` unless a write is allowed: writes on, the right token, the console's own origin."""
@@ -177,9 +210,8 @@ class Api:
         if after is not None:
             if len(after) > 1024 or not after.isprintable():
                 raise BadRequest("the cursor is not one of this job's events (Last-Event-ID or ?after=)")
-            self.ops.check_cursor(job_id, after)
-        if await self.ops.get(job_id) is None:
-            raise JobNotFound(f"there is no job {job_id!r}")
+            self.follower.check_cursor(job_id, after)
+        await (await self.clients.get()).get(job_id)  # 404 for a job that does not exist
         try:
             async with self.fanout().stream(job_id, after) as frames:
                 response = web.StreamResponse(headers=_SSE_HEADERS)
@@ -251,25 +283,14 @@ class Api:
 
     # -- answers ------------------------------------------------------------------------------------------
 
-    def _job(self, row: JobRecord, detail: Detail | None = None) -> dict[str, Any]:
-        shown = self.masker.row(row)
-        job: dict[str, Any] = {
-            "id": shown.id,
-            "agent_id": shown.agent_id,
-            "status": shown.status,
-            "attempt": _number(row.attempt),
-            "payload": shown.payload,
-            "result": shown.result,
-            "budget": shown.token_budget,
-            "used": shown.tokens_consumed,
-            "errors": shown.error[-20:],
-            "updated_at": _number(row.updated_at),
-            "unreadable": shown.unreadable,
-        }
-        if detail is not None:
-            job["approval"] = self.masker.value(dict(detail.approval)) if detail.approval else None
-            job["waiting_for"] = self.masker.value(dict(detail.waiting_for)) if detail.waiting_for else None
-        return job
+    def _shown(self, job: JobSnapshot | JobSummary) -> dict[str, Any]:
+        """A job's record as JSON, every value masked (its fields keep the client's names)."""
+        fields = {f.name: _plain(getattr(job, f.name)) for f in dataclasses.fields(job)}
+        fields["finished"] = job.finished
+        if "errors" in fields:
+            fields["errors"] = fields["errors"][-MAX_ERRORS:]
+        # Each value on its own: one large payload must not use up the bound of the others.
+        return {name: self.masker.value(value) for name, value in fields.items()}
 
     async def answer(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
         """The handler's response, or the JSON error that says why there is none."""
@@ -367,34 +388,22 @@ async def _body(request: web.Request, allowed: set[str]) -> dict[str, Any]:
     return body
 
 
-def _field(body: dict[str, Any], name: str, *, required: bool = False) -> Any:
-    """The string ``name`` of a body (None when absent or null); `BadRequest` for any other value."""
-    value = body.get(name)
-    if value is None:
-        if required:
-            raise BadRequest(f"{name} is required")
-        return None
-    if not isinstance(value, str) or not value:
-        raise BadRequest(f"{name} must be a non-empty string")
-    if len(value) > MAX_ID or "\x00" in value:
-        raise BadRequest(f"{name} is at most {MAX_ID} characters, without NUL")
-    return value
-
-
-def _reason(body: dict[str, Any]) -> str:
-    value = (_field(body, "reason") or "").strip()
-    if len(value) > MAX_REASON or not value.isprintable():
-        raise BadRequest(f"the reason is printable text on one line of at most {MAX_REASON} characters")
-    return value
+def _reason(body: dict[str, Any]) -> tuple[Any, ...]:
+    """The reason a body gives, as the client's argument (none given: the client's default)."""
+    return () if body.get("reason") in (None, "") else (body["reason"],)
 
 
 def _path_id(request: web.Request) -> str:
-    return _id(request.match_info["job_id"], "job id")
+    """The job id of the path (the client checks it: a malformed one is a 400)."""
+    return request.match_info["job_id"]
 
 
-def _id(value: str | None, what: str) -> str:
-    if not value or len(value) > MAX_ID or "\x00" in value:
-        raise BadRequest(f"a {what} is 1 to {MAX_ID} characters, without NUL")
+def _plain(value: Any) -> Any:
+    """A record's value as JSON holds it: mappings as objects, tuples as arrays."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
     return value
 
 

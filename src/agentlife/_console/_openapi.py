@@ -59,7 +59,7 @@ class Route:
     responses: tuple[int, ...]
     write: bool = False
     body: str | None = None  # the component schema of the request body
-    answer: str | None = None  # the component schema of the 200/201 body
+    answer: str | None = None  # the component schema of the 200 body
     params: tuple[Param, ...] = ()
     stream: bool = False
 
@@ -87,8 +87,8 @@ ROUTES: tuple[Route, ...] = (
         "POST",
         "/jobs",
         "start",
-        "Start a job (again with the same id and input: the same job, 200)",
-        (200, 201, 400, 401, 403, 409, 413, 415, 503),
+        "Start a job; again with the same id, agent and payload: the same job",
+        (200, 400, 401, 403, 409, 413, 415, 503),
         write=True,
         body="StartRequest",
         answer="Job",
@@ -100,7 +100,7 @@ ROUTES: tuple[Route, ...] = (
         "result",
         "Wait for the job's end: 200 COMPLETED, 409 FAILED or DEAD_LETTER, 202 not yet",
         (200, 202, 400, 404, 409, 503),
-        answer="Job",
+        answer="Result",
         params=(
             _ID,
             Param(
@@ -133,7 +133,7 @@ ROUTES: tuple[Route, ...] = (
             (200, 400, 401, 403, 404, 409, 413, 415, 503),
             write=True,
             body=body,
-            answer="Job" if op != "send" else "Sent",
+            answer="JobSummary" if op != "send" else "Sent",
             params=(_ID,),
         )
         for op, summary, body in (
@@ -187,8 +187,10 @@ def _operation(route: Route) -> dict[str, Any]:
 
 
 def _response(route: Route, status: int) -> dict[str, Any]:
-    if status >= 400 or (status == 409 and route.op == "result"):
+    if status >= 400:
         return {"description": _REASONS[status], "content": _content("Error")}
+    if status == 202:
+        return {"description": _REASONS[status], "content": _content("Pending")}
     if route.stream:
         return {
             "description": "the event stream",
@@ -221,66 +223,77 @@ _REASONS = {
 }
 _ANY: dict[str, Any] = {}
 _OBJECT = {"type": ["object", "null"]}
-_SCHEMAS: dict[str, Any] = {
-    "Job": {
+_TIME = {"type": ["number", "null"]}
+_TEXT = {"type": "string"}
+_SUMMARY = {
+    "job_id": _TEXT,
+    "agent_id": _TEXT,
+    "status": _TEXT,
+    "attempt": {"type": "integer"},
+    "updated_at": _TIME,
+    "crashes": {"type": "integer"},
+    "finished": {"type": "boolean"},
+}
+
+
+def _record(properties: dict[str, Any], required: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """An object of exactly ``properties``, all of them required unless ``required`` names which."""
+    return {
         "type": "object",
-        "required": ["id", "agent_id", "status", "attempt"],
-        "properties": {
-            "id": {"type": "string"},
-            "agent_id": {"type": "string"},
-            "status": {"type": "string"},
-            "attempt": {"type": ["integer", "null"]},
+        "required": list(properties if required is None else required),
+        "additionalProperties": False,
+        "properties": properties,
+    }
+
+
+_SCHEMAS: dict[str, Any] = {
+    "JobSummary": _record(_SUMMARY),
+    "Job": _record(
+        {
+            **_SUMMARY,
             "payload": _ANY,
             "result": _ANY,
+            "tokens_used": {"type": "object"},
             "budget": _OBJECT,
-            "used": {"type": "object"},
-            "errors": {"type": "array"},
-            "updated_at": {"type": ["number", "null"]},
-            "unreadable": {"type": "object"},
-            "approval": _OBJECT,
-            "waiting_for": _OBJECT,
-        },
-    },
-    "JobPage": {
-        "type": "object",
-        "properties": {
-            "jobs": {"type": "array", "items": {"$ref": "#/components/schemas/Job"}},
+            "errors": {"type": "array", "maxItems": 20, "description": "the newest crash records"},
+            "waits_for": {"type": "array", "items": _TEXT},
+            "approval_request": _OBJECT,
+            "waiting": _OBJECT,
+            "events_kept": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "heartbeat_at": _TIME,
+            "not_before": _TIME,
+            "unreadable": {"type": "object", "additionalProperties": _TEXT},
+        }
+    ),
+    "JobPage": _record(
+        {
+            "jobs": {"type": "array", "items": {"$ref": "#/components/schemas/JobSummary"}},
             "next_cursor": {"type": ["string", "null"]},
-        },
-    },
-    "Sent": {"type": "object", "properties": {"job_id": {}, "name": {}, "seq": {"type": "integer"}}},
-    "Error": {
-        "type": "object",
-        "properties": {
+        }
+    ),
+    "Result": _record({"job_id": _TEXT, "status": {"const": "COMPLETED"}, "result": _ANY}),
+    "Pending": _record({"job_id": _TEXT, "status": _TEXT}),
+    "Sent": _record({"job_id": _TEXT, "name": _TEXT, "seq": {"type": "integer"}}),
+    "Error": _record(
+        {
             "error": {
                 "type": "object",
                 "required": ["status", "code", "message"],
                 "properties": {
                     "status": {"type": "integer"},
-                    "code": {"type": "string"},
-                    "message": {"type": "string"},
+                    "code": _TEXT,
+                    "message": _TEXT,
+                    "job_status": _TEXT,
+                    "last_error": _OBJECT,
                 },
             }
-        },
-    },
-    "StartRequest": {
-        "type": "object",
-        "required": ["agent_id"],
-        "additionalProperties": False,
-        "properties": {"agent_id": {"type": "string"}, "payload": _ANY, "job_id": {"type": "string"}},
-    },
-    "SendRequest": {
-        "type": "object",
-        "required": ["name"],
-        "additionalProperties": False,
-        "properties": {"name": {"type": "string", "maxLength": 200}, "payload": _ANY},
-    },
-    "ApproveRequest": {
-        "type": "object",
-        "required": ["call"],
-        "additionalProperties": False,
-        "properties": {"call": {"type": ["string", "null"]}},
-    },
-    "ReasonRequest": {"type": "object", "additionalProperties": False, "properties": {"reason": _REASON}},
+        }
+    ),
+    "StartRequest": _record(
+        {"agent_id": _TEXT, "payload": _ANY, "job_id": {"type": "string", "maxLength": 128}}, ("agent_id",)
+    ),
+    "SendRequest": _record({"name": {"type": "string", "maxLength": 200}, "payload": _ANY}, ("name",)),
+    "ApproveRequest": _record({"call": {"type": ["string", "null"]}}, ()),
+    "ReasonRequest": _record({"reason": _REASON}, ()),
     "EmptyRequest": {"type": "object", "additionalProperties": False},
 }

@@ -44,7 +44,7 @@ from agentlife._console._data import (
     row_version,
 )
 from agentlife._console._openapi import PREFIX
-from agentlife._console._ops import Operations, StoreOperations
+from agentlife._console._ops import ConsoleClients, StatusFollower
 from agentlife._console._render import FLASHES, error_page, job_page, list_page
 from agentlife._console._sse import Fanout, SseLimits
 from agentlife._console._store import ConsoleStore, NotRecorded
@@ -269,9 +269,10 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def create_app(config: ConsoleConfig) -> web.Application:
     """The console as an aiohttp application (the store opens on the first request)."""
     console = _Console(config)
-    ops: Operations = StoreOperations(console.store, console.masker)
+    clients = ConsoleClients(console.store, console.masker)
+    follower = StatusFollower(console.store, console.masker)
     fanouts: list[Fanout] = []
-    api = Api(ops, console.masker, config.token, lambda: fanouts[0], config.events)
+    api = Api(clients, follower, console.masker, config.token, lambda: fanouts[0], config.events)
 
     @web.middleware
     async def guard(request: web.Request, handler: _Handler) -> web.StreamResponse:
@@ -294,12 +295,13 @@ def create_app(config: ConsoleConfig) -> web.Application:
     async def followers(app: web.Application) -> AsyncIterator[None]:
         # The event streams' followers run here, and end with the application.
         async with anyio.create_task_group() as tasks:
-            fanouts.append(Fanout(ops.follow, config.events, tasks))
+            fanouts.append(Fanout(follower.follow, config.events, tasks))
             app[FANOUT] = fanouts[0]
             yield
             tasks.cancel_scope.cancel()
 
     async def close(_: web.Application) -> None:
+        await clients.close()
         await console.store.drop()
 
     app.cleanup_ctx.append(followers)
