@@ -56,6 +56,7 @@ from agentlife.stores._steprecords import StepRecord
 if TYPE_CHECKING:
     from agentlife._journal._recovery import ReplayMap
     from agentlife._llm._protocol import LLMReply
+    from agentlife._output._deltas import DeltaBuffer
 
 __all__ = ["JobHost", "StepRunner"]
 
@@ -121,6 +122,8 @@ class StepRunner:
         self._uncounted: dict[int, StepUsage] = {}
         #: The journal the steps write, which also keeps what a resumed step replays in the store.
         self.records = self.step_journal()
+        #: Where a streaming reply's text goes on to the job's followers (set once the job is claimed).
+        self.deltas: DeltaBuffer | None = None
         host.drain.add_listener(self._on_drain)
 
     def step_journal(self, stored: Sequence[StepRecord] = (), resume_step: int = 0) -> StepJournal:
@@ -191,6 +194,7 @@ class StepRunner:
             budget,
             llm,
             self._rng,
+            deltas=self.deltas,
         )
         ctx = StepContext(
             step=step,

@@ -38,6 +38,7 @@ from agentlife._logging import log_fields
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
 from agentlife._retry import RetryEvent, classify, retry_call
 from agentlife._step._childjobs import ChildJobCalls
+from agentlife._step._publish import OutputCalls, tap_deltas
 from agentlife._step._stepllm import StepLLM
 from agentlife._step._streaming import emit_reply, is_streaming_adapter, retry_event
 from agentlife._step._toolcalls import Registry, run_tool_calls, tool_registry
@@ -48,6 +49,7 @@ from agentlife._tools import NOT_DONE, ToolSpec, loaded_mcp, tool
 if TYPE_CHECKING:
     from agentlife._journal._steprecords import StepJournal
     from agentlife._memory import MemoryRecord
+    from agentlife._output._deltas import DeltaBuffer
     from agentlife._step._approvals import Approvals
     from agentlife._step._host import StepHost
 
@@ -76,9 +78,11 @@ class CallEnv:
     llm_client: LLMClient
     rng: random.Random
     step_started: float = field(default_factory=anyio.current_time)
+    #: Where a streaming reply's text goes on to the job's followers (None: nowhere).
+    deltas: DeltaBuffer | None = None
 
 
-class StepContext(ChildJobCalls):
+class StepContext(ChildJobCalls, OutputCalls):
     """What a step sees: its number, the saved state, the job, memories and guarded calls.
 
     Attributes:
@@ -357,6 +361,11 @@ class StepContext(ChildJobCalls):
         env.journal.append("LLM_STARTED", step=self.step, call=call, model=model, digest=digest)
         streams = on_event is not None and is_streaming_adapter(env.llm_client)
         events = {"on_event": on_event} if streams else {}
+        deltas = env.deltas if is_streaming_adapter(env.llm_client) else None
+        if deltas is not None:  # the job's followers see the text as it streams
+            events = {
+                "on_event": tap_deltas(deltas, self._invocation_id(call), on_event if streams else None)
+            }
         on_retry = self._on_retry("llm", model, call)
 
         def attempt() -> Awaitable[LLMReply]:  # the adapter's coroutine itself: no frame between per chunk
@@ -366,6 +375,8 @@ class StepContext(ChildJobCalls):
 
         def retried(event: RetryEvent) -> None:
             on_retry(event)
+            if deltas is not None:
+                deltas.restart(self._invocation_id(call))
             if on_event is not None:
                 on_event(retry_event(event))
 

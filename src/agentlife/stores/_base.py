@@ -85,6 +85,10 @@ class TableNames:
     """The events sent to jobs (``job send``), kept until a ``ctx.wait_for_event`` takes them."""
     step_record: str = "step_record"
     """The journal events a resumed step replays (write-ahead starts, results, waits), on any pod."""
+    output: str = "job_output"
+    """A running job's output: its published events and status changes, in one order per job."""
+    output_delta: str = "job_output_delta"
+    """SQLite only: the recent batches of a streaming job's model text, overwritten in place."""
 
     def __post_init__(self) -> None:
         names = (
@@ -94,6 +98,8 @@ class TableNames:
             self.conversation,
             self.event,
             self.step_record,
+            self.output,
+            self.output_delta,
         )
         for name in names:
             # Names are interpolated into SQL, so only plain (optionally schema-qualified) identifiers pass.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentlife.stores._base import TableNames
 from agentlife.stores._dialect import RUNNABLE_SQL, TERMINAL_SQL
+from agentlife.stores._output_sql import pg_output_schema
 from agentlife.stores._pg_statements import NOTIFY_PAYLOAD_LIMIT, end_channel_prefix, notify_call
 
 __all__ = ["pg_schema"]
@@ -14,7 +15,15 @@ def pg_schema(t: TableNames) -> tuple[str, ...]:
     schemas = sorted(
         {
             name.split(".")[0]
-            for name in (t.job, t.checkpoint_history, t.delivery, t.conversation, t.event, t.step_record)
+            for name in (
+                t.job,
+                t.checkpoint_history,
+                t.delivery,
+                t.conversation,
+                t.event,
+                t.step_record,
+                t.output,
+            )
             if "." in name
         }
     )
@@ -66,6 +75,7 @@ def pg_schema(t: TableNames) -> tuple[str, ...]:
         *_child_schema(t),
         *_step_record_schema(t),
         *_end_schema(t),
+        *pg_output_schema(t),
     )
 
 

@@ -27,6 +27,7 @@ from agentlife.stores._dialect import (
     Statements,
     shared_statements,
 )
+from agentlife.stores._output_sql import pg_output_statements
 from agentlife.stores._rows import JSON_COLUMNS, SET_ASIDE_STATUS, job_record
 
 __all__ = [
@@ -239,7 +240,8 @@ def pg_statements(t: TableNames, *, owner: bool = True) -> Statements:
     built = {name: sql(statement) for name, statement in text.items()}
     page = functools.partial(_page, t)
     checkpoint = functools.cache(functools.partial(_checkpoint, t, d.fence))
-    return Statements(**shared_statements(t, d), **built, page=page, checkpoint=checkpoint)
+    output = pg_output_statements(t, d.fence)
+    return Statements(**shared_statements(t, d), **built, **output, page=page, checkpoint=checkpoint)
 
 
 #: When a parked wait ends: now for one woken while the job parked (time 0, as a timestamp), else its end.

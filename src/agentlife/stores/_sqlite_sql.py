@@ -31,6 +31,7 @@ from agentlife.stores._dialect import (
     Statements,
     shared_statements,
 )
+from agentlife.stores._output_sql import sqlite_output_statements
 from agentlife.stores._rows import JSON_COLUMNS, SET_ASIDE_STATUS, job_record
 
 __all__ = ["SQLITE", "sqlite_job", "sqlite_statements"]
@@ -303,7 +304,8 @@ def sqlite_statements(t: TableNames) -> Statements:
     }
     page = functools.partial(_page, t)
     checkpoint = functools.cache(functools.partial(_checkpoint, t))
-    return Statements(**shared_statements(t, SQLITE), **own, page=page, checkpoint=checkpoint)
+    output = sqlite_output_statements(t, SQLITE.fence)
+    return Statements(**shared_statements(t, SQLITE), **own, **output, page=page, checkpoint=checkpoint)
 
 
 def _insert_records(t: TableNames) -> Many:
