@@ -433,40 +433,67 @@ async def _frames(response: httpx.Response, count: int) -> list[dict[str, str]]:
     return frames
 
 
+async def _publish(db: Path, job_id: str, name: str, value: bytes) -> None:
+    """A published event of ``job_id`` (claimed by attempt 1), as the job's step writes it."""
+    store = store_from_url(f"sqlite:///{db}")
+    await store.open()
+    try:
+        await store.publish_output(job_id, 1, f"{job_id}/0/{name}", name, value)
+    finally:
+        await store.close()
+
+
 async def test_the_stream_is_framed_resumes_from_last_event_id_and_refuses_foreign_cursors(
     tmp_path: Path,
 ) -> None:
     async with served(tmp_path) as s:
+        await _publish(s.db, "park-1", "progress", b'{"step": 1, "password": "%s"}' % SECRET.encode())
         events = f"{PREFIX}/jobs/park-1/events"
         async with s.http.stream("GET", events) as response:
             assert response.status_code == 200
             assert response.headers["content-type"].startswith("text/event-stream")
             assert response.headers["cache-control"] == "no-store"
-            first = await _frames(response, 3)
+            first = await _frames(response, 5)
         assert first[0] == {"retry": "500"}
-        status = first[1]
-        assert (
-            status["event"] == "status"
-            and json.loads(status["data"])["value"]["status"] == "WAITING_FOR_APPROVAL"
-        )
-        assert json.loads(status["data"])["cursor"] == status["id"]
-        assert "_comments" in first[2]  # a heartbeat while nothing happens
-        cursor = status["id"]
+        kinds = [(f.get("event"), json.loads(f["data"])["name"]) for f in first[1:4]]
+        assert kinds == [("status", "RUNNING"), ("status", "WAITING_FOR_APPROVAL"), ("published", "progress")]
+        assert "_comments" in first[4]  # a heartbeat while nothing happens
+        published = json.loads(first[3]["data"])
+        assert published["cursor"] == first[3]["id"] and published["value"]["step"] == 1
+        assert SECRET not in first[3]["data"]  # masked
+        parked = first[2]["id"]
 
         await s.http.post(f"{PREFIX}/jobs/park-1/reject", json={"reason": "no"}, headers=AUTH)
-        async with s.http.stream("GET", events, headers={"Last-Event-ID": cursor}) as response:
-            resumed = await _frames(response, 10)
-        kinds = [f.get("event") for f in resumed[1:]]
-        assert kinds == ["status", "end"], resumed  # the rejection and the end, not the parked status again
-        assert json.loads(resumed[1]["data"])["value"]["status"] == "FAILED"
+        async with s.http.stream("GET", events, headers={"Last-Event-ID": parked}) as response:
+            resumed = await _frames(response, 10)  # the stream ends after the job's end
+        assert [(f.get("event"), json.loads(f["data"])["name"]) for f in resumed[1:]] == [
+            ("published", "progress"),
+            ("end", "FAILED"),
+        ]
+        # Last-Event-ID wins over ?after= (an EventSource reconnects to its first URL with the header)
+        end = resumed[-1]["id"]
+        async with s.http.stream(
+            "GET", events, params={"after": parked}, headers={"Last-Event-ID": end}
+        ) as r:
+            assert [f.get("event") for f in await _frames(r, 10)] == [None]  # the retry line, then the end
 
-        other = await s.http.get(f"{PREFIX}/jobs/done-1/events", headers={"Last-Event-ID": cursor})
-        _error(other, 400)  # a cursor of another job
-        forged = cursor.rpartition(".")[0] + ".AAAAAAAAAAAAAAAA"
-        _error(await s.http.get(events, headers={"Last-Event-ID": forged}), 400)
-        _error(await s.http.get(events, params={"after": "x\x01y"}), 400)
-        _error(await s.http.get(events, params={"after": "c" * 2000}), 400)
+        for bad in (
+            first[1]["id"].partition(".")[0] + ".0000000000000000",  # forged tag
+            "999.0000000000000000",
+            "c" * 2000,
+            "-1.abc",
+        ):
+            _error(await s.http.get(events, headers={"Last-Event-ID": bad}), 400)
+        # a control character in a header is refused by the HTTP parser; in the query, by the API
+        _error(await s.http.get(events, params={"after": "1.x\x01y"}), 400)
+        _error(
+            await s.http.get(f"{PREFIX}/jobs/done-1/events", params={"after": parked}), 400
+        )  # another job's
+        from agentlife._output._events import cursor_for
+
+        _error(await s.http.get(events, params={"after": cursor_for("park-1", 10_000)}), 400)  # past its end
         _error(await s.http.get(f"{PREFIX}/jobs/ghost/events"), 404)
+        _error(await s.http.get(f"{PREFIX}/jobs/a%00b/events"), 400)
 
 
 async def test_many_streams_of_one_job_share_one_follower_and_a_deaf_client_costs_them_nothing(

@@ -63,10 +63,10 @@ MAX_ERRORS = 20
 
 
 class Follower(Protocol):
-    """What a job's event stream reads: the job's events after a cursor, and the check of a cursor."""
+    """What a job's event stream reads: the job's events after a cursor, and the check of both."""
 
-    def check_cursor(self, job_id: str, cursor: str) -> None:
-        """`BadRequest` (or `ConfigError`) unless ``cursor`` is a cursor of ``job_id``'s events."""
+    async def check(self, job_id: str, after: str | None) -> int | None:
+        """The order of ``after`` (`ConfigError` for a bad one, `JobNotFound` for no such job)."""
 
     def follow(self, job_id: str, after: str | None) -> AsyncIterator[Frame]:
         """The job's events after ``after`` (None: from its first), ending after its end."""
@@ -207,23 +207,27 @@ class Api:
     async def events(self, request: web.Request) -> web.StreamResponse:
         job_id = _path_id(request)
         after = request.headers.get("Last-Event-ID") or request.query.get("after") or None
-        if after is not None:
-            if len(after) > 1024 or not after.isprintable():
-                raise BadRequest("the cursor is not one of this job's events (Last-Event-ID or ?after=)")
-            self.follower.check_cursor(job_id, after)
-        await (await self.clients.get()).get(job_id)  # 404 for a job that does not exist
+        if after is not None and (len(after) > 1024 or not after.isprintable()):
+            raise BadRequest("the cursor is not one of this job's events (Last-Event-ID or ?after=)")
+        seq = await self.follower.check(job_id, after)
         try:
-            async with self.fanout().stream(job_id, after) as frames:
+            async with self.fanout().stream(job_id, after, seq) as frames:
                 response = web.StreamResponse(headers=_SSE_HEADERS)
                 await response.prepare(request)
                 await self._send(response, retry(self.limits.retry_ms))
-                await self._pump(response, frames)
+                read = await self._pump(response, frames)
+                if not read and request.transport is not None:
+                    # A client that does not read would hold the handler in the response's last write
+                    # for ever: the connection is dropped instead.
+                    request.transport.abort()
                 return response
         except StreamLimit as exc:
             raise ApiError(503, "too_many_streams", str(exc)) from None
 
-    async def _pump(self, response: web.StreamResponse, frames: AsyncIterator[Frame]) -> None:
+    async def _pump(self, response: web.StreamResponse, frames: AsyncIterator[Frame]) -> bool:
         """Write frames as they come, a heartbeat when quiet; end on the job's end, a lag or a deaf client.
+
+        False when the client went away or stopped reading.
 
         The frames are read in a task of their own and handed over one at a time: a heartbeat's timeout
         then cancels only the wait for the next frame, never the iterator (which a cancel would end).
@@ -239,18 +243,21 @@ class Api:
                 except Exception as exc:  # the stream says so and ends; the client may rejoin
                     failure.append(exc)
 
+        gone = False
         try:
             async with anyio.create_task_group() as tasks, receive:
                 tasks.start_soon(read)
-                await self._write_frames(response, receive)
+                try:
+                    await self._write_frames(response, receive)
+                except (TimeoutError, ConnectionError) as exc:  # a client that left or does not read
+                    log.info("console: an event stream's client went away: %s", type(exc).__name__)
+                    gone = True
                 tasks.cancel_scope.cancel()
-        except (TimeoutError, ConnectionError) as exc:
-            log.info("console: an event stream's client went away: %s", type(exc).__name__)
-            return
         finally:
             await frames.aclose()  # type: ignore[attr-defined]
-        if failure:
+        if failure and not gone:
             await self._say_failed(response, failure[0])
+        return not gone
 
     async def _write_frames(self, response: web.StreamResponse, receive: Any) -> None:
         while True:

@@ -5,37 +5,27 @@ path now: a SQLite file replaced or removed is noticed), one per open store, so 
 serves is the client's, the one implementation the ``job`` commands and the console's pages run too. A
 write is acknowledged only once `ConsoleStore.confirm` shows it went to the store at the path.
 
-`StatusFollower` is what a job's event stream reads until the store records published events: the job's
-status changes and its end, read from its row. Each event carries a cursor bound to the job (a MAC under a
-key of this process over the job id and the row's version), so a cursor of another job, or one made up,
-is refused before a stream starts.
+`OutputFollower` is what a job's event stream reads: `follow_job` over the same store, its events masked.
+A cursor of another job, one made up or one past the job's last event is refused before a stream starts.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import hmac
-import secrets
-import time
 from collections.abc import AsyncIterator
-from typing import Any
 
-import anyio
+import orjson
 
 from agentlife._client._client import Client
-from agentlife._console._data import BadRequest, row_version
-from agentlife._console._sse import Frame, data
+from agentlife._config import validate_job_id
+from agentlife._console._sse import Frame
 from agentlife._console._store import ConsoleStore
-from agentlife._exceptions import StoreError
+from agentlife._exceptions import ConfigError, JobNotFound, StoreError
 from agentlife._jobs._mask import Masker
-from agentlife.stores import CheckpointStore, JobStatus
+from agentlife._output._events import JobEvent, parse_cursor
+from agentlife._output._follow import follow_job
 
-__all__ = ["ConsoleClients", "StatusFollower"]
-
-#: The statuses after which a job's events end.
-TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.DEAD_LETTER})
+__all__ = ["ConsoleClients", "OutputFollower"]
 
 
 class ConsoleClients:
@@ -81,46 +71,40 @@ async def _close(client: Client) -> None:
         await client.close()
 
 
-class StatusFollower:
-    """A job's status changes and its end, as a stream's events, with cursors bound to the job."""
+class OutputFollower:
+    """A job's output (`follow_job`: published events, status changes, model text, its end) as frames."""
 
-    def __init__(self, store: ConsoleStore, masker: Masker, poll: float = 0.25) -> None:
+    def __init__(self, store: ConsoleStore, masker: Masker) -> None:
         self._store = store
         self._masker = masker
-        self._poll = poll
-        self._key = secrets.token_bytes(32)
 
-    def check_cursor(self, job_id: str, cursor: str) -> None:
-        """`BadRequest` unless ``cursor`` is one this process made for ``job_id``."""
-        version, _, mac = cursor.rpartition(".")
-        if not version or not hmac.compare_digest(mac, self._mac(job_id, version)):
-            raise BadRequest("the cursor is not one of this job's events (Last-Event-ID or ?after=)")
+    async def check(self, job_id: str, after: str | None) -> int | None:
+        """The order of ``after`` in the job's output, once the job and the cursor are known good.
+
+        Raises:
+            ConfigError: a malformed job id, or a cursor of another job, made up, or past its last event.
+            JobNotFound: there is no such job.
+        """
+        validate_job_id(job_id)
+        seq = parse_cursor(job_id, after) if after is not None else None
+        head = await (await self._store.get()).output_head(job_id)
+        if head is None:
+            raise JobNotFound(f"job {job_id} does not exist")
+        if seq is not None and seq > head:
+            raise ConfigError(f"the cursor is past job {job_id}'s last event: not one of its cursors")
+        return seq
 
     async def follow(self, job_id: str, after: str | None) -> AsyncIterator[Frame]:
-        """The job's status changes after ``after``, then its end."""
-        seen = after.rpartition(".")[0] if after is not None else None
-        while True:
-            store: CheckpointStore = await self._store.get()  # type: ignore[assignment]
-            row = await store.get_job(job_id)
-            if row is None:
-                return
-            version = row_version(row)
-            if version != seen:
-                seen = version
-                value = {"status": self._masker.text(row.status, 100), "attempt": row.attempt}
-                yield self._frame(job_id, version, "status", value)
-            if row.status in TERMINAL:
-                value = {"status": self._masker.text(row.status, 100)}
-                yield self._frame(job_id, version + "-end", "end", value, last=True)
-                return
-            await anyio.sleep(self._poll)
+        """The job's output after ``after``, masked, ending after its end."""
+        store = await self._store.get()
+        async with follow_job(store, job_id, after) as events:
+            async for event in events:
+                yield self._frame(event)
 
-    def _frame(self, job_id: str, version: str, kind: str, value: Any, *, last: bool = False) -> Frame:
-        cursor = f"{version}.{self._mac(job_id, version)}"
-        body = {"cursor": cursor, "kind": kind, "name": None, "value": value, "time": time.time()}
-        return Frame(cursor, kind, data(body, self._masker.value), last=last)
-
-    def _mac(self, job_id: str, version: str) -> str:
-        message = f"{job_id}\x00{version}".encode("utf-8", "surrogatepass")
-        digest = hmac.new(self._key, message, hashlib.sha256).digest()[:12]
-        return base64.urlsafe_b64encode(digest).decode()
+    def _frame(self, event: JobEvent) -> Frame:
+        body = event.to_json()
+        body["name"] = self._masker.text(event.name, 200)
+        body["value"] = self._masker.value(event.value)
+        durable = event.kind != "delta"
+        seq = int(event.cursor.partition(".")[0])
+        return Frame(event.cursor, event.kind, orjson.dumps(body), event.kind == "end", durable, seq)

@@ -44,7 +44,7 @@ from agentlife._console._data import (
     row_version,
 )
 from agentlife._console._openapi import PREFIX
-from agentlife._console._ops import ConsoleClients, StatusFollower
+from agentlife._console._ops import ConsoleClients, OutputFollower
 from agentlife._console._render import FLASHES, error_page, job_page, list_page
 from agentlife._console._sse import Fanout, SseLimits
 from agentlife._console._store import ConsoleStore, NotRecorded
@@ -270,7 +270,7 @@ def create_app(config: ConsoleConfig) -> web.Application:
     """The console as an aiohttp application (the store opens on the first request)."""
     console = _Console(config)
     clients = ConsoleClients(console.store, console.masker)
-    follower = StatusFollower(console.store, console.masker)
+    follower = OutputFollower(console.store, console.masker)
     fanouts: list[Fanout] = []
     api = Api(clients, follower, console.masker, config.token, lambda: fanouts[0], config.events)
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
-import orjson
 from anyio.abc import TaskGroup
 
 __all__ = ["Fanout", "Frame", "SseLimits", "comment", "frame", "retry"]
@@ -55,24 +54,38 @@ class SseLimits:
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    """One event as a stream sends it: its cursor, its kind, its JSON (masked), whether it ends the job."""
+    """One event as a stream sends it: its cursor, its kind, its JSON (masked), whether it ends the job.
+
+    ``durable`` is False for model text deltas: they carry the cursor of the durable event before them
+    but no ``id:`` line, so a browser's ``Last-Event-ID`` stays that event's, and a stream that joins
+    late is not sent the deltas kept before it joined (a follower of its own would not see them either).
+    ``seq`` orders the durable events of a job (None when the follower's cursors say no order).
+    """
 
     cursor: str
     kind: str
     data: bytes
     last: bool = False
+    durable: bool = True
+    seq: int | None = None
 
     def encode(self) -> bytes:
-        """The SSE frame: ``id:``, ``event:`` and one ``data:`` line (JSON holds no raw line break)."""
-        return frame(self.cursor, self.kind, self.data)
+        """The SSE frame: ``id:`` (durable events only), ``event:`` and one ``data:`` line."""
+        return frame(self.cursor if self.durable else None, self.kind, self.data)
 
 
-def frame(cursor: str, kind: str, data: bytes) -> bytes:
-    """An SSE frame; a cursor or kind that could break the framing is refused (a follower's bug)."""
+def frame(cursor: str | None, kind: str, data: bytes) -> bytes:
+    """An SSE frame; a cursor or kind that could break the framing is refused (a follower's bug).
+
+    ``data`` is JSON, which holds no raw line break: one ``data:`` line.
+    """
+    shown = kind if kind and set(kind) <= _KIND_CHARS else "message"
+    body = b"event: %s\ndata: %s\n\n" % (shown.encode(), data)
+    if cursor is None:
+        return body
     if not cursor.isprintable() or len(cursor) > 1024:
         raise ValueError("a cursor is printable text on one line")
-    shown = kind if kind and set(kind) <= _KIND_CHARS else "message"
-    return b"id: %s\nevent: %s\ndata: %s\n\n" % (cursor.encode(), shown.encode(), data)
+    return b"id: %s\n%s" % (cursor.encode(), body)
 
 
 def comment(text: str) -> bytes:
@@ -114,7 +127,8 @@ class _Channel:
     idle: anyio.Event = field(default_factory=anyio.Event)
 
     def add(self, item: Frame, kept: int) -> None:
-        self.index[item.cursor] = self.base + len(self.frames)
+        if item.durable:
+            self.index[item.cursor] = self.base + len(self.frames)
         self.frames.append(item)
         if len(self.frames) > kept:
             dropped = self.frames[: len(self.frames) - kept]
@@ -128,9 +142,13 @@ class _Channel:
         self.changed.set()
         self.changed = anyio.Event()
 
-    def start(self, after: str | None) -> int | None:
-        """Where a stream that saw ``after`` starts in this channel, or None when it cannot be served here."""
-        if after is None:
+    def start(self, after: str | None, seq: int | None) -> int | None:
+        """Where a stream that saw ``after`` starts in this channel, or None when it cannot be served here.
+
+        A channel that kept everything from the job's first event serves any cursor: the stream passes
+        over the durable events up to ``seq`` (those the shared follower has not reached yet included).
+        """
+        if after is None or (self.base == 0 and seq is not None):
             return 0 if self.base == 0 else None
         position = self.index.get(after)
         return None if position is None else position + 1
@@ -152,8 +170,10 @@ class Fanout:
         self.reads = 0  # followers started: what a test counts to see that streams share one
 
     @asynccontextmanager
-    async def stream(self, job_id: str, after: str | None) -> AsyncIterator[AsyncIterator[Frame]]:
-        """The frames of ``job_id`` after ``after``; `StreamLimit` when too many streams are open."""
+    async def stream(
+        self, job_id: str, after: str | None, seq: int | None = None
+    ) -> AsyncIterator[AsyncIterator[Frame]]:
+        """The frames of ``job_id`` after ``after`` (whose order is ``seq``); `StreamLimit` past the bound."""
         if self._open >= self._limits.max_streams:
             raise StreamLimit(f"the console serves {self._limits.max_streams} event streams already")
         self._open += 1
@@ -162,18 +182,18 @@ class Fanout:
                 channel = self._channel(job_id)
                 channel.streams += 1
                 stack.callback(self._leave, channel)
-                start = channel.start(after)
+                start = channel.start(after, seq)
                 if start is None:
                     self.reads += 1
                     yield self._own(job_id, after)
                 else:
-                    yield self._shared(channel, start)
+                    yield self._shared(channel, start, seq if after is not None else None)
         finally:
             self._open -= 1
 
     def _channel(self, job_id: str) -> _Channel:
         channel = self._channels.get(job_id)
-        if channel is None:
+        if channel is None or channel.finished:  # a job retried after its end goes on: follow it anew
             channel = self._channels[job_id] = _Channel(job_id)
             self.reads += 1
             self._tasks.start_soon(self._run, channel)
@@ -188,7 +208,8 @@ class Fanout:
         async for item in self._follow(job_id, after):
             yield item
 
-    async def _shared(self, channel: _Channel, position: int) -> AsyncIterator[Frame]:
+    async def _shared(self, channel: _Channel, position: int, seen: int | None) -> AsyncIterator[Frame]:
+        joined = channel.base + len(channel.frames)  # deltas kept before this are not sent
         while True:
             if position < channel.base:
                 raise FellBehind(f"the stream fell more than {self._limits.kept} events behind")
@@ -196,6 +217,10 @@ class Fanout:
             if offset < len(channel.frames):
                 item = channel.frames[offset]
                 position += 1
+                if item.durable and seen is not None and item.seq is not None and item.seq <= seen:
+                    continue  # seen before this stream joined
+                if not item.durable and position <= joined:
+                    continue
                 yield item
                 if item.last:
                     return
@@ -241,8 +266,3 @@ class Fanout:
                     await channel.idle.wait()  # set again only by the next stream leaving: a new one joined
                 if channel.streams == 0:
                     return
-
-
-def data(value: dict[str, Any], mask: Callable[[Any], Any]) -> bytes:
-    """One ``data:`` line: the masked value as JSON (orjson writes no raw line break)."""
-    return orjson.dumps(mask(value))
