@@ -99,6 +99,11 @@ class Redactor:
         self._needles = sorted(needles.items(), key=lambda item: len(item[0]), reverse=True)
         self._short: dict[str, str] = {}
 
+    @property
+    def reach(self) -> int:
+        """The longest known secret (in any spelling): text handed on in pieces holds back this much."""
+        return len(self._needles[0][0]) if self._needles else 0
+
     @classmethod
     def from_env(cls, env: Mapping[str, str], extra: Iterable[str] = ()) -> Redactor:
         """Collect the values of secret-looking variables and the passwords inside URLs in ``env``."""

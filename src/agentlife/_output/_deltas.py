@@ -10,8 +10,9 @@ Bounded: at most `OUTPUT_DELTA_BYTES_PER_SECOND` of text per job (a token bucket
 worth); text past it is dropped and counted, and the next batch says how many bytes were left out
 (``dropped``); a batch that follows a retry of the model call says the text starts over (``restart``).
 Each batch's JSON stays under PostgreSQL's 8000-byte ``NOTIFY`` limit (long text is cut into several).
-Secrets are masked batch by batch (a secret cut across two batches is the reply's to mask, in the journal:
-deltas are a preview).
+Secrets are masked as everywhere else; so that a secret cut across two deltas is still masked whole, each
+call's text holds back its last `HOLD_CHARS` characters (or the longest known secret, if longer) until more
+text comes or the call ends (`DeltaBuffer.finish`).
 """
 
 from __future__ import annotations
@@ -29,9 +30,13 @@ from agentlife.constants import OUTPUT_DELTA_BYTES_PER_SECOND, OUTPUT_DELTA_FLUS
 if TYPE_CHECKING:
     from agentlife._redact import Redactor
 
-__all__ = ["MAX_CHUNK_CHARS", "DeltaBuffer"]
+__all__ = ["HOLD_CHARS", "MAX_CHUNK_CHARS", "DeltaBuffer"]
 
 _log = logging.getLogger("agentlife.output")
+#: A call's text held back (masked, not yet sent) so that a secret split across deltas is masked whole: at
+#: least this many characters (the secret shapes the redactor knows are shorter than this), more for a
+#: longer known secret.
+HOLD_CHARS = 64
 #: Characters of text per batch: 6 bytes of JSON each at worst (``\\u001f``), well under 8000 with the rest.
 MAX_CHUNK_CHARS = 1000
 
@@ -66,7 +71,9 @@ class DeltaBuffer:
         self._clock = clock
         self._allowance = float(self._rate)
         self._last = clock()
-        self._pending: list[tuple[str, str, bool]] = []  # (call, text, starts over), in order
+        self._pending: list[tuple[str, str, bool, bool]] = []  # (call, text, starts over, call ended)
+        self._held: dict[str, str] = {}  # call -> its masked tail, not yet sent
+        self._hold = 0 if redactor is None else max(HOLD_CHARS, redactor.reach)
         self._pending_bytes = 0  # at most two seconds' worth while the store takes nothing
         self._dropped_since = 0  # bytes left out since the last batch that went
         #: Bytes of text dropped over the rate, in all.
@@ -76,10 +83,16 @@ class DeltaBuffer:
         self.writes = 0
         #: Sends that failed (the text they held is lost: deltas are not durable).
         self.failures = 0
+        self._sending = anyio.Lock()  # one send at a time: batches reach the store in order
 
     def restart(self, call: str) -> None:
         """The model call ``call`` is tried again: its text starts over (the next batch says so)."""
-        self._pending.append((call, "", True))
+        self._pending.append((call, "", True, False))
+
+    def finish(self, call: str) -> None:
+        """The model call ``call`` ended: what it held back goes with the next batch."""
+        if call in self._held or any(entry[0] == call for entry in self._pending):
+            self._pending.append((call, "", False, True))
 
     def add(self, call: str, text: str) -> None:
         """Take a text delta of the model call ``call`` (its invocation id); never waits."""
@@ -95,11 +108,11 @@ class DeltaBuffer:
             return
         self._allowance -= size
         self._pending_bytes += size
-        if self._pending and self._pending[-1][0] == call:
+        if self._pending and self._pending[-1][0] == call and not self._pending[-1][3]:
             last = self._pending[-1]
-            self._pending[-1] = (call, last[1] + text, last[2])
+            self._pending[-1] = (call, last[1] + text, last[2], False)
         else:
-            self._pending.append((call, text, False))
+            self._pending.append((call, text, False, False))
 
     def take(self) -> list[str]:
         """The batches to send now (JSON text each), emptying the buffer."""
@@ -108,10 +121,18 @@ class DeltaBuffer:
             return []
         at = round(time.time(), 3)
         batches: list[str] = []
-        for call, text, restart in pending or [("", "", False)]:
-            clean = text.encode("utf-8", "replace").decode()  # a lone surrogate cannot be sent as JSON
+        for call, text, restart, ended in pending or [("", "", False, False)]:
+            if restart:
+                self._held.pop(call, None)  # the call starts over: its old tail never goes
+            clean = self._held.pop(call, "") + text.encode("utf-8", "replace").decode()  # no lone surrogate
             if self._redactor is not None:
                 clean = self._redactor.redact(clean)
+            if not ended and self._hold:
+                clean, self._held[call] = clean[: -self._hold], clean[-self._hold :]
+                if not self._held[call]:
+                    del self._held[call]
+            if not clean and not restart and not self._dropped_since and call:
+                continue
             for start in range(0, max(len(clean), 1), MAX_CHUNK_CHARS):
                 piece = clean[start : start + MAX_CHUNK_CHARS]
                 data = {"c": call, "t": piece, "d": self._dropped_since, "r": restart, "at": at}
@@ -121,6 +142,10 @@ class DeltaBuffer:
 
     async def flush(self) -> None:
         """Send what is buffered now, in one store write (a failure is counted, logged once, not raised)."""
+        async with self._sending:
+            await self._flush()
+
+    async def _flush(self) -> None:
         batches = self.take()
         if not batches:
             return

@@ -13,7 +13,7 @@ the step's other records (the attempt and claim token must still hold the live j
 
 Live model text (``delta`` events) is not kept here: `send_deltas` hands a batch to the followers that are
 listening now (PostgreSQL: ``NOTIFY`` on the job's channel; SQLite: a ring of `DELTA_SLOTS` rows per job in
-``job_output_delta``, overwritten in place and emptied when the job ends).
+``job_output_delta``, overwritten in place, removed a minute after the job ended).
 """
 
 from __future__ import annotations
