@@ -104,6 +104,40 @@ class Redactor:
         """The longest known secret (in any spelling): text handed on in pieces holds back this much."""
         return len(self._needles[0][0]) if self._needles else 0
 
+    def split_point(self, text: str, at: int) -> int:
+        """The largest index up to ``at`` where ``text`` may be cut and each side masked alone.
+
+        No known secret, URL password or secret-shaped run crosses it, nor starts before it and runs to the
+        end of ``text`` (it may go on in text not yet seen), and it is not inside a word (a token whose end
+        has not come yet matches no shape). For text handed on in pieces (a model's reply to a job's
+        followers): the caller keeps the rest, and at least `reach` characters of it, for later.
+        """
+        spans = [span for span in self._spans(text) if span[0] < at]
+        cut, moved = at, True
+        while moved:
+            moved = False
+            for start, end in spans:
+                if start < cut and (end > cut or end >= len(text)):
+                    cut, moved = start, True
+            word = cut
+            while 0 < word < len(text) and not text[word].isspace() and not text[word - 1].isspace():
+                word -= 1
+            if word < cut:
+                cut, moved = word, True
+            spans = [span for span in spans if span[0] < cut]
+        return cut
+
+    def _spans(self, text: str) -> Iterator[tuple[int, int]]:
+        for needle, _ in self._needles:
+            pos = text.find(needle)
+            while pos >= 0:
+                yield pos, pos + len(needle)
+                pos = text.find(needle, pos + 1)
+        yield from _url_password_spans(text)
+        for pattern in _shapes_in(text):
+            for match in pattern.finditer(text):
+                yield match.start(), match.end()
+
     @classmethod
     def from_env(cls, env: Mapping[str, str], extra: Iterable[str] = ()) -> Redactor:
         """Collect the values of secret-looking variables and the passwords inside URLs in ``env``."""

@@ -30,13 +30,16 @@ from agentlife.constants import OUTPUT_DELTA_BYTES_PER_SECOND, OUTPUT_DELTA_FLUS
 if TYPE_CHECKING:
     from agentlife._redact import Redactor
 
-__all__ = ["HOLD_CHARS", "MAX_CHUNK_CHARS", "DeltaBuffer"]
+__all__ = ["HOLD_CHARS", "MAX_CHUNK_CHARS", "MAX_HELD_CHARS", "DeltaBuffer"]
 
 _log = logging.getLogger("agentlife.output")
 #: A call's text held back (masked, not yet sent) so that a secret split across deltas is masked whole: at
 #: least this many characters (the secret shapes the redactor knows are shorter than this), more for a
 #: longer known secret.
 HOLD_CHARS = 64
+#: A call's held text past this goes anyway, masked as it stands (a secret-shaped run that never ends holds
+#: nothing for ever, and each batch scans at most this much for secrets).
+MAX_HELD_CHARS = 4096
 #: Characters of text per batch: 6 bytes of JSON each at worst (``\\u001f``), well under 8000 with the rest.
 MAX_CHUNK_CHARS = 1000
 
@@ -72,7 +75,7 @@ class DeltaBuffer:
         self._allowance = float(self._rate)
         self._last = clock()
         self._pending: list[tuple[str, str, bool, bool]] = []  # (call, text, starts over, call ended)
-        self._held: dict[str, str] = {}  # call -> its masked tail, not yet sent
+        self._held: dict[str, str] = {}  # call -> the tail of its text not yet sent (not masked yet)
         self._hold = 0 if redactor is None else max(HOLD_CHARS, redactor.reach)
         self._pending_bytes = 0  # at most two seconds' worth while the store takes nothing
         self._dropped_since = 0  # bytes left out since the last batch that went
@@ -124,13 +127,11 @@ class DeltaBuffer:
         for call, text, restart, ended in pending or [("", "", False, False)]:
             if restart:
                 self._held.pop(call, None)  # the call starts over: its old tail never goes
-            clean = self._held.pop(call, "") + text.encode("utf-8", "replace").decode()  # no lone surrogate
-            if self._redactor is not None:
-                clean = self._redactor.redact(clean)
-            if not ended and self._hold:
-                clean, self._held[call] = clean[: -self._hold], clean[-self._hold :]
-                if not self._held[call]:
-                    del self._held[call]
+            raw = self._held.pop(call, "") + text.encode("utf-8", "replace").decode()  # no lone surrogate
+            raw, kept = self._split(raw, ended)
+            if kept:
+                self._held[call] = kept
+            clean = raw if self._redactor is None else self._redactor.redact(raw)
             if not clean and not restart and not self._dropped_since and call:
                 continue
             for start in range(0, max(len(clean), 1), MAX_CHUNK_CHARS):
@@ -139,6 +140,13 @@ class DeltaBuffer:
                 self._dropped_since, restart = 0, False
                 batches.append(orjson.dumps(data).decode())
         return batches
+
+    def _split(self, raw: str, ended: bool) -> tuple[str, str]:
+        """What of a call's unsent text goes now, and what it holds back (unmasked, for the next batch)."""
+        if ended or not self._hold or self._redactor is None or len(raw) > MAX_HELD_CHARS:
+            return raw, ""  # a run longer than this goes masked as it stands: its tail reads as no secret
+        cut = self._redactor.split_point(raw, max(0, len(raw) - self._hold))
+        return raw[:cut], raw[cut:]
 
     async def flush(self) -> None:
         """Send what is buffered now, in one store write (a failure is counted, logged once, not raised)."""
