@@ -6,8 +6,10 @@ from collections.abc import Sequence
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agentlife._output._deltas import HOLD_CHARS, MAX_HELD_CHARS, DeltaBuffer
+from agentlife._output._deltas import MAX_HELD_CHARS, DeltaBuffer
 from agentlife._redact import Redactor
 from agentlife.stores._pg_statements import NOTIFY_PAYLOAD_LIMIT
 
@@ -85,17 +87,17 @@ async def test_a_secret_cut_across_deltas_is_masked_whole_and_the_tail_goes_when
     secret = "sk-live-abcdefghijklmnopqrstuvwxyz0123456789"
     sent = Sent()
     buffer = DeltaBuffer(sent, Redactor([secret]), rate=10**9)
-    text = "intro " * 20 + "the key is " + secret + " and more " + "words " * 20
+    text = "intro " * 20 + "the key is " + secret + " and more " + "words " * 20 + "last"
     for index in range(0, len(text), 5):  # cut everywhere, flushed after every piece
         buffer.add("job/1/0", text[index : index + 5])
         await buffer.flush()
     assert secret not in sent.text()
     masked = text.replace(secret, "***")
-    held = len(masked) - len(sent.text())
-    assert 0 < held <= max(HOLD_CHARS, len(secret)) + len("words ")  # the tail is held back (whole words) ...
+    assert sent.text() == masked[: len(sent.text())]  # what went is the masked text, held back only ...
+    assert len(masked) - len(sent.text()) <= len("words last")  # ... the last two words
     buffer.finish("job/1/0")
     await buffer.flush()
-    assert sent.text() == masked  # ... until the call ends
+    assert sent.text() == masked  # ... until the call ends (its last word too)
 
 
 async def test_a_retried_call_says_its_text_starts_over_and_calls_stay_apart() -> None:
@@ -143,3 +145,38 @@ async def test_a_long_reply_under_a_secret_shape_costs_linear_time_and_holds_a_b
         await buffer.flush()
     assert sum(len(held) for held in buffer._held.values()) <= MAX_HELD_CHARS + 500
     assert len(sent.text()) > 190_000
+
+
+WORDS = [
+    "the",
+    "key",
+    "is",
+    "sk-ant-api03-" + "Zx9" * 12,
+    "Bearer",
+    "token:",
+    "password=hunter2hunter2",
+    "\n",
+    "  ",
+]
+KNOWN = "c0rrect-h0rse-battery"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([*WORDS, KNOWN]), max_size=40), st.lists(st.integers(1, 9), min_size=1))
+async def test_text_cut_anywhere_reaches_followers_as_the_whole_text_masked(
+    words: list[str], cuts: list[int]
+) -> None:
+    redactor = Redactor([KNOWN])
+    text = " ".join(words)
+    sent = Sent()
+    buffer = DeltaBuffer(sent, redactor, rate=10**9)
+    index, turn = 0, 0
+    while index < len(text):
+        size = cuts[turn % len(cuts)]
+        buffer.add("c", text[index : index + size])
+        await buffer.flush()
+        index, turn = index + size, turn + 1
+    buffer.finish("c")
+    await buffer.flush()
+    assert KNOWN not in sent.text() and "hunter2hunter2" not in sent.text()
+    assert sent.text() == redactor.redact(text)

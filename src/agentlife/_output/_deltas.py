@@ -10,9 +10,10 @@ Bounded: at most `OUTPUT_DELTA_BYTES_PER_SECOND` of text per job (a token bucket
 worth); text past it is dropped and counted, and the next batch says how many bytes were left out
 (``dropped``); a batch that follows a retry of the model call says the text starts over (``restart``).
 Each batch's JSON stays under PostgreSQL's 8000-byte ``NOTIFY`` limit (long text is cut into several).
-Secrets are masked as everywhere else; so that a secret cut across two deltas is still masked whole, each
-call's text holds back its last `HOLD_CHARS` characters (or the longest known secret, if longer) until more
-text comes or the call ends (`DeltaBuffer.finish`).
+Secrets are masked as everywhere else; so that a secret cut across two deltas is masked whole, each
+call's text holds back what could still grow into one (`agentlife._redact.Redactor.split_point`: the word
+being written, a secret-shaped run, the start of a known secret) until more text comes or the call ends
+(`DeltaBuffer.finish`).
 """
 
 from __future__ import annotations
@@ -30,13 +31,9 @@ from agentlife.constants import OUTPUT_DELTA_BYTES_PER_SECOND, OUTPUT_DELTA_FLUS
 if TYPE_CHECKING:
     from agentlife._redact import Redactor
 
-__all__ = ["HOLD_CHARS", "MAX_CHUNK_CHARS", "MAX_HELD_CHARS", "DeltaBuffer"]
+__all__ = ["MAX_CHUNK_CHARS", "MAX_HELD_CHARS", "DeltaBuffer"]
 
 _log = logging.getLogger("agentlife.output")
-#: A call's text held back (masked, not yet sent) so that a secret split across deltas is masked whole: at
-#: least this many characters (the secret shapes the redactor knows are shorter than this), more for a
-#: longer known secret.
-HOLD_CHARS = 64
 #: A call's held text past this goes anyway, masked as it stands (a secret-shaped run that never ends holds
 #: nothing for ever, and each batch scans at most this much for secrets).
 MAX_HELD_CHARS = 4096
@@ -76,7 +73,6 @@ class DeltaBuffer:
         self._last = clock()
         self._pending: list[tuple[str, str, bool, bool]] = []  # (call, text, starts over, call ended)
         self._held: dict[str, str] = {}  # call -> the tail of its text not yet sent (not masked yet)
-        self._hold = 0 if redactor is None else max(HOLD_CHARS, redactor.reach)
         self._pending_bytes = 0  # at most two seconds' worth while the store takes nothing
         self._dropped_since = 0  # bytes left out since the last batch that went
         #: Bytes of text dropped over the rate, in all.
@@ -143,9 +139,9 @@ class DeltaBuffer:
 
     def _split(self, raw: str, ended: bool) -> tuple[str, str]:
         """What of a call's unsent text goes now, and what it holds back (unmasked, for the next batch)."""
-        if ended or not self._hold or self._redactor is None or len(raw) > MAX_HELD_CHARS:
+        if ended or self._redactor is None or len(raw) > MAX_HELD_CHARS:
             return raw, ""  # a run longer than this goes masked as it stands: its tail reads as no secret
-        cut = self._redactor.split_point(raw, max(0, len(raw) - self._hold))
+        cut = self._redactor.split_point(raw)
         return raw[:cut], raw[cut:]
 
     async def flush(self) -> None:
