@@ -49,6 +49,7 @@ DEFERRED: dict[tuple[str, str], str] = {
     ): "built after READY, off the boot path",
     ("agentlife.stores", "agentlife.stores._postgres"): "only for postgresql:// URLs",
     ("agentlife._console._store", "agentlife.stores._postgres"): "asyncpg only for postgresql:// URLs",
+    ("agentlife._client._client", "agentlife.stores._postgres"): "asyncpg only for postgresql:// URLs",
     ("agentlife.stores._jobs", "agentlife.stores._policy"): "_policy reads JobStatus from the stores package",
     ("agentlife._runtime._services", "agentlife._observe._heartbeat"): "15 ms, only with a control plane URL",
     (

@@ -25,10 +25,10 @@
     │   │   └── MCPToolError             an MCP tool's error, a malformed or oversized result, a dead server
     │   └── LLMConfigurationError        no API key, 401/403
     ├── MemoryUnavailable                the memory store is unreachable, slow or locked (never fatal)
-    ├── JobFailed                        `Client.result`: the job ended FAILED; carries its last crash record
+    ├── JobFailed                        `Client.result`: the job ended FAILED (its last crash record on it)
     │   ├── JobCancelled                 ... because an operator (or the client) cancelled it
     │   └── JobDeadLettered              ... DEAD_LETTER: given up after repeated crashes
-    ├── ResultTimeout                    (also TimeoutError) `Client.result` waited its timeout: the job runs on
+    ├── ResultTimeout                    (also TimeoutError) `Client.result` timed out: the job runs on
     ├── BudgetExhausted                  token, cost or run-time budget spent
     ├── BackgroundOperationRestricted    a restricted tool without approval
     │   └── ApprovalRejected             the operator refused the call: the job ends FAILED, whatever follows
@@ -238,7 +238,8 @@ class MemoryUnavailable(AgentlifeError):
 class JobFailed(AgentlifeError):
     """The job `Client.result` waited for ended FAILED, without a result.
 
-    Its step returned ``Done(status="FAILED")``, its budget was spent, or its approval was rejected. Raised only for the final outcome: a job that crashed and is being retried is waited for to its end.
+    Its step returned ``Done(status="FAILED")``, its budget was spent, or its approval was rejected. Raised
+    only for the final outcome: a job that crashed and is being retried is waited for to its end.
 
     Attributes:
         job_id: the job.

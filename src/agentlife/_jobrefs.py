@@ -32,10 +32,10 @@ _MAX_ID = 128
 
 @dataclass(frozen=True, slots=True)
 class JobHandle:
-    """A child job started by ``ctx.start_job``: pass it to ``ctx.wait_for_jobs``.
+    """A job started by ``ctx.start_job`` (a child: pass it to ``ctx.wait_for_jobs``) or `Client.start`.
 
-    The handle is the recorded result of the starting call: a resumed step gets the same handle back from
-    the journal, and no second row is created.
+    The handle of a child is the recorded result of the starting call: a resumed step gets the same handle
+    back from the journal, and no second row is created. One from `Client.start` names no parent.
     """
 
     job_id: str

@@ -17,7 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.from_thread
+import anyio.to_thread
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_store_contract import Backend
 
 from agentlife import (
@@ -79,7 +83,9 @@ async def count_rows(backend: Backend) -> int:
 # -- a start and its result -------------------------------------------------------------------------------
 
 
-async def test_a_started_job_s_result_is_what_its_step_returned(client: Client, worker: CheckpointStore) -> None:
+async def test_a_started_job_s_result_is_what_its_step_returned(
+    client: Client, worker: CheckpointStore
+) -> None:
     handle = await client.start(AGENT, {"topic": "tides"}, job_id="research-1")
     assert (handle.job_id, handle.agent_id) == ("research-1", AGENT)
     got: list[Any] = []
@@ -310,7 +316,14 @@ async def test_ids_that_are_almost_right_are_refused_before_the_store_is_touched
             with pytest.raises(ConfigError) as caught:
                 await call(bad)
             assert "\n" not in str(caught.value)
-        for operation in (client.get, client.result, client.retry, client.cancel, client.approve, client.reject):
+        for operation in (
+            client.get,
+            client.result,
+            client.retry,
+            client.cancel,
+            client.approve,
+            client.reject,
+        ):
             with pytest.raises(ConfigError):
                 await operation(bad)
         with pytest.raises(ConfigError):
@@ -376,7 +389,7 @@ async def test_an_approve_racing_a_cancel_never_runs_the_cancelled_call(
         outcomes: dict[str, str] = {}
         async with await Client.connect(url) as other:
 
-            async def act(name: str, operation: Any) -> None:
+            async def act(name: str, operation: Any, outcomes: dict[str, str] = outcomes) -> None:
                 try:
                     await operation
                     outcomes[name] = "won"
@@ -502,3 +515,228 @@ async def test_the_end_of_a_job_wakes_a_postgresql_wait_by_notification(postgres
     finally:
         await listener.close()
         await store.close()
+
+
+async def test_an_end_announced_between_the_read_and_the_wait_is_not_missed(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentlife._client import _wait
+
+    monkeypatch.setattr(_wait, "NOTIFIED_POLL_SECONDS", 3600.0)  # a lost notification would hang the wait
+    backend = Backend("postgresql", postgres_url, TableNames())
+    worker = backend.open_store()
+    await worker.open()
+    await worker.init_schema()
+    try:
+        async with await Client.connect(postgres_url) as client:
+            await client.start(AGENT, None, job_id="warm")
+            async with anyio.create_task_group() as tg:  # a wait opens the LISTEN connection
+                tg.start_soon(client.result, "warm")
+                await anyio.sleep(0.5)
+                await finish(worker, "warm", 1, JobStatus.COMPLETED)
+            await client.start(AGENT, None, job_id="racy")
+            store: Any = client._store
+            read = store.get_job
+
+            async def get_job(job_id: str) -> Any:
+                row = await read(job_id)
+                if job_id == "racy" and row.status == JobStatus.PENDING:
+                    await finish(worker, "racy", 1, JobStatus.COMPLETED, result="ended meanwhile")
+                    await anyio.sleep(0.3)  # its notification arrives before the wait begins
+                return row
+
+            store.get_job = get_job
+            with anyio.fail_after(8):  # woken by the notification kept for it, not by the (patched) poll
+                assert await client.result("racy") == "ended meanwhile"
+    finally:
+        await worker.close()
+
+
+# -- rows written by someone else ------------------------------------------------------------------------
+
+
+async def test_rows_another_writer_left_answer_in_one_line_and_never_as_a_result(
+    client: Client, worker: CheckpointStore, backend: Backend
+) -> None:
+    await client.start(AGENT, None, job_id="garbled")
+    await finish(worker, "garbled", 1, JobStatus.FAILED)
+    await backend.raw("UPDATE job SET error = '[1, \"text\", null]' WHERE id = 'garbled'")
+    with pytest.raises(JobFailed) as caught:
+        await client.result("garbled", timeout=math.inf)
+    assert caught.value.last_error is None and str(caught.value) == "job garbled ended FAILED on attempt 1"
+    await client.start(AGENT, None, job_id="odd")
+    await backend.raw("UPDATE job SET status = 'PAUSED_BY_HAND' WHERE id = 'odd'")  # a status of no version
+    with pytest.raises(ResultTimeout) as timed_out:
+        await client.result("odd", timeout=0.05)
+    assert timed_out.value.status == "PAUSED_BY_HAND"
+    assert (await client.get("odd")).status == "PAUSED_BY_HAND"
+    got: list[BaseException] = []
+    async with anyio.create_task_group() as tg:
+
+        async def wait() -> None:
+            try:
+                await client.result("odd", timeout=30)
+            except JobNotFound as exc:
+                got.append(exc)
+
+        tg.start_soon(wait)
+        await anyio.wait_all_tasks_blocked()
+        # A retention job removed it meanwhile: no end is announced, the wait's next read finds it gone.
+        await backend.raw("DELETE FROM job WHERE id = 'odd'")
+    assert [str(e) for e in got] == ["job odd does not exist"]
+
+
+async def test_a_start_on_a_row_whose_payload_cannot_be_read_is_a_conflict(tmp_path: Path) -> None:
+    backend = Backend("sqlite", str(tmp_path / "torn.db"), TableNames())
+    worker = backend.open_store()
+    await worker.open()
+    await worker.init_schema()
+    try:
+        async with await Client.connect(f"sqlite:///{backend.location}") as client:
+            await client.start(AGENT, {"a": 1}, job_id="torn")
+            await backend.raw("UPDATE job SET payload = X'00FF' WHERE id = 'torn'")
+            with pytest.raises(JobStateConflict, match="stored payload cannot be read"):
+                await client.start(AGENT, {"a": 1}, job_id="torn")
+            assert "payload" in (await client.get("torn")).unreadable
+    finally:
+        await worker.close()
+
+
+async def test_a_refused_postgresql_login_is_one_line_without_the_password(postgres_server: Any) -> None:
+    password = "wr ong%20pa'ss\"word"
+    url = postgres_server.url("postgres").replace(postgres_server.password, password)
+    with pytest.raises(StoreError) as caught:
+        await Client.connect(url)
+    text = str(caught.value)
+    assert "refused" in text and "\n" not in text
+    assert "wr ong" not in text and "pa'ss" not in text
+    with pytest.raises(StoreError, match="db init") as no_schema:  # at connect, not at the first request
+        await Client.connect(postgres_server.create_schema())
+    assert "\n" not in str(no_schema.value)
+
+
+def test_a_blocking_client_that_cannot_connect_leaves_no_thread_behind(tmp_path: Path) -> None:
+    before = threading.active_count()
+    for url in ("sqlite://", f"sqlite:///{tmp_path / 'missing.db'}"):
+        with pytest.raises((ConfigError, StoreError)):
+            BlockingClient.connect(url)
+    assert threading.active_count() == before
+
+
+async def test_a_result_wait_outlives_a_database_restart(postgres_server: Any) -> None:
+    url = postgres_server.create_schema()
+    backend = Backend("postgresql", url, TableNames())
+    worker = backend.open_store()
+    await worker.open()
+    await worker.init_schema()
+    try:
+        async with await Client.connect(url) as client:
+            await client.start(AGENT, None, job_id="outlived")
+            got: list[Any] = []
+            async with anyio.create_task_group() as tg:
+
+                async def wait() -> None:
+                    got.append(await client.result("outlived", timeout=120))
+
+                tg.start_soon(wait)
+                await anyio.wait_all_tasks_blocked()
+                await anyio.to_thread.run_sync(postgres_server.stop)  # the wait's reads fail meanwhile
+                await anyio.sleep(1.5)
+                await anyio.to_thread.run_sync(postgres_server.start)
+                await finish(worker, "outlived", 1, JobStatus.COMPLETED, result="after the restart")
+            assert got == ["after the restart"]
+    finally:
+        postgres_server.start()
+        await worker.close()
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from(
+        [1e16, -0.0, 1.2345678901234568e17, 1e300, 1.5e-320]
+    )  # jsonb gives these back rewritten
+    | st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=8),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+async def test_any_json_payload_started_twice_is_one_job_never_a_conflict(client: Client) -> None:
+    # The second start compares the payload the store gives back (PostgreSQL's jsonb rewrites numbers and
+    # key order) with the one given: a value both stores keep must always read as the same job.
+    seen = 0
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(payload=JSON_VALUES)
+    def check(payload: Any) -> None:
+        nonlocal seen
+        seen += 1
+        job_id = f"json-{seen}"
+
+        async def twice() -> None:
+            first = await client.start(AGENT, payload, job_id=job_id)
+            again = await client.start(AGENT, payload, job_id=job_id)
+            assert first == again
+
+        anyio.from_thread.run(twice)
+
+    await anyio.to_thread.run_sync(check)
+
+
+def test_the_blocking_client_answers_inside_a_sync_wsgi_view(tmp_path: Path) -> None:
+    import json
+    import urllib.error
+    import urllib.request
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    backend = Backend("sqlite", str(tmp_path / "agentlife.db"), TableNames())
+
+    async def make_schema() -> None:
+        store = backend.open_store()
+        await store.open()
+        await store.init_schema()
+        await store.close()
+
+    anyio.run(make_schema)
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with BlockingClient.connect(f"sqlite:///{backend.location}") as client:
+
+        def view(environ: dict[str, Any], respond: Any) -> list[bytes]:  # a Flask/Django-style sync view
+            job_id = environ["PATH_INFO"].strip("/")
+            try:
+                job = client.start(AGENT, {"from": "web"}, job_id=job_id)
+                body, status = {"job": job.job_id, "status": client.get(job.job_id).status}, "200 OK"
+            except ConfigError as exc:
+                body, status = {"error": str(exc)}, "400 Bad Request"
+            respond(status, [("Content-Type", "application/json")])
+            return [json.dumps(body).encode()]
+
+        server = make_server("127.0.0.1", 0, view, handler_class=Quiet)
+        serving = threading.Thread(target=server.serve_forever, daemon=True)
+        serving.start()
+        try:
+            base = f"http://127.0.0.1:{server.server_port}"
+            with urllib.request.urlopen(f"{base}/web-1", timeout=30) as answer:
+                assert json.loads(answer.read()) == {"job": "web-1", "status": "PENDING"}
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(f"{base}/bad%20id", timeout=30)
+            assert refused.value.code == 400
+            assert "is not allowed" in json.loads(refused.value.read())["error"]
+        finally:
+            server.shutdown()
+            server.server_close()
+        assert [job.job_id for job in client.list().jobs] == ["web-1"]

@@ -254,6 +254,7 @@ MALFORMED = [
     # PostgreSQL's JSON cannot store U+0000: refused on both stores alike, not an internal error on one.
     (("--payload", '"\\u0000"'), None, "--payload holds U+0000 in a string"),
     (("--payload", '{"\\u0000k": 1}'), None, "--payload holds U+0000 in a string"),
+    (("--payload", "-"), '"' + "x" * (1024 * 1024) + '"', "bytes of JSON, more than 1048576"),
     (("--max-cost-usd", "-1"), None, "must be a finite number > 0"),
     (
         ("--max-input-tokens", str(2**64)),

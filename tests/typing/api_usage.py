@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any, TypedDict
 
+import agentlife
 from agentlife import (
     NOT_DONE,
     AgentProcess,
@@ -127,3 +128,25 @@ def scripted_by_call() -> ScriptedLLM:
 def own_sdk_client(client: Any) -> AnthropicLLM:
     """An `anthropic.AsyncAnthropic` the user built is used as it is (the SDK path)."""
     return AnthropicLLM(client=client)
+
+
+async def an_application(url: str) -> object:
+    """A web backend drives jobs through the client, as users write it."""
+    async with await agentlife.Client.connect(url) as client:
+        job: agentlife.JobHandle = await client.start("researcher", {"topic": "tides"}, job_id="r-1")
+        snapshot: agentlife.JobSnapshot = await client.get(job.job_id)
+        page: agentlife.JobPage = await client.list(status="RUNNING", limit=10, after=None)
+        summaries: tuple[agentlife.JobSummary, ...] = page.jobs
+        await client.send(job.job_id, "answer", {"yes": True})
+        await client.approve(job.job_id, call=None)
+        try:
+            return await client.result(job.job_id, timeout=30.0)
+        except agentlife.JobFailed as exc:
+            return (exc.status, exc.last_error, snapshot.status, len(summaries))
+        except agentlife.ResultTimeout:
+            return (await client.cancel(job.job_id, "too slow")).status
+
+
+def a_sync_view(client: agentlife.BlockingClient, job_id: str) -> object:
+    """A Flask or Django view, on a worker thread."""
+    return client.result(job_id, timeout=5)

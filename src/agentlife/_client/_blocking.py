@@ -37,7 +37,9 @@ class BlockingClient:
             answer = client.result(job.job_id, timeout=600)
     """
 
-    def __init__(self, portal: BlockingPortal, context: AbstractContextManager[BlockingPortal], client: Client):
+    def __init__(
+        self, portal: BlockingPortal, context: AbstractContextManager[BlockingPortal], client: Client
+    ):
         """Use `connect`."""
         self._portal = portal
         self._context = context
@@ -94,7 +96,9 @@ class BlockingClient:
     ) -> JobPage:
         """`Client.list`."""
         listing = self._client.list
-        return self._call(functools.partial(listing, status=status, agent_id=agent_id, limit=limit, after=after))
+        return self._call(
+            functools.partial(listing, status=status, agent_id=agent_id, limit=limit, after=after)
+        )
 
     def result(self, job_id: str, timeout: float | None = None) -> Any:
         """`Client.result`: blocks the calling thread until the job ends or ``timeout`` passes."""

@@ -81,8 +81,15 @@ class Client:
             raise ConfigError(f"database_url must be a string, got {type(database_url).__name__}")
         else:
             url = validate_database_url(database_url, "database_url")
-        store = store_from_url(url, must_exist=True)
+        store = _open_store(url)
         await store.open()
+        try:
+            # One read: a refused login, a missing database or a schema `db init` never made fails here,
+            # not at the application's first request (the pool opens no connection by itself).
+            await store.list_jobs(limit=1)
+        except BaseException:
+            await store.close()
+            raise
         return cls(store, masker_for(os.environ, url))
 
     async def close(self) -> None:
@@ -210,7 +217,7 @@ class Client:
         also what a wait returns at its timeout.
 
         Raises:
-            ConfigError: an empty, overlong or unprintable name, or a payload that is not JSON or over 256 KiB.
+            ConfigError: an empty, overlong or unprintable name, or a payload not JSON or over 256 KiB.
             JobNotFound: there is no such job.
             JobStateConflict: the job has ended, or keeps 1,000 events no wait has taken.
         """
@@ -251,7 +258,9 @@ class Client:
             JobNotFound: there is no such job.
         """
         job = self._job_id(job_id)
-        row, _ = await cancel_with_children(self._store, job, check_reason(reason) or "cancelled by an operator")
+        row, _ = await cancel_with_children(
+            self._store, job, check_reason(reason) or "cancelled by an operator"
+        )
         return summary(row)
 
     async def retry(self, job_id: str) -> JobSummary:
@@ -283,6 +292,7 @@ class Client:
         if self._listener is None:
             self._listener = self._store.end_listener()  # type: ignore[attr-defined]
         self._listening[job_id] = self._listening.get(job_id, 0) + 1
+        self._listener.watch(job_id)  # before the first read of the row: no end announced meanwhile is lost
         return self._listener
 
     def _unlisten(self, job_id: str) -> None:
@@ -295,6 +305,17 @@ class Client:
             self._listener.forget(job_id)
 
 
+def _open_store(url: str) -> CheckpointStore:
+    """The store at ``url``, not yet opened; a SQLite file that is not there is refused at `open`."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return store_from_url(url, must_exist=True)
+    from agentlife.stores._postgres import PostgresStore  # asyncpg: only for postgresql:// URLs
+
+    # No connection floor: asyncpg's background refill of one logs a traceback on every try while the
+    # database is gone, into the application's log. No LISTEN for work: the client claims none.
+    return PostgresStore(url, min_size=0, listen=False)
+
+
 def _position(after: object) -> tuple[Any, Any] | None:
     if after is None:
         return None
@@ -304,4 +325,3 @@ def _position(after: object) -> tuple[Any, Any] | None:
         return decode_position(after)
     except ValueError:
         raise ConfigError("after is not a paging cursor (a page's next_cursor)") from None
-

@@ -6,6 +6,10 @@ init`` makes announces the end of this job (``NOTIFY`` on the store's end channe
 lost notification only slows the answer; on SQLite, which cannot notify another process, it polls with a
 short backoff (`POLL_FIRST_SECONDS` doubling to `POLL_MAX_SECONDS`). Only a terminal status ends the wait:
 a job that crashed and is retried (RETRYING, then RUNNING again) is waited for to its final outcome.
+
+A store that cannot be reached for a while (a database restarted, a failover) does not end the wait: it
+reads again every second for up to `OUTAGE_SECONDS`, then raises the `StoreUnavailable`; the job itself
+never depended on the wait.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from agentlife._exceptions import (
     JobNotFound,
     ResultTimeout,
     StoreError,
+    StoreUnavailable,
 )
 from agentlife._jobs._mask import Masker
 from agentlife.stores import JobRecord, JobStatus, OperatorStore
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NOTIFIED_POLL_SECONDS",
+    "OUTAGE_SECONDS",
     "POLL_FIRST_SECONDS",
     "POLL_MAX_SECONDS",
     "check_timeout",
@@ -45,6 +51,8 @@ POLL_FIRST_SECONDS = 0.01
 POLL_MAX_SECONDS = 0.5
 #: PostgreSQL: the longest pause between two reads, when no notification comes.
 NOTIFIED_POLL_SECONDS = 1.0
+#: How long the store may stay unreachable during a wait before the wait gives up (it reads each second).
+OUTAGE_SECONDS = 60.0
 #: The most characters of the crash record's text an error's message quotes.
 _QUOTED = 500
 
@@ -74,11 +82,22 @@ async def wait_for_end(
     Raises:
         JobNotFound: there is no such job (or it was deleted while waited for).
         ResultTimeout: ``seconds`` passed first.
+        StoreUnavailable: the store could not be reached for `OUTAGE_SECONDS`, or until the deadline.
     """
     deadline = anyio.current_time() + seconds
     pause = POLL_FIRST_SECONDS
+    outage: float | None = None
     while True:
-        row = await store.get_job(job_id)
+        try:
+            row = await store.get_job(job_id)
+        except StoreUnavailable:
+            now = anyio.current_time()
+            outage = now if outage is None else outage
+            if now - outage >= OUTAGE_SECONDS or now >= deadline:
+                raise
+            await anyio.sleep(min(deadline - now, 1.0))
+            continue
+        outage = None
         if row is None:
             raise JobNotFound(f"job {job_id} does not exist")
         if row.status in TERMINAL:
@@ -105,7 +124,9 @@ def outcome(row: JobRecord, masker: Masker) -> Any:
     if row.status == JobStatus.COMPLETED:
         why = row.unreadable.get("result")
         if why:
-            raise StoreError(f"job {row.id} completed but its result cannot be read: {masker.text(why, _QUOTED)}")
+            raise StoreError(
+                f"job {row.id} completed but its result cannot be read: {masker.text(why, _QUOTED)}"
+            )
         return row.result
     last = row.error[-1] if row.error and isinstance(row.error[-1], dict) else None
     kind: type[JobFailed] = JobFailed

@@ -61,6 +61,8 @@ async def create_job(
             payload, or a payload the store cannot read back).
     """
     row = await store.create_job(job_id, agent_id, payload, budget, exclusive=exclusive)
+    if exclusive:  # the store raised unless this call inserted the row
+        return row
     if "payload" in row.unreadable:
         raise JobStateConflict(f"job {job_id} already exists and its stored payload cannot be read")
     if row.agent_id != agent_id or not same_json(row.payload, payload):

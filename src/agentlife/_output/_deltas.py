@@ -10,8 +10,10 @@ Bounded: at most `OUTPUT_DELTA_BYTES_PER_SECOND` of text per job (a token bucket
 worth); text past it is dropped and counted, and the next batch says how many bytes were left out
 (``dropped``); a batch that follows a retry of the model call says the text starts over (``restart``).
 Each batch's JSON stays under PostgreSQL's 8000-byte ``NOTIFY`` limit (long text is cut into several).
-Secrets are masked batch by batch (a secret cut across two batches is the reply's to mask, in the journal:
-deltas are a preview).
+Secrets are masked as everywhere else; so that a secret cut across two deltas is masked whole, each
+call's text holds back what could still grow into one (`agentlife._redact.Redactor.split_point`: the word
+being written, a secret-shaped run, the start of a known secret) until more text comes or the call ends
+(`DeltaBuffer.finish`).
 """
 
 from __future__ import annotations
@@ -29,9 +31,12 @@ from agentlife.constants import OUTPUT_DELTA_BYTES_PER_SECOND, OUTPUT_DELTA_FLUS
 if TYPE_CHECKING:
     from agentlife._redact import Redactor
 
-__all__ = ["MAX_CHUNK_CHARS", "DeltaBuffer"]
+__all__ = ["MAX_CHUNK_CHARS", "MAX_HELD_CHARS", "DeltaBuffer"]
 
 _log = logging.getLogger("agentlife.output")
+#: A call's held text past this goes anyway, masked as it stands (a secret-shaped run that never ends holds
+#: nothing for ever, and each batch scans at most this much for secrets).
+MAX_HELD_CHARS = 4096
 #: Characters of text per batch: 6 bytes of JSON each at worst (``\\u001f``), well under 8000 with the rest.
 MAX_CHUNK_CHARS = 1000
 
@@ -66,7 +71,8 @@ class DeltaBuffer:
         self._clock = clock
         self._allowance = float(self._rate)
         self._last = clock()
-        self._pending: list[tuple[str, str, bool]] = []  # (call, text, starts over), in order
+        self._pending: list[tuple[str, str, bool, bool]] = []  # (call, text, starts over, call ended)
+        self._held: dict[str, str] = {}  # call -> the tail of its text not yet sent (not masked yet)
         self._pending_bytes = 0  # at most two seconds' worth while the store takes nothing
         self._dropped_since = 0  # bytes left out since the last batch that went
         #: Bytes of text dropped over the rate, in all.
@@ -76,10 +82,16 @@ class DeltaBuffer:
         self.writes = 0
         #: Sends that failed (the text they held is lost: deltas are not durable).
         self.failures = 0
+        self._sending = anyio.Lock()  # one send at a time: batches reach the store in order
 
     def restart(self, call: str) -> None:
         """The model call ``call`` is tried again: its text starts over (the next batch says so)."""
-        self._pending.append((call, "", True))
+        self._pending.append((call, "", True, False))
+
+    def finish(self, call: str) -> None:
+        """The model call ``call`` ended: what it held back goes with the next batch."""
+        if call in self._held or any(entry[0] == call for entry in self._pending):
+            self._pending.append((call, "", False, True))
 
     def add(self, call: str, text: str) -> None:
         """Take a text delta of the model call ``call`` (its invocation id); never waits."""
@@ -95,11 +107,11 @@ class DeltaBuffer:
             return
         self._allowance -= size
         self._pending_bytes += size
-        if self._pending and self._pending[-1][0] == call:
+        if self._pending and self._pending[-1][0] == call and not self._pending[-1][3]:
             last = self._pending[-1]
-            self._pending[-1] = (call, last[1] + text, last[2])
+            self._pending[-1] = (call, last[1] + text, last[2], False)
         else:
-            self._pending.append((call, text, False))
+            self._pending.append((call, text, False, False))
 
     def take(self) -> list[str]:
         """The batches to send now (JSON text each), emptying the buffer."""
@@ -108,10 +120,16 @@ class DeltaBuffer:
             return []
         at = round(time.time(), 3)
         batches: list[str] = []
-        for call, text, restart in pending or [("", "", False)]:
-            clean = text.encode("utf-8", "replace").decode()  # a lone surrogate cannot be sent as JSON
-            if self._redactor is not None:
-                clean = self._redactor.redact(clean)
+        for call, text, restart, ended in pending or [("", "", False, False)]:
+            if restart:
+                self._held.pop(call, None)  # the call starts over: its old tail never goes
+            raw = self._held.pop(call, "") + text.encode("utf-8", "replace").decode()  # no lone surrogate
+            raw, kept = self._split(raw, ended)
+            if kept:
+                self._held[call] = kept
+            clean = raw if self._redactor is None else self._redactor.redact(raw)
+            if not clean and not restart and not self._dropped_since and call:
+                continue
             for start in range(0, max(len(clean), 1), MAX_CHUNK_CHARS):
                 piece = clean[start : start + MAX_CHUNK_CHARS]
                 data = {"c": call, "t": piece, "d": self._dropped_since, "r": restart, "at": at}
@@ -119,8 +137,19 @@ class DeltaBuffer:
                 batches.append(orjson.dumps(data).decode())
         return batches
 
+    def _split(self, raw: str, ended: bool) -> tuple[str, str]:
+        """What of a call's unsent text goes now, and what it holds back (unmasked, for the next batch)."""
+        if ended or self._redactor is None or len(raw) > MAX_HELD_CHARS:
+            return raw, ""  # a run longer than this goes masked as it stands: its tail reads as no secret
+        cut = self._redactor.split_point(raw)
+        return raw[:cut], raw[cut:]
+
     async def flush(self) -> None:
         """Send what is buffered now, in one store write (a failure is counted, logged once, not raised)."""
+        async with self._sending:
+            await self._flush()
+
+    async def _flush(self) -> None:
         batches = self.take()
         if not batches:
             return

@@ -99,11 +99,21 @@ class JobFollower:
                     " not one of its cursors"
                 )
             moved, ended, checked = True, False, False
+            batches: list[bytes] = []
             while True:
+                for batch in batches:  # text that came before the rows the next read finds
+                    delta = _delta(job_id, self.cursor, batch)
+                    if delta is not None:
+                        yield delta
                 rows = await store.read_output(job_id, self._seq, _PAGE)
                 for row in rows:
-                    self._seq = row.seq
                     event = _event(job_id, row)
+                    if event is not None and event.kind == "end":
+                        for batch in await watch.pending():  # the reply's last text, before the end
+                            delta = _delta(job_id, self.cursor, batch)
+                            if delta is not None:
+                                yield delta
+                    self._seq = row.seq
                     if event is not None:
                         ended = event.kind == "end"
                         yield event
@@ -125,10 +135,7 @@ class JobFollower:
                 if not self._live:
                     return
                 moved = bool(rows)
-                for batch in await watch.wait(moved):
-                    delta = _delta(job_id, self.cursor, batch)
-                    if delta is not None:
-                        yield delta
+                batches = await watch.wait(moved)
 
     async def _over(self) -> JobEvent | bool | None:
         """Whether the job is over, for a follower that caught up.

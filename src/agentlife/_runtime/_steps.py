@@ -221,6 +221,9 @@ class StepRunner:
         except Exception:
             await self.settle_unfinished(step)  # a crash: the step ends without its checkpoint
             raise
+        if self.deltas is not None:  # the step's last model text reaches its followers before its end
+            with anyio.move_on_after(1.0):  # a preview: never worth holding the step's checkpoint for long
+                await self.deltas.flush()
         # A refusal ends the job whatever the step did after it (caught it, told a model, returned Done):
         # nothing of this step is checkpointed.
         hydrated.approvals.check()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -381,9 +382,12 @@ class StepContext(ChildJobCalls, OutputCalls):
                 on_event(retry_event(event))
 
         started = time.monotonic()
-        with host.telemetry.llm_span(
-            model, max_tokens=max_tokens, system=provider_name(env.llm_client)
-        ) as span:
+        with (
+            host.telemetry.llm_span(
+                model, max_tokens=max_tokens, system=provider_name(env.llm_client)
+            ) as span,
+            _finishing(deltas, self._invocation_id(call)),
+        ):
             try:
                 reply = await retry_call(
                     attempt,
@@ -648,3 +652,13 @@ class StepContext(ChildJobCalls, OutputCalls):
             if not allowed:
                 raise BackgroundOperationRestricted(f"policy refused tool {spec.name}")
             return
+
+
+@contextlib.contextmanager
+def _finishing(deltas: DeltaBuffer | None, call: str) -> Iterator[None]:
+    """The model call's text held back for its followers goes once the call ends, however it ends."""
+    try:
+        yield
+    finally:
+        if deltas is not None:
+            deltas.finish(call)

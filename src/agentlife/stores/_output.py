@@ -13,7 +13,7 @@ the step's other records (the attempt and claim token must still hold the live j
 
 Live model text (``delta`` events) is not kept here: `send_deltas` hands a batch to the followers that are
 listening now (PostgreSQL: ``NOTIFY`` on the job's channel; SQLite: a ring of `DELTA_SLOTS` rows per job in
-``job_output_delta``, overwritten in place and emptied when the job ends).
+``job_output_delta``, overwritten in place, removed a minute after the job ended).
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from agentlife import constants
 from agentlife._config import validate_payload
 from agentlife._exceptions import AttemptFenced, ConfigError
 from agentlife._replay import check_replayable
-from agentlife.constants import MAX_OUTPUT_EVENTS_PER_JOB, MAX_OUTPUT_NAME_CHARS, MAX_OUTPUT_VALUE_BYTES
+from agentlife.constants import MAX_OUTPUT_NAME_CHARS, MAX_OUTPUT_VALUE_BYTES
 
 if TYPE_CHECKING:
     from agentlife.stores._dialect import Row, Tx
@@ -95,7 +96,7 @@ async def publish_output(
     invocation_id: str,
     name: str,
     value: bytes,
-    limit: int = MAX_OUTPUT_EVENTS_PER_JOB,
+    limit: int | None = None,
 ) -> int:
     """Add a published event to the job's output once per ``invocation_id``; its ``seq``.
 
@@ -103,6 +104,7 @@ async def publish_output(
         AttemptFenced: another attempt or process holds the job, or it has ended; nothing was written.
         ConfigError: the job's output already holds ``limit`` events; nothing was written.
     """
+    limit = constants.MAX_OUTPUT_EVENTS_PER_JOB if limit is None else limit
     async with tx.atomic():
         if not await tx.execute(tx.sql.lock_publisher, job_id=job_id, attempt=attempt, owner=owner):
             raise AttemptFenced(

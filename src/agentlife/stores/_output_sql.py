@@ -4,7 +4,8 @@
 on the job table writes a ``status`` row (``end`` for a terminal status) in the statement that changes the
 status, after the row's lock is taken, so a status change and a publish never read the same last ``seq``.
 On PostgreSQL a trigger on ``job_output`` sends ``NOTIFY`` on the job's channel for every row (on commit);
-SQLite keeps the recent delta batches in ``job_output_delta`` and empties a job's when it ends.
+SQLite keeps the recent delta batches in ``job_output_delta``; a job's end removes every job's batches
+older than `DELTA_KEEP_SECONDS`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from agentlife.stores._output import DELTA_SLOTS
 
 __all__ = ["pg_output_schema", "pg_output_statements", "sqlite_output_schema", "sqlite_output_statements"]
 
+#: A job's recent delta batches outlive its end this long (its followers read the last ones), then the
+#: next job to end removes them.
+DELTA_KEEP_SECONDS = 60
 _KIND = f"CASE WHEN NEW.status IN ({TERMINAL_SQL}) THEN 'end' ELSE 'status' END"
 
 
@@ -107,7 +111,8 @@ def sqlite_output_schema(t: TableNames) -> list[str]:
                 json_object('status', NEW.status, 'attempt', NEW.attempt),
                 (julianday('now') - 2440587.5) * 86400.0
             FROM {obase} WHERE job_id = NEW.id;
-            DELETE FROM {dbase} WHERE job_id = NEW.id AND NEW.status IN ({TERMINAL_SQL});
+            DELETE FROM {dbase} WHERE NEW.status IN ({TERMINAL_SQL})
+                AND at < (julianday('now') - 2440587.5) * 86400.0 - {DELTA_KEEP_SECONDS};
         END""",
     ]
 

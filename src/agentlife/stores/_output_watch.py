@@ -40,6 +40,10 @@ class OutputWatch(Protocol):
         """
         ...
 
+    async def pending(self) -> list[bytes]:
+        """The delta batches that came since the last `wait`, without waiting (the job ended)."""
+        ...
+
 
 class PollingWatch:
     """The watch of a store without notifications: it reads the job's recent delta batches on a backoff."""
@@ -69,9 +73,14 @@ class PollingWatch:
         if moved:
             self._pause = POLL_MIN_SECONDS
         await anyio.sleep(self._pause)
+        batches = await self.pending()
+        self._pause = POLL_MIN_SECONDS if batches else min(self._pause * 2, POLL_MAX_SECONDS)
+        return batches
+
+    async def pending(self) -> list[bytes]:
+        """The delta batches written since the last read."""
         last, batches = await self._read(self._job_id, self._after)
         if last < (self._after or 0):
-            last = 0  # the ring was emptied (the job ended) and a new attempt began it again
+            last = 0  # the ring was removed (a minute after an end) and a retry began it again
         self._after = last
-        self._pause = POLL_MIN_SECONDS if batches else min(self._pause * 2, POLL_MAX_SECONDS)
         return batches

@@ -114,6 +114,13 @@ class PgListener:
             return True
         return False
 
+    def watch(self, key: str) -> None:
+        """Mark notifications for ``key`` from now on, before the caller reads what it will wait for.
+
+        A notification that comes between that read and the `wait` is kept for it, never lost.
+        """
+        self._agents.add(key)
+
     def forget(self, key: str) -> None:
         """Stop marking notifications for ``key`` (a job id no one waits for any more)."""
         self._agents.discard(key)

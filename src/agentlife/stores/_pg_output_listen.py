@@ -212,6 +212,10 @@ class PgWatch:
                 await self._event.wait()
         self._event = anyio.Event()
         await self._listener.reconnect_if_due()
+        return await self.pending()
+
+    async def pending(self) -> list[bytes]:
+        """The delta batches notified since the last call."""
         batches = list(self._batches)
         self._batches.clear()
         return batches
