@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import httpx
 import pytest
 from aiohttp import web
@@ -523,3 +524,63 @@ async def test_many_streams_of_one_job_share_one_follower_and_a_deaf_client_cost
         finally:
             deaf.close()
         assert fanout.reads == 1  # one follower of the job for the nine streams
+
+
+async def test_any_body_is_answered_with_json_and_never_an_internal_error(tmp_path: Path) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+        max_leaves=20,
+    )
+    bodies = st.one_of(
+        st.binary(max_size=200),
+        json_values.map(lambda v: json.dumps(v).encode()),
+        st.dictionaries(
+            st.sampled_from(["agent_id", "job_id", "payload", "name", "call", "reason", "x"]), json_values
+        ).map(lambda v: json.dumps(v).encode()),
+    )
+    paths = st.sampled_from(["/jobs", "/jobs/wait-1/send", "/jobs/park-1/approve", "/jobs/ghost/cancel"])
+    async with served(tmp_path) as s:
+        seen: list[tuple[str, bytes]] = []
+
+        @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @given(path=paths, body=bodies)
+        def one(path: str, body: bytes) -> None:
+            seen.append((path, body))
+
+        one()
+        for path, body in seen:
+            headers = {**AUTH, "Content-Type": "application/json"}
+            answer = await s.http.post(PREFIX + path, content=body, headers=headers)
+            assert answer.status_code != 500, (path, body, answer.text)
+            assert answer.headers["content-type"].startswith("application/json")
+            if answer.status_code >= 400:
+                _error(answer, answer.status_code)
+
+
+async def test_a_client_that_goes_away_frees_its_stream_and_one_stream_past_the_bound_is_a_503(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path, limits=SseLimits(heartbeat=0.2, max_streams=2, linger=0.2)) as s:
+        fanout = s.app[FANOUT]
+        port = int(s.url.rsplit(":", 1)[1])
+        events = f"{PREFIX}/jobs/park-1/events"
+        gone = socket.create_connection(("127.0.0.1", port))
+        gone.sendall(f"GET {events} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        head = await anyio.to_thread.run_sync(gone.recv, 100)  # not on the loop: the server runs there
+        assert head.startswith(b"HTTP/1.1 200")
+        async with s.http.stream("GET", events) as kept:
+            assert kept.status_code == 200
+            with anyio.fail_after(10):
+                while fanout._open < 2:
+                    await anyio.sleep(0.02)
+            _error(await s.http.get(events), 503, "too_many_streams")
+            gone.close()  # the client vanishes: its stream ends at the next write (a heartbeat at most)
+            with anyio.fail_after(10):
+                while fanout._open > 1:
+                    await anyio.sleep(0.02)
+            async with s.http.stream("GET", events) as again:  # its place is free again
+                assert again.status_code == 200
