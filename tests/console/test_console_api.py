@@ -45,12 +45,14 @@ class Served:
     http: httpx.AsyncClient
     db: Path
     app: web.Application
+    store_url: str
 
 
 async def _fill(url: str) -> None:
     store = store_from_url(url)
     await store.open()
     try:
+        await store.init_schema()  # what `db init` does
         await store.create_job("done-1", "demo", {"password": SECRET, "q": "x"})
         await store.claim("done-1", 1)
         await store.set_status("done-1", 1, "COMPLETED", result={"answer": 42, "token": SECRET})
@@ -64,10 +66,10 @@ async def _fill(url: str) -> None:
 
 @asynccontextmanager
 async def served(
-    tmp_path: Path, token: str | None = TOKEN, limits: SseLimits = FAST
+    tmp_path: Path, token: str | None = TOKEN, limits: SseLimits = FAST, url: str | None = None
 ) -> AsyncIterator[Served]:
     db = tmp_path / "agentlife.db"
-    url = f"sqlite:///{db}"
+    url = url or f"sqlite:///{db}"
     await _fill(url)
     app = create_app(ConsoleConfig(url=url, token=token, data_dir=tmp_path / "data", events=limits))
     runner = web.AppRunner(app, access_log=None)
@@ -78,7 +80,7 @@ async def served(
         host, port = runner.addresses[0][:2]
         base = f"http://{host}:{port}"
         async with httpx.AsyncClient(base_url=base, timeout=10) as http:
-            yield Served(base, http, db, app)
+            yield Served(base, http, db, app, url)
     finally:
         await runner.cleanup()
 
@@ -333,8 +335,8 @@ async def test_ids_names_reasons_and_numbers_at_the_edges_are_refused(tmp_path: 
 # -- the operations ------------------------------------------------------------------------------------------
 
 
-async def test_start_get_list_send_approve_and_result_through_the_api(tmp_path: Path) -> None:
-    async with served(tmp_path) as s:
+async def test_start_get_list_send_approve_and_result_through_the_api(tmp_path: Path, store_url: str) -> None:
+    async with served(tmp_path, url=store_url) as s:
         start = {"agent_id": "demo", "job_id": "n1", "payload": {"a": 1}}
         first = await s.http.post(f"{PREFIX}/jobs", json=start, headers=AUTH)
         assert first.status_code == 200 and first.json()["status"] == "PENDING", first.text
@@ -434,9 +436,9 @@ async def _frames(response: httpx.Response, count: int) -> list[dict[str, str]]:
     return frames
 
 
-async def _publish(db: Path, job_id: str, name: str, value: bytes) -> None:
+async def _publish(url: str, job_id: str, name: str, value: bytes) -> None:
     """A published event of ``job_id`` (claimed by attempt 1), as the job's step writes it."""
-    store = store_from_url(f"sqlite:///{db}")
+    store = store_from_url(url)
     await store.open()
     try:
         await store.publish_output(job_id, 1, f"{job_id}/0/{name}", name, value)
@@ -444,11 +446,18 @@ async def _publish(db: Path, job_id: str, name: str, value: bytes) -> None:
         await store.close()
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'agentlife.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
 async def test_the_stream_is_framed_resumes_from_last_event_id_and_refuses_foreign_cursors(
-    tmp_path: Path,
+    tmp_path: Path, store_url: str
 ) -> None:
-    async with served(tmp_path) as s:
-        await _publish(s.db, "park-1", "progress", b'{"step": 1, "password": "%s"}' % SECRET.encode())
+    async with served(tmp_path, url=store_url) as s:
+        await _publish(s.store_url, "park-1", "progress", b'{"step": 1, "password": "%s"}' % SECRET.encode())
         events = f"{PREFIX}/jobs/park-1/events"
         async with s.http.stream("GET", events) as response:
             assert response.status_code == 200
