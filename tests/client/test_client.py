@@ -8,11 +8,12 @@ written); operators racing; secrets in what the client says.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +72,36 @@ async def client(url: str, worker: CheckpointStore) -> AsyncIterator[Client]:
         yield client
 
 
+@contextlib.asynccontextmanager
+async def opened(backend: Backend, url: str) -> AsyncIterator[tuple[CheckpointStore, Client]]:
+    """A worker's store on ``backend`` (its schema made, as ``db init``) and a client of ``url``."""
+    worker = backend.open_store()
+    await worker.open()
+    try:
+        await worker.init_schema()
+        async with await Client.connect(url) as client:
+            yield worker, client
+    finally:
+        await worker.close()
+
+
 async def finish(worker: CheckpointStore, job_id: str, attempt: int, status: str, **kwargs: Any) -> None:
     await worker.claim(job_id, attempt)
     await worker.set_status(job_id, attempt, status, **kwargs)
+
+
+async def result_while(client: Client, job_id: str, meanwhile: Awaitable[None]) -> Any:
+    """``client.result(job_id)``, with ``meanwhile`` run once the wait is under way."""
+    got: list[Any] = []
+
+    async def wait() -> None:
+        got.append(await client.result(job_id, timeout=120))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        await anyio.wait_all_tasks_blocked()
+        await meanwhile
+    return got[0]
 
 
 async def count_rows(backend: Backend) -> int:
@@ -88,16 +116,8 @@ async def test_a_started_job_s_result_is_what_its_step_returned(
 ) -> None:
     handle = await client.start(AGENT, {"topic": "tides"}, job_id="research-1")
     assert (handle.job_id, handle.agent_id) == ("research-1", AGENT)
-    got: list[Any] = []
-    async with anyio.create_task_group() as tg:
-
-        async def wait() -> None:
-            got.append(await client.result("research-1", timeout=60))
-
-        tg.start_soon(wait)
-        await anyio.wait_all_tasks_blocked()
-        await finish(worker, "research-1", 1, JobStatus.COMPLETED, result={"answer": 42})
-    assert got == [{"answer": 42}]
+    ended = finish(worker, "research-1", 1, JobStatus.COMPLETED, result={"answer": 42})
+    assert await result_while(client, "research-1", ended) == {"answer": 42}
     assert await client.result("research-1", timeout=1) == {"answer": 42}  # an ended job answers at once
 
 
@@ -157,16 +177,8 @@ async def test_result_of_a_job_retried_after_a_crash_is_its_final_outcome(
     with pytest.raises(ResultTimeout) as timed_out:  # a crash is not an end: the wait goes on
         await client.result("crashy", timeout=0.2)
     assert isinstance(timed_out.value, TimeoutError) and timed_out.value.status == JobStatus.RETRYING
-    got: list[Any] = []
-    async with anyio.create_task_group() as tg:
-
-        async def wait() -> None:
-            got.append(await client.result("crashy"))
-
-        tg.start_soon(wait)
-        await anyio.wait_all_tasks_blocked()
-        await finish(worker, "crashy", 2, JobStatus.COMPLETED, result="second try")
-    assert got == ["second try"]
+    ended = finish(worker, "crashy", 2, JobStatus.COMPLETED, result="second try")
+    assert await result_while(client, "crashy", ended) == "second try"
 
 
 # -- jobs that end without a result ---------------------------------------------------------------------
@@ -211,20 +223,14 @@ async def test_a_cancelled_job_raises_job_cancelled_and_a_retry_waits_again(
 
 async def test_a_result_no_one_can_read_is_a_store_error_not_a_none(tmp_path: Path) -> None:
     backend = Backend("sqlite", str(tmp_path / "torn.db"), TableNames())  # jsonb cannot hold such bytes
-    worker = backend.open_store()
-    await worker.open()
-    await worker.init_schema()
-    try:
-        async with await Client.connect(f"sqlite:///{backend.location}") as client:
-            await client.start(AGENT, None, job_id="torn")
-            await finish(worker, "torn", 1, JobStatus.COMPLETED, result={"ok": True})
-            # What a disk that tore, or another client, left in the column.
-            await backend.raw("UPDATE job SET result = X'00FF' WHERE id = 'torn'")
-            with pytest.raises(StoreError, match="result cannot be read") as caught:
-                await client.result("torn")
-            assert "\n" not in str(caught.value)
-    finally:
-        await worker.close()
+    async with opened(backend, f"sqlite:///{backend.location}") as (worker, client):
+        await client.start(AGENT, None, job_id="torn")
+        await finish(worker, "torn", 1, JobStatus.COMPLETED, result={"ok": True})
+        # What a disk that tore, or another client, left in the column.
+        await backend.raw("UPDATE job SET result = X'00FF' WHERE id = 'torn'")
+        with pytest.raises(StoreError, match="result cannot be read") as caught:
+            await client.result("torn")
+        assert "\n" not in str(caught.value)
 
 
 # -- reading and paging ------------------------------------------------------------------------------------
@@ -290,13 +296,13 @@ NOT_JSON = [
 ]
 
 
-@pytest.mark.parametrize("payload", NOT_JSON, ids=range(len(NOT_JSON)))
 async def test_a_payload_the_row_cannot_hold_is_refused_in_one_line_and_nothing_is_written(
-    client: Client, backend: Backend, payload: Any
+    client: Client, backend: Backend
 ) -> None:
-    with pytest.raises(ConfigError) as caught:
-        await client.start(AGENT, payload, job_id="refused")
-    assert "\n" not in str(caught.value) and "the payload" in str(caught.value)
+    for payload in NOT_JSON:  # one store per test, not per case: each case is the same two checks
+        with pytest.raises(ConfigError) as caught:
+            await client.start(AGENT, payload, job_id="refused")
+        assert "\n" not in str(caught.value) and "the payload" in str(caught.value), payload
     assert await count_rows(backend) == 0
 
 
@@ -524,32 +530,26 @@ async def test_an_end_announced_between_the_read_and_the_wait_is_not_missed(
 
     monkeypatch.setattr(_wait, "NOTIFIED_POLL_SECONDS", 3600.0)  # a lost notification would hang the wait
     backend = Backend("postgresql", postgres_url, TableNames())
-    worker = backend.open_store()
-    await worker.open()
-    await worker.init_schema()
-    try:
-        async with await Client.connect(postgres_url) as client:
-            await client.start(AGENT, None, job_id="warm")
-            async with anyio.create_task_group() as tg:  # a wait opens the LISTEN connection
-                tg.start_soon(client.result, "warm")
-                await anyio.sleep(0.5)
-                await finish(worker, "warm", 1, JobStatus.COMPLETED)
-            await client.start(AGENT, None, job_id="racy")
-            store: Any = client._store
-            read = store.get_job
+    async with opened(backend, postgres_url) as (worker, client):
+        await client.start(AGENT, None, job_id="warm")
+        async with anyio.create_task_group() as tg:  # a wait opens the LISTEN connection
+            tg.start_soon(client.result, "warm")
+            await anyio.sleep(0.5)
+            await finish(worker, "warm", 1, JobStatus.COMPLETED)
+        await client.start(AGENT, None, job_id="racy")
+        store: Any = client._store
+        read = store.get_job
 
-            async def get_job(job_id: str) -> Any:
-                row = await read(job_id)
-                if job_id == "racy" and row.status == JobStatus.PENDING:
-                    await finish(worker, "racy", 1, JobStatus.COMPLETED, result="ended meanwhile")
-                    await anyio.sleep(0.3)  # its notification arrives before the wait begins
-                return row
+        async def get_job(job_id: str) -> Any:
+            row = await read(job_id)
+            if job_id == "racy" and row.status == JobStatus.PENDING:
+                await finish(worker, "racy", 1, JobStatus.COMPLETED, result="ended meanwhile")
+                await anyio.sleep(0.3)  # its notification arrives before the wait begins
+            return row
 
-            store.get_job = get_job
-            with anyio.fail_after(8):  # woken by the notification kept for it, not by the (patched) poll
-                assert await client.result("racy") == "ended meanwhile"
-    finally:
-        await worker.close()
+        store.get_job = get_job
+        with anyio.fail_after(8):  # woken by the notification kept for it, not by the (patched) poll
+            assert await client.result("racy") == "ended meanwhile"
 
 
 # -- rows written by someone else ------------------------------------------------------------------------
@@ -588,18 +588,12 @@ async def test_rows_another_writer_left_answer_in_one_line_and_never_as_a_result
 
 async def test_a_start_on_a_row_whose_payload_cannot_be_read_is_a_conflict(tmp_path: Path) -> None:
     backend = Backend("sqlite", str(tmp_path / "torn.db"), TableNames())
-    worker = backend.open_store()
-    await worker.open()
-    await worker.init_schema()
-    try:
-        async with await Client.connect(f"sqlite:///{backend.location}") as client:
+    async with opened(backend, f"sqlite:///{backend.location}") as (_, client):
+        await client.start(AGENT, {"a": 1}, job_id="torn")
+        await backend.raw("UPDATE job SET payload = X'00FF' WHERE id = 'torn'")
+        with pytest.raises(JobStateConflict, match="stored payload cannot be read"):
             await client.start(AGENT, {"a": 1}, job_id="torn")
-            await backend.raw("UPDATE job SET payload = X'00FF' WHERE id = 'torn'")
-            with pytest.raises(JobStateConflict, match="stored payload cannot be read"):
-                await client.start(AGENT, {"a": 1}, job_id="torn")
-            assert "payload" in (await client.get("torn")).unreadable
-    finally:
-        await worker.close()
+        assert "payload" in (await client.get("torn")).unreadable
 
 
 async def test_a_refused_postgresql_login_is_one_line_without_the_password(postgres_server: Any) -> None:
@@ -632,19 +626,14 @@ async def test_a_result_wait_outlives_a_database_restart(postgres_server: Any) -
     try:
         async with await Client.connect(url) as client:
             await client.start(AGENT, None, job_id="outlived")
-            got: list[Any] = []
-            async with anyio.create_task_group() as tg:
 
-                async def wait() -> None:
-                    got.append(await client.result("outlived", timeout=120))
-
-                tg.start_soon(wait)
-                await anyio.wait_all_tasks_blocked()
+            async def restart_then_end() -> None:
                 await anyio.to_thread.run_sync(postgres_server.stop)  # the wait's reads fail meanwhile
                 await anyio.sleep(1.5)
                 await anyio.to_thread.run_sync(postgres_server.start)
                 await finish(worker, "outlived", 1, JobStatus.COMPLETED, result="after the restart")
-            assert got == ["after the restart"]
+
+            assert await result_while(client, "outlived", restart_then_end()) == "after the restart"
     finally:
         postgres_server.start()
         await worker.close()

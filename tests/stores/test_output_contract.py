@@ -34,7 +34,6 @@ class Db:
         )
         await store.open()
         await store.init_schema()
-        await store.init_schema()  # `db init` on a database that has it all: nothing changes, nothing fails
         self.opened.append(store)
         return store
 
@@ -83,6 +82,7 @@ async def test_published_and_status_rows_share_one_order_and_a_publish_is_kept_o
     output_db: Db,
 ) -> None:
     store = await output_db.store()
+    await store.init_schema()  # `db init` on a database that has it all: nothing changes, nothing fails
     await _running(store)  # PENDING -> RUNNING: a status row
     assert await store.publish_output("job-1", 1, "job-1/0/0", "phase", b'{"n": 1}') == 2
     # The same call again (a step replayed after a crash, on any pod): its row, not a second one.
@@ -284,3 +284,41 @@ async def _share_and_leave(db: Db) -> None:
             async for _ in events:
                 pass
     assert reader._followers.connections == 0
+
+
+async def test_delta_batches_written_by_someone_else_are_passed_over(output_db: Db) -> None:
+    writer = await output_db.store()
+    await _running(writer)
+    garbage = ["not json", "[]", '{"t": 5}', '{"c": 1, "t": "kept", "d": "x", "r": 1, "at": "now"}']
+    with anyio.fail_after(30):
+        async with follow_job(writer, "job-1") as events:
+            assert (await events.__anext__()).kind == "status"
+            await writer.send_deltas("job-1", garbage)
+            delta = await events.__anext__()
+            assert (delta.kind, delta.value) == (
+                "delta",
+                {"call": None, "text": "kept", "dropped": 0, "restart": False},
+            )
+            assert delta.time == 0.0
+
+
+async def test_a_follower_whose_listen_connection_is_cut_still_sees_every_event(postgres_url: str) -> None:
+    db = Db("postgresql", postgres_url)
+    try:
+        writer, reader = await db.store(), await db.store()
+        await _running(writer)
+        with anyio.fail_after(30):
+            async with follow_job(reader, "job-1") as events:
+                assert (await events.__anext__()).kind == "status"
+                killed = await db.raw(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
+                )
+                assert killed == [(True,)]
+                await writer.publish_output("job-1", 1, "job-1/0/0", "after the cut", b"1")
+                assert (await events.__anext__()).name == "after the cut"  # read on the fallback wake
+                await writer.publish_output("job-1", 1, "job-1/0/1", "woken again", b"2")
+                assert (await events.__anext__()).name == "woken again"
+                assert isinstance(reader, PostgresStore) and reader._followers.connections == 1  # back
+    finally:
+        for store in db.opened:
+            await store.close()

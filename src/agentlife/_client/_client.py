@@ -15,6 +15,8 @@ import os
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from agentlife._client._views import JobPage, JobSnapshot, JobSummary, snapshot, summary
 from agentlife._client._wait import check_timeout, outcome, wait_for_end
 from agentlife._config import database_url_from_env, validate_database_url, validate_job_id
@@ -82,13 +84,14 @@ class Client:
         else:
             url = validate_database_url(database_url, "database_url")
         store = _open_store(url)
-        await store.open()
         try:
+            await store.open()
             # One read: a refused login, a missing database or a schema `db init` never made fails here,
             # not at the application's first request (the pool opens no connection by itself).
             await store.list_jobs(limit=1)
         except BaseException:
-            await store.close()
+            with anyio.CancelScope(shield=True):  # a cancelled connect leaves no pool or file open
+                await store.close()
             raise
         return cls(store, masker_for(os.environ, url))
 

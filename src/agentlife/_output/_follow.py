@@ -44,10 +44,10 @@ def follow_job(
     events and yields model text deltas as they stream, and ends after the job's end event; without, it
     ends after the last event written so far.
 
-    Raises (from the first iteration):
-        JobNotFound: there is no such job.
-        ConfigError: ``after`` is not a cursor of this job (another job's, malformed, or past its last
-            event).
+    Raises:
+        ConfigError: at once, ``after`` is not a cursor of this job (another job's, malformed or forged);
+            from the first iteration, it is past the job's last event.
+        JobNotFound: from the first iteration, there is no such job.
     """
     return JobFollower(store, job_id, after, live=live)
 

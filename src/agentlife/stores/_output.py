@@ -18,7 +18,6 @@ listening now (PostgreSQL: ``NOTIFY`` on the job's channel; SQLite: a ring of `D
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +38,6 @@ __all__ = [
     "DELTA_SLOTS",
     "OutputRow",
     "check_output",
-    "delta_channel",
     "output_head",
     "publish_output",
     "read_deltas",
@@ -180,12 +178,6 @@ def _bytes(value: Any) -> bytes | None:
 
 
 # -- live model text -------------------------------------------------------------------------------------
-
-
-def delta_channel(output_table_oid: int, job_id: str) -> str:
-    """The PostgreSQL channel of a job's output (the SQL of `pg_output_statements` spells it alike)."""
-    digest = hashlib.md5(f"{output_table_oid}:{job_id}".encode(), usedforsecurity=False).hexdigest()
-    return f"agentlife_out_{digest}"
 
 
 async def send_deltas(tx: Tx, job_id: str, payloads: Sequence[str]) -> None:

@@ -25,7 +25,7 @@ _KIND = f"CASE WHEN NEW.status IN ({TERMINAL_SQL}) THEN 'end' ELSE 'status' END"
 
 
 def _channel_sql(oid: str, job_id: str) -> str:
-    """The job's channel, as `agentlife.stores._output.delta_channel` spells it."""
+    """The job's channel, as `agentlife.stores._pg_output_listen.delta_channel` spells it."""
     return f"'agentlife_out_' || md5({oid} || ':' || {job_id})"
 
 

@@ -15,6 +15,7 @@ only model text sent meanwhile is.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import time
 from collections import deque
@@ -25,15 +26,20 @@ from typing import Any
 import anyio
 
 from agentlife.stores._base import TableNames
-from agentlife.stores._output import delta_channel
 
-__all__ = ["FALLBACK_SECONDS", "PgOutputListener", "PgWatch"]
+__all__ = ["FALLBACK_SECONDS", "PgOutputListener", "PgWatch", "delta_channel"]
 
 _log = logging.getLogger("agentlife.store")
 #: A watch without a working ``LISTEN`` wakes this often (the follower reads the rows).
 FALLBACK_SECONDS = 1.0
 #: The delta batches a watch keeps for a follower that reads slowly; older ones are dropped.
 MAX_QUEUED_BATCHES = 256
+
+
+def delta_channel(output_table_oid: int, job_id: str) -> str:
+    """The PostgreSQL channel of a job's output (`agentlife.stores._output_sql` spells it alike in SQL)."""
+    digest = hashlib.md5(f"{output_table_oid}:{job_id}".encode(), usedforsecurity=False).hexdigest()
+    return f"agentlife_out_{digest}"
 
 
 class PgOutputListener:
@@ -58,6 +64,7 @@ class PgOutputListener:
         self._lock = anyio.Lock()
         self._retry_at = 0.0
         self._watches: dict[str, set[PgWatch]] = {}
+        self._jobs: dict[str, str] = {}  # channel -> job id: a notification finds its watches at once
         self._warned = False
 
     def watch(self, job_id: str) -> PgWatch:
@@ -86,6 +93,7 @@ class PgOutputListener:
                 return
             self._watches.pop(watch.job_id, None)
             channel = self._channel(watch.job_id)
+            self._jobs.pop(channel or "", None)
             if channel is not None and self._conn is not None and not self._conn.is_closed():
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                     await self._conn.remove_listener(channel, self._notified)
@@ -93,7 +101,11 @@ class PgOutputListener:
                 await self._close()  # nobody follows: the connection goes
 
     def _channel(self, job_id: str) -> str | None:
-        return None if self._oid is None else delta_channel(self._oid, job_id)
+        if self._oid is None:
+            return None
+        channel = delta_channel(self._oid, job_id)
+        self._jobs[channel] = job_id
+        return channel
 
     async def _listen(self, channel: str) -> None:
         try:
@@ -158,10 +170,9 @@ class PgOutputListener:
             self._lost(None)
 
     def _notified(self, _conn: Any, _pid: int, channel: str, payload: str) -> None:
-        for job_id, watchers in self._watches.items():
-            if self._channel(job_id) == channel:
-                for watch in watchers:
-                    watch.wake(payload.encode() if payload else None)
+        batch = payload.encode() if payload else None
+        for watch in self._watches.get(self._jobs.get(channel, ""), ()):
+            watch.wake(batch)
 
     async def _close(self) -> None:
         conn, self._conn = self._conn, None
