@@ -118,6 +118,20 @@ async def test_a_cursor_the_shared_follower_no_longer_keeps_gets_a_follower_of_i
         tasks.cancel_scope.cancel()
 
 
+async def test_a_rejoin_starts_the_shared_follower_at_its_cursor_and_later_cursors_join_it() -> None:
+    follow = Follower(8, end=False)
+    async with anyio.create_task_group() as tasks:
+        fanout = Fanout(follow, SseLimits(kept=100, linger=60), tasks)
+        async with fanout.stream("j", "c5", 5) as frames:  # the job's history is not read again
+            assert [(await frames.__anext__()).cursor for _ in range(2)] == ["c6", "c7"]
+            assert await _take(fanout, "j", "c6", 1) == ["c7"]  # a later cursor joins it
+            assert follow.started == [("j", "c5")] and fanout.reads == 1
+            assert await _take(fanout, "j", "c2", 3) == ["c3", "c4", "c5"]  # an earlier one: its own
+            assert await _take(fanout, "j", None, 1) == ["c0"]
+            assert follow.started[1:] == [("j", "c2"), ("j", None)] and fanout.reads == 3
+        tasks.cancel_scope.cancel()
+
+
 async def test_a_stream_that_falls_behind_the_kept_frames_is_closed_the_others_go_on() -> None:
     gate = anyio.Event()
     follow = Follower(50, gate=gate, pace=0.005)

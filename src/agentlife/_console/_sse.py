@@ -117,6 +117,8 @@ class _Channel:
     """One job's frames as this process's one follower read them, shared by every stream of the job."""
 
     job_id: str
+    origin: str | None = None  # the cursor the follower started after (None: the job's first event)
+    origin_seq: int | None = None
     frames: list[Frame] = field(default_factory=list)
     base: int = 0  # the position of frames[0] in everything the follower read
     index: dict[str, int] = field(default_factory=dict)  # cursor -> position
@@ -145,12 +147,20 @@ class _Channel:
     def start(self, after: str | None, seq: int | None) -> int | None:
         """Where a stream that saw ``after`` starts in this channel, or None when it cannot be served here.
 
-        A channel that kept everything from the job's first event serves any cursor: the stream passes
-        over the durable events up to ``seq`` (those the shared follower has not reached yet included).
+        While the channel keeps everything its follower read, it serves any cursor at or after the one
+        its follower started from: the stream passes over the durable events up to ``seq`` (those the
+        follower has not reached yet included).
         """
-        if after is None or (self.base == 0 and seq is not None):
-            return 0 if self.base == 0 else None
-        position = self.index.get(after)
+        if self.base == 0:
+            if after is None:
+                return 0 if self.origin is None else None
+            if after == self.origin:
+                return 0
+            if seq is not None and (
+                self.origin is None or (self.origin_seq is not None and seq >= self.origin_seq)
+            ):
+                return 0
+        position = self.index.get(after) if after is not None else None
         return None if position is None else position + 1
 
 
@@ -179,7 +189,7 @@ class Fanout:
         self._open += 1
         try:
             async with AsyncExitStack() as stack:
-                channel = self._channel(job_id)
+                channel = self._channel(job_id, after, seq)
                 channel.streams += 1
                 stack.callback(self._leave, channel)
                 start = channel.start(after, seq)
@@ -191,10 +201,11 @@ class Fanout:
         finally:
             self._open -= 1
 
-    def _channel(self, job_id: str) -> _Channel:
+    def _channel(self, job_id: str, after: str | None, seq: int | None) -> _Channel:
         channel = self._channels.get(job_id)
         if channel is None or channel.finished:  # a job retried after its end goes on: follow it anew
-            channel = self._channels[job_id] = _Channel(job_id)
+            # From the first stream's cursor: a rejoin does not read the job's history again.
+            channel = self._channels[job_id] = _Channel(job_id, after, seq)
             self.reads += 1
             self._tasks.start_soon(self._run, channel)
         return channel
@@ -246,7 +257,7 @@ class Fanout:
 
     async def _read(self, channel: _Channel) -> None:
         try:
-            async for item in self._follow(channel.job_id, None):
+            async for item in self._follow(channel.job_id, channel.origin):
                 channel.add(item, self._limits.kept)
         except Exception as exc:  # a stream says the follower stopped; the next stream starts another
             log.warning("console: following job events failed: %s", type(exc).__name__)
