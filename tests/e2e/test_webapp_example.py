@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from consoles import TOKEN, chromium, start_console, stop
-from procs import REPO, agent_env, run_cli
+from procs import REPO, agent_env
+from world import init_schema
 
 WEBAPP = REPO / "examples" / "webapp"
 DRAFT = runpy.run_path(str(WEBAPP / "webapp_agent.py"))["DRAFT"]
@@ -73,7 +74,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[dict[str, str], str, str]]:
         WEBAPP_CHUNKS="12",
         WEBAPP_CHUNK_DELAY="0.05",
     )
-    assert run_cli("db", "init", env=env).returncode == 0
+    init_schema(env["AGENTLIFE_DATABASE_URL"])  # what `db init` does, without a process for it
     console, console_url = start_console(env, "--allow-actions")
     procs: list[subprocess.Popen[bytes]] = []
     try:
