@@ -59,6 +59,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             chosen = set(kept)
             config.hook.pytest_deselected(items=[item for item in items if item not in chosen])
             items[:] = kept
+        _fewer_examples(items)
     _spread_slow(items)
 
 
@@ -76,6 +77,30 @@ def _short_run(items: list[pytest.Item]) -> list[pytest.Item]:
             keep = sorted(STORES)[zlib.crc32(group.encode()) % len(STORES)]
             dropped.update(item for store, item in by_store.items() if store != keep)
     return [item for item in items if item not in dropped]
+
+
+#: The suite runs a property test on this share of the examples its ``settings`` ask (at least
+#: `FEWEST_EXAMPLES`); the exhaustive run on all of them. A shrunk failure is replayed first either way.
+EXAMPLES_SHARE, FEWEST_EXAMPLES = 3, 25
+
+
+def _fewer_examples(items: list[pytest.Item]) -> None:
+    """Give each hypothesis test ``max_examples // EXAMPLES_SHARE`` (once per test function).
+
+    Hypothesis reads a test's settings from ``_hypothesis_internal_use_settings`` when the test runs; a
+    hypothesis that stops doing so fails here rather than running every example unnoticed.
+    """
+    done: set[int] = set()
+    for item in items:
+        test = getattr(item, "function", None)
+        if not getattr(test, "is_hypothesis_test", False) or id(test) in done:
+            continue
+        done.add(id(test))
+        from hypothesis import settings
+
+        current = test._hypothesis_internal_use_settings  # type: ignore[union-attr]
+        fewer = min(current.max_examples, max(FEWEST_EXAMPLES, current.max_examples // EXAMPLES_SHARE))
+        test._hypothesis_internal_use_settings = settings(current, max_examples=fewer)  # type: ignore[union-attr]
 
 
 def _store_variant(item: pytest.Item) -> tuple[str | None, str]:

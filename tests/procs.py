@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import orjson
@@ -60,6 +64,72 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def cli_in_process(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run the command line's ``main(ARGS)`` in this process, as `run_cli` runs it in a new one.
+
+    For tests of what a command does (its output, its exit code, its rows), not of the process: a
+    ``python -m agentlife`` start costs about a third of a CPU second, this a few milliseconds. The command
+    runs on its own thread, so it installs no signal handler here (off the main thread the command line
+    leaves signals to the embedding program), with ``os.environ`` replaced by ``env`` and its stdout,
+    stderr and unhandled log records (which a process with no logging set up prints on stderr) captured;
+    its return code is the code `exit_now` would have passed to the OS (tests/e2e/test_cli_in_process.py
+    holds it to a real process's). Paths in ``args`` must be absolute: this process's directory is not
+    the one `run_cli` gives its processes.
+    """
+    from agentlife._cli import main
+
+    box: dict[str, int] = {}
+
+    def command() -> None:
+        try:
+            box["code"] = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors and --help leave through SystemExit
+            box["code"] = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        _environment(env),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        _no_log_handlers(),
+    ):
+        thread = threading.Thread(target=command, name="agentlife-cli", daemon=True)
+        thread.start()
+        thread.join(timeout)
+    if thread.is_alive():
+        raise subprocess.TimeoutExpired(["agentlife", *args], timeout, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(["agentlife", *args], box["code"], out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _environment(env: Mapping[str, str] | None) -> Iterator[None]:
+    saved = dict(os.environ)
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _no_log_handlers() -> Iterator[None]:
+    """The root logger as in a new process (no handler, WARNING): a record reaches stderr, not pytest."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    root.handlers[:] = []
+    root.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 def wait_for(path: Path, timeout: float = 20.0) -> None:

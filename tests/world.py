@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from agentlife.stores import CheckpointStore, JobRecord, store_from_url
-from procs import agent_env, run_cli, spawn
+from procs import agent_env, cli_in_process, spawn
 
 T = TypeVar("T")
 
@@ -86,7 +86,9 @@ class World:
         return [d / "sessions" / job_id for d in (self.data_dir, *self.data_dir.parent.glob("pod-*"))]
 
     def job(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return run_cli("job", *args, env=self.env())
+        """``job ARGS`` as the command line runs it, in this process (`cli_in_process`): these tests are of
+        the jobs the commands act on; the command as a process is tested on its own (test_job_cli)."""
+        return cli_in_process("job", *args, env=self.env())
 
     def create(self, job_id: str, agent: str) -> None:
         """A PENDING job without a payload, made in this process as ``job create`` makes it (that command is

@@ -15,14 +15,14 @@ import pytest
 
 from agentlife.stores import JobRecord, store_from_url
 from consoles import TOKEN, start_console, stop
-from procs import agent_env, run_cli
+from procs import agent_env, cli_in_process
 
 
 @pytest.fixture
 def store_env(tmp_path: Path) -> dict[str, str]:
     db = tmp_path / "agentlife.db"
     env = agent_env(tmp_path / "data", AGENTLIFE_DATABASE_URL=f"sqlite:///{db}")
-    assert run_cli("db", "init", env=env).returncode == 0
+    assert cli_in_process("db", "init", env=env).returncode == 0
     return env
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import REPO, agent_env, run_cli
+from procs import REPO, agent_env, cli_in_process
 
 TARGET = "ask_a_person_agent:DeployGate"
 PAYLOAD = '{"service": "billing", "version": "2.4.1"}'
@@ -34,7 +34,7 @@ def _lines(data: Path, name: str) -> list[dict[str, object]]:
 
 
 def _show(env: dict[str, str]) -> str:
-    shown = run_cli("job", "show", "deploy-7", env=env)
+    shown = cli_in_process("job", "show", "deploy-7", env=env)
     assert shown.returncode == 0, shown.stderr
     return shown.stdout
 
@@ -61,7 +61,7 @@ def test_the_question_parks_the_job_and_the_answer_resumes_it_once(
     assert "status      WAITING" in shown and "waits for   event 'answer' until" in shown, shown
     again = _run(env)  # started again before anyone answered: it parks again, asking nothing new
     assert again.returncode == 0, again.stderr[-2000:]
-    sent = run_cli("job", "send", "deploy-7", "answer", "--payload", answer, env=env)
+    sent = cli_in_process("job", "send", "deploy-7", "answer", "--payload", answer, env=env)
     assert sent.returncode == 0, sent.stderr
     resumed = _run(env)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -90,7 +90,7 @@ def test_an_approval_sent_after_the_deadline_never_deploys(tmp_path: Path) -> No
     assert first.returncode == 0, first.stderr[-2000:]
     assert "status      WAITING" in _show(env)
     time.sleep(1.2)
-    sent = run_cli(
+    sent = cli_in_process(
         "job", "send", "deploy-7", "answer", "--payload", '{"approve": true, "by": "ana"}', env=env
     )
     assert sent.returncode == 0, sent.stderr

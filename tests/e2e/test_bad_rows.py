@@ -19,7 +19,7 @@ import pytest
 from test_worker import AGENT, create_jobs, finish, rows, spawn_worker, worker_env
 
 from agentlife.stores import JobStatus, store_from_url
-from procs import agent_env, json_lines, run_cli
+from procs import agent_env, cli_in_process, json_lines, run_cli
 
 #: What each backend can hold that agentlife cannot read, as the SQL that writes it.
 BAD_PAYLOAD = {
@@ -162,21 +162,21 @@ def test_job_list_show_and_cancel_work_on_a_row_the_store_cannot_read(
     create_jobs(url, "bad", "fine")
     reason = spoil_payload(kind, url, "bad")
 
-    listed = run_cli("job", "list", "--json", env=env)
+    listed = cli_in_process("job", "list", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
     by_id = {row["id"]: row for row in map(json.loads, listed.stdout.splitlines())}
     assert set(by_id) == {"bad", "fine"}
     assert by_id["bad"]["payload"] is None and reason in by_id["bad"]["unreadable"]["payload"]
     assert by_id["fine"]["unreadable"] == {}
-    table = run_cli("job", "list", env=env)
+    table = cli_in_process("job", "list", env=env)
     assert table.returncode == 0 and "bad " in table.stdout, table.stderr
 
-    shown = run_cli("job", "show", "bad", env=env)
+    shown = cli_in_process("job", "show", "bad", env=env)
     assert shown.returncode == 0, shown.stderr
     payload_line = next(line for line in shown.stdout.splitlines() if line.strip().startswith("payload"))
     assert "(unreadable: " in payload_line and reason in payload_line
 
-    cancelled = run_cli("job", "cancel", "bad", "--reason", "bad row", env=env)
+    cancelled = cli_in_process("job", "cancel", "bad", "--reason", "bad row", env=env)
     assert cancelled.returncode == 0, cancelled.stderr
     row = rows(url)["bad"]
     assert row.status == JobStatus.FAILED and row.error[-1]["message"] == "bad row"
@@ -246,7 +246,7 @@ def test_a_sqlite_row_whose_id_is_not_utf8_text_is_set_aside_and_the_pool_goes_o
     code, out = finish(spawn_worker(env, "--max-jobs", "1"))
     assert code == 0, out
     assert "Traceback" not in out and "internal error" not in out
-    listed = run_cli("job", "list", "--database-url", url, env=env)
+    listed = cli_in_process("job", "list", "--database-url", url, env=env)
     assert listed.returncode == 0, listed.stderr
     statuses = sorted(line.split()[2] for line in listed.stdout.splitlines()[1:])
     assert statuses == ["COMPLETED", "DEAD_LETTER", "RUNNING"]  # the stale one is the operator's to mend

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import REPO, agent_env, run_cli, spawn, terminate, wait_for, wait_for_handler
+from procs import REPO, agent_env, cli_in_process, run_cli, spawn, terminate, wait_for, wait_for_handler
 
 
 @pytest.mark.parametrize("how", ["sleep", "spin", "swallow"])
@@ -180,21 +180,24 @@ def test_a_payload_with_a_lone_surrogate_is_a_usage_error_for_run_and_job_create
     assert run.stderr.count("\n") == 1 and "--payload" in run.stderr and "lone surrogate" in run.stderr
     assert run.stdout == "" and not (tmp_path / "data").exists()  # no row, no journal, no directory
 
-    assert run_cli("db", "init", env=env).returncode == 0
-    for source in (("--payload", payload), ("--payload", "-")):
-        create = subprocess.run(
-            [sys.executable, "-m", "agentlife", "job", "create", "drain-agent", *source],
-            env=env,
-            cwd=REPO,
-            input=payload,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+    # The store and the argument's refusal in this process (cli_in_process); the payload read from stdin
+    # by a real one, so each variant still sees both commands' exit code from a process.
+    assert cli_in_process("db", "init", env=env).returncode == 0
+    given = cli_in_process("job", "create", "drain-agent", "--payload", payload, env=env)
+    from_stdin = subprocess.run(
+        [sys.executable, "-m", "agentlife", "job", "create", "drain-agent", "--payload", "-"],
+        env=env,
+        cwd=REPO,
+        input=payload,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    for create in (given, from_stdin):
         assert create.returncode == 2, create.stdout + create.stderr
         assert create.stderr.count("\n") == 1 and "lone surrogate" in create.stderr
-    listed = run_cli("job", "list", "--json", env=env)
+    listed = cli_in_process("job", "list", "--json", env=env)
     assert listed.returncode == 0 and listed.stdout == ""  # no row was created
 
 

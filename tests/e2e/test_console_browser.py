@@ -23,7 +23,7 @@ import orjson
 import pytest
 
 from consoles import TOKEN, insert_row, start_console, stop
-from procs import REPO, agent_env, run_cli, spawn, wait_for
+from procs import REPO, agent_env, cli_in_process, spawn, wait_for
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -45,7 +45,7 @@ class World:
 def _wait_status(env: dict[str, str], job_id: str, status: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        shown = run_cli("job", "show", job_id, "--events", "0", env=env)
+        shown = cli_in_process("job", "show", job_id, "--events", "0", env=env)
         if f"status      {status}" in shown.stdout:
             return
         if time.monotonic() > deadline:
@@ -67,7 +67,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         AGENTLIFE_APPROVAL_POLL_SECONDS="0.05",
         CONSOLE_TEST_VALUE=SECRET,
     )
-    assert run_cli("db", "init", env=env).returncode == 0
+    assert cli_in_process("db", "init", env=env).returncode == 0
     payload = '{"prompt": "find <b>it</b>", "password": "pw-in-the-payload"}'
     for job_id, agent, body in (
         ("chat-1", "chatty", payload),
@@ -75,7 +75,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         ("drain-1", "drain-agent", "{}"),
         ("park-1", "deployer", "{}"),
     ):
-        assert run_cli("job", "create", agent, "--id", job_id, "--payload", body, env=env).returncode == 0
+        assert (
+            cli_in_process("job", "create", agent, "--id", job_id, "--payload", body, env=env).returncode == 0
+        )
     procs = {
         "chat-1": spawn("agents.console_agents:Chatty", env, "--job-id", "chat-1"),
         "crash-1": spawn("agents.drain_agent:CrashAgent", env, "--job-id", "crash-1"),
@@ -100,7 +102,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         insert_row(db, "long-agent-1", LONG_AGENT, {})
         crash = [{"at": time.time() - 5, "attempt": 1, "error_class": "RuntimeError", "message": CRASH}]
         insert_row(db, "sec-1", "demo", {}, error=orjson.dumps(crash).decode())
-        cancelled = run_cli("job", "cancel", "sec-1", "--reason", f"passphrase: {SECRET}-cancel", env=env)
+        cancelled = cli_in_process(
+            "job", "cancel", "sec-1", "--reason", f"passphrase: {SECRET}-cancel", env=env
+        )
         assert cancelled.returncode == 0
         console_env = {**env, "AGENTLIFE_CONSOLE_TOKEN": TOKEN, "CONSOLE_TEST_SECRET": SECRET}
         console, url = start_console(console_env, "--allow-actions")

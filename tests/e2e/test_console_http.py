@@ -20,14 +20,14 @@ import pytest
 from agentlife._journal._writer import EventType, Journal
 from agentlife.stores import store_from_url
 from consoles import TOKEN, insert_row, request, start_console, stop
-from procs import agent_env, run_cli
+from procs import agent_env, cli_in_process, run_cli
 
 
 @pytest.fixture
 def store_env(tmp_path: Path) -> dict[str, str]:
     db = tmp_path / "agentlife.db"
     env = agent_env(tmp_path / "data", AGENTLIFE_DATABASE_URL=f"sqlite:///{db}")
-    assert run_cli("db", "init", env=env).returncode == 0
+    assert cli_in_process("db", "init", env=env).returncode == 0
     return env
 
 
@@ -40,7 +40,7 @@ def console(store_env: dict[str, str]) -> Iterator[str]:
 
 
 def _job(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli("job", *args, env=env)
+    return cli_in_process("job", *args, env=env)
 
 
 def _status(env: dict[str, str], job_id: str) -> tuple[str, int]:
@@ -248,8 +248,8 @@ def test_a_store_that_is_not_there_is_a_503_page_and_one_that_comes_back_is_read
         status, body, _ = request(url)
         assert status == 503 and "no store at" in body and "Traceback" not in body
         assert not db.exists()  # the console never creates a store
-        assert run_cli("db", "init", env=env).returncode == 0
-        assert run_cli("job", "create", "demo", "--id", "job-back", env=env).returncode == 0
+        assert cli_in_process("db", "init", env=env).returncode == 0
+        assert cli_in_process("job", "create", "demo", "--id", "job-back", env=env).returncode == 0
         status, body, _ = request(url)
         assert status == 200 and "job-back" in body
     finally:
@@ -362,7 +362,7 @@ def _plant_awkward_rows(url: str) -> None:
 
 def test_older_jobs_shows_every_row_once_whatever_its_id_or_time(db_url: str, tmp_path: Path) -> None:
     env = agent_env(tmp_path / "data", AGENTLIFE_DATABASE_URL=db_url)
-    assert run_cli("db", "init", env=env).returncode == 0
+    assert cli_in_process("db", "init", env=env).returncode == 0
     _plant_awkward_rows(db_url)
 
     async def expected() -> list[str]:

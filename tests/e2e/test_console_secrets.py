@@ -19,7 +19,7 @@ import orjson
 
 from agentlife.stores import ApprovalRequest, store_from_url
 from consoles import insert_row, request, start_console, stop
-from procs import agent_env, run_cli
+from procs import agent_env, cli_in_process
 
 ENV_SECRET = "env-secret-value-0417"
 #: Every secret planted, by where it is planted; none may reach a page.
@@ -117,10 +117,10 @@ def test_no_secret_a_row_holds_reaches_any_page_or_the_timeline_drawn_from_its_h
 ) -> None:
     db = tmp_path / "agentlife.db"
     env = agent_env(tmp_path / "data", AGENTLIFE_DATABASE_URL=f"sqlite:///{db}")
-    assert run_cli("db", "init", env=env).returncode == 0
+    assert cli_in_process("db", "init", env=env).returncode == 0
     _plant(db, env["AGENTLIFE_DATABASE_URL"])
     reason = f"pwd={SECRETS['cancel-pwd']} auth={SECRETS['cancel-auth']}"
-    assert run_cli("job", "cancel", "job-sec", "--reason", reason, env=env).returncode == 0
+    assert cli_in_process("job", "cancel", "job-sec", "--reason", reason, env=env).returncode == 0
     # The console's own pod: another data dir, so no journal of these jobs is readable.
     console_env = {**env, "AGENTLIFE_DATA_DIR": str(tmp_path / "console"), "CONSOLE_SECRET_TOKEN": ENV_SECRET}
     proc, url = start_console(console_env)
@@ -158,7 +158,7 @@ def test_job_show_prints_the_console_s_job_view_with_the_same_secrets_masked(tmp
     # terminal as on the page.
     db = tmp_path / "agentlife.db"
     env = agent_env(tmp_path / "data", AGENTLIFE_DATABASE_URL=f"sqlite:///{db}", OPERATOR_TOKEN=ENV_SECRET)
-    assert run_cli("db", "init", env=env).returncode == 0
+    assert cli_in_process("db", "init", env=env).returncode == 0
     _plant(db, env["AGENTLIFE_DATABASE_URL"])
     wait_secrets = {"wait-token": "wait-token-91-zq", "wait-event": "wait-event-92-zq"}
     waiting = {
@@ -169,8 +169,8 @@ def test_job_show_prints_the_console_s_job_view_with_the_same_secrets_masked(tmp
     }
     insert_row(db, "job-wait", "deployer", {}, status="WAITING", waiting=orjson.dumps(waiting).decode())
     reason = f"pwd={SECRETS['cancel-pwd']} auth={SECRETS['cancel-auth']}"
-    assert run_cli("job", "cancel", "job-sec", "--reason", reason, env=env).returncode == 0
-    shown = {job: run_cli("job", "show", job, env=env) for job in ("job-sec", "job-park", "job-wait")}
+    assert cli_in_process("job", "cancel", "job-sec", "--reason", reason, env=env).returncode == 0
+    shown = {job: cli_in_process("job", "show", job, env=env) for job in ("job-sec", "job-park", "job-wait")}
     for job, proc in shown.items():
         assert proc.returncode == 0, (job, proc.stderr)
         for secret in [*PLANTED, *wait_secrets.values()]:

@@ -22,7 +22,7 @@ import pytest
 from _pg import PostgresServer
 from agentlife.stores import ApprovalRequest, store_from_url
 from consoles import TOKEN, request, start_console, stop
-from procs import agent_env, run_cli
+from procs import agent_env, cli_in_process
 
 
 def _remove_store(db: Path) -> None:
@@ -49,7 +49,7 @@ def _parked_store(db: Path, job_id: str) -> None:
 
 
 def _status(env: dict[str, str], job_id: str) -> str:
-    shown = run_cli("job", "list", "--json", env=env)
+    shown = cli_in_process("job", "list", "--json", env=env)
     rows = {r["id"]: r for r in map(orjson.loads, shown.stdout.splitlines())}
     return str(rows[job_id]["status"])
 
@@ -63,8 +63,8 @@ def test_a_deleted_store_file_is_the_error_page_and_a_new_one_at_the_path_is_rea
     tmp_path: Path, sqlite_env: dict[str, str]
 ) -> None:
     db = tmp_path / "agentlife.db"
-    assert run_cli("db", "init", env=sqlite_env).returncode == 0
-    assert run_cli("job", "create", "demo", "--id", "job-old", env=sqlite_env).returncode == 0
+    assert cli_in_process("db", "init", env=sqlite_env).returncode == 0
+    assert cli_in_process("job", "create", "demo", "--id", "job-old", env=sqlite_env).returncode == 0
     proc, url = start_console(sqlite_env)
     try:
         assert "job-old" in request(url)[1]
@@ -73,8 +73,8 @@ def test_a_deleted_store_file_is_the_error_page_and_a_new_one_at_the_path_is_rea
         assert status == 503 and "no store at" in body and "job-old" not in body
         assert request(url + "job?id=job-old")[0] == 503
         assert not db.exists()  # the console never makes a store
-        assert run_cli("db", "init", env=sqlite_env).returncode == 0
-        assert run_cli("job", "create", "demo", "--id", "job-new", env=sqlite_env).returncode == 0
+        assert cli_in_process("db", "init", env=sqlite_env).returncode == 0
+        assert cli_in_process("job", "create", "demo", "--id", "job-new", env=sqlite_env).returncode == 0
         status, body, _ = request(url)
         assert status == 200 and "job-new" in body and "job-old" not in body
     finally:
@@ -122,8 +122,8 @@ def test_a_dropped_database_is_a_503_with_one_log_line_and_is_read_again_once_ba
 ) -> None:
     url, name = scratch_database
     env = agent_env(tmp_path / "data", AGENTLIFE_DATABASE_URL=url)
-    assert run_cli("db", "init", env=env).returncode == 0
-    assert run_cli("job", "create", "demo", "--id", "pg-job", env=env).returncode == 0
+    assert cli_in_process("db", "init", env=env).returncode == 0
+    assert cli_in_process("job", "create", "demo", "--id", "pg-job", env=env).returncode == 0
     proc, console = start_console(env)
     try:
         assert request(console)[0] == 200
@@ -132,8 +132,8 @@ def test_a_dropped_database_is_a_503_with_one_log_line_and_is_read_again_once_ba
         assert [status for status, _, _ in answers] == [503, 503, 503, 503]
         assert all("Store Unavailable" in body or "store" in body for _, body, _ in answers)
         postgres_server.execute(f"CREATE DATABASE {name}")
-        assert run_cli("db", "init", env=env).returncode == 0
-        assert run_cli("job", "create", "demo", "--id", "pg-back", env=env).returncode == 0
+        assert cli_in_process("db", "init", env=env).returncode == 0
+        assert cli_in_process("job", "create", "demo", "--id", "pg-back", env=env).returncode == 0
         status, body, _ = request(console)
         assert status == 200 and "pg-back" in body
     finally:

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from procs import REPO, agent_env, run_cli
+from procs import REPO, agent_env, cli_in_process
 
 CHILDREN = 20
 KILLS = int(os.environ.get("FANOUT_SIGKILLS", "4"))
@@ -36,8 +36,8 @@ def test_twenty_children_under_seeded_kills_sum_right_with_each_effect_and_child
         FANOUT_EFFECTS=str(effects),
         PYTHONPATH=os.pathsep.join([str(REPO / "examples"), str(REPO / "src")]),
     )
-    assert run_cli("db", "init", env=env).returncode == 0
-    made = run_cli(
+    assert cli_in_process("db", "init", env=env).returncode == 0
+    made = cli_in_process(
         "job", "create", "fanout", "--id", "fan", "--payload", f'{{"children": {CHILDREN}}}', env=env
     )
     assert made.returncode == 0, made.stderr
@@ -77,7 +77,7 @@ def test_twenty_children_under_seeded_kills_sum_right_with_each_effect_and_child
                 victim.send_signal(signal.SIGKILL)
                 kills += 1
                 next_kill = time.monotonic() + rng.uniform(0.3, 1.2)
-            shown = run_cli("job", "list", "--status", "COMPLETED", "--json", env=env)
+            shown = cli_in_process("job", "list", "--status", "COMPLETED", "--json", env=env)
             if kills >= KILLS and '"fan"' in shown.stdout:
                 break
             assert time.monotonic() < deadline, "\n".join(p.read_text()[-2000:] for p in logs.glob("*.log"))
@@ -87,11 +87,11 @@ def test_twenty_children_under_seeded_kills_sum_right_with_each_effect_and_child
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    shown = run_cli("job", "show", "fan", env=env)
+    shown = cli_in_process("job", "show", "fan", env=env)
     assert f'result      {{"sum": {sum(i * i for i in range(CHILDREN))}}}' in shown.stdout, shown.stdout
     lines = effects.read_text().splitlines()
     assert sorted(lines) == sorted(f"fan.0.{i}/0/0 {i}" for i in range(CHILDREN))  # each effect once
-    listed = run_cli("job", "list", "--json", "--limit", "1000", env=env)
+    listed = cli_in_process("job", "list", "--json", "--limit", "1000", env=env)
     ids = [line for line in listed.stdout.splitlines() if '"id"' in line or line.startswith("{")]
     assert listed.returncode == 0, listed.stderr
     for i in range(CHILDREN):

@@ -21,7 +21,7 @@ import pytest
 
 from agentlife import AgentProcess, Done, MCPServer, StepContext
 from agentlife.testing import AgentHarness, DrainAt
-from procs import REPO, agent_env, run_cli, spawn, terminate
+from procs import REPO, agent_env, cli_in_process, run_cli, spawn, terminate
 
 AGENT = "agents.mcp_agents:"
 SERVER = str(REPO / "tests" / "mcp_test_server.py")
@@ -109,7 +109,7 @@ def test_the_notes_example_runs_as_documented_and_adds_its_note_once(tmp_path: P
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     notes = [json.loads(line) for line in (data / "notes.jsonl").read_text().splitlines()]
     assert notes == [{"key": "notes-1/1/1", "text": "ship the MCP example"}]  # once, keyed by invocation id
-    row = run_cli("job", "show", "notes-1", env=env)
+    row = cli_in_process("job", "show", "notes-1", env=env)
     assert row.returncode == 0 and "COMPLETED" in row.stdout and '"Noted."' in row.stdout, row.stdout
     (session,) = (data / "sessions" / "notes-1").glob("session_0001_*.jsonl")
     shown = run_cli("journal", "show", str(session), env=env)
@@ -203,7 +203,7 @@ def test_a_server_made_by_a_property_on_first_access_is_started(tmp_path: Path) 
     done = run_cli("run", "agents.lazy_mcp_agent:LazyServerAgent", "--job-id", "lazy-1", env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert [e["title"] for e in effects(state)] == ["disk full"]
-    row = run_cli("job", "show", "lazy-1", env=env)
+    row = cli_in_process("job", "show", "lazy-1", env=env)
     assert row.returncode == 0 and "COMPLETED" in row.stdout, row.stdout
 
 

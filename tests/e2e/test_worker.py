@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from agentlife.stores import JobRecord, JobStatus, store_from_url
-from procs import REPO, agent_env, json_lines, run_cli, wait_for
+from procs import REPO, agent_env, cli_in_process, json_lines, run_cli, wait_for
 
 TARGET = "agents.worker_agent:WorkerAgent"
 AGENT = "worker-agent"
@@ -504,7 +504,7 @@ def test_a_job_parked_for_approval_is_resumed_by_a_worker_once_approved(
     # attends the job any more, so the approval makes it runnable again rather than "taken by its process".
     assert poll(lambda: http(port, "/readyz") == (200, "ok\n"))
     assert rows(sqlite_url)["deploy"].status == JobStatus.WAITING_FOR_APPROVAL
-    approved = run_cli("job", "approve", "deploy", env=worker_env(tmp_path, sqlite_url))
+    approved = cli_in_process("job", "approve", "deploy", env=worker_env(tmp_path, sqlite_url))
     assert approved.returncode == 0, approved.stderr
     assert "PENDING" in approved.stdout
     poll(lambda: rows(sqlite_url)["deploy"].status == JobStatus.COMPLETED)

@@ -1,8 +1,9 @@
 """When the OpenTelemetry SDK is built: at READY with an exporter, when first needed without one.
 
 The SDK's imports cost ~45 ms of CPU; built at READY they compete with the first model request. Without an
-exporter nothing is sent anywhere, so the build waits for the end of the first step, a full buffer or a
-``/metrics`` scrape, and what happened before is replayed: the scrape still shows the whole job.
+exporter nothing is sent anywhere, so the build waits for a ``/metrics`` scrape or a full buffer (a step's
+end starts nothing: a short job nobody scrapes never pays for the SDK), and what happened before is
+replayed: the scrape still shows the whole job.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def test_with_an_exporter_the_sdk_is_built_at_ready(settings: Settings, board: S
     facade.telemetry.shutdown(5.0)
 
 
-def test_without_an_exporter_the_first_step_end_builds_it_and_nothing_is_lost(
+def test_without_an_exporter_only_the_scrape_builds_it_and_nothing_is_lost(
     settings: Settings, board: StatusBoard
 ) -> None:
     facade = TelemetryFacade()
@@ -90,8 +91,10 @@ def test_without_an_exporter_the_first_step_end_builds_it_and_nothing_is_lost(
     _ready(facade)
     facade.start_building(settings, board, {})
     facade.llm_call("m", "ok", None)
-    assert facade._thread is None and facade.telemetry is None  # nothing started by READY or a call
     facade.step_completed(0.2)
+    assert facade._thread is None and facade.telemetry is None  # nothing started by READY, a call or a step
+    assert board.metrics_ready is not None
+    board.metrics_ready()  # what a /metrics scrape does first
     _built(facade)
     assert facade.telemetry is not None
     assert board.metrics_text == facade.telemetry.prometheus_text  # the facade steps out of the scrape
@@ -202,7 +205,7 @@ def test_a_failed_build_drops_the_buffer_and_the_scrape_serves_the_core_gauges(
 def test_a_transition_recorded_while_the_buffer_is_replayed_is_not_overwritten_by_an_older_one(
     settings: Settings, board: StatusBoard
 ) -> None:
-    # The deferred build often lands at the end of a one-step job, while it drains: the replay of READY
+    # The deferred build often lands at the end of a short job, scraped while it drains: the replay of READY
     # and EXECUTING must not come after DRAINING and leave the gauge in the past.
     facade = TelemetryFacade()
     replaying = threading.Event()
@@ -211,7 +214,8 @@ def test_a_transition_recorded_while_the_buffer_is_replayed_is_not_overwritten_b
     facade.record_transition(Transition(State.HYDRATING, State.READY, "test", time.time()))
     facade.record_transition(Transition(State.READY, State.EXECUTING, "test", time.time()))
     facade.start_building(settings, board, {})
-    facade.step_completed(0.1)
+    assert board.metrics_text is not None
+    assert board.metrics_text() is None  # a /metrics scrape before the build: it starts it
     assert replaying.wait(30)
     facade.record_transition(Transition(State.EXECUTING, State.DRAINING, "test", time.time()))
     _built(facade)
