@@ -261,6 +261,8 @@ MALFORMED = [
         None,
         "--max-input-tokens 18446744073709551616 must be >= 1 and <=",
     ),
+    (("--concurrency-key", "tenant\x1b[2J"), None, "--concurrency-key holds the control character U+001B"),
+    (("--priority", str(2**63)), None, "--priority='9223372036854775808' is not a whole number from -1000"),
 ]
 
 
