@@ -1,4 +1,4 @@
-"""``ctx.start_job(..., concurrency_key=, priority=)``: the child's row carries them; bad ones fail the step."""
+"""``ctx.start_job(..., concurrency_key=, priority=)``: the child row carries them; bad ones fail the step."""
 
 from __future__ import annotations
 
