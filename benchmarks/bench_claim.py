@@ -4,9 +4,9 @@ Metric (one JSON object per line):
 
 - ``pg_claim_next_p99_10k_vs_10``: p99 of ``claim_next()`` on a job table holding 10 000 runnable
   rows, against the same on a table holding 10, claims on the two databases interleaved in the same run.
-  Target <= 1.5x: the claim walks the partial index on ``not_before`` and stops at the first row it can
-  lock, so the table's size must not show. Each claimed row is put back (untimed) at the end of the queue,
-  so both tables keep their size for the whole run.
+  Target <= 1.5x: the claim walks the partial index in its order (priority, ``not_before``) and stops at
+  the first row it can lock, so the table's size must not show. Each claimed row is put back (untimed) at
+  the end of the queue, so both tables keep their size for the whole run.
 
 - ``pg_claim_next_p99_10k_sleeping_vs_0``: p99 of ``claim_next()`` on a table holding 10 runnable rows and
   10 000 jobs parked at a durable wait (WAITING, ``not_before`` in the future), against the same table
@@ -112,9 +112,9 @@ async def bench(small_url: str, big_url: str, sleeping_url: str, n: int) -> None
     stores = {"small": (small, small_conn), "big": (big, big_conn), "sleeping": (sleeping, sleeping_conn)}
     try:
         plan = await big_conn.fetch(  # type: ignore[attr-defined]
-            "EXPLAIN SELECT id FROM job WHERE status IN ('PENDING', 'RETRYING')"
+            "EXPLAIN SELECT id FROM job WHERE status IN ('PENDING', 'RETRYING', 'WAITING')"
             " AND (not_before IS NULL OR not_before <= now())"
-            " ORDER BY not_before NULLS FIRST, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+            " ORDER BY priority DESC, not_before NULLS FIRST, id LIMIT 1 FOR UPDATE SKIP LOCKED"
         )
         print("plan on 10 000 rows: " + " / ".join(row[0].strip() for row in plan), flush=True)
         samples: dict[str, list[float]] = {"small": [], "big": [], "sleeping": []}

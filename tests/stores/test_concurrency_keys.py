@@ -375,10 +375,8 @@ async def test_the_limited_claim_stays_an_index_scan_past_many_rows_of_a_key_at_
         limits = ClaimLimits(key_default=1)
         assert (await store.claim_next("agent-a", limits=limits)).id == "full-00001"  # type: ignore[union-attr]
         await conn.execute("ANALYZE job")
-        sql = pg_statements(TableNames()).claim_agent_limited
-        values = sql.values(
-            {"key_limits": "{}", "key_default": 1, "agent_limit": None, "owner": "x", "agent_id": "agent-a"}
-        )
+        sql = pg_statements(TableNames()).claim_limited(True, True, False)
+        values = sql.values({"key_limits": "{}", "key_default": 1, "owner": "x", "agent_id": "agent-a"})
         plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN (COSTS OFF) " + sql.text, *values))
         claimed = await store.claim_next("agent-a", limits=limits)
         assert claimed is not None and claimed.id == "fresh"  # past 4 999 rows of the full key

@@ -134,7 +134,8 @@ async def claim_next(tx: Tx, agent_id: str | None, owner: str, limits: ClaimLimi
     limited = limits is not None and limits.active
     if limited:
         assert limits is not None
-        statement = tx.sql.claim_any_limited if agent_id is None else tx.sql.claim_agent_limited
+        keys = limits.key_default is not None or bool(limits.key_limits)
+        statement = tx.sql.claim_limited(agent_id is not None, keys, limits.agent is not None)
         params: dict[str, Any] = {
             "key_limits": limits.key_limits_json(),
             "key_default": limits.key_default,

@@ -175,8 +175,6 @@ class Statements:
     take_claim: Statement
     claim_any: Statement
     claim_agent: Statement
-    claim_any_limited: Statement
-    claim_agent_limited: Statement
     set_aside: Statement
     count_runnable: Statement
     release: Statement
@@ -188,6 +186,9 @@ class Statements:
     write_usage: Statement
     heartbeat: Statement
     page: Page
+    claim_limited: Callable[[bool, bool, bool], Statement]
+    """The claim with running limits: of one agent's jobs or any agent's, with key limits, with an agent
+    limit (`_claims.claim_next`)."""
     keys: bool
     """Whether the job table has the columns of concurrency keys (PostgreSQL adds them at ``db init``)."""
     # -- checkpoints and the conversation (_checkpoints)

@@ -157,12 +157,6 @@ def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> St
             f" SELECT claimed.*, ({next_due_when_idle}) AS next_due FROM (SELECT 1) AS one"
             " LEFT JOIN claimed ON true"
         ),
-        "claim_any_limited": limited_claim(t, cols, any_agent=True) + ", NULL::float8 AS next_due",
-        "claim_agent_limited": (
-            f"WITH claimed AS ({limited_claim(t, cols, any_agent=False)})"
-            f" SELECT claimed.*, ({next_due_when_idle}) AS next_due FROM (SELECT 1) AS one"
-            " LEFT JOIN claimed ON true"
-        ),
         "set_aside": (
             f"UPDATE {j} SET status = '{SET_ASIDE_STATUS}', owner = NULL, updated_at = now(), {_APPEND}"
             " WHERE id = :key AND attempt = :attempt AND owner = :owner AND status = 'RUNNING'"
@@ -263,15 +257,25 @@ def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> St
     }
     built = {name: sql(statement) for name, statement in text.items()}
     page = functools.partial(_page, t, cols)
+    claim_limited = functools.cache(functools.partial(_claim_limited, t, cols, next_due_when_idle))
     checkpoint = functools.cache(functools.partial(_checkpoint, t, d.fence))
-    return Statements(**shared_statements(t, d), **built, page=page, checkpoint=checkpoint, keys=keys)
+    return Statements(
+        **shared_statements(t, d),
+        **built,
+        page=page,
+        checkpoint=checkpoint,
+        claim_limited=claim_limited,
+        keys=keys,
+    )
 
 
-def limited_claim(t: TableNames, columns: str, *, any_agent: bool) -> str:
+def limited_claim(t: TableNames, columns: str, *, any_agent: bool, keys: bool, agents: bool) -> str:
     """The claim that skips rows whose concurrency key, or agent, has as many RUNNING rows as its limit.
 
-    Parameters beside the plain claim's: ``:key_limits`` (a JSON object of per-key limits),
-    ``:key_default`` (the limit of other keys, NULL for none) and ``:agent_limit`` (NULL for none). One
+    Parameters beside the plain claim's: with ``keys``, ``:key_limits`` (a JSON object of per-key limits)
+    and ``:key_default`` (the limit of other keys, NULL for none); with ``agents``, ``:agent_limit``. A
+    limit not set leaves its test out of the text, not to a NULL parameter: so PostgreSQL's generic plan
+    costs what a custom one does and a prepared claim is planned once, not at each call (~3 ms). One
     statement: the keys at their limit are counted once (``full_keys``), the first row in the claim's order
     whose key is not among them, and that is its limited key's first runnable row (so a key's rows start in
     order even while a concurrent claim holds its first one locked), is locked ``SKIP LOCKED`` as by the
@@ -300,28 +304,49 @@ def limited_claim(t: TableNames, columns: str, *, any_agent: bool) -> str:
         f" AND a.agent_id = {'c.agent_id' if any_agent else ':agent_id'})"
     )
     agent = "" if any_agent else "c.agent_id = :agent_id AND "
-    return (
-        f"WITH full_keys AS (SELECT concurrency_key AS full_key FROM {j}"
+    full_keys = (
+        f"full_keys AS (SELECT concurrency_key AS full_key FROM {j}"
         " WHERE status = 'RUNNING' AND concurrency_key IS NOT NULL"
-        f" GROUP BY concurrency_key HAVING count(*) >= {limit('concurrency_key')}),"
-        f" next AS (SELECT c.id AS next_id, c.concurrency_key AS next_key, c.agent_id AS next_agent"
-        f" FROM {j} AS c WHERE {agent}{RUNNABLE_SQL} AND {_DUE}"
+        f" GROUP BY concurrency_key HAVING count(*) >= {limit('concurrency_key')}), "
+    )
+    key_tests = (
         " AND (c.concurrency_key IS NULL OR c.concurrency_key NOT IN (SELECT full_key FROM full_keys))"
         # Only the first runnable row of a limited key: while a concurrent claim holds it locked, the key is
         # skipped, not served out of order from its younger rows.
         f" AND (c.concurrency_key IS NULL OR {limit('c.concurrency_key')} IS NULL OR c.id = (SELECT o.id"
         f" FROM {j} AS o WHERE o.concurrency_key = c.concurrency_key AND {RUNNABLE_SQL} AND {_DUE}"
         f" ORDER BY {', '.join('o.' + part for part in CLAIM_ORDER.split(', '))} LIMIT 1))"
-        f" AND (:agent_limit::integer IS NULL OR {agent_running} < :agent_limit::integer)"
+    )
+    key_slot = (
+        f"CASE WHEN next_key IS NULL OR {limit('next_key')} IS NULL THEN NULL"
+        f" ELSE {free_slot('concurrency_key', 'next_key', 'key_slot')} END"
+    )
+    agent_test = f" AND {agent_running} < :agent_limit::integer"
+    return (
+        f"WITH {full_keys if keys else ''}"
+        f"next AS (SELECT c.id AS next_id, c.concurrency_key AS next_key, c.agent_id AS next_agent"
+        f" FROM {j} AS c WHERE {agent}{RUNNABLE_SQL} AND {_DUE}"
+        f"{key_tests if keys else ''}{agent_test if agents else ''}"
         f" ORDER BY {', '.join('c.' + part for part in CLAIM_ORDER.split(', '))}"
         " LIMIT 1 FOR UPDATE OF c SKIP LOCKED)"
         f" UPDATE {j} SET status = 'RUNNING', attempt = attempt + 1, owner = :owner,"
         " heartbeat_at = now(), updated_at = now(),"
-        f" key_slot = CASE WHEN next_key IS NULL OR {limit('next_key')} IS NULL THEN NULL"
-        f" ELSE {free_slot('concurrency_key', 'next_key', 'key_slot')} END,"
-        " agent_slot = CASE WHEN :agent_limit::integer IS NULL THEN NULL"
-        f" ELSE {free_slot('agent_id', 'next_agent', 'agent_slot')} END"
+        f" key_slot = {key_slot if keys else 'NULL'},"
+        f" agent_slot = {free_slot('agent_id', 'next_agent', 'agent_slot') if agents else 'NULL'}"
         f" FROM next WHERE id = next.next_id RETURNING {columns}, id AS key"
+    )
+
+
+def _claim_limited(
+    t: TableNames, columns: str, next_due_when_idle: str, agent: bool, keys: bool, agents: bool
+) -> Statement:
+    """The limited claim of one agent's jobs (``agent``) or any agent's, with the limits set."""
+    statement = limited_claim(t, columns, any_agent=not agent, keys=keys, agents=agents)
+    if not agent:
+        return Sql.numbered(statement + ", NULL::float8 AS next_due")
+    return Sql.numbered(
+        f"WITH claimed AS ({statement}) SELECT claimed.*, ({next_due_when_idle}) AS next_due"
+        " FROM (SELECT 1) AS one LEFT JOIN claimed ON true"
     )
 
 

@@ -181,8 +181,7 @@ def sqlite_statements(t: TableNames) -> Statements:
     def updated(assignments: str) -> Chain:  # UPDATE ... RETURNING the row
         return Chain((sql(f"UPDATE {j} SET {assignments} WHERE id = :job_id"), row("id = :job_id")))
 
-    def claim(agent: str, limited: bool = False) -> Chain:  # WITH next AS (... LIMIT 1) UPDATE ... RETURNING
-        within = _within_limits(t, agent) if limited else ""
+    def claim(agent: str, within: str = "") -> Chain:  # WITH next AS (... LIMIT 1) UPDATE ... RETURNING
         return Chain(
             (
                 sql(
@@ -214,8 +213,6 @@ def sqlite_statements(t: TableNames) -> Statements:
         ),
         "claim_any": claim(""),
         "claim_agent": claim("agent_id = :agent_id AND "),
-        "claim_any_limited": claim("", limited=True),
-        "claim_agent_limited": claim("agent_id = :agent_id AND ", limited=True),
         # By rowid: a row whose id another client wrote as a BLOB, or as text that is not UTF-8, cannot be
         # found by its id, and must be set aside rather than stop every later claim.
         "set_aside": sql(
@@ -310,10 +307,23 @@ def sqlite_statements(t: TableNames) -> Statements:
     }
     page = functools.partial(_page, t)
     checkpoint = functools.cache(functools.partial(_checkpoint, t))
-    return Statements(**shared_statements(t, SQLITE), **own, page=page, checkpoint=checkpoint, keys=True)
+
+    @functools.cache
+    def claim_limited(agent: bool, keys: bool, agents: bool) -> Statement:
+        mine = "agent_id = :agent_id AND " if agent else ""
+        return claim(mine, _within_limits(t, agent=agent, keys=keys, agents=agents))
+
+    return Statements(
+        **shared_statements(t, SQLITE),
+        **own,
+        page=page,
+        checkpoint=checkpoint,
+        claim_limited=claim_limited,
+        keys=True,
+    )
 
 
-def _within_limits(t: TableNames, agent: str) -> str:
+def _within_limits(t: TableNames, *, agent: bool, keys: bool, agents: bool) -> str:
     """The limited claim's test of a candidate ``c``: its key, and its agent, below their running limits.
 
     ``:key_limits`` is a JSON object of per-key limits, ``:key_default`` the limit of other keys and
@@ -326,14 +336,17 @@ def _within_limits(t: TableNames, agent: str) -> str:
         "COALESCE((SELECT o.value FROM json_each(json(:key_limits)) AS o WHERE o.key = r.concurrency_key),"
         " :key_default)"
     )
-    whose = "c.agent_id" if not agent else ":agent_id"  # one count for an agent's claim, not one per row
-    return (
+    whose = ":agent_id" if agent else "c.agent_id"  # one count for an agent's claim, not one per row
+    key_test = (
         " AND (c.concurrency_key IS NULL OR c.concurrency_key NOT IN (SELECT r.concurrency_key FROM"
         f" {j} AS r WHERE r.status = 'RUNNING' AND r.concurrency_key IS NOT NULL GROUP BY r.concurrency_key"
         f" HAVING count(*) >= {limit}))"
-        f" AND (:agent_limit IS NULL OR (SELECT count(*) FROM {j} AS a WHERE a.status = 'RUNNING'"
-        f" AND a.agent_id = {whose}) < :agent_limit)"
     )
+    agent_test = (
+        f" AND (SELECT count(*) FROM {j} AS a WHERE a.status = 'RUNNING' AND a.agent_id = {whose})"
+        " < :agent_limit"
+    )
+    return (key_test if keys else "") + (agent_test if agents else "")
 
 
 def _insert_records(t: TableNames) -> Many:
