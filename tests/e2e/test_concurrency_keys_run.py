@@ -111,3 +111,6 @@ def test_two_workers_never_run_more_than_a_keys_limit_and_start_each_key_in_crea
     shown = [json.loads(line) for line in listed.stdout.splitlines()]
     assert sorted(r["id"] for r in shown) == [f"{KEYS[0]}-{i:02d}" for i in range(PER_KEY)]
     assert {(r["concurrency_key"], r["priority"]) for r in shown} == {(KEYS[0], 0)}
+    show = run_cli("job", "show", f"{KEYS[0]}-00", "--events", "0", env=env)
+    assert show.returncode == 0, show.stderr
+    assert f"  key         {KEYS[0]}\n  priority    0\n" in show.stdout, show.stdout
