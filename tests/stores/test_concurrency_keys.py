@@ -351,6 +351,33 @@ async def claim_and_keep(store: CheckpointStore, limits: ClaimLimits, got: list[
         got.append(row.id)
 
 
+async def test_a_slot_freed_wakes_the_agents_idle_workers_on_postgres(postgres_url: str) -> None:
+    # A worker whose claim found the key full waits for work: the end of a job that held a slot wakes it,
+    # as the insert of a new job does, instead of leaving it to its fallback poll.
+    store = PostgresStore(postgres_url)
+    await store.open()
+    await store.init_schema()
+    try:
+        await _jobs(store, ("k-1", "k", 0), ("k-2", "k", 0))
+        limits = ClaimLimits(key_default=1)
+        first = await store.claim_next("agent-a", limits=limits)
+        assert first is not None and await store.claim_next("agent-a", limits=limits) is None
+        assert await store.wait_for_work("agent-a", 30) is True  # the first wait opens the LISTEN
+        woken: list[bool] = []
+
+        async def wait() -> None:
+            woken.append(await store.wait_for_work("agent-a", 30))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            await anyio.sleep(0.05)
+            await store.set_status("k-1", first.attempt, JobStatus.COMPLETED)
+        assert woken == [True]  # 30 s is the timeout: True can only be the notification
+        assert (await store.claim_next("agent-a", limits=limits)).id == "k-2"  # type: ignore[union-attr]
+    finally:
+        await store.close()
+
+
 async def test_the_limited_claim_stays_an_index_scan_past_many_rows_of_a_key_at_its_limit(
     postgres_url: str,
 ) -> None:

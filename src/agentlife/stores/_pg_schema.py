@@ -230,6 +230,14 @@ def _key_schema(t: TableNames) -> tuple[str, ...]:
     """
     schema, _, base = t.job.rpartition(".")
     prefix = f"{schema}." if schema else ""
+    # A slot freed wakes the agent's idle workers, whose claims the full key held back (on commit, as the
+    # insert of a runnable row does); a row that held no slot (no limits) notifies nobody.
+    function = f"{prefix}agentlife_{base}_slot_freed"
+    body = f"""
+        BEGIN
+            PERFORM {notify_call(t, "NEW.agent_id")};
+            RETURN NULL;
+        END"""
     return (
         f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS concurrency_key text",
         f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS priority integer NOT NULL DEFAULT 0",
@@ -250,4 +258,11 @@ def _key_schema(t: TableNames) -> tuple[str, ...]:
         " WHERE status = 'RUNNING' AND key_slot IS NOT NULL",
         f"CREATE UNIQUE INDEX IF NOT EXISTS {base}_agent_slot_idx ON {t.job} (agent_id, agent_slot)"
         " WHERE status = 'RUNNING' AND agent_slot IS NOT NULL",
+        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql"
+        f" AS $agentlife${body}$agentlife$",
+        f"DROP TRIGGER IF EXISTS {base}_slot_freed ON {t.job}",
+        f"CREATE TRIGGER {base}_slot_freed AFTER UPDATE OF status ON {t.job} FOR EACH ROW"
+        " WHEN (OLD.status = 'RUNNING' AND NEW.status IS DISTINCT FROM 'RUNNING'"
+        " AND (OLD.key_slot IS NOT NULL OR OLD.agent_slot IS NOT NULL))"
+        f" EXECUTE FUNCTION {function}()",
     )
