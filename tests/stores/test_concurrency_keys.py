@@ -180,6 +180,21 @@ async def test_the_agent_limit_counts_every_running_job_of_the_agent(store: Chec
     assert await _claim_all(store, limits) == ["a-2"]
 
 
+async def test_a_limit_lowered_below_the_running_jobs_claims_nothing_until_they_end(
+    store: CheckpointStore,
+) -> None:
+    await _jobs(store, *[(f"k-{i}", "k", 0) for i in range(5)])
+    assert await _claim_all(store, ClaimLimits(key_default=3)) == ["k-0", "k-1", "k-2"]
+    lowered = ClaimLimits(key_default=2)
+    assert await store.claim_next("agent-a", limits=lowered) is None
+    await _finish(store, "k-0")  # 2 running: still at the new limit
+    assert await store.claim_next("agent-a", limits=lowered) is None
+    await _finish(store, "k-1")  # 1 running, holding slot 3 of the old limit: slot 1 is free
+    assert await _claim_all(store, lowered) == ["k-3"]
+    await _finish(store, "k-2")
+    assert await _claim_all(store, lowered) == ["k-4"]
+
+
 async def test_without_limits_the_claim_ignores_keys(store: CheckpointStore) -> None:
     await _jobs(store, *[(f"k-{i}", "k", 0) for i in range(3)])
     assert await _claim_all(store, ClaimLimits()) == ["k-0", "k-1", "k-2"]

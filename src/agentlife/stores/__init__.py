@@ -30,6 +30,7 @@ from agentlife.stores._base import (
 )
 from agentlife.stores._childjobs import JobFamily
 from agentlife.stores._jobs import ReapDecision
+from agentlife.stores._limits import ClaimLimits
 from agentlife.stores._roles import (
     CheckpointStore,
     Handback,
@@ -51,6 +52,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalState",
     "CheckpointStore",
+    "ClaimLimits",
     "Handback",
     "JobFamily",
     "JobRecord",

@@ -47,7 +47,15 @@ AGENT_LIMIT_ENV = "AGENTLIFE_AGENT_RUNNING_LIMIT"
 
 @dataclass(frozen=True, slots=True)
 class ClaimLimits:
-    """The running limits a worker's claim enforces; empty (the default) enforces none and costs nothing."""
+    """The running limits a worker's claim enforces; empty (the default) enforces none and costs nothing.
+
+    A worker reads them from its environment at boot; pass them to `WorkQueue.claim_next` (``limits=``)
+    to claim as a worker does.
+
+    Example:
+        >>> ClaimLimits(key_default=2, key_limits={"tenant-acme": 5}).active
+        True
+    """
 
     key_default: int | None = None
     """The most RUNNING jobs of one concurrency key, for keys without an override (None: unlimited)."""
