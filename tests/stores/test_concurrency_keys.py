@@ -96,31 +96,31 @@ async def test_a_job_keeps_its_key_and_priority_and_an_existing_row_keeps_its_ow
     assert await store.list_jobs(concurrency_key="nobody") == []
 
 
-@pytest.mark.parametrize(
-    ("key", "priority", "needle"),
-    [
-        ("a\x00b", 0, "control character U+0000"),
-        ("line\nbreak", 0, "control character U+000A"),
-        ("x" * 10_000, 0, "10000 characters long"),
-        ("", 0, "must not be empty"),
-        ("  ", 0, "must not be empty"),
-        ("\ud800", 0, "U+D800"),
-        (b"bytes", 0, "must be a string"),
-        (None, 1001, "out of range"),
-        (None, -1001, "out of range"),
-        (None, 2**63, "out of range"),
-        (None, 1.5, "whole number"),
-        (None, True, "whole number"),
-        (None, "3", "whole number"),
-    ],
-)
-async def test_a_bad_key_or_priority_is_one_line_and_writes_nothing(
-    store: CheckpointStore, key: Any, priority: Any, needle: str
-) -> None:
-    with pytest.raises(ConfigError, match=re.escape(needle)) as caught:
-        await store.create_job("j1", "agent-a", None, concurrency_key=key, priority=priority)
-    assert "\n" not in str(caught.value)
-    assert await store.get_job("j1") is None
+#: Keys and priorities a store refuses, each with what its one-line error says.
+BAD_INPUT = [
+    ("a\x00b", 0, "control character U+0000"),
+    ("line\nbreak", 0, "control character U+000A"),
+    ("x" * 10_000, 0, "10000 characters long"),
+    ("", 0, "must not be empty"),
+    ("  ", 0, "must not be empty"),
+    ("\ud800", 0, "U+D800"),
+    (b"bytes", 0, "must be a string"),
+    (None, 1001, "out of range"),
+    (None, -1001, "out of range"),
+    (None, 2**63, "out of range"),
+    (None, 1.5, "whole number"),
+    (None, True, "whole number"),
+    (None, "3", "whole number"),
+]
+
+
+async def test_a_bad_key_or_priority_is_one_line_and_writes_nothing(store: CheckpointStore) -> None:
+    # One store per case would cost a database each: the cases share one, which must stay empty.
+    for key, priority, needle in BAD_INPUT:
+        with pytest.raises(ConfigError, match=re.escape(needle)) as caught:
+            await store.create_job("j1", "agent-a", None, concurrency_key=key, priority=priority)
+        assert "\n" not in str(caught.value), key
+    assert await store.list_jobs() == []
 
 
 # -- the order -------------------------------------------------------------------------------------------
