@@ -8,13 +8,15 @@ twice would prove the limit broken.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import time
 from collections import defaultdict
 from pathlib import Path
 
 import anyio
 import pytest
-from test_worker import finish, rows, spawn_worker, step_lines, worker_env
+from test_worker import finish, poll, rows, spawn_worker, step_lines, worker_env
 
 from agentlife.stores import JobStatus, store_from_url
 from procs import run_cli
@@ -114,3 +116,62 @@ def test_two_workers_never_run_more_than_a_keys_limit_and_start_each_key_in_crea
     show = run_cli("job", "show", f"{KEYS[0]}-00", "--events", "0", env=env)
     assert show.returncode == 0, show.stderr
     assert f"  key         {KEYS[0]}\n  priority    0\n" in show.stdout, show.stdout
+
+
+@pytest.mark.exhaustive
+def test_a_killed_workers_jobs_hold_their_keys_slots_until_reaped_then_run_again(
+    tmp_path: Path, db_url: str
+) -> None:
+    """SIGKILL a worker while it runs one job of each key (limit 1); its successor on the same host must not
+    run another job of those keys before it has reaped the dead rows, then runs everything. (Two crashes:
+    a third would open the agent's circuit breaker and hold the retries for its cooldown.)"""
+    keys = ("red", "blue")
+    ids = [f"{key}-{i}" for i in range(4) for key in keys]
+
+    async def create() -> None:
+        store = store_from_url(db_url)
+        await store.open()
+        try:
+            await store.init_schema()
+            for job_id in ids:
+                await store.create_job(job_id, "worker-agent", None, concurrency_key=job_id.split("-")[0])
+        finally:
+            await store.close()
+
+    anyio.run(create)
+    env = worker_env(
+        tmp_path, db_url, AGENTLIFE_CONCURRENCY_KEY_LIMIT="1", WORKER_STEPS="2", WORKER_STEP_SECONDS="0.4"
+    )
+    args = ("--concurrency", "6", "--time-scale", "0.1", "--idle-timeout", "3")
+    first = spawn_worker(env, *args)
+    try:
+        poll(lambda: len({line[0] for line in step_lines(tmp_path)}) >= 2, timeout=60)
+        first.send_signal(signal.SIGKILL)
+        first.communicate()
+        killed_at = time.time()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    held = {j: r for j, r in rows(db_url).items() if r.status == JobStatus.RUNNING}
+    assert sorted(held) == ["blue-0", "red-0"], sorted(held)
+    # Its successor waits for the dead rows (the dead-owner check, one scaled heartbeat interval) idle.
+    code, out = finish(spawn_worker(env, *args[:-1], "10"), timeout=120)
+    assert code == 0, out[-3000:]
+    final = rows(db_url)
+    assert {final[j].status for j in ids} == {JobStatus.COMPLETED}, out[-2000:]
+    for job_id in held:
+        assert final[job_id].attempt == 2 and final[job_id].error[0]["error_class"] == "OwnerGone"
+    # Each attempt's window; a killed attempt's row stayed RUNNING (its slot held) until it was reaped.
+    spans: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for job, attempt, *_, at in step_lines(tmp_path):
+        spans[(job, attempt)].append(float(at))
+    windows = []
+    for (job, attempt), times in spans.items():
+        end = max(times)
+        if job in held and attempt == "1":
+            end = float(final[job].error[0]["at"])
+            assert end >= killed_at - 1
+        windows.append((job.split("-")[0], (min(times), end)))
+    for key in keys:
+        assert _most_at_once([w for k, w in windows if k == key]) <= 1, key
