@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+import unicodedata
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_store_contract import Backend, StoreFactory
 
 from agentlife import ConfigError
@@ -104,6 +107,10 @@ BAD_INPUT = [
     ("", 0, "must not be empty"),
     ("  ", 0, "must not be empty"),
     ("\ud800", 0, "U+D800"),
+    ("evil\u202egnp.exe", 0, "control character U+202E"),
+    ("zero\u200bwidth", 0, "control character U+200B"),
+    ("two\u2028lines", 0, "control character U+2028"),
+    ("del\x7f", 0, "control character U+007F"),
     (b"bytes", 0, "must be a string"),
     (None, 1001, "out of range"),
     (None, -1001, "out of range"),
@@ -301,11 +308,42 @@ def test_bad_limits_are_one_line_errors_at_boot(name: str, value: str, needle: s
 def test_priority_and_key_from_the_command_line() -> None:
     assert parse_priority(" -5 ") == -5
     assert parse_priority("+1000") == 1000
-    for bad in ("1001", "1e3", "", "nan", "9" * 5000, "0x10"):
+    for bad in ("1001", "1e3", "", "nan", "9" * 5000, "0x10", "+-5", "\u00b2", "\u0661"):
         with pytest.raises(ConfigError):
             parse_priority(bad)
     assert validate_concurrency_key("tenant/é 1") == "tenant/é 1"
     assert validate_concurrency_key(None) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=250), st.binary(max_size=20), st.integers(), st.none()))
+def test_any_key_is_taken_whole_or_refused_in_one_line(key: Any) -> None:
+    taken, refusal = _outcome(validate_concurrency_key, key)
+    if refusal is not None:
+        assert "\n" not in refusal and len(refusal) < 200
+        return
+    assert taken == key
+    if key is not None:
+        assert 1 <= len(key) <= 200 and key.strip()
+        assert all(unicodedata.category(c) not in {"Cc", "Cf", "Cs", "Zl", "Zp"} for c in key)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=30))
+def test_any_priority_text_is_a_number_in_range_or_one_line(text: str) -> None:
+    priority, refusal = _outcome(parse_priority, text)
+    if refusal is not None:
+        assert "\n" not in refusal
+        return
+    assert -1000 <= priority <= 1000 and priority == int(text.strip())
+
+
+def _outcome(check: Any, value: Any) -> tuple[Any, str | None]:
+    """What ``check(value)`` returned, or the text of the `ConfigError` it raised (anything else fails)."""
+    try:
+        return check(value), None
+    except ConfigError as exc:
+        return None, str(exc)
 
 
 # -- racing claimers (PostgreSQL) ------------------------------------------------------------------------

@@ -9,6 +9,8 @@ claim statement itself skips the rows whose key, or whose agent, is at its limit
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -39,6 +41,12 @@ CONCURRENCY_KEY_MAX_CHARS = 200
 PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 #: The largest running limit a worker accepts (a per-key slot is a number up to the limit).
 RUNNING_LIMIT_MAX = 100_000
+
+#: A whole number as a person writes it: ASCII digits only (not a superscript, not another script's), one
+#: sign, short enough to parse fast.
+_WHOLE = re.compile(r"[+-]?[0-9]{1,12}")
+#: Unicode categories a key may not hold: control, format, surrogate, line and paragraph separator.
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 KEY_LIMIT_ENV = "AGENTLIFE_CONCURRENCY_KEY_LIMIT"
 KEY_LIMITS_ENV = "AGENTLIFE_CONCURRENCY_KEY_LIMITS"
@@ -77,8 +85,9 @@ class ClaimLimits:
 def validate_concurrency_key(key: object, what: str = "--concurrency-key") -> str | None:
     """``key`` if it is a usable concurrency key (or None), else `ConfigError` naming ``what``.
 
-    A key is text of 1 to `CONCURRENCY_KEY_MAX_CHARS` characters, not only spaces, without control
-    characters or lone surrogates (it is printed by ``job show`` and the console, and stored as text).
+    A key is text of 1 to `CONCURRENCY_KEY_MAX_CHARS` characters, not only spaces, without control or
+    format characters (a terminal escape, a bidirectional override, a zero-width space), line or paragraph
+    separators, or lone surrogates: it is printed by ``job show`` and the console, and stored as text.
     """
     if key is None:
         return None
@@ -89,9 +98,8 @@ def validate_concurrency_key(key: object, what: str = "--concurrency-key") -> st
     if len(key) > CONCURRENCY_KEY_MAX_CHARS:
         raise ConfigError(f"{what} is {len(key)} characters long: at most {CONCURRENCY_KEY_MAX_CHARS}")
     for char in key:
-        code = ord(char)
-        if code < 0x20 or 0x7F <= code < 0xA0 or 0xD800 <= code < 0xE000:
-            raise ConfigError(f"{what} holds the control character U+{code:04X}")
+        if unicodedata.category(char) in _REFUSED_CATEGORIES:
+            raise ConfigError(f"{what} holds the control character U+{ord(char):04X}")
     return key
 
 
@@ -107,7 +115,7 @@ def validate_priority(priority: object, what: str = "--priority") -> int:
 def parse_priority(text: str, what: str = "--priority") -> int:
     """A priority given as text (the command line), checked by `validate_priority`."""
     stripped = text.strip()
-    if len(stripped) > 12 or not stripped.lstrip("+-").isdigit():
+    if not _WHOLE.fullmatch(stripped):
         raise ConfigError(f"{what}={text[:24]!r} is not a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}")
     return validate_priority(int(stripped), what)
 
@@ -150,7 +158,7 @@ def _env_limit(env: Mapping[str, str], name: str) -> int | None:
     raw = (env.get(name) or "").strip()
     if not raw:
         return None
-    if len(raw) > 12 or not raw.lstrip("+-").isdigit():
+    if not _WHOLE.fullmatch(raw):
         raise ConfigError(f"{name}={raw[:24]!r} is not a whole number from 1 to {RUNNING_LIMIT_MAX}")
     return _limit(int(raw), name)
 
