@@ -33,12 +33,15 @@ async def step_contexts(tmp_path: Path, *, time_scale: float = 0.01) -> AsyncIte
 
     async def make(llm: LLMClient, **env: str) -> tuple[StepContext, Journal]:
         constants = Constants.from_env(env).scaled(time_scale)
+        attempt = len(opened) + 1  # each context is the next attempt of the job, as a resume is
         settings = Settings.from_env(
-            {"AGENTLIFE_DATA_DIR": str(tmp_path)}, job_id="job-s", agent_id="s", constants=constants
+            {"AGENTLIFE_DATA_DIR": str(tmp_path), "AGENTLIFE_ATTEMPT": str(attempt)},
+            job_id="job-s",
+            agent_id="s",
+            constants=constants,
         )
         store = SQLiteStore(tmp_path / "agentlife.db")
         await store.open()
-        attempt = len(opened) + 1  # each context is the next attempt of the job, as a resume is
         await store.create_job("job-s", "s", {})
         await store.claim("job-s", attempt)  # the step's records go to the store, fenced like a real job's
         journal = Journal.create(settings.session_dir, attempt)

@@ -26,7 +26,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 #: The folders of each layer, lowest first ("" is the package's root).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("vocabulary", ("",)),
-    ("storage", ("stores", "_journal")),
+    ("storage", ("stores", "_journal", "_output")),
     ("clients", ("_llm", "_mcp")),
     ("observability", ("_observe",)),
     ("step API", ("_step",)),

@@ -99,6 +99,57 @@ class Redactor:
         self._needles = sorted(needles.items(), key=lambda item: len(item[0]), reverse=True)
         self._short: dict[str, str] = {}
 
+    def split_point(self, text: str) -> int:
+        """Where text handed on in pieces (a model's reply to a job's followers) may be cut now.
+
+        The part before the index may be masked and sent alone; the rest waits for more text. Nothing known
+        crosses the cut or starts before it and runs to the end (it may go on in text not yet seen): no
+        secret, no URL password, no secret-shaped run, no word (a token whose end has not come yet matches
+        no shape yet, and the word before it, a keyword like ``Bearer`` or ``password:`` whose value is being
+        written), and what follows it is not the start of a known secret. In the common case it holds back
+        the word being written and the one before it.
+        """
+        cut = _word_start(text, len(text) - self._secret_prefix_at_end(text))
+        cut = len(text[:cut].rstrip())  # one word more: a keyword's value may follow it
+        while cut > 0 and not text[cut - 1].isspace():
+            cut -= 1
+        spans = [span for span in self._spans(text) if span[0] < cut]
+        moved = True
+        while moved:
+            moved = False
+            for start, end in spans:
+                if start < cut and (end > cut or end >= len(text)):
+                    cut, moved = start, True
+            word = _word_start(text, cut)
+            if word < cut:
+                cut, moved = word, True
+            spans = [span for span in spans if span[0] < cut]
+        return cut
+
+    def _secret_prefix_at_end(self, text: str) -> int:
+        """The length of the longest end of ``text`` that begins a known secret (0: none)."""
+        if not text:
+            return 0
+        longest, last = 0, text[-1]
+        for needle, _ in self._needles:
+            pos = needle.find(last, longest)  # needle[:pos + 1] ends as text does: a candidate
+            while 0 <= pos < len(needle) - 1 and pos < len(text):
+                if text.endswith(needle[: pos + 1]):
+                    longest = pos + 1
+                pos = needle.find(last, pos + 1)
+        return longest
+
+    def _spans(self, text: str) -> Iterator[tuple[int, int]]:
+        for needle, _ in self._needles:
+            pos = text.find(needle)
+            while pos >= 0:
+                yield pos, pos + len(needle)
+                pos = text.find(needle, pos + 1)
+        yield from _url_password_spans(text)
+        for pattern in _shapes_in(text):
+            for match in pattern.finditer(text):
+                yield match.start(), match.end()
+
     @classmethod
     def from_env(cls, env: Mapping[str, str], extra: Iterable[str] = ()) -> Redactor:
         """Collect the values of secret-looking variables and the passwords inside URLs in ``env``."""
@@ -242,6 +293,15 @@ def _passwords_in(value: str) -> list[str]:
         # With an "@" in the query as well, the password may end at the first "@" instead.
         found += [password, password.partition("@")[0]]
     return found
+
+
+def _word_start(text: str, at: int) -> int:
+    """The start of the word ``at`` is inside of or ends (``at`` itself when it starts one or ends none)."""
+    if at < len(text) and text[at].isspace():
+        return at
+    while at > 0 and not text[at - 1].isspace():
+        at -= 1
+    return at
 
 
 def _mask_url_passwords(text: str) -> str:

@@ -25,6 +25,11 @@ from agentlife._exceptions import ConfigError, InvariantViolation
 
 __all__ = [
     "DEFAULT_TOOL_TIMEOUTS",
+    "MAX_OUTPUT_EVENTS_PER_JOB",
+    "MAX_OUTPUT_NAME_CHARS",
+    "MAX_OUTPUT_VALUE_BYTES",
+    "OUTPUT_DELTA_BYTES_PER_SECOND",
+    "OUTPUT_DELTA_FLUSH_SECONDS",
     "BudgetConstants",
     "CallConstants",
     "Constants",
@@ -252,6 +257,19 @@ class BudgetConstants:
     circuit_cooldown_seconds: float = _seconds(1800.0)
     """How long an open circuit breaker holds the agent's retries."""
 
+
+# -- a running job's output (``ctx.publish``, followers, live model text) ---------------------------------
+
+#: The most events a job's output keeps, its status changes included: ``ctx.publish`` refuses the next one.
+MAX_OUTPUT_EVENTS_PER_JOB: int = 10_000
+#: The longest name of a published event, in characters.
+MAX_OUTPUT_NAME_CHARS: int = 200
+#: The largest value of a published event, in bytes of its JSON.
+MAX_OUTPUT_VALUE_BYTES: int = 64 * 1024
+#: The model text a job hands its followers per second, at most; text past it is dropped and counted.
+OUTPUT_DELTA_BYTES_PER_SECOND: int = 32 * 1024
+#: How often a streaming job hands its buffered model text on (seconds): one store write per batch.
+OUTPUT_DELTA_FLUSH_SECONDS: float = 0.075
 
 _Group = TypeVar("_Group")
 

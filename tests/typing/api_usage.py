@@ -49,6 +49,7 @@ class Reviewer(AgentProcess):
         await ctx.sleep(1.5)
         await ctx.sleep_until(datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC))
         ctx.state["answer"] = await ctx.wait_for_event("answer", timeout=60)
+        await ctx.publish("phase", {"name": "reviewing", "parts": 3})
         children: list[JobHandle] = [
             await ctx.start_job("reviewer-part", payload={"part": n}) for n in range(3)
         ]

@@ -23,15 +23,17 @@ import hmac
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import anyio
 from aiohttp import web
 
+from agentlife._console._api import Api, add_routes, same_origin
 from agentlife._console._data import (
     MAX_ID,
     BadRequest,
@@ -41,7 +43,10 @@ from agentlife._console._data import (
     parse_list_query,
     row_version,
 )
+from agentlife._console._openapi import PREFIX
+from agentlife._console._ops import ConsoleClients, OutputFollower
 from agentlife._console._render import FLASHES, error_page, job_page, list_page
+from agentlife._console._sse import Fanout, SseLimits
 from agentlife._console._store import ConsoleStore, NotRecorded
 from agentlife._console._timeline import build_timeline
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError, describe_error
@@ -51,7 +56,7 @@ from agentlife._jobs._reason import check_reason
 from agentlife.stores import JobStatus, OperatorStore
 from agentlife.stores._childjobs import cancel_with_children
 
-__all__ = ["ConsoleConfig", "create_app", "serve"]
+__all__ = ["FANOUT", "ConsoleConfig", "create_app", "serve"]
 
 log = logging.getLogger("agentlife.console")
 
@@ -75,6 +80,8 @@ _HEADERS = {
     "Cross-Origin-Resource-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
+#: The application's `Fanout` (the event streams' followers), for a test to count them.
+FANOUT = web.AppKey("fanout", Fanout)
 _STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
 _ACTIONS = frozenset(FLASHES)
 _STATUSES = frozenset(str(s) for s in JobStatus)
@@ -92,6 +99,7 @@ class ConsoleConfig:
     port: int = 8765
     token: str | None = None
     data_dir: Path | None = None
+    events: SseLimits = field(default_factory=SseLimits)
 
 
 class _Console:
@@ -150,7 +158,7 @@ class _Console:
     async def action(self, request: web.Request) -> web.StreamResponse:
         if self.config.token is None:
             return self.page(403, "Forbidden", "Actions are off: the console was started without them.")
-        if not _same_origin(request):
+        if not same_origin(request):
             return self.page(403, "Forbidden", "Actions are only accepted from the console's own pages.")
         if request.content_type != "application/x-www-form-urlencoded":
             return self.page(415, "Unsupported Media Type", "An action is a form (x-www-form-urlencoded).")
@@ -193,20 +201,6 @@ class _Console:
         else:  # as `job cancel`: the job, then its children that were not started detached
             reason = _reason(_text(form.get("reason"))) or "cancelled by an operator"
             await cancel_with_children(store, job_id, reason)
-
-
-def _same_origin(request: web.Request) -> bool:
-    """False unless the browser, when it says, says the request came from the console's own page.
-
-    ``Sec-Fetch-Site`` must be ``same-origin``: ``same-site`` is another port or subdomain, and ``none``
-    a request no page made (an address typed, a bookmark, an extension). A client that sends neither
-    header (``curl``, a script with the token) is judged by the token alone.
-    """
-    site = request.headers.get("Sec-Fetch-Site")
-    if site is not None and site != "same-origin":
-        return False
-    origin = request.headers.get("Origin")
-    return origin is None or origin == f"{request.scheme}://{request.host}"
 
 
 class _Flashes:
@@ -275,11 +269,19 @@ _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def create_app(config: ConsoleConfig) -> web.Application:
     """The console as an aiohttp application (the store opens on the first request)."""
     console = _Console(config)
+    clients = ConsoleClients(console.store, console.masker)
+    follower = OutputFollower(console.store, console.masker)
+    fanouts: list[Fanout] = []
+    api = Api(clients, follower, console.masker, config.token, lambda: fanouts[0], config.events)
 
     @web.middleware
     async def guard(request: web.Request, handler: _Handler) -> web.StreamResponse:
-        response = await _answer(console, request, handler)
-        response.headers.update(_HEADERS)
+        if request.path == PREFIX or request.path.startswith(PREFIX + "/"):
+            response = await api.answer(request, handler)
+        else:
+            response = await _answer(console, request, handler)
+        if not response.prepared:  # an event stream sent its own headers already
+            response.headers.update(_HEADERS)
         return response
 
     app = web.Application(middlewares=[guard], client_max_size=MAX_FORM)
@@ -288,10 +290,21 @@ def create_app(config: ConsoleConfig) -> web.Application:
     app.router.add_get("/job/state", console.state)
     app.router.add_post("/job/action", console.action)
     app.router.add_get("/static/{name}", console.static_file)
+    add_routes(app, api)
+
+    async def followers(app: web.Application) -> AsyncIterator[None]:
+        # The event streams' followers run here, and end with the application.
+        async with anyio.create_task_group() as tasks:
+            fanouts.append(Fanout(follower.follow, config.events, tasks))
+            app[FANOUT] = fanouts[0]
+            yield
+            tasks.cancel_scope.cancel()
 
     async def close(_: web.Application) -> None:
+        await clients.close()
         await console.store.drop()
 
+    app.cleanup_ctx.append(followers)
     app.on_cleanup.append(close)
     return app
 

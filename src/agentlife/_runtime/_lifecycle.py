@@ -220,6 +220,7 @@ class Runtime:
         runner = self._runner = StepRunner(host, booted)
         runner.limiter = self.shell.rate_limiter(booted.store, booted.settings)
         self.services.start_job_heartbeat(tasks, booted, runner.fenced_out)
+        runner.deltas = self.services.start_deltas(tasks, booted)
         job = self._claimed = Job(row.id, row.agent_id, booted.settings.attempt, row.payload, row.status)
         approvals = Approvals(booted, job, self.drain, lambda: runner.current_step)
         budget = Budget.build(self.constants.budget, row.token_budget, row.tokens_consumed)

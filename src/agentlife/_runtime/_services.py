@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -21,6 +21,7 @@ from agentlife._config import Settings
 from agentlife._exceptions import AttemptFenced, BootFailure, ConfigError, StoreUnavailable
 from agentlife._journal._writer import Journal, contained_session_dir
 from agentlife._observe._job_heartbeat import JobHeartbeat
+from agentlife._output._deltas import DeltaBuffer
 from agentlife._preload import Preloader
 from agentlife._providers import PROVIDERS
 from agentlife._redact import Redactor
@@ -171,6 +172,17 @@ class JobServices:
                 await beat.run(beat_now=False)  # the claim has just set heartbeat_at
 
         tasks.start_soon(beat_until_cleanup)
+
+    def start_deltas(self, tasks: anyio.abc.TaskGroup, booted: Booted) -> DeltaBuffer:
+        """The buffer that hands a streaming reply's text to the job's followers, and its sending task."""
+        store, job_id = booted.store, booted.settings.job_id
+
+        async def send(payloads: Sequence[str]) -> None:
+            await store.send_deltas(job_id, payloads)
+
+        deltas = DeltaBuffer(send, self.redactor, can_send=store.has_free_connection)
+        tasks.start_soon(deltas.run)
+        return deltas
 
     async def open_memory(self, settings: Settings) -> QdrantMemory:
         """The memory client, opened on first use (its import overlapped boot on the preload thread)."""

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from agentlife._journal._recovery import ReplayMap
     from agentlife._llm._protocol import LLMReply
     from agentlife._llm._ratelimiter import RateLimiter
+    from agentlife._output._deltas import DeltaBuffer
 
 __all__ = ["JobHost", "StepRunner"]
 
@@ -124,6 +125,8 @@ class StepRunner:
         self.records = self.step_journal()
         #: The process's fleet-wide rate limiter (None: no limit configured).
         self.limiter: RateLimiter | None = None
+        #: Where a streaming reply's text goes on to the job's followers (set once the job is claimed).
+        self.deltas: DeltaBuffer | None = None
         host.drain.add_listener(self._on_drain)
 
     def step_journal(self, stored: Sequence[StepRecord] = (), resume_step: int = 0) -> StepJournal:
@@ -195,6 +198,7 @@ class StepRunner:
             llm,
             self._rng,
             limiter=self.limiter,
+            deltas=self.deltas,
         )
         ctx = StepContext(
             step=step,
@@ -217,10 +221,12 @@ class StepRunner:
                 outcome = await self.agent.step(ctx)
         except ParkRequested:
             await self.count_usage_now(step)  # the park's checkpoint writes the step's records
+            await self._flush_deltas()  # a step that parks after a model reply: its last words go too
             raise
         except Exception:
             await self.settle_unfinished(step)  # a crash: the step ends without its checkpoint
             raise
+        await self._flush_deltas()
         # A refusal ends the job whatever the step did after it (caught it, told a model, returned Done):
         # nothing of this step is checkpointed.
         hydrated.approvals.check()
@@ -300,6 +306,12 @@ class StepRunner:
         for usage in self._uncounted.values():
             total = total.plus(usage.input_tokens, usage.output_tokens, usage.cost_usd)
         return total
+
+    async def _flush_deltas(self) -> None:
+        """The step's last model text reaches its followers before the step ends or parks."""
+        if self.deltas is not None:
+            with anyio.move_on_after(1.0):  # a preview: never worth holding the step's checkpoint for long
+                await self.deltas.flush()
 
     async def count_usage_now(self, step: int) -> None:
         """Add the step's uncounted model calls to ``tokens_consumed`` when no checkpoint will.

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -38,6 +39,7 @@ from agentlife._logging import log_fields
 from agentlife._replay import check_replayable, llm_request_digest, tool_call_digest
 from agentlife._retry import RetryEvent, classify, retry_call
 from agentlife._step._childjobs import ChildJobCalls
+from agentlife._step._publish import OutputCalls, tap_deltas
 from agentlife._step._ratewait import CapacityWait, limited_attempt
 from agentlife._step._stepllm import StepLLM
 from agentlife._step._streaming import emit_reply, is_streaming_adapter, retry_event
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from agentlife._journal._steprecords import StepJournal
     from agentlife._llm._ratelimiter import RateLimiter
     from agentlife._memory import MemoryRecord
+    from agentlife._output._deltas import DeltaBuffer
     from agentlife._step._approvals import Approvals
     from agentlife._step._host import StepHost
 
@@ -80,9 +83,11 @@ class CallEnv:
     step_started: float = field(default_factory=anyio.current_time)
     limiter: RateLimiter | None = None
     """The process's fleet-wide rate limiter; None when no limit is configured (then nothing is paid)."""
+    #: Where a streaming reply's text goes on to the job's followers (None: nowhere).
+    deltas: DeltaBuffer | None = None
 
 
-class StepContext(ChildJobCalls):
+class StepContext(ChildJobCalls, OutputCalls):
     """What a step sees: its number, the saved state, the job, memories and guarded calls.
 
     Attributes:
@@ -362,6 +367,11 @@ class StepContext(ChildJobCalls):
         env.journal.append("LLM_STARTED", step=self.step, call=call, model=model, digest=digest)
         streams = on_event is not None and is_streaming_adapter(env.llm_client)
         events = {"on_event": on_event} if streams else {}
+        deltas = env.deltas if is_streaming_adapter(env.llm_client) else None
+        if deltas is not None:  # the job's followers see the text as it streams
+            events = {
+                "on_event": tap_deltas(deltas, self._invocation_id(call), on_event if streams else None)
+            }
         on_retry = self._on_retry("llm", model, call)
 
         def attempt() -> Awaitable[LLMReply]:  # the adapter's coroutine itself: no frame between per chunk
@@ -371,6 +381,8 @@ class StepContext(ChildJobCalls):
 
         def retried(event: RetryEvent) -> None:
             on_retry(event)
+            if deltas is not None:
+                deltas.restart(self._invocation_id(call))
             if on_event is not None:
                 on_event(retry_event(event))
 
@@ -381,9 +393,12 @@ class StepContext(ChildJobCalls):
             waited = capacity.seconds_waited
 
         started = time.monotonic()
-        with host.telemetry.llm_span(
-            model, max_tokens=max_tokens, system=provider_name(env.llm_client)
-        ) as span:
+        with (
+            host.telemetry.llm_span(
+                model, max_tokens=max_tokens, system=provider_name(env.llm_client)
+            ) as span,
+            _finishing(deltas, self._invocation_id(call)),
+        ):
             try:
                 reply = await retry_call(
                     attempt,
@@ -649,3 +664,13 @@ class StepContext(ChildJobCalls):
             if not allowed:
                 raise BackgroundOperationRestricted(f"policy refused tool {spec.name}")
             return
+
+
+@contextlib.contextmanager
+def _finishing(deltas: DeltaBuffer | None, call: str) -> Iterator[None]:
+    """The model call's text held back for its followers goes once the call ends, however it ends."""
+    try:
+        yield
+    finally:
+        if deltas is not None:
+            deltas.finish(call)

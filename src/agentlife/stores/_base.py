@@ -89,6 +89,10 @@ class TableNames:
     """The fleet-wide rate-limit buckets: one row per configured account or model."""
     rate_slot: str = "rate_slot"
     """The model calls in flight under an in-flight limit, each leased until it ends or its lease runs out."""
+    output: str = "job_output"
+    """A running job's output: its published events and status changes, in one order per job."""
+    output_delta: str = "job_output_delta"
+    """SQLite only: the recent batches of a streaming job's model text, overwritten in place."""
 
     def __post_init__(self) -> None:
         names = (
@@ -100,6 +104,8 @@ class TableNames:
             self.step_record,
             self.rate_bucket,
             self.rate_slot,
+            self.output,
+            self.output_delta,
         )
         for name in names:
             # Names are interpolated into SQL, so only plain (optionally schema-qualified) identifiers pass.

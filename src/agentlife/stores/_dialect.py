@@ -238,6 +238,18 @@ class Statements:
     # -- step records (_steprecords)
     append_records: Statement
     load_records: Statement
+    # -- a job's output (_output, statements in _output_sql)
+    lock_publisher: Statement
+    published_by: Statement
+    output_head: Statement
+    insert_output: Statement
+    output_job_head: Statement
+    read_output: Statement
+    send_deltas: Statement
+    delta_head: Statement
+    read_deltas: Statement
+    unsynced_on: Statement | None
+    unsynced_off: Statement | None
     # -- the delivery registry (_delivery)
     is_delivered: Statement
     record_delivery: Statement

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agentlife.stores._base import TableNames
 from agentlife.stores._dialect import RUNNABLE_SQL, TERMINAL_SQL
+from agentlife.stores._output_sql import pg_output_schema
 from agentlife.stores._pg_statements import NOTIFY_PAYLOAD_LIMIT, end_channel_prefix, notify_call
 
 __all__ = ["pg_schema"]
@@ -22,6 +23,7 @@ def pg_schema(t: TableNames) -> tuple[str, ...]:
                 t.event,
                 t.step_record,
                 t.rate_bucket,
+                t.output,
             )
             if "." in name
         }
@@ -76,6 +78,7 @@ def pg_schema(t: TableNames) -> tuple[str, ...]:
         *_step_record_schema(t),
         *_end_schema(t),
         *_key_schema(t),
+        *pg_output_schema(t),
     )
 
 

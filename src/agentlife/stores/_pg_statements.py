@@ -27,6 +27,7 @@ from agentlife.stores._dialect import (
     Statements,
     shared_statements,
 )
+from agentlife.stores._output_sql import pg_output_statements
 from agentlife.stores._rows import JSON_COLUMNS, SET_ASIDE_STATUS, job_record
 
 __all__ = [
@@ -259,9 +260,11 @@ def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> St
     page = functools.partial(_page, t, cols)
     claim_limited = functools.cache(functools.partial(_claim_limited, t, cols, next_due_when_idle))
     checkpoint = functools.cache(functools.partial(_checkpoint, t, d.fence))
+    output = pg_output_statements(t, d.fence)
     return Statements(
         **shared_statements(t, d),
         **built,
+        **output,
         page=page,
         checkpoint=checkpoint,
         claim_limited=claim_limited,

@@ -28,7 +28,9 @@ from agentlife.constants import HydrationConstants
 from agentlife.stores._base import JobRecord, TableNames
 from agentlife.stores._claims import Claimed
 from agentlife.stores._dialect import RUNNABLE_SQL, Op, P, Row, SlotTaken, Sql, Statement, Statements, Tx
+from agentlife.stores._output_watch import OutputWatch
 from agentlife.stores._pg_listen import PgListener
+from agentlife.stores._pg_output_listen import PgOutputListener
 from agentlife.stores._pg_schema import pg_schema
 from agentlife.stores._pg_statements import SECONDS_TO_NEXT_DUE, end_channel_prefix, pg_job, pg_statements
 from agentlife.stores._store import SQLStore
@@ -112,6 +114,16 @@ class PostgresStore(SQLStore["PostgresDatabase"]):
         listener = PgListener(url, tables, connect_timeout, db.describe) if listen else None
         self._listening = (url, tables, connect_timeout, db.describe)
         super().__init__(db, tables, signal=None if listener is None else Listening(db, listener))
+        self._followers = PgOutputListener(url, tables, connect_timeout, db.describe)
+
+    def output_watch(self, job_id: str) -> OutputWatch:
+        """A watch of ``job_id``'s output, woken by ``NOTIFY`` (one connection for all of this store's)."""
+        return self._followers.watch(job_id)
+
+    async def close(self) -> None:
+        """Close the followers' connection, then as `SQLStore.close`."""
+        await self._followers.close()
+        await super().close()
 
     def __repr__(self) -> str:
         return f"PostgresStore({self._db.display_url!r})"

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from agentlife.stores._childjobs import JobFamily
     from agentlife.stores._jobs import ReapDecision
     from agentlife.stores._limits import ClaimLimits
+    from agentlife.stores._output import OutputRow
+    from agentlife.stores._output_watch import OutputWatch
     from agentlife.stores._ratebuckets import Caps, RateDraw, RateGrant
     from agentlife.stores._steprecords import StepRecord
     from agentlife.stores._waits import WaitState
@@ -273,6 +275,26 @@ class JobStore(JobRows, Handback, Protocol):
     async def record_delivery(self, key: str, job_id: str, channel: str) -> None:
         """Record ``key`` as delivered (idempotent)."""
 
+    async def publish_output(
+        self, job_id: str, attempt: int, invocation_id: str, name: str, value: bytes
+    ) -> int:
+        """Add the event ``name`` (``value``: its JSON, already checked and masked) to the job's output.
+
+        Once per ``invocation_id``: a call that published before a crash gets its event's ``seq`` back and
+        writes nothing. Fenced like the step's records.
+
+        Raises:
+            AttemptFenced: another attempt or process holds the job, or it has ended; nothing was written.
+            ConfigError: the job's output already holds `MAX_OUTPUT_EVENTS_PER_JOB` events.
+        """
+
+    async def send_deltas(self, job_id: str, payloads: Sequence[str]) -> None:
+        """Hand batches of model text (JSON text each, under 8000 bytes) to the job's followers.
+
+        Nothing durable: PostgreSQL notifies the job's channel, SQLite overwrites its ring of recent batches
+        without an fsync. A job that has ended gets none.
+        """
+
 
 class WorkQueue(JobRows, Handback, Protocol):
     """What a worker's queue uses: claim the next runnable job, wait for one, count them, reap zombies."""
@@ -414,6 +436,18 @@ class OperatorStore(JobRows, Protocol):
 
     async def get_wait(self, job_id: str) -> WaitState | None:
         """The row's status and, while it is WAITING, what it waits for; None when there is no such job."""
+
+    async def output_head(self, job_id: str) -> int | None:
+        """The ``seq`` of the job's last output row (0: none yet); None when there is no such job."""
+
+    async def read_output(self, job_id: str, after: int, limit: int = 500) -> list[OutputRow]:
+        """The job's output rows (published events, status changes, its end) after ``after``, in order."""
+
+    async def read_deltas(self, job_id: str, after: int | None) -> tuple[int, list[bytes]]:
+        """SQLite's recent delta batches of the job after ``after`` (None: only where they stand)."""
+
+    def output_watch(self, job_id: str) -> OutputWatch:
+        """A watch of the job's output moving: enter it before reading the rows, then `OutputWatch.wait`."""
 
 
 class RateBuckets(Protocol):

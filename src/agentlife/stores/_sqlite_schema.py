@@ -10,6 +10,7 @@ import sqlite3
 
 from agentlife.stores._base import TableNames
 from agentlife.stores._dialect import RUNNABLE_SQL, TERMINAL_SQL
+from agentlife.stores._output_sql import sqlite_output_schema
 
 __all__ = ["has_job_table", "make_schema"]
 
@@ -66,7 +67,14 @@ def _make(conn: sqlite3.Connection, t: TableNames) -> None:
     for column, kind in _ADDED_COLUMNS:
         if column not in names:
             conn.execute(f"ALTER TABLE {t.job} ADD COLUMN {column} {kind}")
-    made = [*_job_indexes(t), *_event_schema(t), *_child_schema(t), *_step_record_schema(t), *_key_indexes(t)]
+    made = [
+        *_job_indexes(t),
+        *_event_schema(t),
+        *_child_schema(t),
+        *_step_record_schema(t),
+        *sqlite_output_schema(t),
+        *_key_indexes(t),
+    ]
     for statement in made:
         conn.execute(statement)
     for statement in _rate_schema(t):

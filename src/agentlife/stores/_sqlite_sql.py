@@ -31,6 +31,7 @@ from agentlife.stores._dialect import (
     Statements,
     shared_statements,
 )
+from agentlife.stores._output_sql import sqlite_output_statements
 from agentlife.stores._rows import JSON_COLUMNS, SET_ASIDE_STATUS, job_record
 
 __all__ = ["SQLITE", "sqlite_job", "sqlite_statements"]
@@ -313,9 +314,11 @@ def sqlite_statements(t: TableNames) -> Statements:
         mine = "agent_id = :agent_id AND " if agent else ""
         return claim(mine, _within_limits(t, agent=agent, keys=keys, agents=agents))
 
+    output = sqlite_output_statements(t, SQLITE.fence)
     return Statements(
         **shared_statements(t, SQLITE),
         **own,
+        **output,
         page=page,
         checkpoint=checkpoint,
         claim_limited=claim_limited,

@@ -24,6 +24,7 @@ from agentlife.stores import (
     _claims,
     _delivery,
     _events,
+    _output,
     _ratebuckets,
     _reaper,
     _steprecords,
@@ -37,6 +38,8 @@ from agentlife.stores._claims import Claimed
 from agentlife.stores._dialect import Database
 from agentlife.stores._jobs import ReapDecision
 from agentlife.stores._limits import ClaimLimits, validate_concurrency_key, validate_priority
+from agentlife.stores._output import OutputRow
+from agentlife.stores._output_watch import OutputWatch, PollingWatch
 from agentlife.stores._ratebuckets import Caps, RateDraw, RateGrant
 from agentlife.stores._rows import log_set_aside
 from agentlife.stores._steprecords import StepRecord
@@ -436,3 +439,33 @@ class SQLStore(Generic[D]):
     async def record_delivery(self, key: str, job_id: str, channel: str) -> None:
         """Record ``key`` as delivered (idempotent)."""
         await self._db.run(_delivery.record_delivery, key, job_id, channel)
+
+    # -- a running job's output ---------------------------------------------------------------------------
+
+    async def publish_output(
+        self, job_id: str, attempt: int, invocation_id: str, name: str, value: bytes
+    ) -> int:
+        """Add a published event to the job's output once per ``invocation_id``; see `JobStore`."""
+        return await self._db.run(
+            _output.publish_output, job_id, attempt, self.owner, invocation_id, name, value
+        )
+
+    async def send_deltas(self, job_id: str, payloads: Sequence[str]) -> None:
+        """Hand batches of model text to the job's followers (nothing durable); see `JobStore`."""
+        await self._db.run(_output.send_deltas, job_id, payloads)
+
+    async def output_head(self, job_id: str) -> int | None:
+        """The ``seq`` of the job's last output row (0: none); None when there is no such job."""
+        return await self._db.run(_output.output_head, job_id)
+
+    async def read_output(self, job_id: str, after: int, limit: int = 500) -> list[OutputRow]:
+        """The job's output rows after ``after``, in order, at most ``limit``."""
+        return await self._db.run(_output.read_output, job_id, after, limit)
+
+    async def read_deltas(self, job_id: str, after: int | None) -> tuple[int, list[bytes]]:
+        """The delta batches a polling watch has not read (SQLite); see `agentlife.stores._output`."""
+        return await self._db.run(_output.read_deltas, job_id, after)
+
+    def output_watch(self, job_id: str) -> OutputWatch:
+        """A watch of ``job_id``'s output moving (enter it, then read the rows); this store polls."""
+        return PollingWatch(self.read_deltas, job_id)
