@@ -77,6 +77,8 @@ if TYPE_CHECKING:
     from agentlife._memory import Embedder as Embedder
     from agentlife._memory import HashingEmbedder as HashingEmbedder
     from agentlife._memory import MemoryRecord as MemoryRecord
+    from agentlife._output._events import JobEvent as JobEvent
+    from agentlife._output._follow import JobFollower as JobFollower
     from agentlife._schedule import Schedule as Schedule
     from agentlife._step._context import StepContext as StepContext
     from agentlife._step._stepllm import StepLLM as StepLLM

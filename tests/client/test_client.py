@@ -729,3 +729,80 @@ def test_the_blocking_client_answers_inside_a_sync_wsgi_view(tmp_path: Path) -> 
             server.shutdown()
             server.server_close()
         assert [job.job_id for job in client.list().jobs] == ["web-1"]
+
+
+# -- following a job ---------------------------------------------------------------------------------------
+
+
+async def test_events_follow_a_job_to_its_end_and_a_rejoin_misses_nothing_and_repeats_nothing(
+    client: Client, worker: CheckpointStore
+) -> None:
+    await client.start(AGENT, job_id="followed-1")
+    seen: list[tuple[str, str, Any]] = []
+
+    async def follow() -> None:
+        async with client.events("followed-1") as events:
+            async for event in events:
+                seen.append((event.kind, event.name, event.value))
+                if event.kind == "published" and event.value == {"n": 1}:
+                    return  # the follower leaves mid-job; it rejoins below with its cursor
+        raise AssertionError("the follower should have left after the first progress event")
+
+    async def run_the_job() -> None:
+        await worker.claim("followed-1", 1)
+        await worker.publish_output("followed-1", 1, "call-1", "progress", b'{"n": 1}')
+        await worker.publish_output("followed-1", 1, "call-2", "progress", b'{"n": 2}')
+        await worker.publish_output("followed-1", 1, "call-1", "progress", b'{"n": 1}')  # a replay: kept once
+        await worker.set_status("followed-1", 1, JobStatus.COMPLETED, result={"ok": True})
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(follow)
+        await anyio.wait_all_tasks_blocked()
+        await run_the_job()
+    cursor = None
+    async with client.events("followed-1", live=False) as events:  # the whole record, to find the cursor
+        async for event in events:
+            if event.kind == "published" and event.value == {"n": 1}:
+                cursor = event.cursor
+    assert cursor is not None
+    rest = [(e.kind, e.name, e.value) async for e in client.events("followed-1", after=cursor)]
+    published = [value for kind, _, value in seen + rest if kind == "published"]
+    assert published == [{"n": 1}, {"n": 2}]  # each once, across the leave and the rejoin
+    assert rest[-1][:2] == ("end", "COMPLETED")
+    with pytest.raises(ConfigError, match="cursor"):
+        client.events("followed-1", after=cursor.replace(".", ".x"))
+    with pytest.raises(JobNotFound):
+        await anext(aiter(client.events("nobody-here")))
+    with pytest.raises(ConfigError):
+        client.events("bad id\n")
+
+
+def test_the_blocking_client_follows_a_job_and_closes_a_follower_left_early(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'agentlife.db'}"
+    backend = Backend("sqlite", str(tmp_path / "agentlife.db"), TableNames())
+
+    async def job_that_publishes_and_ends() -> None:
+        store = backend.open_store()
+        await store.open()
+        try:
+            await store.init_schema()
+            await store.create_job("sync-follow", AGENT, None)
+            await store.claim("sync-follow", 1)
+            for n in range(3):
+                await store.publish_output("sync-follow", 1, f"call-{n}", "progress", b'{"n": %d}' % n)
+            await store.set_status("sync-follow", 1, JobStatus.COMPLETED, result=None)
+        finally:
+            await store.close()
+
+    anyio.run(job_that_publishes_and_ends)
+    with BlockingClient.connect(url) as client:
+        kinds = [event.kind for event in client.events("sync-follow")]
+        assert kinds.count("published") == 3 and kinds[-1] == "end"
+        for event in client.events("sync-follow"):
+            if event.kind == "published":
+                first = event
+                break  # leaving early closes the follower on the client's loop
+        values = [e.value for e in client.events("sync-follow", after=first.cursor) if e.kind == "published"]
+        assert values == [{"n": 1}, {"n": 2}]
+        with pytest.raises(ConfigError, match="cursor"):
+            client.events("sync-follow", after="garbage")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -21,6 +21,8 @@ from agentlife._client._client import Client
 from agentlife._client._views import JobPage, JobSnapshot, JobSummary
 from agentlife._exceptions import ConfigError
 from agentlife._jobrefs import JobHandle
+from agentlife._output._events import JobEvent
+from agentlife._output._follow import JobFollower
 
 __all__ = ["BlockingClient"]
 
@@ -123,6 +125,24 @@ class BlockingClient:
     def retry(self, job_id: str) -> JobSummary:
         """`Client.retry`."""
         return self._call(functools.partial(self._client.retry, job_id))
+
+    def events(self, job_id: str, after: str | None = None, *, live: bool = True) -> Iterator[JobEvent]:
+        """`Client.events`, one event at a time: leaving the loop early (``break``) closes the follower."""
+        if self._closed:
+            raise ConfigError("this agentlife.BlockingClient is closed")
+        return self._iterate(self._client.events(job_id, after, live=live))
+
+    def _iterate(self, follower: JobFollower) -> Iterator[JobEvent]:
+        try:
+            while True:
+                try:
+                    event = self._portal.call(follower.__anext__)
+                except StopAsyncIteration:
+                    return
+                yield event
+        finally:
+            if not self._closed:
+                self._portal.call(follower.aclose)
 
     def _call(self, operation: Callable[[], Awaitable[_T]]) -> _T:
         if self._closed:

@@ -28,6 +28,7 @@ from agentlife._jobs._mask import Masker, masker_for
 from agentlife._jobs._reason import check_reason
 from agentlife._jobs._start import check_start, create_job
 from agentlife._jobs._view import read_job_state
+from agentlife._output._follow import JobFollower, follow_job
 from agentlife.stores import CheckpointStore, JobStatus, store_from_url
 from agentlife.stores._childjobs import cancel_with_children
 from agentlife.stores._events import check_event
@@ -55,9 +56,6 @@ class Client:
             job = await client.start("researcher", {"topic": "tides"}, job_id="research-42")
             answer = await client.result(job.job_id, timeout=600)
     """
-
-    # ``events(job_id, after=None)``, following a job's published output, belongs here once the store
-    # records published events; it is not offered before.
 
     def __init__(self, store: CheckpointStore, masker: Masker) -> None:
         """Use `connect`: this takes an open store and the masker of its URL."""
@@ -182,6 +180,23 @@ class Client:
         rows = rows[:limit]
         cursor = encode_position(position_of(rows[-1])) if more and rows else None
         return JobPage(tuple(summary(row) for row in rows), cursor)
+
+    def events(self, job_id: str, after: str | None = None, *, live: bool = True) -> JobFollower:
+        """Follow the job's output: its published events, status changes, model text and its end.
+
+        Use it as ``async with client.events(job_id) as events: async for event in events: ...``. Each
+        `JobEvent` carries a ``cursor``: pass the last one seen as ``after`` to rejoin later, missing
+        nothing and seeing nothing twice (a ``delta`` of model text carries the cursor of the durable event
+        before it: text is live only, never replayed). With ``live`` it waits for new events and ends after
+        the job's end; without, it ends after the last event written so far. A slow follower costs the job
+        nothing: the job writes each event once, whoever follows it.
+
+        Raises:
+            ConfigError: at once, a malformed job id, or ``after`` is not a cursor of this job; from the
+                first iteration, ``after`` is past the job's last event.
+            JobNotFound: from the first iteration, there is no such job.
+        """
+        return follow_job(self._store, self._job_id(job_id), after, live=live)
 
     async def result(self, job_id: str, timeout: float | None = None) -> Any:
         """Wait for the job to end; its result (``Done(result=...)``) when it COMPLETED.

@@ -151,10 +151,19 @@ class JobServices:
             self.events.add_sink(heartbeat.push_lifecycle)
             tasks.start_soon(heartbeat.run)
 
-    def start_job_heartbeat(
+    def start_job_tasks(
+        self, tasks: anyio.abc.TaskGroup, booted: Booted, on_fenced: Callable[[AttemptFenced], None]
+    ) -> DeltaBuffer:
+        """The claimed job's own tasks: its row's heartbeat and the buffer of model text for its followers.
+
+        ``on_fenced`` is called when a later attempt owns the row.
+        """
+        self._start_job_heartbeat(tasks, booted, on_fenced)
+        return self._start_deltas(tasks, booted)
+
+    def _start_job_heartbeat(
         self, tasks: anyio.abc.TaskGroup, booted: Booted, on_fenced: Callable[[AttemptFenced], None]
     ) -> None:
-        """The job row's heartbeat; ``on_fenced`` when a later attempt owns the row."""
         s = booted.settings
         beat = JobHeartbeat(
             booted.store,
@@ -173,8 +182,7 @@ class JobServices:
 
         tasks.start_soon(beat_until_cleanup)
 
-    def start_deltas(self, tasks: anyio.abc.TaskGroup, booted: Booted) -> DeltaBuffer:
-        """The buffer that hands a streaming reply's text to the job's followers, and its sending task."""
+    def _start_deltas(self, tasks: anyio.abc.TaskGroup, booted: Booted) -> DeltaBuffer:
         store, job_id = booted.store, booted.settings.job_id
 
         async def send(payloads: Sequence[str]) -> None:
