@@ -141,7 +141,7 @@ def test_create_from_each_payload_source_then_list_and_show(cli: Cli, tmp_path: 
     by_agent = cli("job", "list", "--agent", "other", "--json").stdout.splitlines()
     assert {json.loads(r)["id"] for r in by_agent} == {"j-file", new_id}
     table = cli("job", "list", "--status", "pending").stdout.splitlines()
-    assert table[0].split() == ["ID", "AGENT", "STATUS", "ATTEMPT", "UPDATED", "CRASHES"]
+    assert table[0].split() == ["ID", "AGENT", "STATUS", "ATTEMPT", "UPDATED", "CRASHES", "PRIORITY", "KEY"]
     assert len(table) == 5
     assert cli("job", "list", "--status", "FAILED").stdout.splitlines()[1:] == []
 
@@ -266,6 +266,8 @@ MALFORMED = [
         None,
         "--max-input-tokens 18446744073709551616 must be >= 1 and <=",
     ),
+    (("--concurrency-key", "tenant\x1b[2J"), None, "--concurrency-key holds the control character U+001B"),
+    (("--priority", str(2**63)), None, "--priority='9223372036854775808' is not a whole number from -1000"),
 ]
 
 
@@ -282,7 +284,7 @@ def test_a_postgres_table_from_before_job_operations_asks_for_db_init(
     # SQLite migrates on every open; a PostgreSQL pod need not hold DDL rights, so `db init` does it.
     cli = Cli(postgres_url, tmp_path, agent_env(tmp_path, AGENTLIFE_DATABASE_URL=postgres_url))
     assert cli("db", "init").returncode == 0
-    cli.sql("DROP INDEX job_due_idx")
+    cli.sql("DROP INDEX job_claim_idx")
     cli.sql("DROP INDEX job_agent_due_idx")
     cli.sql("ALTER TABLE job DROP COLUMN not_before")
     _one_line_error(cli("job", "list"), 1, "run `python -m agentlife db init`")

@@ -68,7 +68,7 @@ class FaultyStore(SQLiteStore):
         self.raised[name] = self.raised.get(name, 0) + 1
         raise self.error(name)
 
-    async def claim_next(self, agent_id: str | None = None) -> Any:
+    async def claim_next(self, agent_id: str | None = None, **_: Any) -> Any:
         self._fault("claim_next")
         return await super().claim_next(agent_id)
 

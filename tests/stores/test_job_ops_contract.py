@@ -829,8 +829,8 @@ async def test_a_database_without_not_before_is_migrated_by_init_schema(
 ) -> None:
     t = backend.tables.job
     if backend.kind == "sqlite":
-        await backend.raw(f"DROP INDEX {t}_due")
-        await backend.raw(f"DROP INDEX {t}_agent_due")
+        for index in ("agent_due", "claim", "agent_claim"):
+            await backend.raw(f"DROP INDEX {t}_{index}")
     await backend.raw(f"ALTER TABLE {t} DROP COLUMN not_before")
     await backend.raw(
         f"INSERT INTO {t} (id, agent_id, status, attempt, updated_at)"

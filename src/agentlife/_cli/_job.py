@@ -47,6 +47,7 @@ from agentlife.stores import (
 from agentlife.stores._childjobs import cancel_with_children
 from agentlife.stores._events import check_event
 from agentlife.stores._jobs import is_crash
+from agentlife.stores._limits import PRIORITY_MAX, PRIORITY_MIN, parse_priority, validate_concurrency_key
 from agentlife.stores._rows import JSON_COLUMNS
 
 __all__ = ["open_store", "register"]
@@ -80,6 +81,17 @@ def register(sub: Any) -> None:
     source.add_argument("--payload-file", metavar="FILE", help="read the JSON payload from FILE ('-': stdin)")
     create.add_argument("--max-cost-usd", type=float, metavar="USD", help="the job's cost budget")
     create.add_argument("--max-input-tokens", type=int, metavar="N", help="the job's input-token budget")
+    create.add_argument(
+        "--concurrency-key",
+        metavar="KEY",
+        help="a key whose running jobs the workers limit (AGENTLIFE_CONCURRENCY_KEY_LIMIT)",
+    )
+    create.add_argument(
+        "--priority",
+        metavar="N",
+        default="0",
+        help=f"{PRIORITY_MIN} to {PRIORITY_MAX}, higher is claimed first (default 0)",
+    )
 
     show = _command(commands, "show", "the row, its crash history and its last journal events", _show)
     show.add_argument("id", metavar="ID")
@@ -94,6 +106,7 @@ def register(sub: Any) -> None:
     listing = _command(commands, "list", "job rows, most recently updated first", _list)
     listing.add_argument("--status", type=str.upper, choices=[str(s) for s in JobStatus], metavar="STATUS")
     listing.add_argument("--agent", metavar="AGENT_ID")
+    listing.add_argument("--concurrency-key", metavar="KEY", help="only the jobs of this concurrency key")
     listing.add_argument("--limit", type=int, default=50, metavar="N", help="at most N rows (default 50)")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
 
@@ -193,12 +206,16 @@ async def _create(args: argparse.Namespace) -> int:
     validate_agent_id(args.agent_id)
     if args.job_id is not None:
         validate_job_id(args.job_id)
+    key = validate_concurrency_key(args.concurrency_key)
+    priority = parse_priority(args.priority)
     payload = _payload(args)
     agent_id, job_id = check_start(args.agent_id, payload, args.job_id, "the payload")
     budget = _budget(args.max_cost_usd, args.max_input_tokens)
 
     async def create(store: OperatorStore) -> JobRecord:
-        return await create_job(store, job_id, agent_id, payload, budget, exclusive=True)
+        return await create_job(
+            store, job_id, agent_id, payload, budget, exclusive=True, concurrency_key=key, priority=priority
+        )
 
     row = await _with_store(args, create)
     sys.stdout.write(f"{row.id}\n")
@@ -272,6 +289,9 @@ async def _show(args: argparse.Namespace) -> int:
     ]
     if row.not_before is not None and row.status == JobStatus.RETRYING:
         out.append(f"  not before  {utc(row.not_before)}")
+    if row.concurrency_key is not None:
+        out.append(f"  key         {row.concurrency_key}")
+    out.append(f"  priority    {row.priority}")
     unreadable = {name: _unreadable(row, name) for name in JSON_COLUMNS}
     budget = to_json(row.token_budget) if row.token_budget else "-"
     out += [
@@ -337,16 +357,24 @@ def _journal_tail(job_id: str, count: int) -> list[str]:
 async def _list(args: argparse.Namespace) -> int:
     if not 1 <= args.limit <= MAX_LIMIT:
         raise ConfigError(f"--limit {args.limit} must be >= 1 and <= {MAX_LIMIT}")
-    rows = await _with_store(args, lambda store: store.list_jobs(args.status, args.agent, args.limit))
+    key = validate_concurrency_key(args.concurrency_key)
+    rows = await _with_store(
+        args, lambda store: store.list_jobs(args.status, args.agent, args.limit, concurrency_key=key)
+    )
     if args.json:  # the rows as stored, for scripts: bytes another client wrote as hex, never a crash
         for row in rows:
             sys.stdout.write(json.dumps(_as_json(row), sort_keys=True, default=_stored_bytes) + "\n")
         return 0
     mask = _masked(args)  # the table masks what `job show` masks: an id or agent id can hold a key
-    table: list[tuple[str, ...]] = [("ID", "AGENT", "STATUS", "ATTEMPT", "UPDATED", "CRASHES")]
+    table: list[tuple[str, ...]] = [
+        ("ID", "AGENT", "STATUS", "ATTEMPT", "UPDATED", "CRASHES", "PRIORITY", "KEY")
+    ]
     for row in rows:
         crashes = sum(1 for entry in row.error if is_crash(entry))
-        cells = (row.id, row.agent_id, row.status, str(row.attempt), utc(row.updated_at), str(crashes))
+        cells = (
+            *(row.id, row.agent_id, row.status, str(row.attempt), utc(row.updated_at), str(crashes)),
+            *(str(row.priority), row.concurrency_key or "-"),
+        )
         table.append(tuple(mask(cell) for cell in cells))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
@@ -383,6 +411,8 @@ def _as_json(row: JobRecord) -> dict[str, Any]:
         "error": row.error,
         "result": row.result,
         "unreadable": row.unreadable,
+        "concurrency_key": row.concurrency_key,
+        "priority": row.priority,
     }
 
 

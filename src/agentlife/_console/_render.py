@@ -216,6 +216,8 @@ def _summary(view: JobView, now: float) -> str:
         ("Updated", _age(row.updated_at, now)),
         ("Heartbeat", _age(row.heartbeat_at, now)),
         ("Checkpoint", esc(row.checkpoint_id or "-")),
+        ("Concurrency key", esc(row.concurrency_key or "-")),
+        ("Priority", esc(row.priority)),
     ]
     items += [("Unreadable column", esc(f"{name}: {why}")) for name, why in row.unreadable.items()]
     body = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in items)

@@ -59,6 +59,7 @@ class Masker:
             status=self.text(row.status),
             payload=self.value(row.payload),
             checkpoint_id=None if row.checkpoint_id is None else self.text(row.checkpoint_id),
+            concurrency_key=None if row.concurrency_key is None else self.text(row.concurrency_key),
             tokens_consumed=_mapping(self.value(row.tokens_consumed)),
             token_budget=None if row.token_budget is None else _mapping(self.value(row.token_budget)),
             error=[self.value(entry) for entry in row.error[-200:]],

@@ -53,14 +53,26 @@ async def create_job(
     budget: dict[str, Any] | None = None,
     *,
     exclusive: bool,
+    concurrency_key: str | None = None,
+    priority: int = 0,
 ) -> JobRecord:
     """Create the PENDING row (arguments checked by `check_start`); the row.
+
+    ``concurrency_key`` and ``priority`` are checked by the store (`ConfigError`, nothing written).
 
     Raises:
         JobStateConflict: the row exists and ``exclusive``, or it is another job (another agent, another
             payload, or a payload the store cannot read back).
     """
-    row = await store.create_job(job_id, agent_id, payload, budget, exclusive=exclusive)
+    row = await store.create_job(
+        job_id,
+        agent_id,
+        payload,
+        budget,
+        exclusive=exclusive,
+        concurrency_key=concurrency_key,
+        priority=priority,
+    )
     if exclusive:  # the store raised unless this call inserted the row
         return row
     if "payload" in row.unreadable:

@@ -44,6 +44,7 @@ from agentlife._state import State
 from agentlife.constants import Constants
 from agentlife.stores import JobRecord, JobStatus, ReapDecision, store_from_url
 from agentlife.stores._jobs import is_crash, since_last_retry
+from agentlife.stores._limits import claim_limits_from_env
 from agentlife.stores._policy import should_retry_after_crash
 
 if TYPE_CHECKING:
@@ -136,6 +137,8 @@ class Worker:
         if not self.agent_id:
             raise ConfigError("no agent id: pass --agent-id, set AGENTLIFE_AGENT_ID or the class's agent_id")
         self.env["AGENTLIFE_AGENT_ID"] = self.agent_id
+        #: The running limits per concurrency key and per agent every claim of this worker enforces.
+        self.claim_limits = claim_limits_from_env(self.env)
         self.shell = ProcessShell(
             self.env,
             agent_id=self.agent_id,
@@ -382,7 +385,7 @@ class Worker:
             self._stop_all(ExitCode.DONE, f"ran {opts.max_jobs} jobs (--max-jobs)")
             return None
         try:
-            row = await store.claim_next(self.agent_id)
+            row = await store.claim_next(self.agent_id, limits=self.claim_limits)
         except Exception as exc:  # an outage, or a row no store code foresaw: the pool goes on either way
             why = self._why(exc)
             log.warning("claim failed: %s", why)

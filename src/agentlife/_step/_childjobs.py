@@ -24,6 +24,7 @@ from agentlife._exceptions import ChildJobError, ConfigError
 from agentlife._jobrefs import JobHandle, JobOutcome, check_child_agent, check_child_payload, child_job_id
 from agentlife._step._waits import TIMED_OUT, Check, _run_wait, sleep_seconds
 from agentlife._tools import NOT_DONE, tool
+from agentlife.stores._limits import validate_concurrency_key, validate_priority
 
 if TYPE_CHECKING:
     from agentlife._step._context import StepContext
@@ -41,20 +42,38 @@ class ChildJobCalls:
     """The child-job calls of `StepContext` (kept here so the context module stays one concern)."""
 
     async def start_job(
-        self, agent_id: str, payload: Any = None, job_id: str | None = None, *, detached: bool = False
+        self,
+        agent_id: str,
+        payload: Any = None,
+        job_id: str | None = None,
+        *,
+        detached: bool = False,
+        concurrency_key: str | None = None,
+        priority: int = 0,
     ) -> JobHandle:
         """Start a child job of agent ``agent_id`` with ``payload``; returns its `JobHandle`.
 
         A journaled call: a resumed step gets the recorded handle back and no second job is created, even
         when the process died between creating the row and recording the call. Without ``job_id`` the
         child's id is ``{job_id}.{step}.{call}`` of this call. A ``detached`` child is not cancelled with
-        this job. A worker of ``agent_id`` runs the child; nothing checks that one exists.
+        this job. A worker of ``agent_id`` runs the child; nothing checks that one exists. The child's
+        ``concurrency_key`` and ``priority`` (higher is claimed first, -1000 to 1000) are those of
+        ``job create --concurrency-key KEY --priority N``.
 
         Raises:
-            ConfigError: an agent id or job id that is not allowed, or a payload that is not JSON.
+            ConfigError: an agent id, job id, concurrency key or priority that is not allowed, or a payload
+                that is not JSON.
             ChildJobError: ``job_id`` is the id of a job that this call did not start.
         """
-        return await start_job(_ctx(self), agent_id, payload, job_id, detached=detached)
+        return await start_job(
+            _ctx(self),
+            agent_id,
+            payload,
+            job_id,
+            detached=detached,
+            concurrency_key=concurrency_key,
+            priority=priority,
+        )
 
     async def wait_for_jobs(
         self, handles: Sequence[JobHandle], timeout: float | None = None
@@ -79,9 +98,18 @@ def _ctx(calls: ChildJobCalls) -> StepContext:
 
 
 async def start_job(
-    ctx: StepContext, agent_id: object, payload: Any, job_id: object, *, detached: object = False
+    ctx: StepContext,
+    agent_id: object,
+    payload: Any,
+    job_id: object,
+    *,
+    detached: object = False,
+    concurrency_key: object = None,
+    priority: object = 0,
 ) -> JobHandle:
     """``ctx.start_job``: see `ChildJobCalls.start_job`."""
+    key = validate_concurrency_key(concurrency_key, "ctx.start_job: concurrency_key")
+    rank = validate_priority(priority, "ctx.start_job: priority")
     agent = check_child_agent(agent_id)
     check_child_payload(payload)
     if job_id is not None and not isinstance(job_id, str):
@@ -102,7 +130,15 @@ async def start_job(
 
     async def create(invocation_id: str) -> dict[str, Any]:
         await store.start_child(
-            parent, attempt, child, agent, payload, invocation_id=invocation_id, detached=detached
+            parent,
+            attempt,
+            child,
+            agent,
+            payload,
+            invocation_id=invocation_id,
+            detached=detached,
+            concurrency_key=key,
+            priority=rank,
         )
         return handle(invocation_id)
 
@@ -112,13 +148,26 @@ async def start_job(
         return handle(invocation_id) if created else NOT_DONE
 
     spec = tool(name=START_TOOL, side_effects=True, verify=verify)(_start_call(create))
-    args = {"agent_id": agent, "payload": payload, "job_id": child, "detached": detached}
+    args: dict[str, Any] = {"agent_id": agent, "payload": payload, "job_id": child, "detached": detached}
+    # Only when given: a call journaled before keys existed keeps its digest, and replays.
+    if key is not None:
+        args["concurrency_key"] = key
+    if rank:
+        args["priority"] = rank
     recorded: Any = await ctx.call_tool(spec, **args)
     return JobHandle.from_json(recorded)
 
 
 def _start_call(create: Any) -> Any:
-    async def start(agent_id: str, payload: Any, job_id: str, detached: bool, invocation_id: str) -> Any:
+    async def start(
+        agent_id: str,
+        payload: Any,
+        job_id: str,
+        detached: bool,
+        invocation_id: str,
+        concurrency_key: str | None = None,
+        priority: int = 0,
+    ) -> Any:
         """Create the child job's row (if absent) and return its handle."""
         return await create(invocation_id)
 

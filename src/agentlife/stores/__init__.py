@@ -10,7 +10,8 @@ written once in the module of its concern (`_claims`, `_checkpoints`, `_transiti
 `_approval`, `_waits`, `_events`, `_childjobs`, `_steprecords`, `_delivery`) against `_dialect`'s `Tx`; each
 database supplies its dialect: `_sqlite` with `_sqlite_sql` and `_sqlite_schema`, `_postgres` with
 `_pg_statements`, `_pg_schema` and `_pg_listen`. Below them: the records (`_base`), reading rows another
-client wrote (`_rows`), the job rules (`_jobs`), the crash policy (`_policy`).
+client wrote (`_rows`), the job rules (`_jobs`), the crash policy (`_policy`), concurrency keys, priority
+and the running limits a claim enforces (`_limits`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from agentlife.stores._base import (
 )
 from agentlife.stores._childjobs import JobFamily
 from agentlife.stores._jobs import ReapDecision
+from agentlife.stores._limits import ClaimLimits
 from agentlife.stores._roles import (
     CheckpointStore,
     Handback,
@@ -51,6 +53,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalState",
     "CheckpointStore",
+    "ClaimLimits",
     "Handback",
     "JobFamily",
     "JobRecord",

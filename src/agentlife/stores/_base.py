@@ -160,6 +160,11 @@ class JobRecord:
     goes back into `CheckpointStore.list_jobs`' ``after`` cursor, so a page that ends on such a row is
     followed by the rows after it; it is never printed.
     """
+    concurrency_key: str | None = None
+    """The job's concurrency key, or None: a worker with a running limit per key never runs more of the
+    key's jobs at once than the limit allows."""
+    priority: int = 0
+    """Higher is claimed first; jobs of one priority in the order they came due (their creation)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from agentlife._exceptions import AttemptFenced, ChildJobError, JobNotFound, Job
 from agentlife._jobrefs import JobOutcome
 from agentlife.stores._base import JobRecord, JobStatus
 from agentlife.stores._jobs import TERMINAL
+from agentlife.stores._limits import check_key_columns
 
 if TYPE_CHECKING:
     from agentlife.stores._dialect import Tx
@@ -153,6 +154,8 @@ async def start_child(
     payload: Any,
     invocation_id: str,
     detached: bool,
+    concurrency_key: str | None = None,
+    priority: int = 0,
 ) -> bool:
     """Create the child's PENDING row unless it exists; True when this call created it.
 
@@ -164,6 +167,7 @@ async def start_child(
         ChildJobError: a job ``job_id`` exists that another job or call created, or of another agent.
         AttemptFenced: the parent row is not held by ``attempt`` and ``owner``.
     """
+    check_key_columns(tx, concurrency_key, priority)
     created = await tx.execute(
         tx.sql.start_child,
         job_id=job_id,
@@ -174,6 +178,8 @@ async def start_child(
         detached=detached,
         attempt=attempt,
         owner=owner,
+        concurrency_key=concurrency_key,
+        priority=priority,
     )
     if created:
         return True

@@ -20,13 +20,20 @@ import orjson
 
 from agentlife._exceptions import AttemptFenced, JobNotFound, JobStateConflict
 from agentlife.stores._base import JobRecord, JobStatus, add_usage_totals, claim_refusal
+from agentlife.stores._dialect import SlotTaken
 from agentlife.stores._jobs import SET_ASIDE_PER_CLAIM, check_releasable, expected_statuses
+from agentlife.stores._limits import ClaimLimits, check_key_columns
 from agentlife.stores._rows import appended, as_text, dumps, set_aside_entry
 
 if TYPE_CHECKING:
     from agentlife.stores._dialect import Tx
 
+#: How many times one `claim_next` claims again after losing a running slot to a concurrent claim: each
+#: loss means another claim of the same key or agent committed, so the next try sees it.
+SLOT_RETRIES = 8
+
 __all__ = [
+    "SLOT_RETRIES",
     "Claimed",
     "add_usage",
     "claim",
@@ -63,13 +70,21 @@ async def get_job(tx: Tx, job_id: str) -> JobRecord | None:
 
 
 async def create_job(
-    tx: Tx, job_id: str, agent_id: str, payload: Any, token_budget: dict[str, Any] | None, exclusive: bool
+    tx: Tx,
+    job_id: str,
+    agent_id: str,
+    payload: Any,
+    token_budget: dict[str, Any] | None,
+    exclusive: bool,
+    concurrency_key: str | None = None,
+    priority: int = 0,
 ) -> JobRecord:
     """Insert a PENDING row unless one exists (an insert wakes the agent's idle workers); the row.
 
     ``exclusive``: a row that exists is a `JobStateConflict`, decided by the insert itself, so of creators
     racing for one id exactly one is told it created the job.
     """
+    check_key_columns(tx, concurrency_key, priority)
     inserted = await tx.execute(
         tx.sql.create_job,
         job_id=job_id,
@@ -77,6 +92,8 @@ async def create_job(
         status=str(JobStatus.PENDING),
         payload=dumps(payload),
         token_budget=dumps(token_budget),
+        concurrency_key=concurrency_key,
+        priority=priority,
     )
     row = await tx.fetchrow(tx.sql.get_job, job_id=job_id)
     assert row is not None
@@ -102,18 +119,41 @@ async def claim(tx: Tx, job_id: str, attempt: int, owner: str) -> JobRecord:
     return tx.job(row)
 
 
-async def claim_next(tx: Tx, agent_id: str | None, owner: str) -> Claimed:
-    """Claim the oldest runnable row (of ``agent_id``, or of any agent), setting aside those it cannot read.
+async def claim_next(tx: Tx, agent_id: str | None, owner: str, limits: ClaimLimits | None = None) -> Claimed:
+    """Claim the first runnable row (of ``agent_id``, or of any agent), setting aside those it cannot read.
 
+    The first: the highest priority, then the row due first (a new row is due at its creation), then the id.
+    With ``limits``, the claim statement itself skips rows whose concurrency key, or agent, has as many
+    RUNNING rows as its limit; a claim that lost a running slot to a concurrent one (`SlotTaken`, PostgreSQL)
+    is run again, up to `SLOT_RETRIES` times, then this call claims nothing (the worker claims again later).
     Each claim is one statement, atomic by itself; a row that cannot be read is set aside (DEAD_LETTER, the
     reason in its crash history) by a second, fenced by this claim: should the process die between the two,
     the row is RUNNING under a dead owner and the reaper gives it back, to be set aside by the next claim.
     At most `SET_ASIDE_PER_CLAIM` rows are set aside per call.
     """
-    statement = tx.sql.claim_any if agent_id is None else tx.sql.claim_agent
+    limited = limits is not None and limits.active
+    if limited:
+        assert limits is not None
+        keys = limits.key_default is not None or bool(limits.key_limits)
+        statement = tx.sql.claim_limited(agent_id is not None, keys, limits.agent is not None)
+        params: dict[str, Any] = {
+            "key_limits": limits.key_limits_json(),
+            "key_default": limits.key_default,
+            "agent_limit": limits.agent,
+        }
+    else:
+        statement = tx.sql.claim_any if agent_id is None else tx.sql.claim_agent
+        params = {}
     set_aside: list[JobRecord] = []
-    for _ in range(SET_ASIDE_PER_CLAIM):
-        row = await tx.fetchrow(statement, owner=owner, agent_id=agent_id)
+    lost = 0
+    for _ in range(SET_ASIDE_PER_CLAIM + SLOT_RETRIES):
+        try:
+            row = await tx.fetchrow(statement, owner=owner, agent_id=agent_id, **params)
+        except SlotTaken:
+            lost += 1
+            if lost >= SLOT_RETRIES:
+                return Claimed(None, set_aside)
+            continue
         if row is None:
             return Claimed(None, set_aside)
         if row["key"] is None:
@@ -126,6 +166,8 @@ async def claim_next(tx: Tx, agent_id: str | None, owner: str) -> Claimed:
             tx.sql.set_aside, key=row["key"], attempt=claimed.attempt, owner=owner, **appended(claimed, entry)
         )
         set_aside.append(claimed)
+        if len(set_aside) >= SET_ASIDE_PER_CLAIM:
+            break
     return Claimed(None, set_aside)
 
 
@@ -135,14 +177,18 @@ async def list_jobs(
     agent_id: str | None,
     limit: int,
     after: tuple[Any, str | bytes | None] | None,
+    concurrency_key: str | None = None,
 ) -> list[JobRecord]:
     """Rows, most recently updated first (ties by id), filtered, after the cursor ``after``.
 
     Raises:
         ValueError: ``after`` is not a cursor of this database.
     """
-    statement, cursor = tx.sql.page(status is not None, agent_id is not None, after)
-    rows = await tx.fetch(statement, status=status, agent_id=agent_id, limit=limit, **cursor)
+    filtered = (status is not None, agent_id is not None)
+    statement, cursor = tx.sql.page(*filtered, after, concurrency_key is not None)
+    rows = await tx.fetch(
+        statement, status=status, agent_id=agent_id, limit=limit, key=concurrency_key, **cursor
+    )
     return [tx.job(row) for row in rows]
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "Guarded",
     "Many",
     "Row",
+    "SlotTaken",
     "Sql",
     "Statement",
     "Statements",
@@ -55,6 +56,13 @@ _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 #: The SQL list of the statuses a worker may claim once due, and of those no late writer may change.
 RUNNABLE_SQL = f"status IN ({', '.join(repr(str(s)) for s in RUNNABLE)})"
 TERMINAL_SQL = ", ".join(repr(str(s)) for s in TERMINAL)
+
+
+class SlotTaken(Exception):
+    """A claim's running slot (of a concurrency key or an agent) was taken first by a concurrent claim.
+
+    The unique index on the RUNNING rows' slots refused it, and nothing was written: claim again.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +141,9 @@ class Row(Protocol):
 
 
 #: ``(status filtered, agent filtered, the cursor)`` -> the page statement and the cursor's parameters.
-Page = Callable[[bool, bool, "tuple[Any, str | bytes | None] | None"], "tuple[Statement, dict[str, Any]]"]
+Page = Callable[
+    [bool, bool, "tuple[Any, str | bytes | None] | None", bool], "tuple[Statement, dict[str, Any]]"
+]
 #: ``(conversation rows, step records, a prune, usage)``: what one checkpoint write carries.
 CheckpointShape = tuple[bool, bool, bool, bool]
 
@@ -176,6 +186,11 @@ class Statements:
     write_usage: Statement
     heartbeat: Statement
     page: Page
+    claim_limited: Callable[[bool, bool, bool], Statement]
+    """The claim with running limits: of one agent's jobs or any agent's, with key limits, with an agent
+    limit (`_claims.claim_next`)."""
+    keys: bool
+    """Whether the job table has the columns of concurrency keys (PostgreSQL adds them at ``db init``)."""
     # -- checkpoints and the conversation (_checkpoints)
     load: Statement
     history: Statement

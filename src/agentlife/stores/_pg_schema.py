@@ -77,6 +77,7 @@ def pg_schema(t: TableNames) -> tuple[str, ...]:
         *_child_schema(t),
         *_step_record_schema(t),
         *_end_schema(t),
+        *_key_schema(t),
         *pg_output_schema(t),
     )
 
@@ -112,8 +113,6 @@ def _job_schema(t: TableNames) -> tuple[str, ...]:
         # The indexes before WAITING was runnable: their predicate no longer matches the claim's.
         f"DROP INDEX IF EXISTS {prefix}{base}_runnable_idx",
         f"DROP INDEX IF EXISTS {prefix}{base}_agent_runnable_idx",
-        f"CREATE INDEX IF NOT EXISTS {base}_due_idx ON {t.job} (not_before NULLS FIRST, id)"
-        f" WHERE {RUNNABLE_SQL}",
         f"CREATE INDEX IF NOT EXISTS {base}_agent_due_idx ON {t.job}"
         f" (agent_id, not_before NULLS FIRST, id) WHERE {RUNNABLE_SQL}",
         # `list_jobs` pages by (updated_at, id) from a cursor: each of its orders is one index range.
@@ -221,5 +220,52 @@ def _end_schema(t: TableNames) -> tuple[str, ...]:
         f"DROP TRIGGER IF EXISTS {base}_job_ended ON {t.job}",
         f"CREATE TRIGGER {base}_job_ended AFTER UPDATE OF status ON {t.job} FOR EACH ROW"
         f" WHEN (NEW.status IN ({TERMINAL_SQL}) AND OLD.status IS DISTINCT FROM NEW.status)"
+        f" EXECUTE FUNCTION {function}()",
+    )
+
+
+def _key_schema(t: TableNames) -> tuple[str, ...]:
+    """Concurrency keys and priority: the columns, the claim's indexes and the running slots (``db init``).
+
+    A worker's claim with running limits gives the row a slot (1 to the limit) of its key and of its agent;
+    the unique indexes on the RUNNING rows' slots refuse a second claim of a slot that a concurrent claim
+    just took (`agentlife.stores._claims`), so a limit holds even between claims whose snapshots overlap.
+    """
+    schema, _, base = t.job.rpartition(".")
+    prefix = f"{schema}." if schema else ""
+    # A slot freed wakes the agent's idle workers, whose claims the full key held back (on commit, as the
+    # insert of a runnable row does); a row that held no slot (no limits) notifies nobody.
+    function = f"{prefix}agentlife_{base}_slot_freed"
+    body = f"""
+        BEGIN
+            PERFORM {notify_call(t, "NEW.agent_id")};
+            RETURN NULL;
+        END"""
+    return (
+        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS concurrency_key text",
+        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS priority integer NOT NULL DEFAULT 0",
+        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS key_slot integer",
+        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS agent_slot integer",
+        # The claim's order is now (priority DESC, not_before, id): the index of any agent's claim follows
+        # it; the agent's one stays beside the old (agent, not_before) index, which finds the next due time.
+        f"DROP INDEX IF EXISTS {prefix}{base}_due_idx",
+        f"CREATE INDEX IF NOT EXISTS {base}_claim_idx ON {t.job}"
+        f" (priority DESC, not_before NULLS FIRST, id) WHERE {RUNNABLE_SQL}",
+        f"CREATE INDEX IF NOT EXISTS {base}_agent_claim_idx ON {t.job}"
+        f" (agent_id, priority DESC, not_before NULLS FIRST, id) WHERE {RUNNABLE_SQL}",
+        # The first runnable row of a key (the limited claim takes no other of a limited key).
+        f"CREATE INDEX IF NOT EXISTS {base}_key_claim_idx ON {t.job}"
+        f" (concurrency_key, priority DESC, not_before NULLS FIRST, id)"
+        f" WHERE {RUNNABLE_SQL} AND concurrency_key IS NOT NULL",
+        f"CREATE UNIQUE INDEX IF NOT EXISTS {base}_key_slot_idx ON {t.job} (concurrency_key, key_slot)"
+        " WHERE status = 'RUNNING' AND key_slot IS NOT NULL",
+        f"CREATE UNIQUE INDEX IF NOT EXISTS {base}_agent_slot_idx ON {t.job} (agent_id, agent_slot)"
+        " WHERE status = 'RUNNING' AND agent_slot IS NOT NULL",
+        f"CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql"
+        f" AS $agentlife${body}$agentlife$",
+        f"DROP TRIGGER IF EXISTS {base}_slot_freed ON {t.job}",
+        f"CREATE TRIGGER {base}_slot_freed AFTER UPDATE OF status ON {t.job} FOR EACH ROW"
+        " WHEN (OLD.status = 'RUNNING' AND NEW.status IS DISTINCT FROM 'RUNNING'"
+        " AND (OLD.key_slot IS NOT NULL OR OLD.agent_slot IS NOT NULL))"
         f" EXECUTE FUNCTION {function}()",
     )

@@ -41,12 +41,14 @@ __all__ = [
     "unix",
 ]
 
-#: The job row's columns as `pg_job` reads them (``not_before`` only where `_COLUMNS` selects it).
+#: The job row's columns as `pg_job` reads them, before those of concurrency keys (`KEY_COLUMNS`) and
+#: ``not_before``, which a statement selects where the table has them.
 JOB_COLUMNS = (
     "id, agent_id, status, payload, attempt, checkpoint_id, checkpoint_crc, heartbeat_at, tokens_consumed,"
     " token_budget, error, result, updated_at"
 )
-_COLUMNS = f"{JOB_COLUMNS}, not_before"
+#: The columns of concurrency keys, where the table has them (`pg_statements` ``keys``).
+KEY_COLUMNS = ", concurrency_key, priority"
 _DUE = "(not_before IS NULL OR not_before <= now())"
 #: Seconds since the row's ``heartbeat_at``, each side taken as epoch seconds first: PostgreSQL keeps
 #: ``'infinity'`` and ``'-infinity'`` as timestamps (a row written by another client) and refuses to
@@ -61,6 +63,12 @@ _CLAIMED_STATUS = "CASE WHEN status IN ('PENDING', 'RETRYING', 'WAITING') THEN '
 #: kept as it is (a non-array becomes the first element).
 _APPEND = "error = COALESCE(error, '[]'::jsonb) || jsonb_build_array(:entry::jsonb)"
 _LIVE = f"status NOT IN ({TERMINAL_SQL})"
+#: The order of a worker's claim: higher priority first, then the row due first (a new job is due when it
+#: is created, so jobs of one priority start in creation order, whatever their key), then the id.
+CLAIM_ORDER = "priority DESC, not_before NULLS FIRST, id"
+#: A row made RUNNING by anything but a worker's limited claim holds no slot of its key or agent: a slot
+#: kept from an earlier claim could meet the same slot a limited claim gave another row meanwhile.
+_NO_SLOTS = "key_slot = NULL, agent_slot = NULL"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -93,19 +101,27 @@ class _Postgres:
 
 
 @functools.cache  # once per table layout in a process, not per store opened (~2 ms of parsing each)
-def pg_statements(t: TableNames, *, owner: bool = True) -> Statements:
-    """Every statement, for the tables ``t``; without ``owner`` (no such column) fenced by attempt alone."""
+def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> Statements:
+    """Every statement, for the tables ``t``; without ``owner`` (no such column) fenced by attempt alone.
+
+    Without ``keys`` (a table from before concurrency keys, until ``db init`` adds them) the job's process
+    reads and writes its row as before; what needs the keys asks for ``db init``.
+    """
     d = _Postgres(owner)
+    job_cols = f"{JOB_COLUMNS}{KEY_COLUMNS if keys else ''}"
+    cols = f"{job_cols}, not_before"
+    no_slots = f", {_NO_SLOTS}" if keys else ""
+    key_columns, key_values = (KEY_COLUMNS, ", :concurrency_key, :priority") if keys else ("", "")
     j, sql, notify = t.job, d.sql, notify_call(t)
     fenced = f"id = :job_id AND attempt = :attempt{d.fence}"
 
     def claim(agent: str, *extra: str) -> str:
         return (
             f"WITH next AS (SELECT id AS next_id FROM {j} WHERE {agent}{RUNNABLE_SQL} AND {_DUE}"
-            " ORDER BY not_before NULLS FIRST, id LIMIT 1 FOR UPDATE SKIP LOCKED)"
+            f" ORDER BY {CLAIM_ORDER} LIMIT 1 FOR UPDATE SKIP LOCKED)"
             f" UPDATE {j} SET status = 'RUNNING', attempt = attempt + 1, owner = :owner,"
-            " heartbeat_at = now(), updated_at = now()"
-            f" FROM next WHERE id = next.next_id RETURNING {', '.join((_COLUMNS, 'id AS key', *extra))}"
+            f" heartbeat_at = now(), updated_at = now(){no_slots}"
+            f" FROM next WHERE id = next.next_id RETURNING {', '.join((cols, 'id AS key', *extra))}"
         )
 
     # One row always: the claimed job's columns, or NULLs and the seconds until the agent's next row not yet
@@ -118,12 +134,13 @@ def pg_statements(t: TableNames, *, owner: bool = True) -> Statements:
     )
     lock_when = "COALESCE(heartbeat_at, updated_at) < to_timestamp(:cutoff) FOR UPDATE SKIP LOCKED"
     text: dict[str, str] = {
-        "get_job": f"SELECT {JOB_COLUMNS} FROM {j} WHERE id = :job_id",
+        "get_job": f"SELECT {job_cols} FROM {j} WHERE id = :job_id",
         # Wakes the agent's idle workers on commit; an existing row (no insert) wakes nobody.
         "create_job": (
             f"WITH created AS (INSERT INTO {j}"
-            " (id, agent_id, status, payload, attempt, token_budget, updated_at)"
-            " VALUES (:job_id, :agent_id, :status, :payload::jsonb, 0, :token_budget::jsonb, now())"
+            f" (id, agent_id, status, payload, attempt, token_budget, updated_at{key_columns})"
+            " VALUES (:job_id, :agent_id, :status, :payload::jsonb, 0, :token_budget::jsonb, now()"
+            f"{key_values})"
             f" ON CONFLICT (id) DO NOTHING RETURNING agent_id) SELECT {notify} FROM created"
         ),
         "lock_claim": (
@@ -132,7 +149,8 @@ def pg_statements(t: TableNames, *, owner: bool = True) -> Statements:
         ),
         "take_claim": (
             f"UPDATE {j} SET attempt = :attempt{', owner = :owner' if owner else ''}, heartbeat_at = now(),"
-            f" updated_at = now(), status = {_CLAIMED_STATUS} WHERE id = :job_id RETURNING {JOB_COLUMNS}"
+            f" updated_at = now(), status = {_CLAIMED_STATUS}{no_slots}"
+            f" WHERE id = :job_id RETURNING {job_cols}"
         ),
         "claim_any": claim("", "NULL::float8 AS next_due"),
         "claim_agent": (
@@ -155,27 +173,27 @@ def pg_statements(t: TableNames, *, owner: bool = True) -> Statements:
             f"UPDATE {j} SET status = :status, result = COALESCE(:result::jsonb, result),"
             " error = CASE WHEN :entry::jsonb IS NULL THEN error"
             " ELSE COALESCE(error, '[]'::jsonb) || jsonb_build_array(:entry::jsonb) END,"
-            f" updated_at = now() WHERE {fenced} AND status = ANY(:allowed::text[])"
+            f" updated_at = now(){no_slots} WHERE {fenced} AND status = ANY(:allowed::text[])"
         ),
-        "lock_row": f"SELECT {_COLUMNS}, owner, approval, {HEARTBEAT_AGE} AS heartbeat_age FROM {j}"
+        "lock_row": f"SELECT {cols}, owner, approval, {HEARTBEAT_AGE} AS heartbeat_age FROM {j}"
         " WHERE id = :job_id FOR UPDATE",
         "approve": (
             f"UPDATE {j} SET status = :status, approval = :approval::jsonb, not_before = now(),"
-            f" updated_at = now() WHERE id = :job_id"
-            f" RETURNING {_COLUMNS}, CASE WHEN :status = 'PENDING' THEN {notify} END AS notified"
+            f" updated_at = now(){no_slots} WHERE id = :job_id"
+            f" RETURNING {cols}, CASE WHEN :status = 'PENDING' THEN {notify} END AS notified"
         ),
         "reject": (
             f"UPDATE {j} SET status = 'FAILED', {_APPEND}, approval = :approval::jsonb, updated_at = now()"
-            f" WHERE id = :job_id RETURNING {_COLUMNS}"
+            f" WHERE id = :job_id RETURNING {cols}"
         ),
         "cancel": (
             f"UPDATE {j} SET status = 'FAILED', {_APPEND}, attempt = attempt + 1, owner = NULL,"
-            f" updated_at = now() WHERE id = :job_id RETURNING {_COLUMNS}"
+            f" updated_at = now() WHERE id = :job_id RETURNING {cols}"
         ),
         # The owner stays: a reaped row's tombstone must go on fencing out the process it was taken from.
         "retry": (
             f"UPDATE {j} SET status = 'PENDING', {_APPEND}, approval = :approval::jsonb, not_before = now(),"
-            f" updated_at = now() WHERE id = :job_id RETURNING {_COLUMNS}, {notify} AS notified"
+            f" updated_at = now() WHERE id = :job_id RETURNING {cols}, {notify} AS notified"
         ),
         "clock": "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8",
         "stale": (
@@ -186,9 +204,9 @@ def pg_statements(t: TableNames, *, owner: bool = True) -> Statements:
             f"SELECT id, owner FROM {j} WHERE status = 'RUNNING' AND owner LIKE :host"
             " AND COALESCE(heartbeat_at, updated_at) < to_timestamp(:cutoff) ORDER BY id"
         ),
-        "lock_stale": f"SELECT {_COLUMNS} FROM {j} WHERE id = :job_id AND status = 'RUNNING' AND {lock_when}",
+        "lock_stale": f"SELECT {cols} FROM {j} WHERE id = :job_id AND status = 'RUNNING' AND {lock_when}",
         "lock_owned": (
-            f"SELECT {_COLUMNS} FROM {j} WHERE id = :job_id AND status = 'RUNNING' AND owner = :owner"
+            f"SELECT {cols} FROM {j} WHERE id = :job_id AND status = 'RUNNING' AND owner = :owner"
             f" AND {lock_when}"
         ),
         "reap": (
@@ -220,10 +238,11 @@ def pg_statements(t: TableNames, *, owner: bool = True) -> Statements:
         # child agent's idle workers when it inserted.
         "start_child": (
             f"WITH created AS (INSERT INTO {j} (id, agent_id, status, payload, attempt, updated_at,"
-            " parent_id, spawned_by, detached)"
+            f" parent_id, spawned_by, detached{key_columns})"
             " SELECT :job_id, :agent_id, 'PENDING', :payload::jsonb, 0, now(), :parent_id, :invocation_id,"
-            f" :detached WHERE EXISTS (SELECT 1 FROM {j} WHERE id = :parent_id AND attempt = :attempt"
-            f" AND (owner IS NULL OR owner = :owner))"
+            f" :detached{key_values}"
+            f" WHERE EXISTS (SELECT 1 FROM {j} WHERE id = :parent_id AND attempt = :attempt"
+            " AND (owner IS NULL OR owner = :owner))"
             f" ON CONFLICT (id) DO NOTHING RETURNING agent_id) SELECT {notify} FROM created"
         ),
         # FOR SHARE: a claim of the row waits for this insert to commit, so the attempt that takes the job
@@ -238,10 +257,100 @@ def pg_statements(t: TableNames, *, owner: bool = True) -> Statements:
         ),
     }
     built = {name: sql(statement) for name, statement in text.items()}
-    page = functools.partial(_page, t)
+    page = functools.partial(_page, t, cols)
+    claim_limited = functools.cache(functools.partial(_claim_limited, t, cols, next_due_when_idle))
     checkpoint = functools.cache(functools.partial(_checkpoint, t, d.fence))
     output = pg_output_statements(t, d.fence)
-    return Statements(**shared_statements(t, d), **built, **output, page=page, checkpoint=checkpoint)
+    return Statements(
+        **shared_statements(t, d),
+        **built,
+        **output,
+        page=page,
+        checkpoint=checkpoint,
+        claim_limited=claim_limited,
+        keys=keys,
+    )
+
+
+def limited_claim(t: TableNames, columns: str, *, any_agent: bool, keys: bool, agents: bool) -> str:
+    """The claim that skips rows whose concurrency key, or agent, has as many RUNNING rows as its limit.
+
+    Parameters beside the plain claim's: with ``keys``, ``:key_limits`` (a JSON object of per-key limits)
+    and ``:key_default`` (the limit of other keys, NULL for none); with ``agents``, ``:agent_limit``. A
+    limit not set leaves its test out of the text, not to a NULL parameter: so PostgreSQL's generic plan
+    costs what a custom one does and a prepared claim is planned once, not at each call (~3 ms). One
+    statement: the keys at their limit are counted once (``full_keys``), the first row in the claim's order
+    whose key is not among them, and that is its limited key's first runnable row (so a key's rows start in
+    order even while a concurrent claim holds its first one locked), is locked ``SKIP LOCKED`` as by the
+    plain claim, and the update gives it the lowest free slot of its key (1 to the limit) and of its agent.
+    Two claims whose snapshots overlap can both count a key below its limit; they then pick the same free
+    slot, and the unique index on the RUNNING rows' slots makes the later one fail (`_claims.claim_next`
+    claims again, seeing the first): a limit never holds more RUNNING rows than it allows, whatever the
+    interleaving.
+    """
+    j = t.job
+
+    def limit(key: str) -> str:
+        return f"COALESCE((:key_limits::jsonb ->> {key})::integer, :key_default::integer)"
+
+    def free_slot(column: str, value: str, slot: str) -> str:
+        # The lowest free slot: 1, else one past the lowest held slot whose successor is free.
+        held = f"FROM {j} AS r WHERE r.status = 'RUNNING' AND r.{column} = {value}"
+        return (
+            f"CASE WHEN NOT EXISTS (SELECT 1 {held} AND r.{slot} = 1) THEN 1 ELSE (SELECT min(r.{slot}) + 1"
+            f" {held} AND r.{slot} IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {j} AS f"
+            f" WHERE f.status = 'RUNNING' AND f.{column} = {value} AND f.{slot} = r.{slot} + 1)) END"
+        )
+
+    agent_running = (
+        f"(SELECT count(*) FROM {j} AS a WHERE a.status = 'RUNNING'"
+        f" AND a.agent_id = {'c.agent_id' if any_agent else ':agent_id'})"
+    )
+    agent = "" if any_agent else "c.agent_id = :agent_id AND "
+    full_keys = (
+        f"full_keys AS (SELECT concurrency_key AS full_key FROM {j}"
+        " WHERE status = 'RUNNING' AND concurrency_key IS NOT NULL"
+        f" GROUP BY concurrency_key HAVING count(*) >= {limit('concurrency_key')}), "
+    )
+    key_tests = (
+        " AND (c.concurrency_key IS NULL OR c.concurrency_key NOT IN (SELECT full_key FROM full_keys))"
+        # Only the first runnable row of a limited key: while a concurrent claim holds it locked, the key is
+        # skipped, not served out of order from its younger rows.
+        f" AND (c.concurrency_key IS NULL OR {limit('c.concurrency_key')} IS NULL OR c.id = (SELECT o.id"
+        f" FROM {j} AS o WHERE o.concurrency_key = c.concurrency_key AND {RUNNABLE_SQL} AND {_DUE}"
+        f" ORDER BY {', '.join('o.' + part for part in CLAIM_ORDER.split(', '))} LIMIT 1))"
+    )
+    key_slot = (
+        f"CASE WHEN next_key IS NULL OR {limit('next_key')} IS NULL THEN NULL"
+        f" ELSE {free_slot('concurrency_key', 'next_key', 'key_slot')} END"
+    )
+    agent_test = f" AND {agent_running} < :agent_limit::integer"
+    return (
+        f"WITH {full_keys if keys else ''}"
+        f"next AS (SELECT c.id AS next_id, c.concurrency_key AS next_key, c.agent_id AS next_agent"
+        f" FROM {j} AS c WHERE {agent}{RUNNABLE_SQL} AND {_DUE}"
+        f"{key_tests if keys else ''}{agent_test if agents else ''}"
+        f" ORDER BY {', '.join('c.' + part for part in CLAIM_ORDER.split(', '))}"
+        " LIMIT 1 FOR UPDATE OF c SKIP LOCKED)"
+        f" UPDATE {j} SET status = 'RUNNING', attempt = attempt + 1, owner = :owner,"
+        " heartbeat_at = now(), updated_at = now(),"
+        f" key_slot = {key_slot if keys else 'NULL'},"
+        f" agent_slot = {free_slot('agent_id', 'next_agent', 'agent_slot') if agents else 'NULL'}"
+        f" FROM next WHERE id = next.next_id RETURNING {columns}, id AS key"
+    )
+
+
+def _claim_limited(
+    t: TableNames, columns: str, next_due_when_idle: str, agent: bool, keys: bool, agents: bool
+) -> Statement:
+    """The limited claim of one agent's jobs (``agent``) or any agent's, with the limits set."""
+    statement = limited_claim(t, columns, any_agent=not agent, keys=keys, agents=agents)
+    if not agent:
+        return Sql.numbered(statement + ", NULL::float8 AS next_due")
+    return Sql.numbered(
+        f"WITH claimed AS ({statement}) SELECT claimed.*, ({next_due_when_idle}) AS next_due"
+        " FROM (SELECT 1) AS one LEFT JOIN claimed ON true"
+    )
 
 
 #: When a parked wait ends: now for one woken while the job parked (time 0, as a timestamp), else its end.
@@ -370,6 +479,8 @@ def pg_job(row: Row) -> JobRecord:
         heartbeat_at=unix(row["heartbeat_at"]),
         updated_at=unix(row["updated_at"]),
         not_before=unix(row.get("not_before")),  # type: ignore[attr-defined]  # an asyncpg Record
+        concurrency_key=row.get("concurrency_key"),  # type: ignore[attr-defined]
+        priority=row.get("priority"),  # type: ignore[attr-defined]
     )
     return job_record(columns)
 
@@ -390,24 +501,30 @@ _LATEST, _EARLIEST = unix(datetime.max), unix(datetime.min)
 
 
 def _page(
-    t: TableNames, status: bool, agent: bool, after: tuple[Any, str | bytes | None] | None
+    t: TableNames,
+    columns: str,
+    status: bool,
+    agent: bool,
+    after: tuple[Any, str | bytes | None] | None,
+    key: bool = False,
 ) -> tuple[Statement, dict[str, Any]]:
     """A `list_jobs` page's statement, and its cursor's parameters (checked first)."""
     cursor = (
         {} if after is None else {"after_at": cursor_timestamp(after[0]), "after_key": _text_key(after[1])}
     )
-    return _page_sql(t, status, agent, after is not None), cursor
+    return _page_sql(t, columns, status, agent, after is not None, key), cursor
 
 
 @functools.cache
-def _page_sql(t: TableNames, status: bool, agent: bool, after: bool) -> Sql:
+def _page_sql(t: TableNames, columns: str, status: bool, agent: bool, after: bool, key: bool) -> Sql:
     # One statement per shape, not ``:status IS NULL OR ...``: a generic plan of that form cannot use the
     # index range a page needs.
-    clauses = [c for c, on in (("status = :status", status), ("agent_id = :agent_id", agent)) if on]
+    filters = (("status = :status", status), ("agent_id = :agent_id", agent), ("concurrency_key = :key", key))
+    clauses = [c for c, on in filters if on]
     if after:
         clauses.append("updated_at <= :after_at AND (updated_at < :after_at OR id > :after_key)")
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-    return Sql.numbered(f"SELECT {_COLUMNS} FROM {t.job}{where} ORDER BY updated_at DESC, id LIMIT :limit")
+    return Sql.numbered(f"SELECT {columns} FROM {t.job}{where} ORDER BY updated_at DESC, id LIMIT :limit")
 
 
 def cursor_timestamp(seconds: Any) -> datetime:

@@ -27,7 +27,7 @@ from agentlife._redact import Redactor, url_password
 from agentlife.constants import HydrationConstants
 from agentlife.stores._base import JobRecord, TableNames
 from agentlife.stores._claims import Claimed
-from agentlife.stores._dialect import RUNNABLE_SQL, Op, P, Row, Sql, Statement, Statements, Tx
+from agentlife.stores._dialect import RUNNABLE_SQL, Op, P, Row, SlotTaken, Sql, Statement, Statements, Tx
 from agentlife.stores._output_watch import OutputWatch
 from agentlife.stores._pg_listen import PgListener
 from agentlife.stores._pg_output_listen import PgOutputListener
@@ -289,9 +289,28 @@ class PostgresDatabase:
                 "`python -m agentlife db init`",
                 self.tables.job,
             )
-            self.sql = pg_statements(self.tables, owner=False)
+            self.sql = pg_statements(self.tables, owner=False, keys=False)
         except (StoreUnavailable, asyncpg.exceptions.PostgresError):
             pass  # no table yet (db init will make it with the column) or an outage the next call reports
+        else:
+            await self._detect_key_columns()
+
+    async def _detect_key_columns(self) -> None:
+        """A job table from before concurrency keys: a job's reads and writes go on until ``db init``."""
+        import asyncpg
+
+        try:
+            async with self._connection() as conn:
+                await conn.execute(
+                    f"SELECT concurrency_key, priority, key_slot FROM {self.tables.job} LIMIT 0"
+                )
+        except asyncpg.exceptions.UndefinedColumnError:
+            _log.warning(
+                "the %s table has no concurrency keys yet: run `python -m agentlife db init`", self.tables.job
+            )
+            self.sql = pg_statements(self.tables, keys=False)
+        except (StoreUnavailable, asyncpg.exceptions.PostgresError):
+            pass
 
     async def _create_pool(self, asyncpg: Any) -> Any:
         return await asyncpg.create_pool(
@@ -429,7 +448,12 @@ class PgTx:
     async def fetchrow(self, statement: Statement, **params: Any) -> Row | None:
         """The first row the statement returns, or None."""
         sql = _one(statement)
-        row: Row | None = await self._conn.fetchrow(sql.text, *sql.values(params))
+        try:
+            row: Row | None = await self._conn.fetchrow(sql.text, *sql.values(params))
+        except Exception as exc:
+            if _slot_taken(exc):
+                raise SlotTaken(str(exc)) from None
+            raise
         return row
 
     async def fetchval(self, statement: Statement, **params: Any) -> Any:
@@ -599,3 +623,9 @@ def _redacted_url(url: str) -> tuple[str, list[str]]:
     for secret in sorted(set(secrets), key=len, reverse=True):
         shown = shown.replace(secret, "***")
     return Redactor().redact(shown), secrets
+
+
+def _slot_taken(exc: BaseException) -> bool:
+    """Whether ``exc`` is the unique index of the RUNNING rows' slots refusing a concurrent claim's slot."""
+    constraint = getattr(exc, "constraint_name", None) or ""
+    return type(exc).__name__ == "UniqueViolationError" and constraint.endswith("_slot_idx")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from agentlife.stores._base import JobRecord, LoadedCheckpoint, StepUsage
     from agentlife.stores._childjobs import JobFamily
     from agentlife.stores._jobs import ReapDecision
+    from agentlife.stores._limits import ClaimLimits
     from agentlife.stores._output import OutputRow
     from agentlife.stores._output_watch import OutputWatch
     from agentlife.stores._ratebuckets import Caps, RateDraw, RateGrant
@@ -62,10 +63,16 @@ class JobRows(Protocol):
         token_budget: dict[str, Any] | None = None,
         *,
         exclusive: bool = False,
+        concurrency_key: str | None = None,
+        priority: int = 0,
     ) -> JobRecord:
         """Insert a PENDING job row (no-op returning the row if it exists).
 
+        ``concurrency_key`` (text, see `validate_concurrency_key`) and ``priority`` (an int from -1000 to
+        1000, higher claimed first) are written with the row; a row that exists keeps its own.
+
         Raises:
+            ConfigError: a concurrency key or a priority that is not allowed (nothing is written).
             JobStateConflict: ``exclusive`` and the row exists: of creators racing for one id, exactly one
                 is told it created the job.
         """
@@ -237,6 +244,8 @@ class JobStore(JobRows, Handback, Protocol):
         *,
         invocation_id: str,
         detached: bool = False,
+        concurrency_key: str | None = None,
+        priority: int = 0,
     ) -> bool:
         """Create the PENDING row of a child job unless it exists; True when this call created it.
 
@@ -290,14 +299,19 @@ class JobStore(JobRows, Handback, Protocol):
 class WorkQueue(JobRows, Handback, Protocol):
     """What a worker's queue uses: claim the next runnable job, wait for one, count them, reap zombies."""
 
-    async def claim_next(self, agent_id: str | None = None) -> JobRecord | None:
-        """Claim the oldest runnable job (of ``agent_id``, or of any agent), or return None when none is.
+    async def claim_next(
+        self, agent_id: str | None = None, *, limits: ClaimLimits | None = None
+    ) -> JobRecord | None:
+        """Claim the first runnable job (of ``agent_id``, or of any agent), or return None when none is.
 
-        Runnable: PENDING, or RETRYING whose ``not_before`` has passed; the oldest is the one with the
-        earliest ``not_before``. The claim is atomic (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, an
-        exclusive transaction on SQLite): two claimers never get the same row. The row becomes RUNNING with
-        ``attempt + 1``, this store's claim token and ``heartbeat_at`` now; the returned record has the new
-        attempt, which every later write of the job must pass.
+        Runnable: PENDING, or RETRYING whose ``not_before`` has passed; the first is the one with the
+        highest ``priority``, then the earliest ``not_before`` (a new row's is its creation), then the id.
+        With ``limits``, a row whose concurrency key, or agent, has as many RUNNING rows as its limit is
+        skipped by the claim statement itself, so concurrent claimers never exceed a limit. The claim is
+        atomic (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, an exclusive transaction on SQLite): two claimers
+        never get the same row. The row becomes RUNNING with ``attempt + 1``, this store's claim token and
+        ``heartbeat_at`` now; the returned record has the new attempt, which every later write of the job
+        must pass.
         """
 
     @property
@@ -349,8 +363,9 @@ class OperatorStore(JobRows, Protocol):
         limit: int = 100,
         *,
         after: tuple[Any, str | bytes | None] | None = None,
+        concurrency_key: str | None = None,
     ) -> list[JobRecord]:
-        """Job rows, most recently updated first (ties by id), filtered by status and agent.
+        """Job rows, most recently updated first (ties by id), filtered by status, agent and concurrency key.
 
         ``after`` is a page's cursor: the ``(updated_at, key)`` of the last row of the page before, ``key``
         being the row's `JobRecord.key` when it has one, else its ``id``; the rows that follow it in that

@@ -129,7 +129,28 @@ def job_record(columns: Mapping[str, Any]) -> JobRecord:
         updated_at=columns.get("updated_at"),
         not_before=columns.get("not_before"),
         unreadable=unreadable,
+        concurrency_key=_key(columns.get("concurrency_key")),
+        priority=_priority(columns.get("priority")),
     )
+
+
+def _key(raw: Any) -> str | None:
+    """The concurrency key as text: bytes that are not UTF-8 with U+FFFD.
+
+    The key is only shown here and compared by the database, so a row another client wrote runs all the same.
+    """
+    if raw is None or isinstance(raw, str):
+        return raw
+    if isinstance(raw, bytes | bytearray | memoryview):
+        return bytes(raw).decode(errors="replace")
+    return str(raw)
+
+
+def _priority(raw: Any) -> int:
+    """The priority as an int: 0 for a value another client wrote that is not a whole number."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    return 0
 
 
 def _attempt(raw: Any) -> tuple[int, str | None]:

@@ -23,6 +23,8 @@ _ADDED_COLUMNS = (
     ("parent_id", "TEXT"),  # who started a child job (child jobs)
     ("spawned_by", "TEXT"),
     ("detached", "INTEGER NOT NULL DEFAULT 0"),
+    ("concurrency_key", "TEXT"),  # concurrency keys and priority
+    ("priority", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 
@@ -65,13 +67,15 @@ def _make(conn: sqlite3.Connection, t: TableNames) -> None:
     for column, kind in _ADDED_COLUMNS:
         if column not in names:
             conn.execute(f"ALTER TABLE {t.job} ADD COLUMN {column} {kind}")
-    for statement in [
+    made = [
         *_job_indexes(t),
         *_event_schema(t),
         *_child_schema(t),
         *_step_record_schema(t),
         *sqlite_output_schema(t),
-    ]:
+        *_key_indexes(t),
+    ]
+    for statement in made:
         conn.execute(statement)
     for statement in _rate_schema(t):
         conn.execute(statement)
@@ -160,7 +164,6 @@ def _job_indexes(t: TableNames) -> list[str]:
         # The indexes before WAITING was runnable: their predicate no longer matches the claim's.
         f"DROP INDEX IF EXISTS {prefix}{base}_runnable",
         f"DROP INDEX IF EXISTS {prefix}{base}_agent_runnable",
-        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_due ON {base} (not_before, id) WHERE {RUNNABLE_SQL}",
         f"CREATE INDEX IF NOT EXISTS {prefix}{base}_agent_due ON {base} (agent_id, not_before, id)"
         f" WHERE {RUNNABLE_SQL}",
         # `list_jobs` pages by (updated_at, id) from a cursor: each of its orders is one index range.
@@ -236,4 +239,17 @@ def _step_record_schema(t: TableNames) -> list[str]:
             data BLOB NOT NULL,
             PRIMARY KEY (job_id, step, attempt, session, seq)
         )"""
+    ]
+
+
+def _key_indexes(t: TableNames) -> list[str]:
+    """The claim's indexes in its order: priority first (higher first), then due time and id (SQLite)."""
+    schema, _, base = t.job.rpartition(".")
+    prefix = f"{schema}." if schema else ""
+    return [
+        f"DROP INDEX IF EXISTS {prefix}{base}_due",
+        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_claim ON {base} (priority DESC, not_before, id)"
+        f" WHERE {RUNNABLE_SQL}",
+        f"CREATE INDEX IF NOT EXISTS {prefix}{base}_agent_claim ON {base}"
+        f" (agent_id, priority DESC, not_before, id) WHERE {RUNNABLE_SQL}",
     ]

@@ -44,6 +44,7 @@ JOB_SELECT = ", ".join(
         *(f"CAST({name} AS BLOB) AS raw_{name}" for name in _TEXT_COLUMNS),
         "attempt, checkpoint_id, checkpoint_crc, heartbeat_at, updated_at, not_before",
         *(f"CAST({name} AS BLOB) AS raw_{name}" for name in JSON_COLUMNS),
+        "CAST(concurrency_key AS BLOB) AS raw_concurrency_key, priority",
         "typeof(id) AS id_type",
     ]
 )
@@ -57,6 +58,8 @@ _JOB_NAMES = (
     "updated_at",
     "not_before",
     *JSON_COLUMNS,
+    "concurrency_key",
+    "priority",
 )
 #: What a claim makes of the row's status: a runnable row (a parked wait's too) is RUNNING, others stay.
 CLAIMED_STATUS = "CASE WHEN status IN ('PENDING', 'RETRYING', 'WAITING') THEN 'RUNNING' ELSE status END"
@@ -179,12 +182,12 @@ def sqlite_statements(t: TableNames) -> Statements:
     def updated(assignments: str) -> Chain:  # UPDATE ... RETURNING the row
         return Chain((sql(f"UPDATE {j} SET {assignments} WHERE id = :job_id"), row("id = :job_id")))
 
-    def claim(agent: str) -> Chain:  # WITH next AS (... LIMIT 1) UPDATE ... RETURNING
+    def claim(agent: str, within: str = "") -> Chain:  # WITH next AS (... LIMIT 1) UPDATE ... RETURNING
         return Chain(
             (
                 sql(
-                    f"SELECT rowid AS key FROM {j} WHERE {agent}{RUNNABLE_SQL} AND {_DUE}"
-                    " ORDER BY not_before, id LIMIT 1"
+                    f"SELECT c.rowid AS key FROM {j} AS c WHERE {agent}{RUNNABLE_SQL} AND {_DUE}{within}"
+                    " ORDER BY c.priority DESC, c.not_before, c.id LIMIT 1"
                 ),
                 sql(
                     f"UPDATE {j} SET status = 'RUNNING', attempt = attempt + 1, owner = :owner,"
@@ -198,8 +201,9 @@ def sqlite_statements(t: TableNames) -> Statements:
         "get_job": row("id = :job_id"),
         "create_job": sql(
             f"INSERT OR IGNORE INTO {j}"
-            " (id, agent_id, status, payload, attempt, token_budget, updated_at, not_before)"
-            " VALUES (:job_id, :agent_id, :status, :payload, 0, :token_budget, :now, :now)"
+            " (id, agent_id, status, payload, attempt, token_budget, updated_at, not_before, concurrency_key,"
+            " priority) VALUES (:job_id, :agent_id, :status, :payload, 0, :token_budget, :now, :now,"
+            " :concurrency_key, :priority)"
         ),
         "lock_claim": sql(
             f"SELECT attempt, owner, :now - heartbeat_at AS heartbeat_age FROM {j} WHERE id = :job_id"
@@ -289,9 +293,9 @@ def sqlite_statements(t: TableNames) -> Statements:
         ),
         "start_child": sql(
             f"INSERT OR IGNORE INTO {j} (id, agent_id, status, payload, attempt, updated_at, not_before,"
-            " parent_id, spawned_by, detached)"
+            " parent_id, spawned_by, detached, concurrency_key, priority)"
             " SELECT :job_id, :agent_id, 'PENDING', :payload, 0, :now, :now, :parent_id, :invocation_id,"
-            " :detached"
+            " :detached, :concurrency_key, :priority"
             f" WHERE EXISTS (SELECT 1 FROM {j} WHERE id = :parent_id AND attempt = :attempt{SQLITE.fence})"
         ),
         "append_records": Guarded(
@@ -304,8 +308,48 @@ def sqlite_statements(t: TableNames) -> Statements:
     }
     page = functools.partial(_page, t)
     checkpoint = functools.cache(functools.partial(_checkpoint, t))
+
+    @functools.cache
+    def claim_limited(agent: bool, keys: bool, agents: bool) -> Statement:
+        mine = "agent_id = :agent_id AND " if agent else ""
+        return claim(mine, _within_limits(t, agent=agent, keys=keys, agents=agents))
+
     output = sqlite_output_statements(t, SQLITE.fence)
-    return Statements(**shared_statements(t, SQLITE), **own, **output, page=page, checkpoint=checkpoint)
+    return Statements(
+        **shared_statements(t, SQLITE),
+        **own,
+        **output,
+        page=page,
+        checkpoint=checkpoint,
+        claim_limited=claim_limited,
+        keys=True,
+    )
+
+
+def _within_limits(t: TableNames, *, agent: bool, keys: bool, agents: bool) -> str:
+    """The limited claim's test of a candidate ``c``: its key, and its agent, below their running limits.
+
+    ``:key_limits`` is a JSON object of per-key limits, ``:key_default`` the limit of other keys and
+    ``:agent_limit`` the agent's (NULL: none). The claim runs in a ``BEGIN IMMEDIATE`` transaction, so no
+    other claim can change the counts between this test and the update.
+    """
+    j = t.job
+    # json(:key_limits): the parameter is JSON text already, not a list for `json_each(:name)` to encode.
+    limit = (
+        "COALESCE((SELECT o.value FROM json_each(json(:key_limits)) AS o WHERE o.key = r.concurrency_key),"
+        " :key_default)"
+    )
+    whose = ":agent_id" if agent else "c.agent_id"  # one count for an agent's claim, not one per row
+    key_test = (
+        " AND (c.concurrency_key IS NULL OR c.concurrency_key NOT IN (SELECT r.concurrency_key FROM"
+        f" {j} AS r WHERE r.status = 'RUNNING' AND r.concurrency_key IS NOT NULL GROUP BY r.concurrency_key"
+        f" HAVING count(*) >= {limit}))"
+    )
+    agent_test = (
+        f" AND (SELECT count(*) FROM {j} AS a WHERE a.status = 'RUNNING' AND a.agent_id = {whose})"
+        " < :agent_limit"
+    )
+    return (key_test if keys else "") + (agent_test if agents else "")
 
 
 def _insert_records(t: TableNames) -> Many:
@@ -354,13 +398,13 @@ def _checkpoint(t: TableNames, shape: tuple[bool, bool, bool, bool]) -> Statemen
 
 
 def _page(
-    t: TableNames, status: bool, agent: bool, after: tuple[Any, str | bytes | None] | None
+    t: TableNames, status: bool, agent: bool, after: tuple[Any, str | bytes | None] | None, key: bool = False
 ) -> tuple[Statement, dict[str, Any]]:
     """A `list_jobs` page's statement, and its cursor's parameters."""
     if after is None:
-        return _page_sql(t, status, agent, None), {}
-    test, key = _after_key(after[1])
-    return _page_sql(t, status, agent, test), {"after_at": after[0], **key}
+        return _page_sql(t, status, agent, None, key), {}
+    test, cursor = _after_key(after[1])
+    return _page_sql(t, status, agent, test, key), {"after_at": after[0], **cursor}
 
 
 def _after_key(key: str | bytes | None) -> tuple[str, dict[str, Any]]:
@@ -377,8 +421,9 @@ def _after_key(key: str | bytes | None) -> tuple[str, dict[str, Any]]:
 
 
 @functools.cache
-def _page_sql(t: TableNames, status: bool, agent: bool, after: str | None) -> Sql:
-    clauses = [c for c, on in (("status = :status", status), ("agent_id = :agent_id", agent)) if on]
+def _page_sql(t: TableNames, status: bool, agent: bool, after: str | None, key: bool = False) -> Sql:
+    filters = (("status = :status", status), ("agent_id = :agent_id", agent), ("concurrency_key = :key", key))
+    clauses = [c for c, on in filters if on]
     if after is not None:
         # The first term bounds the index range; the second skips the cursor's own ties. The key is compared
         # as stored: an id that is a BLOB or text that is not UTF-8 must not come back first on the next page.

@@ -37,6 +37,7 @@ from agentlife.stores._childjobs import JobFamily
 from agentlife.stores._claims import Claimed
 from agentlife.stores._dialect import Database
 from agentlife.stores._jobs import ReapDecision
+from agentlife.stores._limits import ClaimLimits, validate_concurrency_key, validate_priority
 from agentlife.stores._output import OutputRow
 from agentlife.stores._output_watch import OutputWatch, PollingWatch
 from agentlife.stores._ratebuckets import Caps, RateDraw, RateGrant
@@ -156,9 +157,15 @@ class SQLStore(Generic[D]):
         token_budget: dict[str, Any] | None = None,
         *,
         exclusive: bool = False,
+        concurrency_key: str | None = None,
+        priority: int = 0,
     ) -> JobRecord:
         """Insert a PENDING job row (no-op returning the row if it exists); see `JobStore.create_job`."""
-        return await self._db.run(_claims.create_job, job_id, agent_id, payload, token_budget, exclusive)
+        key = validate_concurrency_key(concurrency_key, "concurrency_key")
+        rank = validate_priority(priority, "priority")
+        return await self._db.run(
+            _claims.create_job, job_id, agent_id, payload, token_budget, exclusive, key, rank
+        )
 
     async def claim(self, job_id: str, attempt: int) -> JobRecord:
         """Take ownership for ``attempt``; see `JobStore.claim`."""
@@ -166,9 +173,11 @@ class SQLStore(Generic[D]):
         self._claimed.add(job_id)
         return row
 
-    async def claim_next(self, agent_id: str | None = None) -> JobRecord | None:
-        """Claim the oldest runnable job (of ``agent_id``, or of any agent); see `WorkQueue.claim_next`."""
-        claimed = await self._db.run(_claims.claim_next, agent_id, self.owner)
+    async def claim_next(
+        self, agent_id: str | None = None, *, limits: ClaimLimits | None = None
+    ) -> JobRecord | None:
+        """Claim the first runnable job (of ``agent_id``, or of any agent); see `WorkQueue.claim_next`."""
+        claimed = await self._db.run(_claims.claim_next, agent_id, self.owner, limits)
         for row in claimed.set_aside:
             log_set_aside(row)
         if claimed.row is not None:
@@ -183,9 +192,10 @@ class SQLStore(Generic[D]):
         limit: int = 100,
         *,
         after: tuple[Any, str | bytes | None] | None = None,
+        concurrency_key: str | None = None,
     ) -> list[JobRecord]:
         """Job rows, most recently updated first; see `OperatorStore.list_jobs`."""
-        return await self._db.run(_claims.list_jobs, status, agent_id, limit, after)
+        return await self._db.run(_claims.list_jobs, status, agent_id, limit, after, concurrency_key)
 
     async def count_runnable(self) -> dict[str, int]:
         """How many jobs are runnable now, per agent id."""
@@ -390,8 +400,12 @@ class SQLStore(Generic[D]):
         *,
         invocation_id: str,
         detached: bool = False,
+        concurrency_key: str | None = None,
+        priority: int = 0,
     ) -> bool:
         """Create the child's row if absent; True when this call created it. See `JobStore.start_child`."""
+        key = validate_concurrency_key(concurrency_key, "concurrency_key")
+        rank = validate_priority(priority, "priority")
         return await self._db.run(
             _childjobs.start_child,
             parent_id,
@@ -402,6 +416,8 @@ class SQLStore(Generic[D]):
             payload,
             invocation_id,
             detached,
+            key,
+            rank,
         )
 
     async def child_outcomes(
