@@ -806,3 +806,22 @@ def test_the_blocking_client_follows_a_job_and_closes_a_follower_left_early(tmp_
         assert values == [{"n": 1}, {"n": 2}]
         with pytest.raises(ConfigError, match="cursor"):
             client.events("sync-follow", after="garbage")
+
+
+async def test_a_start_carries_the_jobs_concurrency_key_and_priority_and_refuses_bad_ones(
+    client: Client, backend: Backend
+) -> None:
+    await client.start(AGENT, {"n": 1}, job_id="keyed-1", concurrency_key="tenant-a", priority=5)
+    job = await client.get("keyed-1")
+    assert (job.concurrency_key, job.priority) == ("tenant-a", 5)
+    assert (await client.get((await client.start(AGENT)).job_id)).priority == 0
+    rows = await count_rows(backend)
+    for bad in (
+        {"priority": 1001},
+        {"priority": True},
+        {"concurrency_key": "a\x00b"},
+        {"concurrency_key": ""},
+    ):
+        with pytest.raises(ConfigError):
+            await client.start(AGENT, job_id="keyed-2", **bad)
+    assert await count_rows(backend) == rows  # nothing written

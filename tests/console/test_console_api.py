@@ -347,6 +347,17 @@ async def test_start_get_list_send_approve_and_result_through_the_api(tmp_path: 
         _error(other, 409, "conflict")
         unnamed = await s.http.post(f"{PREFIX}/jobs", json={"agent_id": "demo"}, headers=AUTH)
         assert unnamed.status_code == 200 and unnamed.json()["job_id"].startswith("job-")
+        keyed = {"agent_id": "demo", "job_id": "k1", "concurrency_key": "tenant-a", "priority": 7}
+        made = await s.http.post(f"{PREFIX}/jobs", json=keyed, headers=AUTH)
+        assert made.status_code == 200 and (made.json()["concurrency_key"], made.json()["priority"]) == (
+            "tenant-a",
+            7,
+        )
+        for bad in ({"priority": 1001}, {"priority": "7"}, {"concurrency_key": "a\nb"}):
+            _error(
+                await s.http.post(f"{PREFIX}/jobs", json={**keyed, "job_id": "k2", **bad}, headers=AUTH), 400
+            )
+        _error(await s.http.get(f"{PREFIX}/jobs/k2"), 404)  # nothing written
 
         parked = (await s.http.get(f"{PREFIX}/jobs/park-1")).json()
         assert parked["approval_request"]["invocation_id"] == "park-1/0/1"
@@ -386,7 +397,7 @@ async def test_start_get_list_send_approve_and_result_through_the_api(tmp_path: 
             await s.http.get(f"{PREFIX}/jobs", params={"limit": "2", "after": page2["next_cursor"]})
         ).json()
         ids = [j["job_id"] for page in (page1, page2, page3) for j in page["jobs"]]
-        assert len(ids) == len(set(ids)) == 5 and page3["next_cursor"] is None
+        assert len(ids) == len(set(ids)) == 6 and page3["next_cursor"] is None
         only = (await s.http.get(f"{PREFIX}/jobs", params={"agent": "deployer"})).json()
         assert [j["job_id"] for j in only["jobs"]] == ["park-1"]
 

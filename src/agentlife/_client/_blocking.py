@@ -80,9 +80,25 @@ class BlockingClient:
     ) -> None:
         self.close()
 
-    def start(self, agent_id: str, payload: Any = None, *, job_id: str | None = None) -> JobHandle:
+    def start(
+        self,
+        agent_id: str,
+        payload: Any = None,
+        *,
+        job_id: str | None = None,
+        concurrency_key: str | None = None,
+        priority: int = 0,
+    ) -> JobHandle:
         """`Client.start`."""
-        return self._call(functools.partial(self._client.start, agent_id, payload, job_id=job_id))
+        start = functools.partial(
+            self._client.start,
+            agent_id,
+            payload,
+            job_id=job_id,
+            concurrency_key=concurrency_key,
+            priority=priority,
+        )
+        return self._call(start)
 
     def get(self, job_id: str) -> JobSnapshot:
         """`Client.get`."""

@@ -113,21 +113,40 @@ class Client:
 
     # -- starting and reading ---------------------------------------------------------------------------
 
-    async def start(self, agent_id: str, payload: Any = None, *, job_id: str | None = None) -> JobHandle:
+    async def start(
+        self,
+        agent_id: str,
+        payload: Any = None,
+        *,
+        job_id: str | None = None,
+        concurrency_key: str | None = None,
+        priority: int = 0,
+    ) -> JobHandle:
         """Start a job of ``agent_id`` with ``payload`` (JSON): a PENDING row a worker of the agent claims.
+
+        ``concurrency_key`` and ``priority`` are the job's key and priority (see "Concurrency keys and
+        priority": workers never run more jobs of one key than its limit; higher priority is claimed first).
 
         Starting ``job_id`` again with the same agent and payload returns the job that exists (whatever its
         status), so a start retried after a timeout or a crash creates one job: give a ``job_id`` to make
         a start safe to retry. Without one, each call makes a new id.
 
         Raises:
-            ConfigError: a bad agent id or job id, or a payload that is not JSON the row can hold
-                (U+0000, a NaN, nesting past 128 levels, more than 1 MiB); nothing is written.
+            ConfigError: a bad agent id, job id, key or priority, or a payload that is not JSON the row can
+                hold (U+0000, a NaN, nesting past 128 levels, more than 1 MiB); nothing is written.
             JobStateConflict: ``job_id`` exists with another agent or payload.
         """
         self._check_open()
         agent, job = check_start(agent_id, payload, job_id, "the payload")
-        row = await create_job(self._store, job, agent, payload, exclusive=False)
+        row = await create_job(
+            self._store,
+            job,
+            agent,
+            payload,
+            exclusive=False,
+            concurrency_key=concurrency_key,
+            priority=priority,
+        )
         return JobHandle(job_id=row.id, agent_id=row.agent_id)
 
     async def get(self, job_id: str) -> JobSnapshot:

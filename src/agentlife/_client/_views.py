@@ -86,6 +86,10 @@ class JobSnapshot:
     """Unix time from which it is runnable (the end of a crash backoff or of a wait)."""
     unreadable: Mapping[str, str]
     """Columns the store could not decode (a row written badly by another client), and why."""
+    concurrency_key: str | None = None
+    """Its concurrency key: workers run at most the key's limit of such jobs at once (None: none)."""
+    priority: int = 0
+    """Its priority: higher is claimed first."""
 
     @property
     def finished(self) -> bool:
@@ -138,6 +142,8 @@ def snapshot(state: JobState, masker: Masker) -> JobSnapshot:
         heartbeat_at=row.heartbeat_at,
         not_before=row.not_before,
         unreadable=MappingProxyType(dict(row.unreadable)) if row.unreadable else _EMPTY,
+        concurrency_key=row.concurrency_key,
+        priority=row.priority,
     )
 
 

@@ -141,10 +141,16 @@ class Api:
     # -- writes -------------------------------------------------------------------------------------------
 
     async def start(self, request: web.Request) -> web.StreamResponse:
-        body = await _body(request, {"agent_id", "payload", "job_id"})
+        body = await _body(request, {"agent_id", "payload", "job_id", "concurrency_key", "priority"})
         client = await self.clients.get()
         agent_id: Any = body.get("agent_id")  # the client checks each: a wrong type is its ConfigError
-        handle = await client.start(agent_id, body.get("payload"), job_id=body.get("job_id"))
+        handle = await client.start(
+            agent_id,
+            body.get("payload"),
+            job_id=body.get("job_id"),
+            concurrency_key=body.get("concurrency_key"),
+            priority=body.get("priority", 0),
+        )
         await self.clients.confirm(client)
         return _json(self._shown(await client.get(handle.job_id)))
 

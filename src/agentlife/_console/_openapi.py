@@ -263,6 +263,8 @@ _SCHEMAS: dict[str, Any] = {
             "heartbeat_at": _TIME,
             "not_before": _TIME,
             "unreadable": {"type": "object", "additionalProperties": _TEXT},
+            "concurrency_key": {"type": ["string", "null"]},
+            "priority": {"type": "integer"},
         }
     ),
     "JobPage": _record(
@@ -290,7 +292,14 @@ _SCHEMAS: dict[str, Any] = {
         }
     ),
     "StartRequest": _record(
-        {"agent_id": _TEXT, "payload": _ANY, "job_id": {"type": "string", "maxLength": 128}}, ("agent_id",)
+        {
+            "agent_id": _TEXT,
+            "payload": _ANY,
+            "job_id": {"type": "string", "maxLength": 128},
+            "concurrency_key": {"type": ["string", "null"], "maxLength": 200},
+            "priority": {"type": "integer", "minimum": -1000, "maximum": 1000},
+        },
+        ("agent_id",),
     ),
     "SendRequest": _record({"name": {"type": "string", "maxLength": 200}, "payload": _ANY}, ("name",)),
     "ApproveRequest": _record({"call": {"type": ["string", "null"]}}, ()),
