@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import inspect
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +129,26 @@ def test_import_agentlife_loads_no_lazily_exported_module_and_reads_no_source() 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("[] [False, False] "), out.stdout
     assert int(out.stdout.split()[-1]) >= 20  # the lazy names of both packages were found
+
+
+def test_lazy_names_resolve_when_an_import_hook_without_get_source_loaded_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A plain (non-editable) install under pytest: the package's loader is pytest's assertion rewriter,
+    # which offers no get_source. The package's own file is still there to read.
+    import types
+
+    from agentlife._exports import Exports
+
+    init = tmp_path / "hooked_pkg" / "__init__.py"
+    init.parent.mkdir()
+    block = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from json import dumps as dumps\n"
+    init.write_text(block)
+    package = types.ModuleType("hooked_pkg")
+    package.__file__ = str(init)
+    package.__spec__ = importlib.machinery.ModuleSpec("hooked_pkg", loader=object())  # type: ignore[arg-type]
+    monkeypatch.setitem(sys.modules, "hooked_pkg", package)
+    exports = Exports("hooked_pkg")
+    import json
+
+    assert exports.names() == ["dumps"] and exports.load("dumps") is json.dumps

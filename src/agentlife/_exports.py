@@ -110,11 +110,19 @@ class Exports:
 
     def _source(self) -> str:
         package: ModuleType = sys.modules[self._package]
+        # Whatever loaded the package (an import hook such as pytest's assertion rewriter need not be an
+        # InspectLoader, nor offer get_source): its own source file is the list of the public names.
+        path = getattr(package, "__file__", None)
+        if isinstance(path, str) and path.endswith(".py"):
+            try:
+                with open(path, encoding="utf-8") as file:
+                    return file.read()
+            except OSError:
+                pass
         loader = getattr(package.__spec__, "loader", None)
-        import importlib.abc  # ~20 ms (it imports importlib.resources): only when a lazy name is first read
-
-        source = loader.get_source(self._package) if isinstance(loader, importlib.abc.InspectLoader) else None
-        if source is None:
+        get_source = getattr(loader, "get_source", None)
+        source = get_source(self._package) if callable(get_source) else None
+        if source is None or not isinstance(source, str):
             # A frozen or sourceless install: the import block is the only list of the public names.
             raise ImportError(f"{self._package} needs its .py source to resolve its lazy public names")
         return source
