@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable
@@ -614,6 +616,9 @@ def test_a_blocking_client_that_cannot_connect_leaves_no_thread_behind(tmp_path:
     for url in ("sqlite://", f"sqlite:///{tmp_path / 'missing.db'}"):
         with pytest.raises((ConfigError, StoreError)):
             BlockingClient.connect(url)
+    deadline = time.monotonic() + 10  # anyio's worker threads leave just after the loop they served ends
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert threading.active_count() == before
 
 
@@ -825,3 +830,59 @@ async def test_a_start_carries_the_jobs_concurrency_key_and_priority_and_refuses
         with pytest.raises(ConfigError):
             await client.start(AGENT, job_id="keyed-2", **bad)
     assert await count_rows(backend) == rows  # nothing written
+
+
+def test_a_script_that_never_closes_its_blocking_client_still_exits(tmp_path: Path) -> None:
+    db = tmp_path / "agentlife.db"
+    anyio.run(_make_schema, db)
+    script = (
+        "import sys, agentlife\n"
+        f"client = agentlife.BlockingClient.connect({f'sqlite:///{db}'!r})\n"
+        "client.start('app-agent', job_id='left-open')\n"
+        "print('started', flush=True)\n"
+        "raise SystemExit(3)  # no close(): an exception between connect and close does the same\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (3, "started\n"), done.stderr
+
+
+def test_closing_a_blocking_client_ends_the_calls_other_threads_wait_in(tmp_path: Path) -> None:
+    db = tmp_path / "agentlife.db"
+    anyio.run(_make_schema, db)
+    client = BlockingClient.connect(f"sqlite:///{db}")
+    client.start(AGENT, job_id="never-ends")
+    errors: list[BaseException] = []
+
+    def wait_for_ever() -> None:
+        try:
+            client.result("never-ends")
+        except BaseException as exc:
+            errors.append(exc)
+
+    def follow_for_ever() -> None:
+        try:
+            for _ in client.events("never-ends"):
+                pass
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=wait_for_ever), threading.Thread(target=follow_for_ever)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)  # both calls are waiting on the client's loop by now (nothing here depends on it)
+    closer = threading.Thread(target=client.close)
+    closer.start()
+    closer.join(30)
+    assert not closer.is_alive(), "close() waited for the calls other threads were waiting in"
+    for thread in threads:
+        thread.join(30)
+    assert len(errors) == 2 and all(isinstance(e, ConfigError) and "closed" in str(e) for e in errors), errors
+
+
+async def _make_schema(db: Path) -> None:
+    store = Backend("sqlite", str(db), TableNames()).open_store()
+    await store.open()
+    try:
+        await store.init_schema()
+    finally:
+        await store.close()

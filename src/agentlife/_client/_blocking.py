@@ -1,21 +1,23 @@
 """`BlockingClient`: `Client`'s operations for code that is not async (scripts, Flask or Django views).
 
-It runs a `Client` on an event loop of its own, in a thread anyio's blocking portal starts, and hands each
-call to that loop, blocking the calling thread until it is answered. Any number of threads may share one
-(a web server's worker threads): their calls run concurrently on the one loop and its one store. Not for
-async code (it would block the caller's loop): use `Client` there.
+It runs a `Client` on an event loop of its own, in a daemon thread, and hands each call to that loop
+through anyio's blocking portal, blocking the calling thread until it is answered. Any number of threads
+may share one (a web server's worker threads): their calls run concurrently on the one loop and its one
+store. Not for async code (it would block the caller's loop): use `Client` there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import queue
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, TypeVar
 
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+import anyio
+from anyio.from_thread import BlockingPortal
 
 from agentlife._client._client import Client
 from agentlife._client._views import JobPage, JobSnapshot, JobSummary
@@ -39,38 +41,44 @@ class BlockingClient:
             answer = client.result(job.job_id, timeout=600)
     """
 
-    def __init__(
-        self, portal: BlockingPortal, context: AbstractContextManager[BlockingPortal], client: Client
-    ):
+    def __init__(self, loop: _LoopThread, client: Client):
         """Use `connect`."""
-        self._portal = portal
-        self._context = context
+        self._loop = loop
         self._client = client
         self._lock = threading.Lock()
         self._closed = False
+        self._calls: set[anyio.CancelScope] = set()  # touched on the loop's thread only
 
     @classmethod
     def connect(cls, database_url: str | None = None) -> BlockingClient:
         """Start the client's loop and open the store, as `Client.connect` does (and raises)."""
-        context = start_blocking_portal()
-        portal = context.__enter__()
+        loop = _LoopThread.start()
         try:
-            client = portal.call(Client.connect, database_url)
-        except BaseException as exc:
-            context.__exit__(type(exc), exc, exc.__traceback__)
+            client = loop.portal.call(Client.connect, database_url)
+        except BaseException:
+            loop.stop()
             raise
-        return cls(portal, context, client)
+        return cls(loop, client)
 
     def close(self) -> None:
-        """Close the store and stop the loop's thread; safe to call twice, from any thread but the loop's."""
+        """Close the store and stop the loop's thread; safe to call twice, from any thread but the loop's.
+
+        Calls other threads are waiting in (a `result` without a timeout, an `events` loop) end at once
+        with `ConfigError` ("closed while the call waited").
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         try:
-            self._portal.call(self._client.close)
+            self._loop.portal.call(self._end_calls_and_close)
         finally:
-            self._context.__exit__(None, None, None)
+            self._loop.stop()
+
+    async def _end_calls_and_close(self) -> None:
+        for scope in self._calls:
+            scope.cancel()
+        await self._client.close()
 
     def __enter__(self) -> BlockingClient:
         return self
@@ -152,15 +160,69 @@ class BlockingClient:
         try:
             while True:
                 try:
-                    event = self._portal.call(follower.__anext__)
+                    event = self._call(follower.__anext__)
                 except StopAsyncIteration:
                     return
                 yield event
         finally:
             if not self._closed:
-                self._portal.call(follower.aclose)
+                self._call(follower.aclose)
 
     def _call(self, operation: Callable[[], Awaitable[_T]]) -> _T:
         if self._closed:
             raise ConfigError("this agentlife.BlockingClient is closed")
-        return self._portal.call(operation)
+        try:
+            return self._loop.portal.call(self._guarded, operation)
+        except RuntimeError as exc:  # the portal stopped between the check above and the call
+            if not self._closed:
+                raise
+            raise ConfigError("this agentlife.BlockingClient is closed") from exc
+
+    async def _guarded(self, operation: Callable[[], Awaitable[_T]]) -> _T:
+        with anyio.CancelScope() as scope:
+            self._calls.add(scope)
+            try:
+                return await operation()
+            finally:
+                self._calls.discard(scope)
+        raise ConfigError("this agentlife.BlockingClient was closed while the call waited")
+
+
+class _LoopThread:
+    """An event loop on a daemon thread, and the portal other threads call it through.
+
+    A daemon thread, unlike the pool thread of anyio's ``start_blocking_portal``: a script that ends (or
+    raises) without closing its client must still exit, not wait for ever on the loop.
+    """
+
+    def __init__(self, portal: BlockingPortal, thread: threading.Thread) -> None:
+        self.portal = portal
+        self._thread = thread
+
+    @classmethod
+    def start(cls) -> _LoopThread:
+        started: queue.SimpleQueue[BlockingPortal | BaseException] = queue.SimpleQueue()
+
+        async def serve() -> None:
+            async with BlockingPortal() as portal:
+                started.put(portal)
+                await portal.sleep_until_stopped()
+
+        def run() -> None:
+            try:
+                anyio.run(serve)
+            except BaseException as exc:  # handed to the thread that waits for the portal
+                started.put(exc)
+
+        thread = threading.Thread(target=run, name="agentlife-client", daemon=True)
+        thread.start()
+        got = started.get()
+        if isinstance(got, BaseException):
+            raise got
+        return cls(got, thread)
+
+    def stop(self) -> None:
+        """Stop the loop (cancelling what still runs on it) and wait for its thread."""
+        with contextlib.suppress(RuntimeError):  # stopped already
+            self.portal.call(self.portal.stop, True)
+        self._thread.join(timeout=10)
