@@ -68,3 +68,32 @@ def test_bad_env_is_one_clear_error(env: dict[str, str], match: str) -> None:
     with pytest.raises(ConfigError, match=match) as info:
         Settings.from_env(env, agent_id="agent")
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("postgresql://agent:hunter2SECRET@[::1:55437/agents", "not a URL a driver can read"),
+        ("postgresql://agent:hunter2SECRET@[::1]:55437/agents", None),
+        ("sqlite://agent:hunter2SECRET@x/db", "no user, password or host"),
+        ("hunter2SECRET", "is not a URL"),
+        ("hunter2SECRET:x", "is not supported"),  # looks like a scheme: quoted, and it is the scheme only
+        ("postgresql:/agent:hunter2SECRET@h/db", "starts with postgresql://"),
+        ("PostgreSQL://agent:hunter2SECRET@h/db", "lower case"),
+        ("SQLITE:///x.db", "lower case"),
+        ("mysql://agent:hunter2SECRET@h/db", "scheme 'mysql' is not supported"),
+    ],
+)
+def test_a_database_url_almost_right_is_one_config_error_that_never_quotes_its_password(
+    url: str, says: str | None
+) -> None:
+    from agentlife._config import validate_database_url
+
+    if says is None:
+        assert validate_database_url(url) == url
+        return
+    with pytest.raises(ConfigError) as caught:
+        validate_database_url(url)
+    message = str(caught.value)
+    assert says in message and "\n" not in message
+    assert "SECRET" not in message or url == "hunter2SECRET:x" and "hunter2SECRET" in message

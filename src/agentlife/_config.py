@@ -217,8 +217,16 @@ def validate_database_url(url: str, name: str = "AGENTLIFE_DATABASE_URL") -> str
     in-memory database loses every checkpoint with the process. Leave the variable unset for the embedded
     default, ``{AGENTLIFE_DATA_DIR}/agentlife.db``. ``name`` is what the error names (a flag, say).
     """
+    lowered = url[:14].lower()
+    if not url.startswith(("sqlite:", "postgresql:", "postgres:")) and lowered.startswith(
+        ("sqlite:", "postgresql:", "postgres:")
+    ):
+        raise ConfigError(f"{name}: write the URL's scheme in lower case (sqlite:/// or postgresql://)")
     if url.startswith("sqlite:"):
         path = url.removeprefix("sqlite:").removeprefix("//")
+        if "@" in path.partition("/")[0]:
+            # sqlite://user:password@host/db: a server URL written for SQLite; its "path" would be quoted.
+            raise ConfigError(f"{name}: a sqlite URL names a file and has no user, password or host")
         memory = path.lstrip("/").startswith(":memory:") or "mode=memory" in path
         if path in _SQLITE_NO_PATH or memory or not url.startswith("sqlite://"):
             raise ConfigError(
@@ -235,8 +243,17 @@ def validate_database_url(url: str, name: str = "AGENTLIFE_DATABASE_URL") -> str
                 "(%2F, %23, %3F, %40)"
             )
         return validate_url(name, url, ("postgresql", "postgres"))
-    scheme = url.split(":", 1)[0] if ":" in url else url[:20]
-    raise ConfigError(f"{name} scheme {scheme!r} is not supported (use sqlite:/// or postgresql://)")
+    if url.startswith(("postgresql:", "postgres:")):
+        raise ConfigError(f"{name}: a PostgreSQL URL starts with postgresql:// (user@host:port/database)")
+    raise ConfigError(f"{name} {_scheme_shown(url)} (use sqlite:/// or postgresql://)")
+
+
+def _scheme_shown(url: str) -> str:
+    """What an error says of ``url``'s scheme: quoted only when it looks like one (never a secret)."""
+    scheme, colon, _ = url.partition(":")
+    if colon and re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]{0,19}", scheme):
+        return f"scheme {scheme!r} is not supported"
+    return "is not a URL"
 
 
 def validate_url(name: str, url: str, schemes: tuple[str, ...]) -> str:
@@ -247,9 +264,15 @@ def validate_url(name: str, url: str, schemes: tuple[str, ...]) -> str:
     """
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.lower() not in schemes:
-        shown = scheme if sep else url[:20]
-        raise ConfigError(f"{name} scheme {shown!r} is not supported (use {' or '.join(schemes)})")
+        shown = _scheme_shown(url) if sep else "is not a URL"
+        raise ConfigError(f"{name} {shown} (use {' or '.join(schemes)})")
     hosts = rest[rest.rfind("@") + 1 :]
+    import urllib.parse  # only where a server URL is checked: not on the SQLite start-up path
+
+    try:  # what the drivers parse, without the userinfo (its password is never in the message)
+        urllib.parse.urlsplit(f"{scheme}://{hosts}")
+    except ValueError as exc:
+        raise ConfigError(f"{name}: not a URL a driver can read ({exc})") from None
     hosts = re.split(r"[/?#]", hosts, maxsplit=1)[0]
     for host in hosts.split(","):  # libpq accepts host1:5432,host2:5433
         port = host.rpartition("]")[2] if host.startswith("[") else host
