@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import math
 import subprocess
 import sys
@@ -881,6 +882,41 @@ def test_closing_a_blocking_client_ends_the_calls_other_threads_wait_in(tmp_path
 
 async def _make_schema(db: Path) -> None:
     store = Backend("sqlite", str(db), TableNames()).open_store()
+    await store.open()
+    try:
+        await store.init_schema()
+    finally:
+        await store.close()
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_client_used_from_another_event_loop_is_one_clear_error(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    import asyncio
+
+    if kind == "sqlite":
+        db = tmp_path / "agentlife.db"
+        anyio.run(_make_schema, db)
+        url = f"sqlite:///{db}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+        anyio.run(_make_pg_schema, url)
+    client = asyncio.run(Client.connect(url))  # that loop ends here
+    with pytest.raises(ConfigError, match="event loop that connected it"):
+        asyncio.run(client.get("any-job"))
+    with pytest.raises(ConfigError, match="event loop that connected it"):
+        asyncio.run(client.start(AGENT))
+    asyncio.run(client.close())  # marks it closed: what it held belonged to the ended loop
+    with pytest.raises(ConfigError, match="closed"):
+        asyncio.run(client.get("any-job"))
+    del client
+    gc.collect()  # the ended loop's connections are collected here, under this test's warning filters
+
+
+async def _make_pg_schema(url: str) -> None:
+    store = Backend("postgresql", url, TableNames()).open_store()
     await store.open()
     try:
         await store.init_schema()

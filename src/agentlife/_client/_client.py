@@ -11,6 +11,7 @@ row can hold, a timeout that is no number of seconds is a `ConfigError` in one l
 
 from __future__ import annotations
 
+import asyncio
 import os
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,7 @@ class Client:
         self._listener: PgListener | None = None
         self._listening: dict[str, int] = {}
         self._closed = False
+        self._loop = _running_loop()  # a pool's connections belong to the loop that opened them
 
     @classmethod
     async def connect(cls, database_url: str | None = None) -> Client:
@@ -94,9 +96,15 @@ class Client:
         return cls(store, masker_for(os.environ, url))
 
     async def close(self) -> None:
-        """Close the store and the ``LISTEN`` connection; safe to call twice."""
+        """Close the store and the ``LISTEN`` connection; safe to call twice.
+
+        From another event loop than the one that connected it (that loop has ended, say), it only marks
+        the client closed: what it held belonged to that loop.
+        """
         self._closed = True
         listener, self._listener = self._listener, None
+        if self._loop is not None and _running_loop() is not self._loop:
+            return
         try:
             if listener is not None:
                 await listener.close()
@@ -215,7 +223,7 @@ class Client:
                 first iteration, ``after`` is past the job's last event.
             JobNotFound: from the first iteration, there is no such job.
         """
-        return follow_job(self._store, self._job_id(job_id), after, live=live)
+        return follow_job(self._store, self._job_id(job_id, any_loop=True), after, live=live)
 
     async def result(self, job_id: str, timeout: float | None = None) -> Any:
         """Wait for the job to end; its result (``Done(result=...)``) when it COMPLETED.
@@ -312,12 +320,17 @@ class Client:
 
     # -- helpers ----------------------------------------------------------------------------------------
 
-    def _check_open(self) -> None:
+    def _check_open(self, *, any_loop: bool = False) -> None:
         if self._closed:
             raise ConfigError("this agentlife.Client is closed")
+        if not any_loop and self._loop is not None and _running_loop() is not self._loop:
+            raise ConfigError(
+                "this agentlife.Client belongs to the event loop that connected it: connect one per loop "
+                "(each asyncio.run is a new loop)"
+            )
 
-    def _job_id(self, job_id: object) -> str:
-        self._check_open()
+    def _job_id(self, job_id: object, *, any_loop: bool = False) -> str:
+        self._check_open(any_loop=any_loop)
         if not isinstance(job_id, str):
             raise ConfigError(f"job_id must be a string, got {type(job_id).__name__}")
         return validate_job_id(job_id)
@@ -362,3 +375,10 @@ def _position(after: object) -> tuple[Any, Any] | None:
         return decode_position(after)
     except ValueError:
         raise ConfigError("after is not a paging cursor (a page's next_cursor)") from None
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # no asyncio loop runs here (a thread, or another anyio backend)
+        return None
