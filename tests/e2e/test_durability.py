@@ -254,6 +254,9 @@ def test_db_init_then_run_needs_create_job_then_budget_from_journals(
         (schema, "conversation"),
         (schema, "job_event"),
         (schema, "step_record"),
+        (schema, "job_output"),
+        (schema, "rate_bucket"),
+        (schema, "rate_slot"),
     }
 
     missing = run_cli("run", AGENT, env=env)

@@ -25,28 +25,25 @@ _MAX_SEQ_DIGITS = 18  # below 2**63: every store's integer holds it
 
 @dataclass(frozen=True, slots=True)
 class JobEvent:
-    """One event of a job's output, as a follower sees it.
-
-    Attributes:
-        job_id: the job.
-        cursor: where this event leaves the follower: pass it as ``after`` to go on from here. A ``delta``
-            event carries the cursor of the last durable event before it (deltas are not kept).
-        kind: ``"published"`` (``ctx.publish``), ``"status"`` (the job's status changed), ``"delta"``
-            (model text being streamed, not durable), or ``"end"`` (the job reached a terminal status; the
-            follower ends after it).
-        name: the published event's name; for ``status`` and ``end`` the new status; ``"text"`` for a delta.
-        value: the published value; ``{"status": ..., "attempt": ...}`` for ``status`` and ``end``;
-            ``{"call": invocation id, "text": ..., "dropped": bytes left out before this text,
-            "restart": the call was tried again and its text starts over}`` for a delta.
-        time: when it was written (unix seconds, the store's clock; the sender's for a delta).
-    """
+    """One event of a job's output, as a follower sees it."""
 
     job_id: str
+    """The job."""
     cursor: str
+    """Where this event leaves the follower: pass it as ``after`` to go on from here. A ``delta`` event
+    carries the cursor of the last durable event before it (deltas are not kept)."""
     kind: EventKind
+    """``"published"`` (``ctx.publish``), ``"status"`` (the job's status changed), ``"delta"`` (model text
+    being streamed, not durable), or ``"end"`` (the job reached a terminal status; the follower ends after
+    it)."""
     name: str
+    """The published event's name; for ``status`` and ``end`` the new status; ``"text"`` for a delta."""
     value: Any
+    """The published value; ``{"status": ..., "attempt": ...}`` for ``status`` and ``end``; ``{"call":
+    invocation id, "text": ..., "dropped": bytes left out before this text, "restart": the call was tried
+    again and its text starts over}`` for a delta."""
     time: float
+    """When it was written (unix seconds, the store's clock; the sender's for a delta)."""
 
     def to_json(self) -> dict[str, Any]:
         """The event as a JSON object (the HTTP API's SSE ``data``)."""
