@@ -39,6 +39,7 @@ from agentlife import (
     JobStateConflict,
     ResultTimeout,
     StoreError,
+    StoreUnavailable,
 )
 from agentlife.stores import ApprovalRequest, CheckpointStore, JobStatus, TableNames
 
@@ -922,3 +923,16 @@ async def _make_pg_schema(url: str) -> None:
         await store.init_schema()
     finally:
         await store.close()
+
+
+async def test_a_timeout_that_ends_inside_a_short_outage_is_a_result_timeout() -> None:
+    from agentlife._client._wait import wait_for_end
+
+    class Unreachable:  # the store as an outage shows it: every read fails, the wait goes on
+        async def get_job(self, job_id: str) -> None:
+            raise StoreUnavailable("the database cannot be reached")
+
+    with pytest.raises(ResultTimeout, match="cannot be reached") as caught:
+        await wait_for_end(Unreachable(), "some-job", 0.2, None)  # type: ignore[arg-type]
+    assert isinstance(caught.value, TimeoutError)
+    assert isinstance(caught.value.__cause__, StoreUnavailable)

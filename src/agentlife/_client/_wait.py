@@ -81,25 +81,30 @@ async def wait_for_end(
 
     Raises:
         JobNotFound: there is no such job (or it was deleted while waited for).
-        ResultTimeout: ``seconds`` passed first.
-        StoreUnavailable: the store could not be reached for `OUTAGE_SECONDS`, or until the deadline.
+        ResultTimeout: ``seconds`` passed first (the store unreachable at the end of it, too: the caller
+            catching timeouts must not learn of an outage shorter than `OUTAGE_SECONDS` another way).
+        StoreUnavailable: the store could not be reached for `OUTAGE_SECONDS`.
     """
     deadline = anyio.current_time() + seconds
     pause = POLL_FIRST_SECONDS
     outage: float | None = None
+    status = "unknown: the store cannot be reached"
     while True:
         try:
             row = await store.get_job(job_id)
-        except StoreUnavailable:
+        except StoreUnavailable as exc:
             now = anyio.current_time()
             outage = now if outage is None else outage
-            if now - outage >= OUTAGE_SECONDS or now >= deadline:
+            if now - outage >= OUTAGE_SECONDS:
                 raise
+            if now >= deadline:
+                raise ResultTimeout(job_id, status, seconds) from exc
             await anyio.sleep(min(deadline - now, 1.0))
             continue
         outage = None
         if row is None:
             raise JobNotFound(f"job {job_id} does not exist")
+        status = f"{row.status} when last read"
         if row.status in TERMINAL:
             return row
         left = deadline - anyio.current_time()
