@@ -424,3 +424,25 @@ def test_list_json_prints_bytes_another_client_wrote_as_hex(tmp_path: Path) -> N
     assert shown.returncode == 0, shown.stderr
     rows = {r["id"]: r for r in map(json.loads, shown.stdout.splitlines())}
     assert set(rows) == {"b1", "b2"} and rows["b1"]["checkpoint_id"] == "hex:ff41"
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_job_list_quietly_with_141(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from procs import REPO
+
+    env = agent_env(tmp_path)
+    assert cli_in_process("db", "init", env=env).returncode == 0
+    assert cli_in_process("job", "create", "some-agent", "--job-id", "piped-1", env=env).returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentlife", "job", "list", "--json"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # `| head -c 0`: the reader is gone before the first line is written
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err.decode()) == (141, "")

@@ -34,6 +34,10 @@ def say(line: str) -> None:
     sys.stderr.write(Redactor.from_env(os.environ).redact(line) + "\n")
 
 
+#: What a shell shows for a program ended by SIGPIPE (128 + 13): the status a closed pipe ends a tool with.
+_SIGPIPE_EXIT = 141
+
+
 def guarded(handler: Callable[[], int]) -> int:
     """Run a command, turning every error into one redacted line and its exit code.
 
@@ -55,6 +59,12 @@ def _report(exc: BaseException) -> int:
         return ExitCode.CRASH
     if isinstance(exc, KeyboardInterrupt):
         return ExitCode.INTERRUPTED
+    if isinstance(exc, BrokenPipeError):
+        # The reader left (`job list --json | head`): nothing is wrong, and nothing more can be printed.
+        # Python would report the pipe again when it flushes stdout at exit: point stdout at nothing.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _SIGPIPE_EXIT
     if isinstance(exc, (SystemExit, GeneratorExit)):
         raise exc
     # A bug, not bad input (or an agent's own BaseException subclass): still one line, since a
