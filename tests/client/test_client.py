@@ -936,3 +936,21 @@ async def test_a_timeout_that_ends_inside_a_short_outage_is_a_result_timeout() -
         await wait_for_end(Unreachable(), "some-job", 0.2, None)  # type: ignore[arg-type]
     assert isinstance(caught.value, TimeoutError)
     assert isinstance(caught.value.__cause__, StoreUnavailable)
+
+
+async def test_a_large_payload_is_checked_off_the_event_loop_a_small_one_on_it(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agentlife._client._client as client_module
+
+    threads: list[threading.Thread] = []
+    real_check = client_module.check_start
+
+    def watched(*args: Any) -> Any:
+        threads.append(threading.current_thread())
+        return real_check(*args)
+
+    monkeypatch.setattr(client_module, "check_start", watched)
+    await client.start(AGENT, {"small": 1})
+    await client.start(AGENT, [{}] * 20_000)  # 60 KB of JSON: ~0.2 s of walking, the loop stays free
+    assert threads[0] is threading.main_thread() and threads[1] is not threading.main_thread()

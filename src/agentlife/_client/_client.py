@@ -12,11 +12,15 @@ row can hold, a timeout that is no number of seconds is a `ConfigError` in one l
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
+import anyio.to_thread
+import orjson
 
 from agentlife._client._views import JobPage, JobSnapshot, JobSummary, snapshot, summary
 from agentlife._client._wait import check_timeout, outcome, wait_for_end
@@ -38,6 +42,10 @@ if TYPE_CHECKING:
     from agentlife.stores._pg_listen import PgListener
 
 __all__ = ["MAX_LIST", "Client"]
+
+#: Payloads up to this much JSON are checked on the loop (a few milliseconds); larger ones on a thread.
+_CHECK_INLINE_BYTES = 16 * 1024
+_T = TypeVar("_T")
 
 #: The most jobs one `Client.list` page holds.
 MAX_LIST = 1000
@@ -145,7 +153,7 @@ class Client:
             JobStateConflict: ``job_id`` exists with another agent or payload.
         """
         self._check_open()
-        agent, job = check_start(agent_id, payload, job_id, "the payload")
+        agent, job = await _checked(payload, check_start, agent_id, payload, job_id, "the payload")
         row = await create_job(
             self._store,
             job,
@@ -267,7 +275,7 @@ class Client:
             JobStateConflict: the job has ended, or keeps 1,000 events no wait has taken.
         """
         job = self._job_id(job_id)
-        check_event(name, payload)
+        await _checked(payload, check_event, name, payload)
         return await self._store.send_event(job, name, payload)
 
     async def approve(self, job_id: str, *, call: str | None = None) -> JobSummary:
@@ -382,3 +390,18 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:  # no asyncio loop runs here (a thread, or another anyio backend)
         return None
+
+
+async def _checked(payload: Any, check: Callable[..., _T], *args: Any) -> _T:
+    """``check(*args)``, on a worker thread when ``payload`` is large.
+
+    The walk over a payload's values is Python, ~10 µs per value (a second for a legal 1 MiB of small
+    objects), and the loop is shared by every task of the application.
+    """
+    try:
+        large = len(orjson.dumps(payload)) > _CHECK_INLINE_BYTES
+    except (TypeError, orjson.JSONEncodeError):  # the check refuses it, quickly and in its own words
+        large = False
+    if large:
+        return await anyio.to_thread.run_sync(functools.partial(check, *args))
+    return check(*args)
