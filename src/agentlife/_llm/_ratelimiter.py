@@ -32,7 +32,7 @@ import anyio
 
 from agentlife._exceptions import StoreError
 from agentlife._llm._ratelimit_headers import RESPONSE_SEEN, ProviderView, provider_view, response_seen
-from agentlife.stores._ratebuckets import RateDraw
+from agentlife.stores._ratebuckets import MAX_PAUSE_SECONDS, RateDraw
 
 if TYPE_CHECKING:
     from agentlife._llm._protocol import Usage
@@ -56,8 +56,6 @@ log = logging.getLogger("agentlife.ratelimit")
 #: minute's limit it draws at a time): long enough that a busy process draws about once a second, short
 #: enough that what an idle one holds is little.
 SLICE_SECONDS = 1.0
-#: The longest pause one answer of a provider may impose (a ``retry-after`` of a year is a lie or a bug).
-MAX_PAUSE_SECONDS = 60.0
 #: The pause after a 429 that named no wait.
 DEFAULT_PAUSE_SECONDS = 1.0
 #: A rate-limit header narrows the fleet's bucket when less than this fraction of a limit is left.
