@@ -93,7 +93,7 @@ def test_every_variable_the_docs_name_is_known_and_none_other() -> None:
     from pathlib import Path
 
     page = (Path(__file__).parents[1] / "docs" / "rate-limits.md").read_text()
-    named = set(re.findall(r"`(AGENTLIFE_RATE_LIMIT_[A-Z_]+)`", page))
+    named = set(re.findall(r"^\| `(AGENTLIFE_RATE_LIMIT_[A-Z_]+)` \|", page, re.MULTILINE))  # the table
     for name in named:  # each accepted alone, with a value of its kind
         rate_limits_from_env({name: "m rpm=1" if name.endswith("MODELS") else "1"}, "x")
     assert len(named) == 7, named
