@@ -205,7 +205,7 @@ async def test_a_529_without_retry_after_is_an_ordinary_retry_not_a_fleet_pause(
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 async def test_with_the_store_down_calls_wait_for_it_then_go_on_without_the_fleets_limit(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
 ) -> None:
     down: CheckpointStore
     if kind == "sqlite":
@@ -221,10 +221,15 @@ async def test_with_the_store_down_calls_wait_for_it_then_go_on_without_the_flee
     async def answer() -> LLMReply:
         return LLMReply(text="ok")
 
-    reply = await limited_attempt(rate, answer, model="m", estimate=1, wait=waits)()
-    assert reply.text == "ok"
+    with caplog.at_level(logging.WARNING, "agentlife.ratelimit"):
+        reply = await limited_attempt(rate, answer, model="m", estimate=1, wait=waits)()
+        again = await limited_attempt(rate, answer, model="m", estimate=1, wait=waits)()
+    assert reply.text == again.text == "ok"
     assert waits.seen and {reason for _, reason, _ in waits.seen} == {"store"}
     assert sum(seconds for _, _, seconds in waits.seen) == pytest.approx(0.3, abs=0.05)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 2, said  # the docs' two WARNINGs, each once per outage
+    assert "calls wait for it" in said[0] and "calls go on without the fleet's limit" in said[1]
 
 
 async def test_a_slot_is_given_back_when_the_call_fails_or_is_cancelled(store: CheckpointStore) -> None:

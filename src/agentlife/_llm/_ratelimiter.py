@@ -15,7 +15,8 @@ is bounded (`MAX_PAUSE_SECONDS`) and a lie (more left than the limit, a reset in
 ignored.
 
 The store down: a call waits for it up to ``store_down_seconds``, then goes on without the fleet's limit
-(logged once per outage), so a store outage cannot stop every model call for longer than that.
+(two WARNINGs per outage, each once: when it begins, and when calls go on), so a store outage cannot stop
+every model call for longer than that.
 """
 
 from __future__ import annotations
