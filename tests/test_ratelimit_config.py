@@ -76,7 +76,10 @@ def test_an_account_name_separates_fleets_that_use_different_keys() -> None:
         # A mistyped name would too, even with no other limit set.
         ({"AGENTLIFE_RATE_LIMIT_RMP": "600"}, "did you mean AGENTLIFE_RATE_LIMIT_RPM?"),
         ({"AGENTLIFE_RATE_LIMIT_TPM": "600"}, "is not a rate-limit variable"),
-        ({"AGENTLIFE_RATE_LIMIT_INPUT_TPM": "5", "AGENTLIFE_RATE_LIMIT_Rpm": "1"}, "AGENTLIFE_RATE_LIMIT_Rpm"),
+        (
+            {"AGENTLIFE_RATE_LIMIT_INPUT_TPM": "5", "AGENTLIFE_RATE_LIMIT_Rpm": "1"},
+            "AGENTLIFE_RATE_LIMIT_Rpm",
+        ),
     ],
 )
 def test_a_bad_limit_is_one_clear_line_naming_the_variable(env: dict[str, str], needle: str) -> None:

@@ -178,7 +178,7 @@ async def test_a_bucket_row_written_badly_is_read_as_empty_not_as_a_crash(
 async def test_a_pause_from_a_clock_a_day_ahead_holds_the_fleet_at_most_the_bound_said_once(
     store: CheckpointStore, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """One pod whose clock runs a day ahead writes "now + pause" after a 429: the others wait 60 s, not a day."""
+    """A pod with a clock a day ahead writes "now + pause" after a 429: the others wait 60 s, not a day."""
     here = clock.now
     clock.now = here + 86_400.0
     await store.pause_rate_bucket(KEY, CAPS, clock.now + 30)

@@ -39,6 +39,7 @@ from agentlife._version import __version__
 __all__ = [
     "API_VERSION",
     "DEFAULT_BASE_URL",
+    "RETRY_AFTER_TOO_LARGE",
     "MessagesHTTP",
     "ResponseHolder",
     "checked_events",
@@ -46,7 +47,6 @@ __all__ = [
     "error_for_event",
     "error_for_status",
     "not_a_stream",
-    "RETRY_AFTER_TOO_LARGE",
     "parse_retry_after",
     "raise_for_error_event",
     "sse_events",

@@ -411,7 +411,9 @@ class RateLimiter:
 def _retry_after_said(headers: Mapping[str, str]) -> str:
     """The ``retry-after`` headers a response carried, as sent (cut), for a WARNING; empty when none."""
     said = [
-        f"{str(k).lower()}={str(v)[:40]!r}" for k, v in headers.items() if str(k).lower().startswith("retry-after")
+        f"{str(k).lower()}={str(v)[:40]!r}"
+        for k, v in headers.items()
+        if str(k).lower().startswith("retry-after")
     ]
     return ", ".join(said)
 
