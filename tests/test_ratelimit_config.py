@@ -13,7 +13,6 @@ BASE = {"AGENTLIFE_JOB_ID": "j", "AGENTLIFE_AGENT_ID": "a"}
 
 def test_no_limit_configured_is_no_limiter_at_all() -> None:
     assert rate_limits_from_env({}, "anthropic") is None
-    assert rate_limits_from_env({"AGENTLIFE_RATE_LIMIT_RPM": "  "}, "anthropic") is None
     assert Settings.from_env(BASE).rate_limits is None
 
 
@@ -65,6 +64,22 @@ def test_an_account_name_separates_fleets_that_use_different_keys() -> None:
         ({"AGENTLIFE_RATE_LIMIT_MODELS": "\u00e9 rpm=5"}, "is not a model name"),
         ({"AGENTLIFE_RATE_LIMIT_ACCOUNT": "a b", "AGENTLIFE_RATE_LIMIT_RPM": "1"}, "is not a name"),
         ({"AGENTLIFE_RATE_LIMIT_ACCOUNT": "x" * 101, "AGENTLIFE_RATE_LIMIT_RPM": "1"}, "is not a name"),
+        ({"AGENTLIFE_RATE_LIMIT_RPM": "\u0665"}, "is not a whole number"),  # Arabic-Indic five
+        # A repeated key in a model's entry: one would silently win.
+        ({"AGENTLIFE_RATE_LIMIT_MODELS": "m rpm=5 rpm=6"}, "rpm is given twice for m"),
+        ({"AGENTLIFE_RATE_LIMIT_MODELS": "m in_flight=1 rpm=5 in_flight=1"}, "in_flight is given twice"),
+        # Blank: a Helm value rendered empty would turn the limit off for the fleet.
+        ({"AGENTLIFE_RATE_LIMIT_RPM": ""}, "is set but blank"),
+        ({"AGENTLIFE_RATE_LIMIT_INPUT_TPM": " "}, "is set but blank"),
+        ({"AGENTLIFE_RATE_LIMIT_MODELS": "\t"}, "is set but blank"),
+        ({"AGENTLIFE_RATE_LIMIT_ACCOUNT": "", "AGENTLIFE_RATE_LIMIT_RPM": "1"}, "is set but blank"),
+        # A mistyped name would too, even with no other limit set.
+        ({"AGENTLIFE_RATE_LIMIT_RMP": "600"}, "did you mean AGENTLIFE_RATE_LIMIT_RPM?"),
+        ({"AGENTLIFE_RATE_LIMIT_TPM": "600"}, "is not a rate-limit variable"),
+        (
+            {"AGENTLIFE_RATE_LIMIT_INPUT_TPM": "5", "AGENTLIFE_RATE_LIMIT_Rpm": "1"},
+            "AGENTLIFE_RATE_LIMIT_Rpm",
+        ),
     ],
 )
 def test_a_bad_limit_is_one_clear_line_naming_the_variable(env: dict[str, str], needle: str) -> None:
@@ -72,4 +87,16 @@ def test_a_bad_limit_is_one_clear_line_naming_the_variable(env: dict[str, str], 
         Settings.from_env({**BASE, **env})
     message = str(caught.value)
     assert needle in message and "\n" not in message and len(message) < 300
-    assert next(iter(env)) in message or "AGENTLIFE_RATE_LIMIT_MODELS" in message
+    assert any(name in message for name in env)
+
+
+def test_every_variable_the_docs_name_is_known_and_none_other() -> None:
+    """The boot's list of names is the docs' table: a name added to one and not the other is caught here."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).parents[1] / "docs" / "rate-limits.md").read_text()
+    named = set(re.findall(r"^\| `(AGENTLIFE_RATE_LIMIT_[A-Z_]+)` \|", page, re.MULTILINE))  # the table
+    for name in named:  # each accepted alone, with a value of its kind
+        rate_limits_from_env({name: "m rpm=1" if name.endswith("MODELS") else "1"}, "x")
+    assert len(named) == 7, named

@@ -13,6 +13,9 @@ Configuration, read once at boot by `rate_limits_from_env` (a bad value is a one
   account's;
 * ``AGENTLIFE_RATE_LIMIT_ACCOUNT``: the account's name in the store (default: the provider's name); give
   processes that use different API keys different names.
+
+Any ``AGENTLIFE_RATE_LIMIT_*`` set but blank, or with a name not in that list, is refused the same way: a
+Helm value rendered empty, or a mistyped name, would otherwise turn a limit off for the whole fleet.
 """
 
 from __future__ import annotations
@@ -45,6 +48,14 @@ _ACCOUNT_VARIABLES = {
     "AGENTLIFE_RATE_LIMIT_OUTPUT_TPM": "output_tokens_per_minute",
     "AGENTLIFE_RATE_LIMIT_IN_FLIGHT": "in_flight",
 }
+_PREFIX = "AGENTLIFE_RATE_LIMIT_"
+#: Every variable of the family (the store-down wait is read with the constants, and checked here too).
+_KNOWN_VARIABLES = (
+    *_ACCOUNT_VARIABLES,
+    "AGENTLIFE_RATE_LIMIT_MODELS",
+    "AGENTLIFE_RATE_LIMIT_ACCOUNT",
+    "AGENTLIFE_RATE_LIMIT_STORE_DOWN_SECONDS",
+)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]{0,99}")
 
 
@@ -88,20 +99,36 @@ def rate_limits_from_env(env: Mapping[str, str], provider: str) -> RateLimits | 
     """The configured limits, or None when none is set (then no call pays anything for them).
 
     Raises:
-        ConfigError: a value that is not a whole number from 1 to `MAX_LIMIT`, or a malformed model list,
-            naming the variable.
+        ConfigError: a value that is not a whole number from 1 to `MAX_LIMIT`, a malformed model list, an
+            ``AGENTLIFE_RATE_LIMIT_*`` variable set but blank or of a name not known, naming the variable.
     """
+    _check_names(env)
     account = _account_name(env, provider)
-    values = {
-        attr: _limit(name, env[name])
-        for name, attr in _ACCOUNT_VARIABLES.items()
-        if env.get(name, "").strip()
-    }
+    values = {attr: _limit(name, env[name]) for name, attr in _ACCOUNT_VARIABLES.items() if name in env}
     account_limit = RateLimit(account, **values) if values else None
     models = _models(env.get("AGENTLIFE_RATE_LIMIT_MODELS", ""), account)
     if account_limit is None and not models:
         return None
     return RateLimits(account_limit, models or None)
+
+
+def _check_names(env: Mapping[str, str]) -> None:
+    """Refuse a variable of the family that is blank or unknown: either would turn a limit off unsaid."""
+    for name in sorted(k for k in env if k.startswith(_PREFIX)):
+        if name not in _KNOWN_VARIABLES:
+            import difflib  # only on the way to an error
+
+            close = difflib.get_close_matches(name, _KNOWN_VARIABLES, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ConfigError(
+                f"{name[:80]} is not a rate-limit variable ({hint}known: "
+                f"{', '.join(v.removeprefix(_PREFIX) for v in _KNOWN_VARIABLES)} after {_PREFIX})"
+            )
+        if not env[name].strip():
+            raise ConfigError(
+                f"{name} is set but blank (a value rendered empty?): give it a value, or leave it unset for "
+                "no limit"
+            )
 
 
 def _account_name(env: Mapping[str, str], provider: str) -> str:
@@ -120,7 +147,8 @@ def _limit(name: str, raw: str) -> int:
     """A limit: a whole number from 1 to `MAX_LIMIT` (``1e3`` and ``600.0`` accepted when whole)."""
     text = raw.strip()
     try:
-        value = float(text) if len(text) <= 40 else math.nan
+        # ASCII only: float() also reads other scripts' digits ("\u0665" is 5), which no console shows.
+        value = float(text) if len(text) <= 40 and text.isascii() else math.nan
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value != int(value):
@@ -154,6 +182,8 @@ def _models(raw: str, account: str) -> dict[str, RateLimit]:
             if not sep or key not in _FIELDS:
                 keys = ", ".join(k + "=N" for k in _FIELDS)
                 raise ConfigError(f"{what}: {setting[:40]!r} for {model} is not one of {keys}")
+            if _FIELDS[key] in values:
+                raise ConfigError(f"{what}: {key} is given twice for {model} (which one is meant?)")
             values[_FIELDS[key]] = _limit(f"{what} {model} {key}", value)
         if not values:
             raise ConfigError(f"{what}: model {model!r} has no limit (write: {model} rpm=50 ...)")

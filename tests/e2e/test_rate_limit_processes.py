@@ -133,11 +133,12 @@ async def test_a_sigkilled_holder_gives_its_in_flight_slot_back_when_its_lease_e
 
 
 def test_a_bad_limit_stops_the_process_at_boot_with_one_line_and_exit_2(tmp_path: Path) -> None:
-    env = agent_env(tmp_path / "data", AGENTLIFE_JOB_ID="bad-1", AGENTLIFE_RATE_LIMIT_MODELS="m rpm=nan")
+    """A blank value (a Helm value rendered empty) is a bad limit, not "no limit": it reaches the process."""
+    env = agent_env(tmp_path / "data", AGENTLIFE_JOB_ID="bad-1", AGENTLIFE_RATE_LIMIT_RPM="")
     proc = spawn(AGENT, env)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert err.decode().strip() == (
-        "agentlife: error: AGENTLIFE_RATE_LIMIT_MODELS m rpm='nan' is not a whole number "
-        "(a limit per minute, or in flight)"
+        "agentlife: error: AGENTLIFE_RATE_LIMIT_RPM is set but blank (a value rendered empty?): give it a "
+        "value, or leave it unset for no limit"
     )

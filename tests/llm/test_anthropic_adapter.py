@@ -366,6 +366,11 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
     assert parse_retry_after({}) is None
     assert parse_retry_after({"retry-after": "soon"}) is None
+    # Too large for a float is a long wait (each consumer cuts it to its bound), not none.
+    assert (
+        parse_retry_after({"retry-after": "1e400"}) == parse_retry_after({"retry-after-ms": "9" * 500}) > 1e6
+    )
+    assert parse_retry_after({"retry-after": "-1e400"}) is None
     in_ten = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 10))
     assert 8.0 <= (parse_retry_after({"retry-after": in_ten}) or 0) <= 10.5
 

@@ -205,7 +205,7 @@ async def test_a_529_without_retry_after_is_an_ordinary_retry_not_a_fleet_pause(
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 async def test_with_the_store_down_calls_wait_for_it_then_go_on_without_the_fleets_limit(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
 ) -> None:
     down: CheckpointStore
     if kind == "sqlite":
@@ -221,10 +221,15 @@ async def test_with_the_store_down_calls_wait_for_it_then_go_on_without_the_flee
     async def answer() -> LLMReply:
         return LLMReply(text="ok")
 
-    reply = await limited_attempt(rate, answer, model="m", estimate=1, wait=waits)()
-    assert reply.text == "ok"
+    with caplog.at_level(logging.WARNING, "agentlife.ratelimit"):
+        reply = await limited_attempt(rate, answer, model="m", estimate=1, wait=waits)()
+        again = await limited_attempt(rate, answer, model="m", estimate=1, wait=waits)()
+    assert reply.text == again.text == "ok"
     assert waits.seen and {reason for _, reason, _ in waits.seen} == {"store"}
     assert sum(seconds for _, _, seconds in waits.seen) == pytest.approx(0.3, abs=0.05)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 2, said  # the docs' two WARNINGs, each once per outage
+    assert "calls wait for it" in said[0] and "calls go on without the fleet's limit" in said[1]
 
 
 async def test_a_slot_is_given_back_when_the_call_fails_or_is_cancelled(store: CheckpointStore) -> None:
@@ -354,22 +359,75 @@ def test_a_megabyte_header_value_is_refused_before_it_is_parsed() -> None:
     [
         "Wed, 21 Oct 2015 07:28:00 GMT",  # an HTTP date in the past
         "-1",
+        "-0.5",
         "0",
+        "1e-400",  # a float's zero
         "soon",
+        "nan",
         "",
-        "1e999",
         "\x00",
     ],
 )
 async def test_a_429_whose_retry_after_is_past_negative_or_garbage_pauses_the_fleet_one_second(
-    store: CheckpointStore, header: str
+    store: CheckpointStore, caplog: pytest.LogCaptureFixture, header: str
+) -> None:
+    """Counted as none (a one-second pause), and said: a WARNING and ``ignored`` on the call's bucket."""
+    from agentlife._llm._messages_http import parse_retry_after
+
+    rate = limiter(store, limits(requests_per_minute=600))
+    headers = {"retry-after": header}
+    with caplog.at_level(logging.WARNING, "agentlife.ratelimit"):
+        assert await rate.learn(_permit(rate), 429, headers, parse_retry_after(headers))
+    _, paused_until, _ = await store.rate_bucket_levels("anthropic", (600, None, None)) or ((), 0, 0)
+    assert 0.5 < paused_until - time.time() <= 1.0
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1 and "retry-after=" in said[0] and "pausing 1 s" in said[0], said
+    assert rate.snapshot()["anthropic"]["ignored"] == 1
+
+
+@pytest.mark.parametrize("header", ["1e400", "1" + "0" * 400, "1" + "0" * 1000])
+async def test_a_retry_after_too_large_for_a_float_is_cut_to_the_bound_and_said(
+    store: CheckpointStore, caplog: pytest.LogCaptureFixture, header: str
 ) -> None:
     from agentlife._llm._messages_http import parse_retry_after
 
     rate = limiter(store, limits(requests_per_minute=600))
-    assert await rate.learn(_permit(rate), 429, {}, parse_retry_after({"retry-after": header}))
+    headers = {"Retry-After": header}
+    with caplog.at_level(logging.WARNING, "agentlife.ratelimit"):
+        assert await rate.learn(_permit(rate), 429, headers, parse_retry_after({"retry-after": header}))
     _, paused_until, _ = await store.rate_bucket_levels("anthropic", (600, None, None)) or ((), 0, 0)
-    assert 0.5 < paused_until - time.time() <= 1.0
+    assert paused_until - time.time() == pytest.approx(MAX_PAUSE_SECONDS, abs=5)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1 and "pausing 60 s" in said[0] and len(said[0]) < 200, said
+
+
+async def test_what_the_provider_taught_reaches_status_without_waiting_for_a_wait(
+    store: CheckpointStore,
+) -> None:
+    """``ignored`` and ``rate_limited`` in ``/status`` follow the WARNINGs, on the call's buckets only."""
+    from agentlife._config import Settings
+    from agentlife._runtime._process import ProcessShell, ShellOptions
+    from agentlife.constants import Constants
+
+    env = {"AGENTLIFE_RATE_LIMIT_RPM": "600", "AGENTLIFE_RATE_LIMIT_MODELS": "other-model rpm=5"}
+    settings = Settings.from_env(env, job_id="j", agent_id="a")
+    shell = ProcessShell(
+        env, agent_id="a", constants=Constants(), options=ShellOptions(probes=False), on_signal=print
+    )
+    rate = shell.rate_limiter(store, settings)
+    assert rate is not None
+    await rate.acquire("other-model", 10, Waits())  # that model's bucket exists: it heard no lie
+    lying = {
+        "anthropic-ratelimit-requests-limit": "10",
+        "anthropic-ratelimit-requests-remaining": "1000",
+        "anthropic-ratelimit-input-tokens-remaining": "-5",
+        "anthropic-ratelimit-output-tokens-remaining": "nan",
+    }
+    await rate.learn(_permit(rate), 200, lying, None)
+    board = shell.board.snapshot().rate_limits or {}
+    assert board["anthropic"]["ignored"] == 3 and board["anthropic/other-model"]["ignored"] == 0, board
+    await rate.learn(_permit(rate), 429, {"retry-after": "0.1"}, 0.1)
+    assert (shell.board.snapshot().rate_limits or {})["anthropic"]["rate_limited"] == 1
 
 
 async def test_a_bucket_row_written_by_hand_is_read_within_bounds(tmp_path: Path) -> None:

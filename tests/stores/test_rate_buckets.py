@@ -8,6 +8,7 @@ its lease.
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import time
@@ -22,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentlife.stores import CheckpointStore, PostgresStore, SQLiteStore, TableNames
-from agentlife.stores._ratebuckets import IN_FLIGHT_POLL_SECONDS, RateDraw, refill
+from agentlife.stores._ratebuckets import IN_FLIGHT_POLL_SECONDS, MAX_PAUSE_SECONDS, RateDraw, refill
 
 pytestmark = pytest.mark.anyio
 
@@ -172,6 +173,36 @@ async def test_a_bucket_row_written_badly_is_read_as_empty_not_as_a_crash(
     await store.return_rate_capacity(KEY, CAPS, (math.nan, math.nan, math.nan))  # ignored, not stored
     levels, _, _ = await store.rate_bucket_levels(KEY, CAPS) or ((), 0, 0)
     assert all(isinstance(v, float) and math.isfinite(v) for v in levels)
+
+
+async def test_a_pause_from_a_clock_a_day_ahead_holds_the_fleet_at_most_the_bound_said_once(
+    store: CheckpointStore, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pod with a clock a day ahead writes "now + pause" after a 429: the others wait 60 s, not a day."""
+    here = clock.now
+    clock.now = here + 86_400.0
+    await store.pause_rate_bucket(KEY, CAPS, clock.now + 30)
+    clock.now = here
+    with caplog.at_level(logging.WARNING, logger="agentlife.ratelimit"):
+        grant = await store.draw_rate_capacity(KEY, CAPS, draw())
+        again = await store.draw_rate_capacity(KEY, CAPS, draw())
+    assert grant.reason == "paused" and grant.wait == pytest.approx(MAX_PAUSE_SECONDS)
+    assert again.wait == pytest.approx(MAX_PAUSE_SECONDS)  # the row was repaired, not read afresh
+    said = [r.getMessage() for r in caplog.records if "store's pause" in r.getMessage()]
+    assert len(said) == 1 and "pausing 60 s" in said[0], said
+    clock.now += MAX_PAUSE_SECONDS
+    assert (await store.draw_rate_capacity(KEY, CAPS, draw())).wait == 0
+
+
+@pytest.mark.parametrize("until", [1e300, math.inf])
+async def test_a_pause_asked_past_the_bound_is_stored_within_it(
+    store: CheckpointStore, clock: Clock, until: float
+) -> None:
+    await store.pause_rate_bucket(KEY, CAPS, until)
+    _, paused, _ = await store.rate_bucket_levels(KEY, CAPS) or ((), 0, 0)
+    assert paused == pytest.approx(clock.now + MAX_PAUSE_SECONDS)
+    grant = await store.draw_rate_capacity(KEY, CAPS, draw())
+    assert grant.reason == "paused" and grant.wait == pytest.approx(MAX_PAUSE_SECONDS)
 
 
 # -- the property test: random draws, give-backs, pauses and kills against a model -------------------------

@@ -39,6 +39,7 @@ from agentlife._version import __version__
 __all__ = [
     "API_VERSION",
     "DEFAULT_BASE_URL",
+    "RETRY_AFTER_TOO_LARGE",
     "MessagesHTTP",
     "ResponseHolder",
     "checked_events",
@@ -129,8 +130,16 @@ def error_details(body: Any) -> tuple[str | None, str | None]:
     return None, None
 
 
+#: What a ``retry-after`` too large for a float (``1e400``, a thousand digits) reads as: longer than any
+#: wait anything believes, so each consumer cuts it to its own bound (and says so), finite for arithmetic.
+RETRY_AFTER_TOO_LARGE = 1e9
+
+
 def parse_retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), if any."""
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date), if any.
+
+    A number too large for a float is `RETRY_AFTER_TOO_LARGE`, not "none": it asked for a long wait.
+    """
     raw_ms = headers.get("retry-after-ms")
     if raw_ms:
         try:
@@ -152,6 +161,8 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
 
 
 def _non_negative(value: float) -> float | None:
+    if value == math.inf:  # a positive number past a float's range: "1e400" is a long wait, not none
+        return RETRY_AFTER_TOO_LARGE
     return value if math.isfinite(value) and value >= 0 else None
 
 

@@ -15,7 +15,8 @@ is bounded (`MAX_PAUSE_SECONDS`) and a lie (more left than the limit, a reset in
 ignored.
 
 The store down: a call waits for it up to ``store_down_seconds``, then goes on without the fleet's limit
-(logged once per outage), so a store outage cannot stop every model call for longer than that.
+(two WARNINGs per outage, each once: when it begins, and when calls go on), so a store outage cannot stop
+every model call for longer than that.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import anyio
 
 from agentlife._exceptions import StoreError
 from agentlife._llm._ratelimit_headers import RESPONSE_SEEN, ProviderView, provider_view, response_seen
-from agentlife.stores._ratebuckets import RateDraw
+from agentlife.stores._ratebuckets import MAX_PAUSE_SECONDS, RateDraw
 
 if TYPE_CHECKING:
     from agentlife._llm._protocol import Usage
@@ -56,8 +57,6 @@ log = logging.getLogger("agentlife.ratelimit")
 #: minute's limit it draws at a time): long enough that a busy process draws about once a second, short
 #: enough that what an idle one holds is little.
 SLICE_SECONDS = 1.0
-#: The longest pause one answer of a provider may impose (a ``retry-after`` of a year is a lie or a bug).
-MAX_PAUSE_SECONDS = 60.0
 #: The pause after a 429 that named no wait.
 DEFAULT_PAUSE_SECONDS = 1.0
 #: A rate-limit header narrows the fleet's bucket when less than this fraction of a limit is left.
@@ -154,6 +153,8 @@ class RateLimiter:
         self.stats: dict[str, BucketStats] = {}
         #: Told of each wait as it begins (seconds None) and ends (the seconds waited): status, metrics.
         self.observe: Callable[[str, str, float | None], None] | None = None
+        #: Told when what the provider taught changed the counters without a wait (``/status``).
+        self.changed: Callable[[], None] | None = None
 
     def snapshot(self) -> dict[str, dict[str, float | int]]:
         """Per bucket: waits, seconds waited, calls waiting now, what the provider taught (``/status``)."""
@@ -337,33 +338,49 @@ class RateLimiter:
         (bounded, `MAX_PAUSE_SECONDS`; `DEFAULT_PAUSE_SECONDS` when it named none); a rate-limit header
         with less than `LOW_FRACTION` of a limit left narrows the bucket to it.
         """
-        view = provider_view(headers or {}, on_lie=self._lie)
+        lies: list[str] = []
+        view = provider_view(headers or {}, on_lie=lies.append)
         limited = status == 429 or (status == 529 and retry_after is not None)
         buckets = [self._slice(b) for b in self._limits.buckets(permit.model)]
+        pause = self._bounded_pause(retry_after, headers or {}, lies) if limited else 0.0
+        taught = bool(lies)
         for piece in buckets:
+            stats = self.stats[piece.limit.key]
+            stats.ignored += len(lies)
             if limited:
-                await self._pause(piece, self._bounded_pause(retry_after), (None, None, None))
-                self.stats[piece.limit.key].rate_limited += 1
-            else:
-                await self._narrow(piece, view)
+                await self._pause(piece, pause, (None, None, None))
+                stats.rate_limited += 1
+            elif await self._narrow(piece, view):
+                taught = True
+        for what in lies:
+            log.warning("ignored a rate-limit header: %s", what)
+        if (limited or taught) and self.changed is not None:
+            self.changed()
         return limited
 
-    def _bounded_pause(self, retry_after: float | None) -> float:
+    def _bounded_pause(self, retry_after: float | None, headers: Mapping[str, str], lies: list[str]) -> float:
         """The pause a 429 imposes: what it asked, within (0, `MAX_PAUSE_SECONDS`].
 
         No ``retry-after``, or one of 0 (a date in the past, or a server that says "now" while refusing):
-        `DEFAULT_PAUSE_SECONDS`, so a refusing server is not asked again at once, eight times in a row.
+        `DEFAULT_PAUSE_SECONDS`, so a refusing server is not asked again at once, eight times in a row; a
+        ``retry-after`` sent but not a time to come (``-1``, ``soon``, ``nan``) is one of ``lies``.
         """
-        pause = retry_after
-        if pause is None or pause <= 0:
+        said = _retry_after_said(headers)
+        if retry_after is None or retry_after <= 0:
+            if said:
+                lies.append(f"{said} is not a time to come; pausing {DEFAULT_PAUSE_SECONDS:g} s")
             return DEFAULT_PAUSE_SECONDS
-        if pause > MAX_PAUSE_SECONDS:
-            log.warning("a provider asked for a pause of %.0f s; pausing %.0f s", pause, MAX_PAUSE_SECONDS)
+        if retry_after > MAX_PAUSE_SECONDS:
+            log.warning(
+                "a provider asked for a pause of %s; pausing %.0f s",
+                said or f"{retry_after:.6g} s",
+                MAX_PAUSE_SECONDS,
+            )
             return MAX_PAUSE_SECONDS
-        return max(0.0, pause)
+        return retry_after
 
-    async def _narrow(self, piece: _Slice, view: ProviderView) -> None:
-        """Levels down to what the provider says is left; the bucket's own refill then paces the calls.
+    async def _narrow(self, piece: _Slice, view: ProviderView) -> bool:
+        """Levels down to what the provider says is left (True when it was little); the refill then paces.
 
         The providers' ``reset`` is when a bucket is *full* again, not when it has room for one more call
         (they refill continuously): it is read and checked, never waited for.
@@ -373,9 +390,11 @@ class RateLimiter:
             left = view.remaining[i]
             if cap is not None and left is not None and left < cap * LOW_FRACTION:
                 remaining[i] = left
-        if remaining != [None, None, None]:
-            self.stats[piece.limit.key].narrowed += 1
-            await self._pause(piece, 0.0, tuple(remaining))
+        if remaining == [None, None, None]:
+            return False
+        self.stats[piece.limit.key].narrowed += 1
+        await self._pause(piece, 0.0, tuple(remaining))
+        return True
 
     async def _pause(self, piece: _Slice, seconds: float, remaining: tuple[float | None, ...]) -> None:
         if seconds > 0 and self._clock() + seconds > piece.blocked_until:
@@ -388,10 +407,15 @@ class RateLimiter:
         except StoreError as exc:
             log.warning("rate limit %s: could not tell the fleet (%s)", piece.limit.key, type(exc).__name__)
 
-    def _lie(self, what: str) -> None:
-        for stats in self.stats.values():
-            stats.ignored += 1
-        log.warning("ignored a rate-limit header: %s", what)
+
+def _retry_after_said(headers: Mapping[str, str]) -> str:
+    """The ``retry-after`` headers a response carried, as sent (cut), for a WARNING; empty when none."""
+    said = [
+        f"{str(k).lower()}={str(v)[:40]!r}"
+        for k, v in headers.items()
+        if str(k).lower().startswith("retry-after")
+    ]
+    return ", ".join(said)
 
 
 def _need(caps: tuple[int | None, int | None, int | None], estimate: float) -> tuple[float, float, float]:

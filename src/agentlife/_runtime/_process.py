@@ -135,6 +135,7 @@ class ProcessShell:
                 board.update(rate_limits=limiter.snapshot())
 
             limiter.observe = observe
+            limiter.changed = lambda: board.update(rate_limits=limiter.snapshot())
             board.update(rate_limits=limiter.snapshot())
             self._limiter = limiter
         return self._limiter

@@ -10,7 +10,9 @@ its process was killed: a slot is never lost for longer than its lease.
 
 What a provider says (a 429's ``retry-after``, a rate-limit header's remaining count) pauses or narrows
 the bucket for every process (`pause_rate_bucket`). Levels stay within ``[0, limit]`` whatever is given
-back, and a clock that went backwards refills nothing.
+back, a clock that went backwards refills nothing, and a pause read from the row ends at most
+`MAX_PAUSE_SECONDS` after the reader's now (a row written by a host whose clock runs ahead, or by hand,
+cannot park the fleet for longer).
 
 Each operation is one transaction (``FOR UPDATE`` on PostgreSQL, SQLite's write lock) of a few statements;
 the hot path does not run one (see ``docs/rate-limits.md``).
@@ -18,6 +20,7 @@ the hot path does not run one (see ``docs/rate-limits.md``).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IN_FLIGHT_POLL_SECONDS",
+    "MAX_PAUSE_SECONDS",
     "RateDraw",
     "RateGrant",
     "draw_rate_capacity",
@@ -37,6 +41,13 @@ __all__ = [
     "return_rate_capacity",
 ]
 
+log = logging.getLogger("agentlife.ratelimit")
+
+#: The longest pause a bucket holds: what one answer of a provider may impose (a ``retry-after`` of a
+#: year is a lie or a bug), and the furthest a ``paused_until`` read from the row is believed.
+MAX_PAUSE_SECONDS = 60.0
+#: How far past that bound a row's pause may be before it is said (a clock a little ahead is no news).
+_PAUSE_SLACK_SECONDS = 1.0
 #: How often a call waiting for an in-flight slot asks again: slots end in other processes, unseen.
 IN_FLIGHT_POLL_SECONDS = 0.2
 #: Caps per dimension: (requests, input tokens, output tokens) per minute, None where not limited.
@@ -99,7 +110,28 @@ async def _levels(tx: Tx, key: str, caps: Caps) -> tuple[list[float], float]:
     # A clock that went backwards (another host's, or this one's) refills nothing rather than negative.
     elapsed = now - updated if now > updated else 0.0
     levels = [refill(_number(row[i], 0.0), caps[i], elapsed) for i in range(3)]
-    return levels, _number(row[4], 0.0)
+    return levels, _bounded_pause(key, _number(row[4], 0.0), now, warn=True)
+
+
+def _bounded_pause(key: str, paused_until: float, now: float, *, warn: bool) -> float:
+    """The row's pause end, at most `MAX_PAUSE_SECONDS` past ``now``.
+
+    A row written by a host whose clock runs a day ahead (its "now + pause"), or by hand, would otherwise
+    park every job of the fleet for as long as it says. The bounded value is written back with the
+    transaction, so the WARNING is said once, by the process that repaired the row.
+    """
+    furthest = now + MAX_PAUSE_SECONDS
+    if paused_until <= furthest:
+        return paused_until
+    if warn and paused_until > furthest + _PAUSE_SLACK_SECONDS:
+        log.warning(
+            "rate limit %s: the store's pause ends %.3g s from now (a clock ahead, or the row written by"
+            " hand); pausing %.0f s",
+            key,
+            paused_until - now,
+            MAX_PAUSE_SECONDS,
+        )
+    return furthest
 
 
 def _number(value: object, default: float) -> float:
@@ -191,15 +223,16 @@ async def pause_rate_bucket(
 ) -> None:
     """What a provider said, for every process: no capacity before ``until``, at most ``remaining`` now.
 
-    ``until`` and ``remaining`` are bounded by the caller (`agentlife._llm._ratelimiter`); a pause never
-    shortens a longer one already set, and a remaining count never raises a level.
+    ``until`` and ``remaining`` are bounded by the caller (`agentlife._llm._ratelimiter`), and ``until``
+    again here (at most `MAX_PAUSE_SECONDS` from now); a pause never shortens a longer one already set,
+    and a remaining count never raises a level.
     """
     async with tx.atomic():
         levels, paused_until = await _levels(tx, key, caps)
         for i, left in enumerate(remaining):
             if left is not None and caps[i] is not None and math.isfinite(left):
                 levels[i] = min(levels[i], max(0.0, left))
-        await _write(tx, key, levels, max(paused_until, until))
+        await _write(tx, key, levels, max(paused_until, min(until, tx.now + MAX_PAUSE_SECONDS)))
 
 
 async def rate_bucket_levels(tx: Tx, key: str, caps: Caps) -> tuple[tuple[float, ...], float, int] | None:
@@ -214,5 +247,6 @@ async def rate_bucket_levels(tx: Tx, key: str, caps: Caps) -> tuple[tuple[float,
     updated = _number(row[3], now)
     elapsed = now - updated if now > updated else 0.0
     levels = tuple(refill(_number(row[i], 0.0), caps[i], elapsed) for i in range(3))
+    paused_until = _bounded_pause(key, _number(row[4], 0.0), now, warn=False)
     slots = await tx.fetchval(tx.sql.rate_live_slots, key=key, at=now) or 0
-    return levels, _number(row[4], 0.0), int(slots)
+    return levels, paused_until, int(slots)
