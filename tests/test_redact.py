@@ -472,3 +472,19 @@ def test_redact_obj_bounds_cycles_and_depth_and_keeps_shared_values() -> None:
     assert r.redact_obj({"str key": {1: "tok-123456", None: ["tok-123456 x"]}}) == {
         "str key": {"1": MASK, "None": [f"{MASK} x"]}
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("postgresql://u:p%40ss w0rd@h/db", "postgresql://u:***@h/db"),
+        ('{"url": "postgresql://u:pa ss@h:5432/db"}', '{"url": "postgresql://u:***@h:5432/db"}'),
+        ("see http://host:8080/path and mail me@x.com", None),  # a port and a path: no password
+        ("http://host:8080 and me@x.com", None),
+        ("a://b:c d\ne@f", None),  # not on one line
+    ],
+)
+def test_a_url_password_holding_a_space_is_masked_in_free_text(text: str, masked: str | None) -> None:
+    redactor = Redactor.from_env({})
+    assert redactor.redact(text) == (text if masked is None else masked)
+    assert redactor.redact(redactor.redact(text)) == redactor.redact(text)

@@ -68,6 +68,9 @@ _WORD_END = re.compile(r"[\s'\"]")
 # ":", so it stops before the next "://".
 _USER_END = re.compile(r"[:/@\s'\"]")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+# A password holding spaces ends the URL's word early: its "@" is looked for a little further, on the same
+# line, past no "/" or quote (which "host:8080/path ... me@x" has, so a port is never taken for one).
+_SPACED_PASSWORD = re.compile(r"[^/\r\n'\"<>@]{1,128}@")
 # Values this short are too likely to occur by chance ("1", "true"); the patterns still catch their shapes.
 _MIN_SECRET_LEN = 6
 #: How deep `Redactor.redact_obj` walks. orjson (journal, stores) refuses 255 levels, so every value the
@@ -325,16 +328,32 @@ def _url_password_spans(text: str) -> Iterator[tuple[int, int]]:
     pos = 0
     while (found := text.find("://", pos)) >= 0:
         start = found + 3
-        if start > word_end:  # the first "://" of a new word
+        first_in_word = start > word_end
+        if first_in_word:  # the first "://" of a new word
             end_match = _WORD_END.search(text, start)
             word_end = end_match.start() if end_match else len(text)
             last_at = text.rfind("@", start, word_end)
         user_end = _USER_END.search(text, start)
-        if user_end is None or user_end.group() != ":" or last_at <= user_end.end():
+        if user_end is None or user_end.group() != ":":
             pos = start
+            continue
+        if last_at <= user_end.end():
+            # Only for a URL that starts its word: masking it must not join the word to an "@" an earlier
+            # "://" of the word would then mask from (masking twice would change the text again).
+            spaced = _SPACED_PASSWORD.match(text, user_end.end()) if first_in_word else None
+            if spaced is None or not any(c.isspace() for c in spaced.group()) or _is_port(spaced.group()):
+                pos = start
+                continue
+            yield user_end.end(), spaced.end() - 1
+            pos = spaced.end()
             continue
         yield user_end.end(), last_at
         pos = last_at + 1
+
+
+def _is_port(span: str) -> bool:
+    """Whether ``span`` (a ":" to an "@" further on) starts with a port: ``host:8080 and me@x``."""
+    return span.split(None, 1)[0].isdigit()
 
 
 def _shapes_in(text: str) -> tuple[re.Pattern[str], ...]:
