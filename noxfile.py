@@ -104,7 +104,7 @@ def chaos(session: nox.Session) -> None:
     session.run("pytest", "-q", "-n", "3", "tests", env={"AGENTLIFE_TESTS_EXHAUSTIVE": "1"})
     # The worker pool: 300 jobs, 32 SIGKILLs and 32 SIGTERMs of its 3 workers, once one job at a time and
     # once --concurrency 10 running a tool agent against the fake model server with 200 ms latency (the
-    # suite runs 30 / 4 / 4 with 3 workers, and 16 / 3 / 3 at --concurrency 4 with 50 ms).
+    # suite runs 30 / 3 / 3 with 3 workers, and 16 / 2 / 2 at --concurrency 4 with 50 ms).
     session.run(
         "pytest",
         "-q",

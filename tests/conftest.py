@@ -40,7 +40,7 @@ from _pg import *  # noqa: E402, F403 - PostgreSQL fixtures (postgres_server, po
 #: ``AGENTLIFE_TESTS_EXHAUSTIVE=1`` (the nox ``chaos`` session) runs every variant; the suite runs fewer.
 EXHAUSTIVE = os.environ.get("AGENTLIFE_TESTS_EXHAUSTIVE") == "1"
 #: The fixtures that run a real-process test once per store ("sqlite", "postgresql").
-STORE_FIXTURES = frozenset({"db_url", "db", "cli", "any_url"})
+STORE_FIXTURES = frozenset({"db_url", "db", "cli", "any_url", "shared_url"})
 STORES = frozenset({"sqlite", "postgresql"})
 
 

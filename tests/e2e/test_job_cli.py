@@ -296,28 +296,34 @@ def test_manifest_payload_reaches_every_scheduled_run(tmp_path: Path) -> None:
     env = agent_env(tmp_path)
     base = ("manifest", "--image", "x:1", "--agent", "m:C", "--schedule", "0 9 * * 1-5")
     budget = ("--init-p95", "30", "--exec-p95", "300")
-    out = run_cli(*base, *budget, "--payload", '{"repo": "acme/x"}', "-o", "json", env=env)
+    out = cli_in_process(*base, *budget, "--payload", '{"repo": "acme/x"}', "-o", "json", env=env)
     assert out.returncode == 0, out.stderr
     container = json.loads(out.stdout)["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     assert container["args"][-3:] == ["--create-job", "--payload", '{"repo":"acme/x"}']
-    _one_line_error(run_cli(*base, *budget, "--payload", "{bad", env=env), EXIT_USAGE, "not valid JSON")
+    _one_line_error(
+        cli_in_process(*base, *budget, "--payload", "{bad", env=env), EXIT_USAGE, "not valid JSON"
+    )
 
 
 # -- where the store is ------------------------------------------------------------------------------------
 
 
 def test_commands_that_read_jobs_never_create_a_store(tmp_path: Path) -> None:
+    # What the commands print and leave on disk, in this process (`cli_in_process`): nothing here is about
+    # the process, and a `job` process start costs about a third of a CPU second.
     env = agent_env(tmp_path / "data")
     missing = tmp_path / "typo.db"
     for args in (("job", "list"), ("job", "show", "j-1"), ("job", "cancel", "j-1"), ("reap",)):
-        done = run_cli(*args, "--database-url", f"sqlite:///{missing}", env=env)
+        done = cli_in_process(*args, "--database-url", f"sqlite:///{missing}", env=env)
         _one_line_error(done, 1, f"no store at {missing}", "db init")
         assert not missing.exists() and not (tmp_path / "data").exists()
     # The embedded default is no exception.
-    _one_line_error(run_cli("job", "list", env=env), 1, f"no store at {tmp_path / 'data' / 'agentlife.db'}")
+    _one_line_error(
+        cli_in_process("job", "list", env=env), 1, f"no store at {tmp_path / 'data' / 'agentlife.db'}"
+    )
     assert not (tmp_path / "data").exists()
     # sqlite:///tmp/x.db is relative: the error says where it looked and how to write the absolute path.
-    relative = run_cli("job", "list", "--database-url", "sqlite:///tmp/typo-nowhere.db", env=env)
+    relative = cli_in_process("job", "list", "--database-url", "sqlite:///tmp/typo-nowhere.db", env=env)
     _one_line_error(relative, 1, "sqlite:///tmp/typo-nowhere.db is relative to the current directory")
     assert "for /tmp/typo-nowhere.db write sqlite:////tmp/typo-nowhere.db" in relative.stderr
     # A file that is not a store is refused, and left exactly as it was (no WAL switch, no tables).
@@ -328,15 +334,17 @@ def test_commands_that_read_jobs_never_create_a_store(tmp_path: Path) -> None:
     conn.close()
     before = other.read_bytes()
     _one_line_error(
-        run_cli("job", "list", "--database-url", f"sqlite:///{other}", env=env), 1, "it holds no job table"
+        cli_in_process("job", "list", "--database-url", f"sqlite:///{other}", env=env),
+        1,
+        "it holds no job table",
     )
     assert other.read_bytes() == before
     # `job create` is the one that may create it; then the others find it.
-    made = run_cli(
+    made = cli_in_process(
         "job", "create", "reviewer", "--job-id", "j-1", "--database-url", f"sqlite:///{missing}", env=env
     )
     assert made.returncode == 0, made.stderr
-    listed = run_cli("job", "list", "--database-url", f"sqlite:///{missing}", env=env)
+    listed = cli_in_process("job", "list", "--database-url", f"sqlite:///{missing}", env=env)
     assert listed.returncode == 0 and "j-1" in listed.stdout, listed.stderr
 
 
@@ -413,14 +421,14 @@ def test_list_json_prints_bytes_another_client_wrote_as_hex(tmp_path: Path) -> N
     url = f"sqlite:///{tmp_path / 'jobs.db'}"
     env = agent_env(tmp_path / "data", AGENTLIFE_DATABASE_URL=url)
     init_schema(url)
-    assert run_cli("job", "create", "agent", "--job-id", "b1", env=env).returncode == 0
-    assert run_cli("job", "create", "agent", "--job-id", "b2", env=env).returncode == 0
+    assert cli_in_process("job", "create", "agent", "--job-id", "b1", env=env).returncode == 0
+    assert cli_in_process("job", "create", "agent", "--job-id", "b2", env=env).returncode == 0
     conn = sqlite3.connect(tmp_path / "jobs.db", isolation_level=None)
     try:
         conn.execute("UPDATE job SET checkpoint_id = X'FF41' WHERE id = 'b1'")
     finally:
         conn.close()
-    shown = run_cli("job", "list", "--json", env=env)
+    shown = cli_in_process("job", "list", "--json", env=env)
     assert shown.returncode == 0, shown.stderr
     rows = {r["id"]: r for r in map(json.loads, shown.stdout.splitlines())}
     assert set(rows) == {"b1", "b2"} and rows["b1"]["checkpoint_id"] == "hex:ff41"

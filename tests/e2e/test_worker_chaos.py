@@ -15,8 +15,8 @@ after a latency; it also checks from the journals that no attempt overlapped ano
 ended with 143 inside the grace period.
 
 Sizes come from the environment, so the nox ``chaos`` session runs the big variant: ``WORKER_CHAOS_JOBS``
-(default 30; 16 for the concurrent test), ``WORKER_CHAOS_SIGKILLS`` (4; 3), ``WORKER_CHAOS_SIGTERMS`` (4;
-3), ``WORKER_CHAOS_WORKERS`` (3; 3), ``WORKER_CHAOS_SEED`` (15), ``WORKER_CHAOS_CONCURRENCY`` (4) and
+(default 30; 16 for the concurrent test), ``WORKER_CHAOS_SIGKILLS`` (3; 2), ``WORKER_CHAOS_SIGTERMS`` (3;
+2), ``WORKER_CHAOS_WORKERS`` (3; 3), ``WORKER_CHAOS_SEED`` (15), ``WORKER_CHAOS_CONCURRENCY`` (4) and
 ``WORKER_CHAOS_LATENCY`` (0.05 s).
 """
 
@@ -45,8 +45,8 @@ from agentlife.stores import JobStatus
 from procs import REPO, agent_env
 
 JOBS = int(os.environ.get("WORKER_CHAOS_JOBS", "30"))
-SIGKILLS = int(os.environ.get("WORKER_CHAOS_SIGKILLS", "4"))
-SIGTERMS = int(os.environ.get("WORKER_CHAOS_SIGTERMS", "4"))
+SIGKILLS = int(os.environ.get("WORKER_CHAOS_SIGKILLS", "3"))
+SIGTERMS = int(os.environ.get("WORKER_CHAOS_SIGTERMS", "3"))
 WORKERS = int(os.environ.get("WORKER_CHAOS_WORKERS", "3"))
 SEED = int(os.environ.get("WORKER_CHAOS_SEED", "15"))
 STEPS = 3
@@ -346,8 +346,8 @@ CONCURRENCY = int(os.environ.get("WORKER_CHAOS_CONCURRENCY", "4"))
 #: Seconds the fake model server waits before each answer.
 LATENCY = float(os.environ.get("WORKER_CHAOS_LATENCY", "0.05"))
 POOL_JOBS = int(os.environ.get("WORKER_CHAOS_JOBS", "16"))
-POOL_SIGKILLS = int(os.environ.get("WORKER_CHAOS_SIGKILLS", "3"))
-POOL_SIGTERMS = int(os.environ.get("WORKER_CHAOS_SIGTERMS", "3"))
+POOL_SIGKILLS = int(os.environ.get("WORKER_CHAOS_SIGKILLS", "2"))
+POOL_SIGTERMS = int(os.environ.get("WORKER_CHAOS_SIGTERMS", "2"))
 POOL_WORKERS = int(os.environ.get("WORKER_CHAOS_WORKERS", "3"))
 #: x 0.02: the 65 s grace period is 1.3 s (step deadline 0.9 s, cleanup 0.2 s), the reaper threshold 6 s,
 #: the job heartbeat 0.6 s. A drain must end inside the grace period; `DRAIN_MARGIN` is for a process
