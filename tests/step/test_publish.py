@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from agentlife import ConfigError, StepContext
 from agentlife._journal._writer import Journal
 from agentlife._output._follow import follow_job
 from agentlife._redact import Redactor
+from agentlife.stores import SQLiteStore
 from agentlife.testing import ScriptedLLM
 from stepctx import journal_events, step_contexts
 
@@ -105,3 +107,39 @@ async def test_past_the_events_a_job_may_keep_publish_is_refused_and_writes_noth
         with pytest.raises(ConfigError, match=r"already holds 3 output events \(at most 3\)"):
             await ctx.publish("c", 3)
         assert [e.name for e in await _output(ctx)] == ["RUNNING", "a", "b"]
+
+
+async def test_a_resumed_step_publishing_another_value_under_the_same_call_keeps_the_first(
+    tmp_path: Path,
+) -> None:
+    from agentlife import AgentProcess, Done, tool
+    from agentlife.testing import AgentHarness, DrainAt
+
+    @tool(side_effects=False)
+    async def slow() -> str:
+        """A call the first attempt is cut in, at its drain deadline."""
+        await anyio.sleep(0 if (tmp_path / "data" / "second").exists() else 60)
+        return "ok"
+
+    class Publisher(AgentProcess):
+        agent_id = "publisher"
+
+        async def step(self, ctx: StepContext) -> Done:
+            await ctx.publish("progress", {"attempt": ctx.job.attempt})  # differs on every attempt
+            await ctx.call_tool(slow)
+            return Done(result="done")
+
+    harness = AgentHarness(tmp_path / "data")
+    first = await harness.run(Publisher(), drain=DrainAt.during_tool("slow"))
+    assert first.exit_code == 143
+    (tmp_path / "data" / "second").touch()
+    second = await harness.run(Publisher())  # the same pod: its journal has the first attempt's publish
+    assert second.exit_code == 0, second.log_messages()
+    store: Any = SQLiteStore(tmp_path / "data" / "agentlife.db")
+    await store.open()
+    try:
+        async with follow_job(store, second.job.id if second.job else "", live=False) as events:
+            published = [e.value async for e in events if e.kind == "published"]
+    finally:
+        await store.close()
+    assert published == [{"attempt": 1}]  # the first stays; the job finished

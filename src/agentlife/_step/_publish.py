@@ -58,12 +58,16 @@ async def publish(ctx: StepContext, name: object, value: Any) -> int:
     store, job_id, attempt = booted.store, booted.settings.job_id, booted.settings.attempt
     masked = orjson.dumps(ctx._env.host.redactor.redact_obj(value))
 
-    async def write(name: str, value: Any, invocation_id: str) -> int:
+    async def write(name: str, invocation_id: str) -> int:
         """Write the output row of this call (once per invocation id)."""
         return await store.publish_output(job_id, attempt, invocation_id, name, masked)
 
+    # The value is not an argument of the journaled call: a resumed step that publishes another value
+    # under the same call (a time, an attempt number) keeps the first, on every pod, instead of failing
+    # the digest check of a call whose event followers already saw. The name still is: another name at
+    # that call is another step.
     spec = tool(name=PUBLISH_TOOL, side_effects=False)(write)
-    seq: int = await ctx.call_tool(spec, name=name, value=value)
+    seq: int = await ctx.call_tool(spec, name=name)
     return seq
 
 
