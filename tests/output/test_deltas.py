@@ -109,10 +109,29 @@ async def test_a_retried_call_says_its_text_starts_over_and_calls_stay_apart() -
     buffer.add("job/0/1", "next call")
     await buffer.flush()
     assert [(b["c"], b["t"], b["r"]) for b in sent.batches] == [
-        ("job/0/0", "first try", False),
+        ("job/0/0", "first try", True),  # a call's first text in a process starts over: see below
         ("job/0/0", "second", True),
-        ("job/0/1", "next call", False),
+        ("job/0/1", "next call", True),
     ]
+    buffer.add("job/0/1", " goes on")
+    await buffer.flush()
+    assert (sent.batches[-1]["t"], sent.batches[-1]["r"]) == (" goes on", False)
+
+
+async def test_a_call_streamed_again_by_the_next_attempt_starts_over_for_its_followers() -> None:
+    # An attempt killed mid-reply streamed "The answer be"; the next attempt (this buffer, another process
+    # on any pod) streams the same call again. A follower that clears a call's text on "r" shows it once.
+    sent = Sent()
+    killed = DeltaBuffer(sent, rate=10**9)
+    killed.add("job/0/0", "The answer be")
+    await killed.flush()
+    resumed = DeltaBuffer(sent, rate=10**9)
+    resumed.add("job/0/0", "The answer begins here.")
+    await resumed.flush()
+    shown = ""
+    for batch in sent.batches:
+        shown = batch["t"] if batch["r"] else shown + batch["t"]
+    assert shown == "The answer begins here."
 
 
 @pytest.mark.parametrize(

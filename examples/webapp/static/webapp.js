@@ -8,6 +8,7 @@
   const $ = (id) => document.getElementById(id);
   const base = "/jobs/" + encodeURIComponent(job);
   let draft = "";
+  const drafts = new Map();  // call -> its text so far
   window.webapp = { deltas: 0, events: [], lengths: [] };  // what a test reads
 
   const source = new EventSource(base + "/events");
@@ -32,8 +33,11 @@
   source.addEventListener("delta", (e) => {
     const event = JSON.parse(e.data);
     window.webapp.deltas += 1;
-    if (event.value.restart) draft = "";
-    draft += event.value.text;
+    // Text is per model call; a call's text starts over on "restart" (a retry, or the next attempt of a
+    // job whose worker died mid-reply streaming the same call again).
+    const call = event.value.call;
+    drafts.set(call, (event.value.restart ? "" : drafts.get(call) || "") + event.value.text);
+    draft = Array.from(drafts.values()).join("\n\n");
     $("draft").textContent = draft;
     window.webapp.lengths.push(draft.length);
   });

@@ -73,6 +73,9 @@ class DeltaBuffer:
         self._last = clock()
         self._pending: list[tuple[str, str, bool, bool]] = []  # (call, text, starts over, call ended)
         self._held: dict[str, str] = {}  # call -> the tail of its text not yet sent (not masked yet)
+        # Calls whose text this process has sent: the first batch of any other says "starts over", since
+        # an attempt before this one (killed mid-reply, on any pod) may have streamed the same call.
+        self._seen: set[str] = set()
         self._pending_bytes = 0  # at most two seconds' worth while the store takes nothing
         self._dropped_since = 0  # bytes left out since the last batch that went
         #: Bytes of text dropped over the rate, in all.
@@ -86,6 +89,7 @@ class DeltaBuffer:
 
     def restart(self, call: str) -> None:
         """The model call ``call`` is tried again: its text starts over (the next batch says so)."""
+        self._seen.add(call)
         self._pending.append((call, "", True, False))
 
     def finish(self, call: str) -> None:
@@ -107,7 +111,10 @@ class DeltaBuffer:
             return
         self._allowance -= size
         self._pending_bytes += size
-        if self._pending and self._pending[-1][0] == call and not self._pending[-1][3]:
+        if call not in self._seen:  # the call's first text in this process: followers clear what they had
+            self._seen.add(call)
+            self._pending.append((call, text, True, False))
+        elif self._pending and self._pending[-1][0] == call and not self._pending[-1][3]:
             last = self._pending[-1]
             self._pending[-1] = (call, last[1] + text, last[2], False)
         else:
