@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import httpx
+import orjson
 import pytest
 from aiohttp import web
 from jsonschema import Draft202012Validator
@@ -609,3 +610,33 @@ async def test_a_client_that_goes_away_frees_its_stream_and_one_stream_past_the_
                     await anyio.sleep(0.02)
             async with s.http.stream("GET", events) as again:  # its place is free again
                 assert again.status_code == 200
+
+
+async def test_values_come_back_masked_but_whole_as_the_store_keeps_them(tmp_path: Path) -> None:
+    long_text = "a" * 30_000
+    deep: Any = "bottom"
+    for _ in range(100):
+        deep = [deep]
+    payload = {"long": long_text, "deep": deep, "password": "hunter2-not-shown"}
+    async with served(tmp_path) as s:
+        started = await s.http.post(
+            f"{PREFIX}/jobs", json={"agent_id": "demo", "job_id": "whole-1", "payload": payload}, headers=AUTH
+        )
+        assert started.status_code == 200, started.text
+        for answer in (started.json(), (await s.http.get(f"{PREFIX}/jobs/whole-1")).json()):
+            assert answer["payload"] == {**payload, "password": "***"}
+        store = store_from_url(s.store_url)
+        await store.open()
+        try:
+            await store.claim("whole-1", 1)
+            await store.publish_output("whole-1", 1, "whole-1/0/0", "draft", orjson.dumps(payload))
+            await store.set_status("whole-1", 1, "COMPLETED", result=payload)
+        finally:
+            await store.close()
+        result = (await s.http.get(f"{PREFIX}/jobs/whole-1/result")).json()
+        assert result["result"] == {**payload, "password": "***"}
+        async with s.http.stream("GET", f"{PREFIX}/jobs/whole-1/events") as response:
+            text = "".join([chunk async for chunk in response.aiter_text()])
+        frames = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+        (published,) = [f for f in frames if f["kind"] == "published"]
+        assert published["value"] == {**payload, "password": "***"}

@@ -131,11 +131,11 @@ class Api:
             return _json({"job_id": job_id, "status": self.masker.text(exc.status, 100)}, status=202)
         except JobFailed as exc:
             code = _ENDED.get(type(exc), "job_failed")
-            last = self.masker.value(exc.last_error) if exc.last_error is not None else None
+            last = self.masker.whole(exc.last_error) if exc.last_error is not None else None
             raise ApiError(
                 409, code, str(exc), job_id=job_id, job_status=exc.status, last_error=last
             ) from None
-        shown = {"job_id": job_id, "status": str(JobStatus.COMPLETED), "result": self.masker.value(result)}
+        shown = {"job_id": job_id, "status": str(JobStatus.COMPLETED), "result": self.masker.whole(result)}
         return _json(shown)
 
     # -- writes -------------------------------------------------------------------------------------------
@@ -302,8 +302,8 @@ class Api:
         fields["finished"] = job.finished
         if "errors" in fields:
             fields["errors"] = fields["errors"][-MAX_ERRORS:]
-        # Each value on its own: one large payload must not use up the bound of the others.
-        return {name: self.masker.value(value) for name, value in fields.items()}
+        # Masked, never cut: the store bounds what it keeps, and a client must get back what it stored.
+        return {name: self.masker.whole(value) for name, value in fields.items()}
 
     async def answer(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
         """The handler's response, or the JSON error that says why there is none."""

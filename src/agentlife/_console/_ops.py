@@ -104,7 +104,7 @@ class OutputFollower:
     def _frame(self, event: JobEvent) -> Frame:
         body = event.to_json()
         body["name"] = self._masker.text(event.name, 200)
-        body["value"] = self._masker.value(event.value)
+        body["value"] = self._masker.whole(event.value)
         durable = event.kind != "delta"
         seq = int(event.cursor.partition(".")[0])
         return Frame(event.cursor, event.kind, orjson.dumps(body), event.kind == "end", durable, seq)

@@ -44,6 +44,14 @@ class Masker:
         """A JSON-like value with every string redacted, credential keys masked, and everything bounded."""
         return bound(self._redactor.redact_obj(value), limit)
 
+    def whole(self, value: Any) -> Any:
+        """A JSON-like value masked as `value` masks it, but never cut: what an API returns.
+
+        The store bounds what it holds (payloads, results, published values), so an API can give it back
+        as it is; only a page needs `bound`'s cuts.
+        """
+        return _mask_secret_keys(self._redactor.redact_obj(value))
+
     def text(self, value: Any, limit: int = MAX_TEXT) -> str:
         """``value`` as masked text (a non-string is shown as its ``repr``), at most ``limit`` characters."""
         text = value if isinstance(value, str) else repr(value)
@@ -80,6 +88,18 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 def _secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search("".join(c for c in key.lower()[:200] if c.isalnum())))
+
+
+def _mask_secret_keys(value: Any) -> Any:
+    """``value`` with the value of every key named like a credential (not None or empty) as ``***``."""
+    if isinstance(value, dict):
+        return {
+            k: MASK if _secret_key(str(k)) and v not in (None, "") else _mask_secret_keys(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_mask_secret_keys(v) for v in value]
+    return value
 
 
 def bound(value: Any, limit: int = MAX_TEXT) -> Any:
