@@ -421,18 +421,19 @@ def _plain(value: Any) -> Any:
 
 
 def _integer(text: str | None, name: str, low: int, high: int, default: int) -> int:
-    if text is None or text == "":
+    # Absent is the default; present but empty (``?limit=``, a template that rendered nothing) is an error.
+    if text is None:
         return default
-    if not text.isdigit() or len(text) > 9 or not low <= int(text) <= high:
+    if not (text.isascii() and text.isdigit()) or len(text) > 9 or not low <= int(text) <= high:
         raise BadRequest(f"{name} must be a whole number from {low} to {high}")
     return int(text)
 
 
 def _seconds(text: str | None, name: str, high: float, default: float) -> float:
-    if text is None or text == "":
+    if text is None:
         return default
     try:
-        value = float(text)
+        value = float(text) if text.isascii() else math.nan
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and 0 < value <= high):
