@@ -641,3 +641,21 @@ async def test_values_come_back_masked_but_whole_as_the_store_keeps_them(tmp_pat
         frames = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
         (published,) = [f for f in frames if f["kind"] == "published"]
         assert published["value"] == {**payload, "password": "***"}
+
+
+async def test_a_job_retried_after_its_end_goes_on_in_its_stream_as_client_events_does(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path) as s:
+        await s.http.post(f"{PREFIX}/jobs/wait-1/cancel", json={"reason": "stop"}, headers=AUTH)
+        await s.http.post(f"{PREFIX}/jobs/wait-1/retry", headers=AUTH)  # PENDING again, after its end
+        kinds: list[tuple[str, str]] = []
+        with anyio.fail_after(20):
+            async with s.http.stream("GET", f"{PREFIX}/jobs/wait-1/events") as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("data: "):
+                        frame = json.loads(line[6:])
+                        kinds.append((frame["kind"], frame["name"]))
+                        if frame["name"] == "PENDING":
+                            break  # the stream went on past the end, as the job did
+        assert kinds[-2:] == [("end", "FAILED"), ("status", "PENDING")], kinds

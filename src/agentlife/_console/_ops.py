@@ -107,4 +107,6 @@ class OutputFollower:
         body["value"] = self._masker.whole(event.value)
         durable = event.kind != "delta"
         seq = int(event.cursor.partition(".")[0])
-        return Frame(event.cursor, event.kind, orjson.dumps(body), event.kind == "end", durable, seq)
+        # No frame ends a stream by itself: it ends when the follower does (after the job's end when that
+        # is its last event; a job retried after its end goes on, as `Client.events` does).
+        return Frame(event.cursor, event.kind, orjson.dumps(body), False, durable, seq)
