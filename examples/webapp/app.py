@@ -130,8 +130,14 @@ async def answer(request: web.Request) -> web.Response:
     """Send the person's answer to the job: the event its ``wait_for_event("answer")`` takes."""
     same_origin(request)
     job_id = job_id_of(request)
-    body: Any = await request.json()
-    text = str(body.get("text", ""))[:200] if isinstance(body, dict) else ""
+    try:
+        body: Any = await request.json()
+    except ValueError:  # not JSON (or not UTF-8): the browser's page never sends that
+        return web.json_response({"error": 'the answer must be JSON: {"text": ...}'}, status=400)
+    text = body.get("text") if isinstance(body, dict) else None
+    if not isinstance(text, str) or not text.strip():
+        return web.json_response({"error": "the answer must hold some text"}, status=400)
+    text = text[:200]
     api = request.app[API]
     sent = await api.post(f"/api/v1/jobs/{job_id}/send", json={"name": "answer", "payload": {"text": text}})
     if sent.status_code != 200:

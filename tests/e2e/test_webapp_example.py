@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from consoles import TOKEN, chromium, start_console, stop
@@ -157,6 +158,11 @@ def test_a_person_starts_follows_answers_and_reads_a_job_in_the_browser(
             question = next(cursor for kind, cursor, name in everything if name == "question")
             after = driver.execute_async_script(read, f"{stream}?after={question}")
             assert [(k, n) for k, _, n in after] == kinds[kinds.index(("published", "question")) + 1 :]
+            # The app's own answer route, sent what no page sends: a clean 400, never a 500.
+            answer = f"{webapp_url.rstrip('/')}/jobs/{job_id}/answer"
+            for body in (b"{torn", b'{"text": 5}', b"\xff"):
+                refused = httpx.post(answer, content=body, headers={"Content-Type": "application/json"})
+                assert refused.status_code == 400 and refused.json()["error"], refused.text
         finally:
             if worker is not None:
                 worker.terminate()
