@@ -30,7 +30,8 @@ def _deep(depth: int) -> Any:
 
 BAD: list[tuple[object, Any, str]] = [
     ("", 1, "non-empty string"),
-    ("  ", 1, "non-empty string"),
+    ("  ", 1, "blank"),
+    ("\u00a0", 1, "blank"),
     ("x" * 201, 1, "at most 200 characters"),
     (None, 1, "non-empty string"),
     (["phase"], 1, "non-empty string"),
@@ -40,7 +41,7 @@ BAD: list[tuple[object, Any, str]] = [
     ("ph\u2028se", 1, "control characters"),
     ("\udcff", 1, "control characters"),  # a lone surrogate is no character
     ("ok", object(), "not JSON"),
-    ("ok", {"when": float("nan")}, "ctx.publish: the value"),
+    ("ok", {"when": float("nan")}, "^ctx.publish: the value is not JSON: the value holds nan"),
     ("ok", float("inf"), "ctx.publish: the value"),
     ("ok", {1: "int key"}, "ctx.publish: the value"),
     ("ok", "\udcff", "not JSON"),

@@ -67,15 +67,19 @@ class OutputRow:
 
 def check_output(name: object, value: Any) -> bytes:
     """The value's JSON when ``name`` and ``value`` make a published event, else `ConfigError` saying why."""
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_OUTPUT_NAME_CHARS:
+    if not isinstance(name, str) or not name or len(name) > MAX_OUTPUT_NAME_CHARS:
         raise ConfigError(
             f"ctx.publish: the name is a non-empty string of at most {MAX_OUTPUT_NAME_CHARS} characters"
         )
+    if not name.strip() or not name.strip("\u200b\ufeff"):  # str.strip takes every Unicode space
+        raise ConfigError("ctx.publish: the name is blank: it needs a visible character")
     if not name.isprintable():
-        raise ConfigError(f"ctx.publish: name {name!r} holds control characters")
+        raise ConfigError(
+            f"ctx.publish: name {name[:40]!r} holds control characters or other unprintable ones"
+        )
     validate_payload(value, "ctx.publish: the value")
     try:
-        check_replayable(value, "ctx.publish: the value")
+        check_replayable(value, "the value")
         data = orjson.dumps(value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"ctx.publish: the value is not JSON: {exc}") from None
