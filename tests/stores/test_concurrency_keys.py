@@ -276,7 +276,6 @@ def test_limits_from_the_environment() -> None:
         40,
     )
     assert not claim_limits_from_env({}).active
-    assert not claim_limits_from_env({"AGENTLIFE_CONCURRENCY_KEY_LIMIT": ""}).active
 
 
 @pytest.mark.parametrize(
@@ -297,6 +296,13 @@ def test_limits_from_the_environment() -> None:
         ("AGENTLIFE_CONCURRENCY_KEY_LIMITS", '{"a": true}', "whole number"),
         ("AGENTLIFE_CONCURRENCY_KEY_LIMITS", '{"a\\u0000": 1}', "control character"),
         ("AGENTLIFE_CONCURRENCY_KEY_LIMITS", '{"": 1}', "must not be empty"),
+        # Set but blank: a template that rendered nothing must not lift the limit from the fleet.
+        ("AGENTLIFE_CONCURRENCY_KEY_LIMIT", "", "set but blank"),
+        ("AGENTLIFE_CONCURRENCY_KEY_LIMIT", "   ", "set but blank"),
+        ("AGENTLIFE_AGENT_RUNNING_LIMIT", "", "set but blank"),
+        ("AGENTLIFE_CONCURRENCY_KEY_LIMITS", " ", "set but blank"),
+        ("AGENTLIFE_CONCURRENCY_KEY_LIMITS", '{"a": 1, "a": 2}', "names key 'a' twice"),
+        ("AGENTLIFE_CONCURRENCY_KEY_LIMITS", '{"a": NaN}', "whole number"),
     ],
 )
 def test_bad_limits_are_one_line_errors_at_boot(name: str, value: str, needle: str) -> None:

@@ -134,11 +134,15 @@ def claim_limits_from_env(env: Mapping[str, str]) -> ClaimLimits:
             not a JSON object of keys to such numbers, or a key `validate_concurrency_key` refuses.
     """
     overrides: dict[str, int] = {}
-    raw = (env.get(KEY_LIMITS_ENV) or "").strip()
-    if raw:
+    raw = _set_value(env, KEY_LIMITS_ENV)
+    if raw is not None:
+        import json  # orjson keeps the last of a repeated key silently; a config must not
+
         try:
-            parsed: Any = orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            parsed: Any = json.loads(raw, object_pairs_hook=_no_repeated_keys)
+        except ValueError as exc:
+            if isinstance(exc, _RepeatedKey):
+                raise ConfigError(f"{KEY_LIMITS_ENV} names key {str(exc)[:40]!r} twice") from None
             raise ConfigError(
                 f'{KEY_LIMITS_ENV} is not JSON: write an object of keys to limits, {{"tenant-a": 2}}'
             ) from None
@@ -154,9 +158,36 @@ def claim_limits_from_env(env: Mapping[str, str]) -> ClaimLimits:
     )
 
 
+class _RepeatedKey(ValueError):
+    """A JSON object names one key twice (the message is the key)."""
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _RepeatedKey(key)
+        found[key] = value
+    return found
+
+
+def _set_value(env: Mapping[str, str], name: str) -> str | None:
+    """``name``'s value stripped; None when unset; `ConfigError` when set but blank.
+
+    A blank value is most likely a template that rendered nothing (a Helm value left out): read as "no
+    limit" it would lift the limit from the whole fleet without a word.
+    """
+    raw = env.get(name)
+    if raw is None:
+        return None
+    if not raw.strip():
+        raise ConfigError(f"{name} is set but blank: give a limit, or leave it unset for no limit")
+    return raw.strip()
+
+
 def _env_limit(env: Mapping[str, str], name: str) -> int | None:
-    raw = (env.get(name) or "").strip()
-    if not raw:
+    raw = _set_value(env, name)
+    if raw is None:
         return None
     if not _WHOLE.fullmatch(raw):
         raise ConfigError(f"{name}={raw[:24]!r} is not a whole number from 1 to {RUNNING_LIMIT_MAX}")
