@@ -488,3 +488,14 @@ def test_a_url_password_holding_a_space_is_masked_in_free_text(text: str, masked
     redactor = Redactor.from_env({})
     assert redactor.redact(text) == (text if masked is None else masked)
     assert redactor.redact(redactor.redact(text)) == redactor.redact(text)
+
+
+def test_the_concurrency_key_limits_are_not_secrets_but_api_keys_are() -> None:
+    env = {
+        "AGENTLIFE_CONCURRENCY_KEY_LIMIT": "100001",
+        "AGENTLIFE_CONCURRENCY_KEY_LIMITS": '{"tenant-a": 200002}',
+        "PARTNER_KEY_LIMIT_TOKEN": "tok-555555",
+        "MY_API_KEY": "333333",
+    }
+    shown = Redactor.from_env(env).redact("limit 100001, tenant-a 200002, key 333333, tok-555555")
+    assert shown == "limit 100001, tenant-a 200002, key ***, ***"

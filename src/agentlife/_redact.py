@@ -28,8 +28,10 @@ __all__ = ["MASK", "MAX_DEPTH", "Redactor", "spellings", "url_password"]
 MASK = "***"
 # TOKEN but not TOKENS: AGENTLIFE_BUDGET_MAX_INPUT_TOKENS is a budget, not a credential. Not PWD: that
 # variable is the working directory.
+# ``KEY`` but not the concurrency keys' own limits (AGENTLIFE_CONCURRENCY_KEY_LIMIT[S]): numbers, not secrets,
+# that a boot error must be able to quote.
 _SECRET_NAME = re.compile(
-    r"(KEY|TOKEN(?!S)|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|COOKIE)", re.IGNORECASE
+    r"(KEY(?!_LIMITS?$)|TOKEN(?!S)|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|COOKIE)", re.IGNORECASE
 )
 # Each starts with a literal, and no two quantifiers can share a character they both accept, so a match
 # attempt costs at most the run it masks: the whole text is scanned in linear time.
