@@ -8,10 +8,8 @@ docs are taken here. Chromium missing is a failure, not a skip."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,11 +20,9 @@ from urllib.parse import quote
 import orjson
 import pytest
 
-from consoles import TOKEN, insert_row, start_console, stop
+from consoles import TOKEN, chromium, insert_row, start_console, stop
 from procs import REPO, agent_env, cli_in_process, spawn, wait_for
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 SECRET = "zq-console-secret-7f3a9c1e"
 HOSTILE_ID = "<script>document.title='pwned';window.pwned=1</script>"
 LONG_AGENT = "agent-" + "x" * 3000
@@ -121,37 +117,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        pytest.fail(
-            "Chromium is missing: apt-get install chromium chromium-driver (the console tests need it)"
-        )
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="console-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-quic",
-        "--window-size=1280,1000",
-        f"--user-data-dir={profile}",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    driver.set_page_load_timeout(30)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def _not_pwned(driver: object) -> None:
