@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,11 +12,12 @@ from typing import Any
 import anyio
 import orjson
 import pytest
+from test_store_contract import Backend
 
 from agentlife import AttemptFenced, ConfigError, JobNotFound
 from agentlife._output._events import cursor_for
 from agentlife._output._follow import follow_job
-from agentlife.stores import CheckpointStore, JobStatus, PostgresStore, SQLiteStore
+from agentlife.stores import CheckpointStore, JobStatus, PostgresStore, SQLiteStore, TableNames
 from agentlife.stores._output import publish_output
 
 pytestmark = pytest.mark.anyio
@@ -38,21 +38,7 @@ class Db:
         return store
 
     async def raw(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        if self.kind == "sqlite":
-            conn = sqlite3.connect(self.location, isolation_level=None)
-            try:
-                for n in range(len(args), 0, -1):
-                    sql = sql.replace(f"${n}", "?")
-                return [tuple(row) for row in conn.execute(sql, args).fetchall()]
-            finally:
-                conn.close()
-        import asyncpg
-
-        conn = await asyncpg.connect(self.location)
-        try:
-            return [tuple(row) for row in await conn.fetch(sql, *args)]
-        finally:
-            await conn.close()
+        return await Backend(self.kind, self.location, TableNames()).raw(sql, *args)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
