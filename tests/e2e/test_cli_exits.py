@@ -210,3 +210,30 @@ def test_a_payload_with_an_escaped_surrogate_pair_is_the_character_it_encodes(tm
     assert made.returncode == 0, made.stderr
     (row,) = [json.loads(line) for line in run_cli("job", "list", "--json", env=env).stdout.splitlines()]
     assert row["payload"] == {"e": "\N{GRINNING FACE}"}
+
+
+_STUCK_CLEANUP = """
+import signal, sys, time
+from agentlife._cli._common import end_on_signals
+end_on_signals()
+print("ready", flush=True)
+while True:  # a cleanup that never finishes: every SystemExit the handler raises is swallowed
+    try:
+        time.sleep(60)
+    except SystemExit:
+        continue
+"""
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_command_whose_cleanup_never_finishes_still_leaves_soon_after_a_signal(
+    sig: signal.Signals, code: int
+) -> None:
+    """asyncio's shutdown can wait for ever on a task the signal's SystemExit left half set up."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STUCK_CLEANUP], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    got, elapsed, out = terminate(proc, sig)
+    assert got == code, out
+    assert elapsed < 15.0  # the promise is a 2 s grace; without the armed exit, never

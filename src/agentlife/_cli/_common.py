@@ -100,11 +100,27 @@ def end_on_signals() -> None:
     """
 
     def handler(signum: int, frame: object) -> None:
+        # SystemExit lets the command close what it holds; but raised at an arbitrary bytecode it can
+        # land inside the event loop's own bookkeeping (asyncpg's connect half set up), leaving a task
+        # that never finishes and asyncio's shutdown waiting on it for ever. So the exit is also armed.
+        _arm_exit(128 + signum, after=_EXIT_GRACE_SECONDS)
         raise SystemExit(128 + signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         with contextlib.suppress(ValueError):  # not the main thread: the embedding program owns signals
             signal.signal(signum, handler)
+
+
+#: How long a command ended by a signal may spend closing what it holds before it is made to leave.
+_EXIT_GRACE_SECONDS = 2.0
+
+
+def _arm_exit(code: int, *, after: float) -> None:
+    import threading
+
+    timer = threading.Timer(after, exit_now, args=(code,))
+    timer.daemon = True
+    timer.start()
 
 
 def exit_now(code: int) -> None:
