@@ -90,7 +90,7 @@ def test_sigterm_during_a_slow_mcp_call_drains_in_budget_and_stops_the_server(tm
     assert code == 143, output[-3000:]
     assert seconds < 1 + 8 + 2  # the step deadline plus the cleanup budget, with a margin
     (pid,) = server_pids(state)
-    wait_until(lambda: not alive(pid), timeout=2)
+    wait_until(lambda: not alive(pid), timeout=10)  # signalled at cleanup; its exit may lag under load
 
 
 def test_the_notes_example_runs_as_documented_and_adds_its_note_once(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_worker import (
@@ -210,9 +211,10 @@ def test_woken_slots_claim_one_at_a_time_and_a_drain_behind_a_stalled_claim_exit
     import asyncpg
 
     create_jobs(postgres_url)
-    # The stalled claim fails at the server's statement timeout (2 s) rather than at the client's 10 s.
+    # The stalled claim fails at the server's statement timeout (4 s) rather than at the client's 10 s:
+    # the SIGTERM must come before it, while the other slots still wait their turn.
     separator = "&" if "?" in postgres_url else "?"
-    stalling_url = f"{postgres_url}{separator}statement_timeout=2000"
+    stalling_url = f"{postgres_url}{separator}statement_timeout=4000"
     worker = spawn_worker(worker_env(tmp_path, stalling_url), "--concurrency", "16")
     procs.append(worker)
 
@@ -220,7 +222,7 @@ def test_woken_slots_claim_one_at_a_time_and_a_drain_behind_a_stalled_claim_exit
         conn = await asyncpg.connect(postgres_url)
         try:
             oid = await conn.fetchval("SELECT 'job'::regclass::oid")
-            await anyio.sleep(2)  # the worker is up and idle
+            await _wait_for_backend(conn, "query LIKE 'LISTEN%'")  # the worker is up and idle
             lock = conn.transaction()
             await lock.start()
             await conn.execute("LOCK TABLE job IN EXCLUSIVE MODE")  # reads pass, claims wait
@@ -229,7 +231,8 @@ def test_woken_slots_claim_one_at_a_time_and_a_drain_behind_a_stalled_claim_exit
                 await notifier.execute(f"SELECT pg_notify('agentlife_job_{oid}', '{AGENT}')")
             finally:
                 await notifier.close()
-            await anyio.sleep(1.5)  # the woken slots are lined up behind the one stalled claim
+            await _wait_for_backend(conn, "wait_event_type = 'Lock'")  # one claim stalled on the lock
+            await anyio.sleep(0.3)  # and the other woken slots lined up behind it
             worker.send_signal(signal.SIGTERM)
             await anyio.to_thread.run_sync(lambda: worker.wait(timeout=60))
             await lock.rollback()
@@ -241,6 +244,21 @@ def test_woken_slots_claim_one_at_a_time_and_a_drain_behind_a_stalled_claim_exit
     assert code == 143, out
     failed = [line for line in json_lines(out) if str(line.get("msg", "")).startswith("claim failed")]
     assert len(failed) == 1, failed  # sixteen claims racing for the same rows would each have failed
+
+
+async def _wait_for_backend(conn: Any, condition: str) -> None:
+    """Until another session of the server matches ``condition`` (a fixed sleep lost the race under load)."""
+    import anyio
+
+    for _ in range(600):
+        sql = (
+            "SELECT count(*) FROM pg_stat_activity"
+            f" WHERE pid <> pg_backend_pid() AND datname = current_database() AND {condition}"
+        )
+        if await conn.fetchval(sql):
+            return
+        await anyio.sleep(0.05)
+    raise AssertionError(f"no session of the server came to {condition}")
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "1025", "2**63", "1.5", ""])

@@ -31,7 +31,7 @@ def lines_on_disk(path: Path) -> list[dict[str, Any]]:
         return [orjson.loads(line) for line in f.read().splitlines()]
 
 
-async def wait_until(predicate: Any, timeout: float = 3.0) -> None:
+async def wait_until(predicate: Any, timeout: float = 15.0) -> None:
     with anyio.fail_after(timeout):
         while not predicate():
             await anyio.sleep(0.01)
