@@ -45,3 +45,37 @@
 
   window.setTimeout(poll, INTERVAL_MS);
 })();
+
+// The jobs list and the overview refresh their rows by themselves: every few seconds while the tab is
+// visible, at most MAX_POLLS times, swapping only the tables, the counts and the paging links (never the
+// filter form, so a value being typed stays as it is). The page works without it.
+(function () {
+  var main = document.getElementById("main");
+  if (!main || main.dataset.refresh !== "rows") { return; }
+  var MAX_POLLS = 900, INTERVAL_MS = 5000, polls = 0;
+  var PARTS = "table, .cards, .stale, .pages";
+
+  function swap(text) {
+    var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("main");
+    if (!fresh) { return; }
+    var olds = main.querySelectorAll(PARTS), news = fresh.querySelectorAll(PARTS);
+    if (olds.length !== news.length) { return; }  // another shape (an error page): keep what is shown
+    for (var i = 0; i < olds.length; i += 1) {
+      olds[i].replaceWith(document.importNode(news[i], true));
+    }
+    main.dataset.refreshed = String(polls);
+  }
+
+  function poll() {
+    if (polls >= MAX_POLLS) { return; }
+    polls += 1;
+    if (document.hidden) { window.setTimeout(poll, INTERVAL_MS); return; }
+    fetch(window.location.href, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (text) { if (text !== null) { swap(text); } })
+      .catch(function () { return null; })
+      .then(function () { window.setTimeout(poll, INTERVAL_MS); });
+  }
+
+  window.setTimeout(poll, INTERVAL_MS);
+})();
