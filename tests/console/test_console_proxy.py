@@ -148,7 +148,9 @@ def test_the_command_refuses_a_forged_base_path_and_bad_allowed_ips_before_liste
         (["--forwarded-allow-ips", "10.0.0.0/33"], "--forwarded-allow-ips"),
         (["--forwarded-allow-ips", "proxy.example"], "--forwarded-allow-ips"),
     ):
-        done = cli_in_process("console", "--port", "0", *args, env={"AGENTLIFE_DATABASE_URL": "sqlite:///x.db"})
+        done = cli_in_process(
+            "console", "--port", "0", *args, env={"AGENTLIFE_DATABASE_URL": "sqlite:///x.db"}
+        )
         assert done.returncode != 0 and needle in done.stderr, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert check_base_path("/ops/agentlife/") == "/ops/agentlife" and check_base_path("/") == ""
