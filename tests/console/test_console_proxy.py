@@ -277,3 +277,72 @@ async def _age_heartbeat(db: Path, job_id: str) -> None:
         conn.execute("UPDATE job SET heartbeat_at = ? WHERE id = ?", (time.time() - 3600, job_id))
     finally:
         conn.close()
+
+
+async def test_a_journal_line_too_long_to_mask_whole_is_left_out_never_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentlife._console import _journals
+
+    monkeypatch.setenv("CONSOLE_PROXY_TEST_TOKEN", SECRET)
+    monkeypatch.setattr(_journals, "MAX_LINE", 1000)
+    monkeypatch.setattr(_journals, "_CHUNK", 700)
+    async with served(tmp_path, ProxyConfig()) as s:
+        sessions = s.data / "sessions" / "park-1"
+        sessions.mkdir(parents=True)
+        name = "session_0001_1700000000000.jsonl"
+        long_line = orjson.dumps({"type": "X", "pad": "p" * 1290 + SECRET + "q" * 1500})
+        after = orjson.dumps({"type": "AFTER", "note": SECRET})
+        (sessions / name).write_bytes(long_line + b"\n" + after + b"\n")
+        got = await s.http.get("/job/journal", params={"id": "park-1", "session": name})
+    shown = [orjson.loads(line) for line in got.text.splitlines()]
+    assert [event["type"] for event in shown] == ["LINE_TOO_LONG", "AFTER"], got.text[:300]
+    assert shown[1]["note"] == "***" and SECRET[:12] not in got.text
+
+
+def test_the_arguments_an_approval_stores_are_json_whatever_the_tool_took() -> None:
+    from agentlife._step._approvals import SHOWN_LIMIT, shown_arguments, shown_text
+
+    class Thing:
+        def __str__(self) -> str:
+            return "a thing"
+
+    deep: object = "x"
+    for _ in range(10_000):
+        deep = [deep]
+    assert shown_arguments({"a": Thing(), "n": 1.5}) == {"a": "a thing", "n": 1.5}
+    for odd in ({"s": "\udc80"}, {"n": 2**70}, {"deep": deep}):
+        assert shown_arguments(odd) == "(the arguments cannot be shown: they are not JSON)"
+    big = shown_arguments({"blob": "x" * 1_000_000, "password": "hunter2"})
+    assert len(big["blob"]) < SHOWN_LIMIT + 100 and big["password"] == "***"
+    assert shown_text("a\udc80b" + "y" * 10_000) == "a?b" + "y" * (SHOWN_LIMIT - 3)
+    assert ApprovalRequest("j/0/1", "d", "t", arguments=shown_arguments({"deep": deep})).to_json(1.0)
+
+
+def test_a_proxy_on_a_dual_stack_socket_is_trusted_by_its_ipv4_address() -> None:
+    allow, _ = parse_allow_ips("127.0.0.1, 10.1.0.0/16")
+    proxy = ProxyConfig(allow=allow)
+    assert proxy.trusts("127.0.0.1") and proxy.trusts("::ffff:127.0.0.1") and proxy.trusts("10.1.2.3")
+    for peer in (None, "", "127.0.0.2", "::1", "fe80::1%eth0", "not an address", "10.2.0.1"):
+        assert not proxy.trusts(peer), peer
+    assert not ProxyConfig().trusts("127.0.0.1") and ProxyConfig(allow_any=True).trusts(None)
+
+
+async def test_the_overview_reads_rows_another_tool_wrote(tmp_path: Path) -> None:
+    import sqlite3
+
+    async with served(tmp_path, ProxyConfig()) as s:
+        conn = sqlite3.connect(s.db, isolation_level=None)
+        try:
+            conn.execute(
+                "UPDATE job SET heartbeat_at = 'soon', agent_id = ? WHERE id = 'stale-1'", (b"\xff<b>",)
+            )
+            conn.execute("UPDATE job SET updated_at = 'whenever', not_before = NULL WHERE id = 'p-0'")
+            conn.execute("UPDATE job SET status = '<i>ODD</i>' WHERE id = 'p-2'")
+        finally:
+            conn.close()
+        page = await s.http.get("/overview")
+    assert page.status_code == 200, page.text[:500]
+    assert (
+        "&lt;i&gt;ODD&lt;/i&gt;" in page.text and "<i>ODD" not in page.text and "\ufffd&lt;b&gt;" in page.text
+    )

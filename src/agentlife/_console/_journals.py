@@ -3,8 +3,10 @@
 The file is named by the job's id and the session's file name, both checked: the id must be one that can
 name a journal directory, and the name one of the session files `list_sessions` finds there (a symlink is
 never one), so a request can read nothing but a journal. Each line is parsed and masked whole
-(`Masker.value`) and written again as JSON; a line that is not JSON is written as a masked string. The
-download stops after `MAX_DOWNLOAD` bytes read, with a last line saying so.
+(`Masker.whole`) and written again as JSON; a line that is not JSON is written as a masked string, and
+one longer than `MAX_LINE` is left out (``{"type": "LINE_TOO_LONG"}``): cut in pieces, a secret across a
+cut would be masked in neither. The download stops after `MAX_DOWNLOAD` bytes read, with a last line
+saying so.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from agentlife._exceptions import JobNotFound
 from agentlife._jobs._mask import Masker
 from agentlife._journal._writer import list_sessions
 
-__all__ = ["MAX_DOWNLOAD", "journal_path", "stream_journal"]
+__all__ = ["MAX_DOWNLOAD", "MAX_LINE", "journal_path", "stream_journal"]
 
 #: The most bytes of one journal a download reads.
 MAX_DOWNLOAD = 64 * 1024 * 1024
 #: How much is read (and masked) at a time.
 _CHUNK = 256 * 1024
-#: The longest journal line masked as it is (a longer one is cut: the journal writes none that long).
-_MAX_LINE = 4 * 1024 * 1024
+#: The longest journal line masked and sent (the journal writes none that long).
+MAX_LINE = 4 * 1024 * 1024
 
 
 def journal_path(data_dir: Path, job_id: str, session: str) -> Path:
@@ -64,19 +66,26 @@ async def stream_journal(
     )
     async with source:
         await response.prepare(request)
-        read, rest = 0, b""
+        read, rest, skipping = 0, b"", False
         while read < MAX_DOWNLOAD:
             chunk = await source.read(min(_CHUNK, MAX_DOWNLOAD - read))
             if not chunk:
                 break
             read += len(chunk)
+            if skipping:  # the rest of a line too long to mask whole: dropped, never cut and shown
+                _, newline, chunk = chunk.partition(b"\n")
+                if not newline:
+                    continue
+                skipping = False
             lines = (rest + chunk).split(b"\n")
             rest = lines.pop()
-            if len(rest) > _MAX_LINE:
-                lines.append(rest)
-                rest = b""
-            await response.write(b"".join(_masked(line, masker) for line in lines if line.strip()))
-        if rest.strip():
+            out = b"".join(_masked(line, masker) for line in lines if line.strip())
+            if len(rest) > MAX_LINE:
+                # A secret cut in two by a split would be masked in neither half: the line is left out.
+                out += orjson.dumps({"type": "LINE_TOO_LONG", "over_bytes": MAX_LINE}) + b"\n"
+                rest, skipping = b"", True
+            await response.write(out)
+        if rest.strip() and not skipping:
             await response.write(_masked(rest, masker))
         if read >= MAX_DOWNLOAD and await source.read(1):
             note = {"type": "DOWNLOAD_TRUNCATED", "after_bytes": MAX_DOWNLOAD}
@@ -89,5 +98,5 @@ def _masked(line: bytes, masker: Masker) -> bytes:
     try:
         event = orjson.loads(line)
     except orjson.JSONDecodeError:
-        return orjson.dumps(masker.text(line.decode("utf-8", "replace"), _MAX_LINE)) + b"\n"
+        return orjson.dumps(masker.text(line.decode("utf-8", "replace"), MAX_LINE)) + b"\n"
     return orjson.dumps(masker.whole(event), option=orjson.OPT_NON_STR_KEYS) + b"\n"

@@ -63,6 +63,8 @@ class ProxyConfig:
             address = ipaddress.ip_address(peer.split("%", 1)[0])
         except ValueError:
             return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped  # an IPv4 peer of a dual-stack socket is that IPv4 address
         return any(address in network for network in self.allow)
 
 

@@ -105,7 +105,7 @@ def list_page(
 def overview_page(overview: Overview, *, actions: bool, now: float, mask: Callable[[str], str] = str) -> str:
     """The overview: the runnable queue, stale runs, the last hour, counts per status and agent."""
     main = overview_main(overview, mask, esc, now)
-    return _page("Overview", main, actions=actions, live=' data-refresh="rows"')
+    return _page("Overview", main, actions=actions, live=' data-refresh="rows" data-every="15"')
 
 
 def _filter_query(query: ListQuery, after: str | None = None) -> str:

@@ -44,13 +44,20 @@ SHOWN_LIMIT = 4000
 def shown_arguments(arguments: Mapping[str, Any]) -> Any:
     """The call's arguments as an approval request stores them: JSON, bounded (`bound`).
 
-    A value JSON cannot hold (an object a tool takes) is kept as its ``str``.
+    A value JSON cannot hold (an object a tool takes) is kept as its ``str``. Arguments JSON cannot hold at
+    all (a lone surrogate, an integer past 64 bits, nesting past orjson's limit) are replaced by a note:
+    what is shown must never stop the request from being stored.
     """
     try:
         plain = orjson.loads(orjson.dumps(dict(arguments), default=str, option=orjson.OPT_NON_STR_KEYS))
-    except (TypeError, orjson.JSONEncodeError):
-        plain = {str(k): str(v) for k, v in arguments.items()}
+    except (TypeError, ValueError, RecursionError):  # orjson.JSONEncodeError is a TypeError
+        return "(the arguments cannot be shown: they are not JSON)"
     return bound(plain, SHOWN_LIMIT)
+
+
+def shown_text(text: str) -> str:
+    """The model's text as an approval request stores it: cut, and encodable (no lone surrogate)."""
+    return text[:SHOWN_LIMIT].encode("utf-8", "replace").decode("utf-8")
 
 
 class Approvals:
@@ -120,7 +127,7 @@ class Approvals:
             self.current_step(),
             self.booted.settings.attempt,
             arguments=None if arguments is None else shown_arguments(arguments),
-            said=said[:SHOWN_LIMIT] if said else None,
+            said=shown_text(said) if said else None,
         )
         async with self._lock:
             # Another call may have been refused, or this one granted, while this one waited its turn.

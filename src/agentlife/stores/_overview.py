@@ -7,8 +7,9 @@ the same rows ``job list`` shows, so the overview and the list agree.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentlife.stores._base import JobStatus
 from agentlife.stores._rows import as_text
@@ -65,11 +66,15 @@ async def job_overview(tx: Tx, stale_after: float, window: float) -> Overview:
         counts=counts,
         more_groups=len(groups) > MAX_GROUPS,
         runnable=int(queue[0]) if queue is not None else 0,
-        oldest_runnable=None if queue is None or queue[1] is None else float(queue[1]),
+        oldest_runnable=None if queue is None else _time(queue[1]),
         stale=int(stale or 0),
-        stale_rows=[
-            (as_text(row[0], errors="replace") or "", None if row[1] is None else float(row[1]))
-            for row in named
-        ],
+        stale_rows=[(as_text(row[0], errors="replace") or "", _time(row[1])) for row in named],
         ended={str(row[0]): int(row[1]) for row in ended},
     )
+
+
+def _time(value: Any) -> float | None:
+    """A time column's value as unix seconds; None for none, or for what is not one (text, infinity)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
