@@ -35,7 +35,7 @@ _SEGMENT = re.compile(r"[A-Za-z0-9._~-]+")
 _HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?")
 #: The attributes of a page a path is written in: only the page's own markup ever starts one with ``/``
 #: (every value from data is escaped, its quotes included, so ``href="/`` cannot come from data).
-_LINK = re.compile(r'\b(href|src|action|data-live|data-poll)="/')
+_LINK = re.compile(r'\b(href|src|action|formaction|data-live)="/')
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

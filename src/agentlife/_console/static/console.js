@@ -67,13 +67,18 @@
     main.dataset.refreshed = String(polls);
   }
 
+  function choosing() {
+    // Rows ticked for an action, or a field of the table being used: a refresh would drop the choice.
+    return main.querySelector("input[type=checkbox]:checked, input[type=radio]:checked, table :focus") !== null;
+  }
+
   function poll() {
     if (polls >= MAX_POLLS) { return; }
     polls += 1;
-    if (document.hidden) { window.setTimeout(poll, INTERVAL_MS); return; }
+    if (document.hidden || choosing()) { window.setTimeout(poll, INTERVAL_MS); return; }
     fetch(window.location.href, { credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.text() : null; })
-      .then(function (text) { if (text !== null) { swap(text); } })
+      .then(function (text) { if (text !== null && !choosing()) { swap(text); } })
       .catch(function () { return null; })
       .then(function () { window.setTimeout(poll, INTERVAL_MS); });
   }
