@@ -56,6 +56,9 @@ async def _fill(url: str) -> None:
         await store.request_approval("park-1", 1, request)
         for i in range(3):
             await store.create_job(f"p-{i}", "alpha" if i else "beta", {})
+        await store.create_job("park-old", "deployer", {})
+        await store.claim("park-old", 1)
+        await store.request_approval("park-old", 1, ApprovalRequest("park-old/0/1", "d0", "deploy", 0, 1))
         await store.create_job("done-1", "alpha", {})
         await store.claim("done-1", 1)
         await store.set_status("done-1", 1, "COMPLETED", result={})
@@ -228,6 +231,9 @@ async def test_the_approval_shows_the_tool_arguments_and_the_model_text_masked(
     assert "Deploying now with ***." in approval and "use ***" in approval
     assert "plain-looking-value" not in page and SECRET not in page
     assert 'href="/job?id=child-1"' in page and 'href="/job?id=park-1"' in child
+    async with served(tmp_path, ProxyConfig()) as s:
+        old = (await s.http.get("/job?id=park-old")).text
+    assert "not recorded with this request" in old and "its digest is d0" in old
 
 
 async def test_a_journal_downloads_masked_and_only_from_the_console_disk(
