@@ -84,7 +84,7 @@ def list_page(
     rows = "".join(_list_row(job, now) for job in result.rows)
     empty = '<tr><td colspan="8">No jobs match.</td></tr>' if not result.rows else ""
     parts.append(
-        f'<table class="jobs"><caption>{caption}</caption><thead><tr>'
+        f'<div data-rows><table class="jobs"><caption>{caption}</caption><thead><tr>'
         '<th scope="col">Id</th><th scope="col">Agent</th><th scope="col">Status</th>'
         '<th scope="col">Attempt</th><th scope="col">Updated</th><th scope="col">Cost</th>'
         '<th scope="col">Tokens in / out</th><th scope="col">Crashes</th>'
@@ -97,6 +97,7 @@ def list_page(
         nav.append(f'<a rel="next" href="/?{esc(_filter_query(query, result.next_cursor))}">Older jobs</a>')
     if nav:
         parts.append(f'<nav class="pages" aria-label="Pages">{" ".join(nav)}</nav>')
+    parts.append("</div>")
     # The newest page refreshes its rows by itself (the script swaps the table, never the filter form).
     refresh = ' data-refresh="rows"' if query.after is None else ""
     return _page("Jobs", "".join(parts), actions=actions, live=refresh)

@@ -140,7 +140,8 @@ def overview_main(overview: Overview, masked: Callable[[str], str], esc: _Esc, n
         else "<p>No jobs in this store.</p>"
     )
     when = time.strftime("%H:%M:%S UTC", time.gmtime(overview.at))
-    return f'<h1>Overview</h1><p class="note">As the store said at {esc(when)}.</p>{cards}{stale}{table}'
+    body = f'<p class="note">As the store said at {esc(when)}.</p>{cards}{stale}{table}'
+    return f"<h1>Overview</h1><div data-rows>{body}</div>"
 
 
 def _agent_row(

@@ -47,23 +47,18 @@
 })();
 
 // The jobs list and the overview refresh their rows by themselves: every few seconds while the tab is
-// visible, at most MAX_POLLS times, swapping only the tables, the counts and the paging links (never the
-// filter form, so a value being typed stays as it is). The page works without it.
+// visible, at most MAX_POLLS times, swapping only their [data-rows] part (the tables, the counts and the
+// paging links; never the filter form, so a value being typed stays as it is). The page works without it.
 (function () {
   var main = document.getElementById("main");
   if (!main || main.dataset.refresh !== "rows") { return; }
   // Every 5 s, or every data-every seconds (the overview's counts cost more than a page of rows).
   var MAX_POLLS = 900, INTERVAL_MS = (Number(main.dataset.every) || 5) * 1000, polls = 0;
-  var PARTS = "table, .cards, .stale, .pages";
-
   function swap(text) {
     var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("main");
-    if (!fresh) { return; }
-    var olds = main.querySelectorAll(PARTS), news = fresh.querySelectorAll(PARTS);
-    if (olds.length !== news.length) { return; }  // another shape (an error page): keep what is shown
-    for (var i = 0; i < olds.length; i += 1) {
-      olds[i].replaceWith(document.importNode(news[i], true));
-    }
+    var old = main.querySelector("[data-rows]"), rows = fresh && fresh.querySelector("[data-rows]");
+    if (!old || !rows) { return; }  // another page (an error page): keep what is shown
+    old.replaceWith(document.importNode(rows, true));
     main.dataset.refreshed = String(polls);
   }
 
