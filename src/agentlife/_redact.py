@@ -23,7 +23,16 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["MASK", "MAX_DEPTH", "Redactor", "spellings", "url_password"]
+__all__ = [
+    "MASK",
+    "MAX_DEPTH",
+    "MAX_SHOWN_TEXT",
+    "Redactor",
+    "bound",
+    "mask_secret_keys",
+    "spellings",
+    "url_password",
+]
 
 MASK = "***"
 # TOKEN but not TOKENS: AGENTLIFE_BUDGET_MAX_INPUT_TOKENS is a budget, not a credential. Not PWD: that
@@ -399,3 +408,64 @@ def _mask_match(match: re.Match[str]) -> str:
     # A quoted value keeps its quotes, so masking the text again finds the same value: ``"***"``.
     closed = quote if len(value) > 1 and value.endswith(quote) else ""
     return f"{prefix}{quote}{MASK}{closed}"
+
+
+# -- what an operator is shown: credential keys masked whole, sizes bounded --------------------------------
+
+#: The most characters of one value (a message's text, a tool's input, a payload) a page shows.
+MAX_SHOWN_TEXT = 20_000
+# A value under a key named like a credential is masked whole on a page, whatever it looks like: the
+# redactor knows secret values and shapes, not a password typed into a payload by a user. Matched on the
+# key's letters and digits, lower-cased: "API-Key", "api_key" and "apiKey" are one key. ``auth`` but not
+# ``author``/``authority`` or ``authenticated``; ``token`` but not ``tokens`` (a count).
+_SECRET_KEY = re.compile(
+    r"password|passwd|passphrase|pwd|secret|apikey|accesskey|privatekey|authorization|auth(?!or|ent)"
+    r"|credential|cookie|token(?!s)"
+)
+
+
+def _secret_key(key: str) -> bool:
+    return bool(_SECRET_KEY.search("".join(c for c in key.lower()[:200] if c.isalnum())))
+
+
+def mask_secret_keys(value: Any) -> Any:
+    """``value`` with the value of every key named like a credential (not None or empty) as ``***``."""
+    if isinstance(value, dict):
+        return {
+            k: MASK if _secret_key(str(k)) and v not in (None, "") else mask_secret_keys(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [mask_secret_keys(v) for v in value]
+    return value
+
+
+def bound(value: Any, limit: int = MAX_SHOWN_TEXT) -> Any:
+    """``value`` with every string cut to ``limit`` characters and at most ``limit`` items per container.
+
+    The value of a key named like a credential (``password``, ``api_key``, ``token`` ...) becomes ``***``.
+
+    A page shows what a value holds, not all of it: a 10 MB result would otherwise be a 10 MB page.
+    """
+    budget = [limit * 4]
+
+    def walk(item: Any, depth: int) -> Any:
+        if budget[0] <= 0:
+            return "…"
+        if isinstance(item, str):
+            budget[0] -= min(len(item), limit)
+            return item if len(item) <= limit else item[:limit] + f"… ({len(item) - limit} more characters)"
+        if depth > 40 and isinstance(item, (dict, list)):
+            return f"<nested deeper than 40 levels: {type(item).__name__}>"
+        if isinstance(item, dict):
+            budget[0] -= len(item)
+            return {
+                str(k)[:200]: MASK if _secret_key(str(k)) and v not in (None, "") else walk(v, depth + 1)
+                for k, v in list(item.items())[:limit]
+            }
+        if isinstance(item, list):
+            budget[0] -= len(item)
+            return [walk(v, depth + 1) for v in item[:limit]]
+        return item
+
+    return walk(value, 0)

@@ -77,9 +77,7 @@ def _main(args: argparse.Namespace) -> int:
         validate_database_url(args.database_url, "--database-url")
     url = args.database_url or database_url_from_env(os.environ)
     token = console_token(os.environ, args.allow_actions)
-    from agentlife._console._proxy import ProxyConfig, check_base_path, parse_allow_ips
-    from agentlife._console._server import ConsoleConfig, serve
+    from agentlife._console._server import ConsoleConfig, proxy_config, serve
 
-    allow, allow_any = parse_allow_ips(args.forwarded_allow_ips)
-    proxy = ProxyConfig(check_base_path(args.base_path), allow, allow_any)
+    proxy = proxy_config(args.base_path, args.forwarded_allow_ips)
     return serve(ConsoleConfig(url=url, host=args.host, port=args.port, token=token, proxy=proxy))

@@ -26,7 +26,7 @@ from aiohttp import web
 from agentlife._console._data import BadRequest
 from agentlife._exceptions import ConfigError
 
-__all__ = ["ProxyConfig", "check_base_path", "forwarded_origin", "parse_allow_ips", "rebase"]
+__all__ = ["ProxyConfig", "check_base_path", "forwarded_origin", "parse_allow_ips", "proxy_config", "rebase"]
 
 #: The longest base path accepted.
 MAX_BASE_PATH = 200
@@ -66,6 +66,12 @@ class ProxyConfig:
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
             address = address.ipv4_mapped  # an IPv4 peer of a dual-stack socket is that IPv4 address
         return any(address in network for network in self.allow)
+
+
+def proxy_config(base_path: str, forwarded_allow_ips: str | None) -> ProxyConfig:
+    """The console's ``--base-path`` and ``--forwarded-allow-ips`` checked: `ConfigError` for a bad one."""
+    allow, allow_any = parse_allow_ips(forwarded_allow_ips)
+    return ProxyConfig(check_base_path(base_path), allow, allow_any)
 
 
 def check_base_path(text: str) -> str:

@@ -46,7 +46,7 @@ from agentlife._console._data import (
 from agentlife._console._journals import journal_path, stream_journal
 from agentlife._console._openapi import PREFIX
 from agentlife._console._ops import ConsoleClients, OutputFollower
-from agentlife._console._proxy import ProxyConfig, forwarded_origin, rebase
+from agentlife._console._proxy import ProxyConfig, forwarded_origin, proxy_config, rebase
 from agentlife._console._render import FLASHES, error_page, job_page, list_page, overview_page
 from agentlife._console._sse import Fanout, SseLimits
 from agentlife._console._store import ConsoleStore, NotRecorded
@@ -59,7 +59,7 @@ from agentlife.stores import JobStatus, OperatorStore
 from agentlife.stores._base import CLAIM_STALE_AFTER_SECONDS
 from agentlife.stores._childjobs import cancel_with_children
 
-__all__ = ["FANOUT", "ConsoleConfig", "create_app", "serve"]
+__all__ = ["FANOUT", "ConsoleConfig", "create_app", "proxy_config", "serve"]
 
 log = logging.getLogger("agentlife.console")
 

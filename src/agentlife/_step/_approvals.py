@@ -24,7 +24,7 @@ import anyio
 import orjson
 
 from agentlife._exceptions import ApprovalRejected, ParkRequested
-from agentlife._jobs._mask import bound
+from agentlife._redact import bound
 from agentlife.stores import ApprovalRequest, ApprovalState, JobStatus
 from agentlife.stores._jobs import HELD
 
