@@ -362,6 +362,10 @@ class SignalDuringImport(BaseException):
 # -- control flow: not errors users catch, never exported ---------------------------------------------------
 
 
+#: The argument of the `ParkRequested` raised when an operator paused a job waiting for approval.
+PAUSED_AT_APPROVAL = "paused by an operator"
+
+
 class ParkRequested(BaseException):
     """Raised inside a step when the approval idle timeout expired: the job parks and the process exits 0.
 

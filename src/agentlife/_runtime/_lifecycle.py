@@ -265,6 +265,8 @@ class Runtime:
         while doc.phase != "delivering":
             if self.drain.draining:  # read before each step: a signal may have come during the last
                 return Outcome(ExitCode.DRAINED, runner.drained_between_steps())
+            if await runner.pause_requested():  # `job pause`: stop at the boundary, never inside a step
+                return await runner.pause_at_boundary(doc)
             try:
                 result, doc = await runner.run_step(hydrated, llm, doc, replay)
             except ParkRequested as parked:

@@ -20,12 +20,13 @@ import orjson
 
 from agentlife.stores._base import JobStatus
 from agentlife.stores._childjobs import children_ended, job_ids_waited_for
+from agentlife.stores._pause import settle_pause
 from agentlife.stores._rows import dumps
 
 if TYPE_CHECKING:
     from agentlife.stores._dialect import Tx
 
-__all__ = ["WaitState", "get_wait", "park_waiting"]
+__all__ = ["WaitState", "get_wait", "park_waiting", "woken_at_once"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,13 +57,10 @@ async def park_waiting(tx: Tx, job_id: str, attempt: int, until: float, waiting_
 
     A wait already over when it parks (a drain during a short wait's last moment) wakes a listening worker.
     """
-    names, jobs = _event_names(waiting_for), job_ids_waited_for(waiting_for)
     async with tx.atomic():
         # The row lock first, then a fresh look at the events: a send that held the lock has committed.
         await tx.execute(tx.sql.lock_job, job_id=job_id)
-        at_once = bool(names) and await tx.fetchval(tx.sql.event_sent, job_id=job_id, names=names) is not None
-        if not at_once and jobs:
-            at_once = await children_ended(tx, jobs)
+        at_once = await woken_at_once(tx, job_id, waiting_for)
         parked = await tx.execute(
             tx.sql.park,
             job_id=job_id,
@@ -71,7 +69,18 @@ async def park_waiting(tx: Tx, job_id: str, attempt: int, until: float, waiting_
             at_once=at_once,
             waiting=dumps(waiting_for),
         )
+        if parked == 1:  # an operator's pause requested meanwhile: PAUSED, the wait kept for the resume
+            await settle_pause(tx, job_id)
     return parked == 1
+
+
+async def woken_at_once(tx: Tx, job_id: str, waiting_for: dict[str, Any]) -> bool:
+    """Whether the wait is over already: an event it takes was sent, or the children it waits for ended."""
+    names, jobs = _event_names(waiting_for), job_ids_waited_for(waiting_for)
+    at_once = bool(names) and await tx.fetchval(tx.sql.event_sent, job_id=job_id, names=names) is not None
+    if not at_once and jobs:
+        at_once = await children_ended(tx, jobs)
+    return at_once
 
 
 async def get_wait(tx: Tx, job_id: str) -> WaitState | None:
