@@ -99,7 +99,9 @@ def test_a_job_paused_at_its_approval_is_let_go_of_and_approved_after_resume(
     assert job(db_url, "pause", "a-1").returncode == 0
     assert rows(db_url)["a-1"].status == "PAUSED"
     refused = job(db_url, "approve", "a-1")
-    assert refused.returncode == 4 and "cannot approve job a-1: it is PAUSED" in refused.stdout + refused.stderr
+    assert (
+        refused.returncode == 4 and "cannot approve job a-1: it is PAUSED" in refused.stdout + refused.stderr
+    )
     # The parked process sees the pause at its next poll and lets go of the job: the slot runs another.
     create_jobs(db_url, "other")
     poll(lambda: status_is(db_url, "other", "WAITING_FOR_APPROVAL"))

@@ -138,7 +138,9 @@ def register(sub: Any) -> None:
         _pause,
     )
     pause.add_argument("id", metavar="ID")
-    pause.add_argument("--reason", default=None, help="recorded with the pause (default: paused by an operator)")
+    pause.add_argument(
+        "--reason", default=None, help="recorded with the pause (default: paused by an operator)"
+    )
     pause.add_argument("--actor", default=None, help="who pauses it (default: user@host of this process)")
     resume = _command(commands, "resume", "put a PAUSED job back where it was paused", _resume)
     resume.add_argument("id", metavar="ID")

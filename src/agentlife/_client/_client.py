@@ -30,12 +30,12 @@ from agentlife._jobrefs import JobHandle
 from agentlife._jobs._approve import approve_parked
 from agentlife._jobs._cursor import decode_position, encode_position, position_of
 from agentlife._jobs._mask import Masker, masker_for
+from agentlife._jobs._pause import pause_job, resume_job
 from agentlife._jobs._reason import check_reason
 from agentlife._jobs._start import check_start, create_job
 from agentlife._jobs._view import read_job_state
 from agentlife._output._follow import JobFollower, follow_job
 from agentlife.stores import CheckpointStore, JobStatus, store_from_url
-from agentlife._jobs._pause import pause_job, resume_job
 from agentlife.stores._childjobs import cancel_with_children
 from agentlife.stores._events import check_event
 

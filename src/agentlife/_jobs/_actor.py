@@ -29,7 +29,7 @@ def check_actor(text: str) -> str:
     printed in one line of every history tools show.
     """
     if not isinstance(text, str):
-        raise ValueError(f"the actor must be text, got {type(text).__name__}")
+        raise ValueError(f"the actor must be text, got {type(text).__name__}")  # noqa: TRY004 - one error type
     if not text or len(text) > MAX_ACTOR:
         raise ValueError(f"the actor must be 1 to {MAX_ACTOR} characters, got {len(text)}")
     if any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp") for c in text):

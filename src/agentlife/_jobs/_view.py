@@ -100,7 +100,9 @@ def show_job(state: JobState, masker: Masker) -> ShownJob:
         history=[masker.text(_history_line(entry)) for entry in row.error],
         waits_for=[
             masker.text(line)
-            for line in _pause_lines(state.row) + _approval_lines(approval) + _wait_lines(wait) + _kept_lines(kept)
+            for line in (
+                _pause_lines(state.row) + _approval_lines(approval) + _wait_lines(wait) + _kept_lines(kept)
+            )
         ],
     )
 

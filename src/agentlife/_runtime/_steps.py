@@ -415,7 +415,8 @@ class StepRunner:
             return Outcome(ExitCode.DRAINED, "drained while waiting for approval")
         if parked is not None and parked.args == (PAUSED_AT_APPROVAL,):
             self.host.events.machine.move(State.DRAINING, "parked: paused by an operator")
-            return Outcome(ExitCode.DONE, "paused by an operator while waiting for approval", JobStatus.PAUSED)
+            why = "paused by an operator while waiting for approval"
+            return Outcome(ExitCode.DONE, why, JobStatus.PAUSED)
         self.host.events.machine.move(State.DRAINING, "parked: approval idle timeout")
         return Outcome(
             ExitCode.DONE,

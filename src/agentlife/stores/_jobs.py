@@ -91,8 +91,10 @@ RELEASABLE = (JobStatus.PENDING, JobStatus.RETRYING, JobStatus.FAILED, JobStatus
 
 
 def expected_statuses(expect: Sequence[str] | None) -> tuple[str, ...]:
-    """The statuses a status write may find the row in: ``expect``, or by default any but a terminal one or
-    PAUSED (an operator's pause is undone only by ``job resume`` or ``job cancel``)."""
+    """The statuses a status write may find the row in: ``expect``, or by default any but a terminal one.
+
+    Nor PAUSED by default: an operator's pause is undone only by ``job resume`` or ``job cancel``.
+    """
     if expect is None:
         return tuple(str(s) for s in JobStatus if s not in TERMINAL and s != JobStatus.PAUSED)
     return tuple(str(s) for s in expect)
@@ -153,7 +155,7 @@ def check_transition(job_id: str, operation: str, row: JobRecord | None, allowed
 def operator_record(
     error_class: str, message: str, attempt: int, at: float, *, actor: str | None = None
 ) -> dict[str, Any]:
-    """The crash-history entry of an operator's action: exit code 0, so no retry limit counts it as a crash."""
+    """The crash-history entry of an operator's action: exit code 0, so no retry limit counts it."""
     record: dict[str, Any] = {
         "at": at,
         "attempt": attempt,

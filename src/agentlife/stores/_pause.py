@@ -45,7 +45,8 @@ async def pause(tx: Tx, job_id: str, reason: str, actor: str) -> JobRecord:
         assert locked is not None
         if pause_info(locked["pause"]).get("requested") is True:
             raise JobStateConflict(
-                f"cannot pause job {job_id}: its pause is already requested (it stops at its next step boundary)"
+                f"cannot pause job {job_id}: its pause is already requested"
+                " (it stops at its next step boundary)"
             )
         info: dict[str, Any] = {"reason": reason, "actor": actor, "at": tx.now}
         if row.status == JobStatus.RUNNING:

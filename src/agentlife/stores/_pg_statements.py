@@ -20,8 +20,8 @@ from typing import Any
 from agentlife.stores._base import HISTORY_KEEP, JobRecord, TableNames
 from agentlife.stores._dialect import (
     RUNNABLE_LIST,
-    SETTLES_PAUSE_SQL,
     RUNNABLE_SQL,
+    SETTLES_PAUSE_SQL,
     TERMINAL_SQL,
     Row,
     Sql,
@@ -622,6 +622,7 @@ def _pause_statements(j: str, cols: str, notify: str, keys: bool) -> dict[str, s
             f" WHERE id = :job_id AND {_PAUSE_REQUESTED} AND status IN ({SETTLES_PAUSE_SQL})"
         ),
         "pause_requested": (
-            f"SELECT {_PAUSE_REQUESTED} FROM {j} WHERE id = :job_id AND attempt = :attempt AND status = 'RUNNING'"
+            f"SELECT {_PAUSE_REQUESTED} FROM {j}"
+            " WHERE id = :job_id AND attempt = :attempt AND status = 'RUNNING'"
         ),
     }

@@ -296,7 +296,7 @@ class PostgresDatabase:
             await self._detect_key_columns()
 
     async def _detect_key_columns(self) -> None:
-        """A job table from before concurrency keys (or pauses): a job's reads and writes go on until ``db init``."""
+        """A job table from before concurrency keys or pauses: jobs use it as before until ``db init``."""
         import asyncpg
 
         try:

@@ -20,8 +20,8 @@ from typing import Any
 
 from agentlife.stores._base import HISTORY_KEEP, JobRecord, TableNames
 from agentlife.stores._dialect import (
-    SETTLES_PAUSE_SQL,
     RUNNABLE_SQL,
+    SETTLES_PAUSE_SQL,
     TERMINAL_SQL,
     Chain,
     Guarded,
@@ -261,7 +261,8 @@ def sqlite_statements(t: TableNames) -> Statements:
             f" WHERE id = :job_id AND {_PAUSE_REQUESTED} AND status IN ({SETTLES_PAUSE_SQL})"
         ),
         "pause_requested": sql(
-            f"SELECT {_PAUSE_REQUESTED} FROM {j} WHERE id = :job_id AND attempt = :attempt AND status = 'RUNNING'"
+            f"SELECT {_PAUSE_REQUESTED} FROM {j}"
+            " WHERE id = :job_id AND attempt = :attempt AND status = 'RUNNING'"
         ),
         "clock": sql("SELECT :now"),
         # Ids as bytes, and only those stored as text: a row another client wrote with a BLOB id is set
