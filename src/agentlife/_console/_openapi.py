@@ -267,6 +267,10 @@ _SCHEMAS: dict[str, Any] = {
             "unreadable": {"type": "object", "additionalProperties": _TEXT},
             "concurrency_key": {"type": ["string", "null"]},
             "priority": {"type": "integer"},
+            "paused": {
+                "type": ["object", "null"],
+                "description": "an operator's pause in force: reason, actor, at; requested while RUNNING",
+            },
         }
     ),
     "JobPage": _record(
