@@ -344,4 +344,4 @@ async def test_a_pause_requested_during_a_step_parks_the_job_after_it_and_resume
         await store.close()
     resumed = await agent_harness.run(Counter(steps=4))
     assert resumed.exit_code == 0 and resumed.job is not None and resumed.job.result == {"n": 4}
-    assert EFFECTS == [f"job-1/{i}/0" for i in range(4)]  # no call ran twice
+    assert [f"job-1/{i}/0" for i in range(4)] == EFFECTS  # no call ran twice
