@@ -364,6 +364,8 @@ class SignalDuringImport(BaseException):
 
 #: The argument of the `ParkRequested` raised when an operator paused a job waiting for approval.
 PAUSED_AT_APPROVAL = "paused by an operator"
+#: The argument of the `ParkRequested` raised when an operator's pause stops a job before its next step.
+PAUSED_AT_BOUNDARY = "paused between steps"
 
 
 class ParkRequested(BaseException):

@@ -46,7 +46,7 @@ from agentlife._runtime._steps import JobHost, StepRunner
 from agentlife._state import State
 from agentlife._step._approvals import Approvals
 from agentlife._step._host import Booted
-from agentlife.stores import JobStatus, JobStore
+from agentlife.stores import JobStore
 
 __all__ = ["RunOptions", "Runtime", "ShellOptions"]
 
@@ -223,8 +223,7 @@ class Runtime:
         job = self._claimed = Job(row.id, row.agent_id, booted.settings.attempt, row.payload, row.status)
         approvals = Approvals(booted, job, self.drain, lambda: runner.current_step)
         budget = Budget.build(self.constants.budget, row.token_budget, row.tokens_consumed)
-        if row.status in _base.TERMINAL_STATUSES or row.status == JobStatus.PAUSED:
-            # PAUSED: an operator paused it (`job pause`); it runs again after `job resume`, not here.
+        if row.status in _base.NOT_RUN_STATUSES:
             log.info("job %s is already %s: nothing to do", row.id, row.status)
             done = Resume(CheckpointDoc(status=row.status, phase="done"), row.checkpoint_id)
             return Hydrated(job, budget, approvals, done)
@@ -266,8 +265,6 @@ class Runtime:
         while doc.phase != "delivering":
             if self.drain.draining:  # read before each step: a signal may have come during the last
                 return Outcome(ExitCode.DRAINED, runner.drained_between_steps())
-            if await runner.pause_requested():  # `job pause`: stop at the boundary, never inside a step
-                return await runner.pause_at_boundary(doc)
             try:
                 result, doc = await runner.run_step(hydrated, llm, doc, replay)
             except ParkRequested as parked:

@@ -29,6 +29,7 @@ from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._exceptions import (
     PAUSED_AT_APPROVAL,
+    PAUSED_AT_BOUNDARY,
     AgentlifeError,
     AttemptFenced,
     ParkRequested,
@@ -184,7 +185,13 @@ class StepRunner:
     async def run_step(
         self, hydrated: Hydrated, llm: LLMClient, doc: CheckpointDoc, replay: ReplayMap | None
     ) -> tuple[Done | bool | None, CheckpointDoc]:
-        """Run one step; returns (outcome, new doc). Outcome None means cancelled at the drain deadline."""
+        """Run one step; returns (outcome, new doc). Outcome None means cancelled at the drain deadline.
+
+        An operator's pause requested before it starts (`job pause`) raises `ParkRequested` instead: the
+        job stops at this boundary, never inside a step (`park`).
+        """
+        if await self.pause_requested():
+            raise ParkRequested(PAUSED_AT_BOUNDARY)
         booted, host, step, budget = self.booted, self.host, doc.next_step, hydrated.budget
         budget.check_run_time()
         # A private copy: a crashed or cancelled step must not leak half-made changes into a checkpoint.
@@ -395,6 +402,8 @@ class StepRunner:
         ``parked`` says where: a durable wait (`WaitParked`: the row becomes WAITING until the wait ends),
         else a call waiting for approval (the approval idle timeout).
         """
+        if parked is not None and parked.args == (PAUSED_AT_BOUNDARY,):  # before the step: nothing to write
+            return await self.pause_at_boundary(doc)
         booted = self.booted
         wait = parked if isinstance(parked, WaitParked) else None
         # The park checkpoint's marker lands after the parked step's completed calls, and the next attempt

@@ -23,13 +23,14 @@ import orjson
 
 from agentlife._exceptions import JobStateConflict, StoreUnavailable
 from agentlife.stores._base import JobRecord, JobStatus
+from agentlife.stores._childjobs import children_ended, job_ids_waited_for
 from agentlife.stores._jobs import PAUSABLE, RUNNABLE, check_transition, operator_record
 from agentlife.stores._rows import appended, dumps
 
 if TYPE_CHECKING:
     from agentlife.stores._dialect import Tx
 
-__all__ = ["pause", "pause_info", "pause_requested", "resume", "settle_pause"]
+__all__ = ["pause", "pause_info", "pause_requested", "resume", "settle_pause", "woken_at_once"]
 
 
 async def pause(tx: Tx, job_id: str, reason: str, actor: str) -> JobRecord:
@@ -127,8 +128,6 @@ def _paused_from(info: dict[str, Any]) -> JobStatus:
 
 async def _woken_while_paused(tx: Tx, job_id: str) -> bool:
     """Whether an event the wait takes was sent, or a child it waits for ended, while the job was paused."""
-    from agentlife.stores._waits import woken_at_once  # _waits settles pauses: imported here, not at the top
-
     found = await tx.fetchrow(tx.sql.lock_wait, job_id=job_id)
     return found is not None and await woken_at_once(tx, job_id, pause_info(found["waiting"]))
 
@@ -136,3 +135,17 @@ async def _woken_while_paused(tx: Tx, job_id: str) -> bool:
 def _check_table(tx: Tx) -> None:
     if not tx.sql.keys:
         raise StoreUnavailable("the job table cannot hold a pause yet: run `python -m agentlife db init`")
+
+
+async def woken_at_once(tx: Tx, job_id: str, waiting_for: dict[str, Any]) -> bool:
+    """Whether the wait is over already: an event it takes was sent, or the children it waits for ended."""
+    names, jobs = _event_names(waiting_for), job_ids_waited_for(waiting_for)
+    at_once = bool(names) and await tx.fetchval(tx.sql.event_sent, job_id=job_id, names=names) is not None
+    if not at_once and jobs:
+        at_once = await children_ended(tx, jobs)
+    return at_once
+
+
+def _event_names(waiting_for: dict[str, Any]) -> list[str]:
+    events = waiting_for.get("events")
+    return [n for n in events if isinstance(n, str)] if isinstance(events, list) else []

@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentlife.stores._base import JobStatus
-from agentlife.stores._childjobs import children_ended, job_ids_waited_for
-from agentlife.stores._pause import settle_pause
+from agentlife.stores._pause import settle_pause, woken_at_once
 from agentlife.stores._rows import dumps
 
 if TYPE_CHECKING:
     from agentlife.stores._dialect import Tx
 
-__all__ = ["WaitState", "get_wait", "park_waiting", "woken_at_once"]
+__all__ = ["WaitState", "get_wait", "park_waiting"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,21 +73,7 @@ async def park_waiting(tx: Tx, job_id: str, attempt: int, until: float, waiting_
     return parked == 1
 
 
-async def woken_at_once(tx: Tx, job_id: str, waiting_for: dict[str, Any]) -> bool:
-    """Whether the wait is over already: an event it takes was sent, or the children it waits for ended."""
-    names, jobs = _event_names(waiting_for), job_ids_waited_for(waiting_for)
-    at_once = bool(names) and await tx.fetchval(tx.sql.event_sent, job_id=job_id, names=names) is not None
-    if not at_once and jobs:
-        at_once = await children_ended(tx, jobs)
-    return at_once
-
-
 async def get_wait(tx: Tx, job_id: str) -> WaitState | None:
     """The row's status and what it waits for, or None when there is no such job."""
     found = await tx.fetchrow(tx.sql.get_wait, job_id=job_id)
     return None if found is None else WaitState.of(found["status"], found["until"], found["waiting"])
-
-
-def _event_names(waiting_for: dict[str, Any]) -> list[str]:
-    events = waiting_for.get("events")
-    return [n for n in events if isinstance(n, str)] if isinstance(events, list) else []
