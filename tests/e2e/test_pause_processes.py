@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from test_worker import create_jobs, poll, rows, spawn_worker, step_lines, worker_env
 
 from agentlife.stores import JobStatus, store_from_url
-from procs import cli_in_process, wait_for
+from procs import REPO, agent_env, cli_in_process, wait_for
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -41,6 +42,18 @@ def job(url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def status_is(url: str, job_id: str, status: str) -> bool:
     return rows(url)[job_id].status == status
+
+
+def runnable(url: str) -> dict[str, int]:
+    async def go() -> dict[str, int]:
+        store = store_from_url(url)
+        await store.open()
+        try:
+            return await store.count_runnable()
+        finally:
+            await store.close()
+
+    return anyio.run(go)
 
 
 def effects(tmp_path: Path) -> list[str]:
@@ -143,3 +156,35 @@ def test_a_sigkill_while_a_pause_is_taken_leaves_the_job_paused_never_lost(
     assert row.status == JobStatus.PAUSED and row.error[-1]["error_class"] == "HeartbeatStale"
     assert anyio.run(reap) == []  # no reaper touches a paused row
     assert job(db_url, "resume", "k-1").stdout.strip() == "job k-1 resumed: RETRYING"
+
+
+def test_an_event_sent_to_a_job_paused_at_its_wait_takes_effect_on_resume(
+    tmp_path: Path, db_url: str, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    create_jobs(db_url, "l-1", agent="listener")
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    env = agent_env(
+        tmp_path / "data",
+        WAIT_DIR=str(traces),
+        AGENTLIFE_DATABASE_URL=db_url,
+        AGENTLIFE_PARK_AFTER_SECONDS="0",
+    )
+    command = [sys.executable, "-m", "agentlife", "worker", "agents.wait_agent:Listener"]
+    procs.append(
+        worker := subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    )
+    poll(lambda: status_is(db_url, "l-1", "WAITING"))
+    assert job(db_url, "pause", "l-1", "--reason", "hold the answers").returncode == 0
+    for n in ("1", "2"):
+        sent = job(db_url, "send", "l-1", "answer", "--payload", n)
+        assert sent.returncode == 0, sent.stderr  # accepted and kept while paused
+    assert rows(db_url)["l-1"].status == "PAUSED" and not (traces / "after").exists()
+    assert runnable(db_url) == {}  # the events woke nothing: no worker would claim it
+    assert job(db_url, "resume", "l-1").stdout.strip() == "job l-1 resumed: WAITING"
+    poll(lambda: status_is(db_url, "l-1", "COMPLETED"))
+    assert rows(db_url)["l-1"].result == {"got": [1, 2]}
+    assert len((traces / "before").read_text().splitlines()) == 1  # nothing before the wait ran twice
+    assert len((traces / "after").read_text().splitlines()) == 1
+    worker.send_signal(signal.SIGTERM)
+    worker.communicate(timeout=30)
