@@ -188,3 +188,37 @@ def test_an_event_sent_to_a_job_paused_at_its_wait_takes_effect_on_resume(
     assert len((traces / "after").read_text().splitlines()) == 1
     worker.send_signal(signal.SIGTERM)
     worker.communicate(timeout=30)
+
+
+def test_bad_input_to_pause_and_resume_is_one_clear_line_and_changes_nothing(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'agentlife.db'}"
+    create_jobs(url, "b-1", "b-done")
+    rows_before = rows(url)
+    asks = [
+        (("pause", "nope"), 3, "job nope does not exist"),
+        (("resume", "b-1"), 4, "cannot resume job b-1: it is PENDING (resume needs PAUSED or RUNNING)"),
+        (("pause", "b-1", "--reason", "two\nlines"), 2, "the reason must be printable text on one line"),
+        (("pause", "b-1", "--reason", "x" * 10_000), 2, "the reason must be at most 500 characters"),
+        (("pause", "b-1", "--actor", "ops\x1b[31m"), 2, "the actor must be printable text on one line"),
+        (("pause", "b-1", "--actor", "a" * 10_000), 2, "the actor must be 1 to 200 characters"),
+        (("pause", "../x"), 2, "job id"),
+    ]
+    for args, code, needle in asks:
+        done = job(url, *args)
+        said = done.stdout + done.stderr
+        assert done.returncode == code and needle in said, (args, done)
+        assert len(said.strip().splitlines()) == 1 and "Traceback" not in said, said
+    assert rows(url) == rows_before
+    anyio.run(_finish_row, url, "b-done")
+    ended = job(url, "pause", "b-done")
+    assert ended.returncode == 4 and "cannot pause job b-done: it is COMPLETED" in ended.stdout + ended.stderr
+
+
+async def _finish_row(url: str, job_id: str) -> None:
+    store = store_from_url(url)
+    await store.open()
+    try:
+        claimed = await store.claim(job_id, 1)
+        await store.set_status(job_id, claimed.attempt, JobStatus.COMPLETED)
+    finally:
+        await store.close()

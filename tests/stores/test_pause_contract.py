@@ -338,3 +338,32 @@ async def test_a_table_from_before_pauses_refuses_a_pause_until_db_init(postgres
         assert (await upgraded.pause("p-1", reason="r", actor="a")).status == "RUNNING"
     finally:
         await upgraded.close()
+
+
+@pytest.mark.parametrize("column", ["NULL", "'[1, 2]'", '\'{"from": "COMPLETED"}\'', "'{\"from\": 7}'"])
+async def test_a_row_paused_by_another_client_resumes_as_pending(
+    store: CheckpointStore, backend: Backend, column: str
+) -> None:
+    await store.create_job("p-1", "agent-a", None)
+    value = column if backend.kind == "sqlite" or column == "NULL" else f"{column}::jsonb"
+    await backend.raw(f"UPDATE {backend.tables.job} SET status = 'PAUSED', paused = {value} WHERE id = 'p-1'")
+    assert await store.claim_next() is None
+    assert (await store.resume("p-1", actor="ops@host")).status == "PENDING"  # never a terminal status
+
+
+async def test_a_request_column_that_is_not_json_is_no_request(tmp_path: Path) -> None:
+    backend = Backend("sqlite", str(tmp_path / "agentlife.db"), TableNames())
+    store = backend.open_store()
+    await store.open()
+    try:
+        await store.init_schema()
+        await store.create_job("p-1", "agent-a", None)
+        claimed = await store.claim_next()
+        assert claimed is not None
+        await backend.raw("UPDATE job SET paused = 'not json' WHERE id = 'p-1'")
+        assert not await store.pause_requested("p-1", claimed.attempt)
+        assert await store.release("p-1", claimed.attempt, JobStatus.PENDING)
+        assert (await store.get_job("p-1")).status == "PENDING"  # type: ignore[union-attr]
+        assert await _pause(store, "p-1") == "PAUSED"  # the column is rewritten, nothing else refused
+    finally:
+        await store.close()
