@@ -98,8 +98,11 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
 
 @contextlib.contextmanager
-def chromium() -> Iterator[Any]:
-    """A headless Chromium driven by selenium; a failure (never a skip) when it is not installed."""
+def chromium(*flags: str) -> Iterator[Any]:
+    """A headless Chromium driven by selenium; a failure (never a skip) when it is not installed.
+
+    ``flags``: more command-line flags (``--ignore-certificate-errors`` for a proxy's own certificate).
+    """
     if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
         raise AssertionError(
             "Chromium is missing: apt-get install chromium chromium-driver (the browser tests need it)"
@@ -122,6 +125,7 @@ def chromium() -> Iterator[Any]:
         "--disable-quic",
         "--window-size=1280,1000",
         f"--user-data-dir={profile}",
+        *flags,
     ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)

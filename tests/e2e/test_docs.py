@@ -30,7 +30,7 @@ def _mkdocs(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
         cwd=REPO,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "DOCS_SEARCH_INDEX": "false"},
         capture_output=True,
         text=True,
         timeout=120,

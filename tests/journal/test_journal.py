@@ -328,6 +328,43 @@ async def test_write_errors_are_raised_to_durable_callers_and_logged_by_the_flus
     await journal.aclose()  # idempotent even after a failed close
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("target", ["/dev/full", "file"])
+async def test_a_flush_cancelled_as_it_hands_its_lines_to_the_thread_keeps_them(
+    tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drain cancels the periodic flusher at any await: the lines it took from the buffer stay its own.
+
+    Here the cancellation lands where the flush hands the buffer to its thread (the thread call's own
+    checkpoint), as it did in a loaded run of the flusher test above.
+    """
+    path = tmp_path / "session_0001_1.jsonl"
+    fd = os.open(target if target != "file" else path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    journal = Journal(path, fd)
+    journal.append(EventType.LIFECYCLE, **{"from": "BOOTING", "to": "HYDRATING"})
+    thread_call = anyio.to_thread.run_sync
+
+    async def cancelled_on_entry(*args: Any, **kwargs: Any) -> Any:
+        scope.cancel()
+        return await thread_call(*args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", cancelled_on_entry)
+    with anyio.CancelScope() as scope:
+        if target == "/dev/full":
+            with pytest.raises(OSError, match="No space"):
+                await journal.flush(fsync=False)
+        else:
+            await journal.flush(fsync=False)
+    monkeypatch.undo()
+    if target == "/dev/full":  # the write failed: the line is kept, and closing says so
+        with pytest.raises(OSError, match="No space"):
+            await journal.aclose()
+    else:  # the write went through, and closing fsyncs it
+        await journal.aclose()
+        assert journal.events_written == 1 and journal.fsync_count == 1
+        assert [e["type"] for e in lines_on_disk(path)] == ["LIFECYCLE"]
+
+
 # -- closing -------------------------------------------------------------------------------------------------
 
 

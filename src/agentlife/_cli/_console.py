@@ -42,6 +42,17 @@ def register(sub: Any) -> None:
         action="store_true",
         help=f"offer approve/reject/cancel/retry; each needs the token in {TOKEN_VARIABLE}",
     )
+    console.add_argument(
+        "--base-path",
+        default="",
+        help="serve under this path, as a reverse proxy forwards it (e.g. /ops/agentlife; default: the root)",
+    )
+    console.add_argument(
+        "--forwarded-allow-ips",
+        metavar="IPS",
+        help="trust X-Forwarded-Proto/-Host and Forwarded only from these comma-separated addresses or "
+        "networks ('*': any peer); default: forwarded headers are ignored",
+    )
     console.set_defaults(handler=_main)
 
 
@@ -66,6 +77,9 @@ def _main(args: argparse.Namespace) -> int:
         validate_database_url(args.database_url, "--database-url")
     url = args.database_url or database_url_from_env(os.environ)
     token = console_token(os.environ, args.allow_actions)
+    from agentlife._console._proxy import ProxyConfig, check_base_path, parse_allow_ips
     from agentlife._console._server import ConsoleConfig, serve
 
-    return serve(ConsoleConfig(url=url, host=args.host, port=args.port, token=token))
+    allow, allow_any = parse_allow_ips(args.forwarded_allow_ips)
+    proxy = ProxyConfig(check_base_path(args.base_path), allow, allow_any)
+    return serve(ConsoleConfig(url=url, host=args.host, port=args.port, token=token, proxy=proxy))

@@ -356,12 +356,12 @@ class Api:
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
-def add_routes(app: web.Application, api: Api) -> None:
-    """Serve every route of `ROUTES` (and nothing else) under `PREFIX`."""
+def add_routes(app: web.Application, api: Api, base: str = "") -> None:
+    """Serve every route of `ROUTES` (and nothing else) under `PREFIX`, under the base path ``base``."""
     for route in ROUTES:
         handler = getattr(api, route.op)
         app.router.add_route(
-            route.method, PREFIX + route.path, _authorized(api, handler) if route.write else handler
+            route.method, base + PREFIX + route.path, _authorized(api, handler) if route.write else handler
         )
 
 

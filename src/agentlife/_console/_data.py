@@ -35,6 +35,7 @@ from agentlife._journal._recovery import BadLine, read_events
 from agentlife._journal._writer import list_sessions
 from agentlife.stores import ApprovalState, JobRecord, JobStatus, OperatorStore
 from agentlife.stores._base import CLAIM_STALE_AFTER_SECONDS
+from agentlife.stores._childjobs import JobFamily
 from agentlife.stores._jobs import is_crash
 
 __all__ = [
@@ -232,6 +233,7 @@ class JobView:
     conversation_note: str | None = None
     sessions: list[Session] = field(default_factory=list)
     journal_note: str | None = None
+    family: JobFamily | None = None
 
 
 async def load_job(
@@ -254,6 +256,7 @@ async def load_job(
         call=call,
         live=_alive(raw, now),
     )
+    view.family = await store.get_family(job_id)
     await _conversation(store, view, masker)
     _journal(view, data_dir, masker)
     return view

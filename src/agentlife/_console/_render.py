@@ -23,12 +23,14 @@ import orjson
 
 from agentlife._budget import format_usd
 from agentlife._console._data import JobView, ListedJob, ListQuery, ListResult
+from agentlife._console._render_ops import approval_section, family_section, journal_section, overview_main
 from agentlife._console._timeline import Mark, Span, Timeline, render_svg
 from agentlife._jobs._pause import DEFAULT_PAUSE_REASON
 from agentlife.stores import JobRecord, JobStatus
 from agentlife.stores._jobs import CANCELLABLE, PAUSABLE, RETRYABLE, TERMINAL
+from agentlife.stores._overview import Overview
 
-__all__ = ["FLASHES", "error_page", "esc", "job_page", "list_page"]
+__all__ = ["FLASHES", "error_page", "esc", "job_page", "list_page", "overview_page"]
 
 #: What the page says after the store recorded an action (the server signs which, see ``_server``).
 FLASHES = {
@@ -85,7 +87,7 @@ def list_page(
     rows = "".join(_list_row(job, now) for job in result.rows)
     empty = '<tr><td colspan="8">No jobs match.</td></tr>' if not result.rows else ""
     parts.append(
-        f'<table class="jobs"><caption>{caption}</caption><thead><tr>'
+        f'<div data-rows><table class="jobs"><caption>{caption}</caption><thead><tr>'
         '<th scope="col">Id</th><th scope="col">Agent</th><th scope="col">Status</th>'
         '<th scope="col">Attempt</th><th scope="col">Updated</th><th scope="col">Cost</th>'
         '<th scope="col">Tokens in / out</th><th scope="col">Crashes</th>'
@@ -98,7 +100,16 @@ def list_page(
         nav.append(f'<a rel="next" href="/?{esc(_filter_query(query, result.next_cursor))}">Older jobs</a>')
     if nav:
         parts.append(f'<nav class="pages" aria-label="Pages">{" ".join(nav)}</nav>')
-    return _page("Jobs", "".join(parts), actions=actions)
+    parts.append("</div>")
+    # The newest page refreshes its rows by itself (the script swaps the table, never the filter form).
+    refresh = ' data-refresh="rows"' if query.after is None else ""
+    return _page("Jobs", "".join(parts), actions=actions, live=refresh)
+
+
+def overview_page(overview: Overview, *, actions: bool, now: float, mask: Callable[[str], str] = str) -> str:
+    """The overview: the runnable queue, stale runs, the last hour, counts per status and agent."""
+    main = overview_main(overview, mask, esc, now)
+    return _page("Overview", main, actions=actions, live=' data-refresh="rows" data-every="15"')
 
 
 def _filter_query(query: ListQuery, after: str | None = None) -> str:
@@ -180,7 +191,15 @@ def _num(value: Any) -> str:
 # -- one job ---------------------------------------------------------------------------------------------
 
 
-def job_page(view: JobView, timeline: Timeline, *, actions: bool, flash: str | None, now: float) -> str:
+def job_page(
+    view: JobView,
+    timeline: Timeline,
+    *,
+    actions: bool,
+    flash: str | None,
+    now: float,
+    mask: Callable[[str], str] = str,
+) -> str:
     """The job: its summary, what it waits for, actions, budget, timeline, conversation, payload, history.
 
     ``flash`` is what the server verified the store recorded (never text taken from the request).
@@ -190,9 +209,11 @@ def job_page(view: JobView, timeline: Timeline, *, actions: bool, flash: str | N
     if flash:
         parts.append(f'<p class="flash" role="status">{esc(flash)}</p>')
     parts.append(_summary(view, now))
+    parts.append(family_section(view.family, mask, esc))
+    parts.append(approval_section(view, esc))
     if actions:
         parts.append(_actions(view))
-    parts += [_budget(row), _timeline(view, timeline), _conversation(view)]
+    parts += [_budget(row), _timeline(view, timeline), journal_section(view, esc), _conversation(view)]
     parts.append(_section("payload", "Payload", f"<pre>{esc(_json(row.payload))}</pre>"))
     if row.result is not None or "result" in row.unreadable:
         parts.append(_section("result", "Result", f"<pre>{esc(_json(row.result))}</pre>"))

@@ -43,9 +43,11 @@ from agentlife._console._data import (
     parse_list_query,
     row_version,
 )
+from agentlife._console._journals import journal_path, stream_journal
 from agentlife._console._openapi import PREFIX
 from agentlife._console._ops import ConsoleClients, OutputFollower
-from agentlife._console._render import FLASHES, error_page, job_page, list_page
+from agentlife._console._proxy import ProxyConfig, forwarded_origin, rebase
+from agentlife._console._render import FLASHES, error_page, job_page, list_page, overview_page
 from agentlife._console._sse import Fanout, SseLimits
 from agentlife._console._store import ConsoleStore, NotRecorded
 from agentlife._console._timeline import build_timeline
@@ -55,12 +57,15 @@ from agentlife._jobs._mask import masker_for
 from agentlife._jobs._pause import pause_job, resume_job
 from agentlife._jobs._reason import check_reason
 from agentlife.stores import JobStatus, OperatorStore
+from agentlife.stores._base import CLAIM_STALE_AFTER_SECONDS
 from agentlife.stores._childjobs import cancel_with_children
 
 __all__ = ["FANOUT", "ConsoleConfig", "create_app", "serve"]
 
 log = logging.getLogger("agentlife.console")
 
+#: The overview counts the jobs that ended within this many seconds.
+OVERVIEW_WINDOW = 3600.0
 #: The longest query string served; a longer one is refused (414) before anything parses it.
 MAX_QUERY = 4096
 #: The largest action form accepted.
@@ -101,6 +106,8 @@ class ConsoleConfig:
     token: str | None = None
     data_dir: Path | None = None
     events: SseLimits = field(default_factory=SseLimits)
+    proxy: ProxyConfig = field(default_factory=ProxyConfig)
+    """The base path it is served under and the peers whose forwarded headers count (`ProxyConfig`)."""
 
 
 class _Console:
@@ -138,8 +145,21 @@ class _Console:
         done = request.query.get("done")
         flash = self.flashes.read(job_id, done) if self.flashes is not None and done else None
         timeline = build_timeline(view.sessions, view.row.error, view.live)
-        text = job_page(view, timeline, actions=self.actions, flash=flash, now=now)
+        shown = functools.partial(self.masker.text, limit=2000)
+        text = job_page(view, timeline, actions=self.actions, flash=flash, now=now, mask=shown)
         return web.Response(text=text, content_type="text/html")
+
+    async def overview(self, request: web.Request) -> web.Response:
+        store = await self.store.get()
+        found = await store.job_overview(CLAIM_STALE_AFTER_SECONDS, OVERVIEW_WINDOW)
+        shown = functools.partial(self.masker.text, limit=2000)
+        text = overview_page(found, actions=self.actions, now=time.time(), mask=shown)
+        return web.Response(text=text, content_type="text/html")
+
+    async def journal(self, request: web.Request) -> web.StreamResponse:
+        job_id = _job_id(request.query.get("id"))
+        path = journal_path(self.data_dir, job_id, request.query.get("session") or "")
+        return await stream_journal(request, path, self.masker, _HEADERS)
 
     async def state(self, request: web.Request) -> web.Response:
         job_id = _job_id(request.query.get("id"))
@@ -176,7 +196,7 @@ class _Console:
         log.info("console: %s of job %s: %s", action, self.masker.text(job_id, 200), status)
         assert self.flashes is not None  # actions need the token, and the token makes the flashes
         done = self.flashes.sign(job_id, str(action), status)
-        raise web.HTTPSeeOther(f"/job?{urlencode({'id': job_id, 'done': done})}")
+        raise web.HTTPSeeOther(f"{self.config.proxy.base_path}/job?{urlencode({'id': job_id, 'done': done})}")
 
     async def _act(self, action: str, job_id: str, form: Any) -> str:
         """Make the action; the job's status as the store at the configured path then records it."""
@@ -287,23 +307,31 @@ def create_app(config: ConsoleConfig) -> web.Application:
     fanouts: list[Fanout] = []
     api = Api(clients, follower, console.masker, config.token, lambda: fanouts[0], config.events)
 
+    base = config.proxy.base_path
+    api_prefix = base + PREFIX
+
     @web.middleware
     async def guard(request: web.Request, handler: _Handler) -> web.StreamResponse:
-        if request.path == PREFIX or request.path.startswith(PREFIX + "/"):
-            response = await api.answer(request, handler)
+        seen = functools.partial(_as_forwarded, handler, config.proxy)
+        if request.path == api_prefix or request.path.startswith(api_prefix + "/"):
+            response = await api.answer(request, seen)
         else:
-            response = await _answer(console, request, handler)
+            response = await _rebased(base, _answer(console, request, seen))
         if not response.prepared:  # an event stream sent its own headers already
             response.headers.update(_HEADERS)
         return response
 
     app = web.Application(middlewares=[guard], client_max_size=MAX_FORM)
-    app.router.add_get("/", console.index)
-    app.router.add_get("/job", console.job)
-    app.router.add_get("/job/state", console.state)
-    app.router.add_post("/job/action", console.action)
-    app.router.add_get("/static/{name}", console.static_file)
-    add_routes(app, api)
+    app.router.add_get(base + "/", console.index)
+    app.router.add_get(base + "/job", console.job)
+    app.router.add_get(base + "/job/state", console.state)
+    app.router.add_get(base + "/job/journal", console.journal)
+    app.router.add_get(base + "/overview", console.overview)
+    app.router.add_post(base + "/job/action", console.action)
+    app.router.add_get(base + "/static/{name}", console.static_file)
+    if base:
+        app.router.add_get(base, _to_index)
+    add_routes(app, api, base)
 
     async def followers(app: web.Application) -> AsyncIterator[None]:
         # The event streams' followers run here, and end with the application.
@@ -320,6 +348,32 @@ def create_app(config: ConsoleConfig) -> web.Application:
     app.cleanup_ctx.append(followers)
     app.on_cleanup.append(close)
     return app
+
+
+async def _as_forwarded(handler: _Handler, proxy: ProxyConfig, request: web.Request) -> web.StreamResponse:
+    """The handler's answer to ``request`` as the browser made it: the origin a trusted proxy forwarded."""
+    origin = forwarded_origin(request, proxy)  # BadRequest for a trusted proxy's malformed header
+    if origin is not None:
+        request = request.clone(scheme=origin[0], host=origin[1])
+    return await handler(request)
+
+
+async def _rebased(base: str, answer: Awaitable[web.StreamResponse]) -> web.StreamResponse:
+    """A page's answer with its links and redirects under the base path."""
+    try:
+        response = await answer
+    except web.HTTPRedirection as exc:
+        location = exc.headers.get("Location", "")
+        if base and location.startswith("/") and not location.startswith(base + "/"):
+            exc.headers["Location"] = base + location
+        raise
+    if base and isinstance(response, web.Response) and response.content_type == "text/html" and response.text:
+        response.text = rebase(response.text, base)
+    return response
+
+
+async def _to_index(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPMovedPermanently(request.path + "/")
 
 
 async def _answer(console: _Console, request: web.Request, handler: _Handler) -> web.StreamResponse:
@@ -368,7 +422,8 @@ async def _serve(config: ConsoleConfig) -> int:
             ) from None
         host, port = runner.addresses[0][:2]
         mode = "actions allowed" if config.token is not None else "read-only"
-        print(f"agentlife console at http://{_url_host(host)}:{port}/ ({mode})", flush=True)
+        where = f"http://{_url_host(host)}:{port}{config.proxy.base_path}/"
+        print(f"agentlife console at {where} ({mode})", flush=True)
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()

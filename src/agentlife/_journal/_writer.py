@@ -543,7 +543,10 @@ class Journal:
         if not data and not need_sync:
             return
         sync_dir = need_sync and not self._dir_synced
-        outcome = await anyio.to_thread.run_sync(self._do_io, fd, data, need_sync, sync_dir)
+        # Shielded: the buffer was handed over, so a cancellation delivered while the thread writes must
+        # not lose what it wrote or failed to write (a drain cancels the periodic flusher at any moment).
+        with anyio.CancelScope(shield=True):
+            outcome = await anyio.to_thread.run_sync(self._do_io, fd, data, need_sync, sync_dir)
         self._account(data, last_seq, outcome, sync_dir)
         if outcome.error is not None:
             raise outcome.error

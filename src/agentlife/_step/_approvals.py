@@ -17,12 +17,14 @@ every later call of the job raises it again, and the runtime ends the job FAILED
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import anyio
+import orjson
 
 from agentlife._exceptions import PAUSED_AT_APPROVAL, ApprovalRejected, ParkRequested
+from agentlife._jobs._mask import bound
 from agentlife.stores import ApprovalRequest, ApprovalState, JobStatus
 from agentlife.stores._jobs import HELD
 
@@ -34,6 +36,28 @@ if TYPE_CHECKING:
 __all__ = ["Approvals"]
 
 log = logging.getLogger("agentlife.approvals")
+
+#: The most characters of the model's text, and of each string of the arguments, an approval request keeps.
+SHOWN_LIMIT = 4000
+
+
+def shown_arguments(arguments: Mapping[str, Any]) -> Any:
+    """The call's arguments as an approval request stores them: JSON, bounded (`bound`).
+
+    A value JSON cannot hold (an object a tool takes) is kept as its ``str``. Arguments JSON cannot hold at
+    all (a lone surrogate, an integer past 64 bits, nesting past orjson's limit) are replaced by a note:
+    what is shown must never stop the request from being stored.
+    """
+    try:
+        plain = orjson.loads(orjson.dumps(dict(arguments), default=str, option=orjson.OPT_NON_STR_KEYS))
+    except (TypeError, ValueError, RecursionError):  # orjson.JSONEncodeError is a TypeError
+        return "(the arguments cannot be shown: they are not JSON)"
+    return bound(plain, SHOWN_LIMIT)
+
+
+def shown_text(text: str) -> str:
+    """The model's text as an approval request stores it: cut, and encodable (no lone surrogate)."""
+    return text[:SHOWN_LIMIT].encode("utf-8", "replace").decode("utf-8")
 
 
 class Approvals:
@@ -74,8 +98,19 @@ class Approvals:
         if self.rejection is not None:
             raise ApprovalRejected(str(self.rejection))
 
-    async def require_approval(self, tool_name: str, invocation_id: str, digest: str) -> None:
+    async def require_approval(
+        self,
+        tool_name: str,
+        invocation_id: str,
+        digest: str,
+        *,
+        arguments: Mapping[str, Any] | None = None,
+        said: str | None = None,
+    ) -> None:
         """Return once this call (invocation id and digest) is approved; park on the row until then.
+
+        ``arguments`` and ``said`` (the model's text before the call), masked by the caller, are what the
+        operator is shown: stored bounded with the request, they play no part in what a grant names.
 
         Raises:
             ApprovalRejected: the call was refused, or the job ended while it waited.
@@ -86,7 +121,13 @@ class Approvals:
         if self.approved:
             return
         request = ApprovalRequest(
-            invocation_id, digest, tool_name, self.current_step(), self.booted.settings.attempt
+            invocation_id,
+            digest,
+            tool_name,
+            self.current_step(),
+            self.booted.settings.attempt,
+            arguments=None if arguments is None else shown_arguments(arguments),
+            said=shown_text(said) if said else None,
         )
         async with self._lock:
             # Another call may have been refused, or this one granted, while this one waited its turn.

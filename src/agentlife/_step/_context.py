@@ -124,6 +124,8 @@ class StepContext(ChildJobCalls, OutputCalls):
         self._calls = _CallCounter()
         self._offered: Registry = {}
         self._tool_slots = anyio.Semaphore(max(1, footprint.max_concurrent_tools))
+        # The text of the step's latest model reply: an approval request shows it before the call.
+        self._said: str | None = None
 
     # -- public read-only views ------------------------------------------------------------------------
 
@@ -291,6 +293,7 @@ class StepContext(ChildJobCalls, OutputCalls):
             if replayed is not None:
                 log.info("LLM call %s of step %s replayed from the journal", call, self.step)
                 reply = bounded_tool_inputs(LLMReply.from_json(replayed))  # as recorded by 0.3 too
+                self._said = reply.text
                 if self._env.replay is not None and call in self._env.replay.uncounted:
                     await self._env.add_usage(reply)  # paid by an attempt whose step never counted it
                 if on_event is not None:
@@ -416,6 +419,7 @@ class StepContext(ChildJobCalls, OutputCalls):
                 raise
             span.record_reply(reply)
         reply = bounded_tool_inputs(reply)  # before the journal, which keeps no deeper
+        self._said = reply.text
         host.stats.llm_calls += 1
         host.telemetry.llm_call(model, "ok", reply.usage)
         env.journal.append(
@@ -455,7 +459,14 @@ class StepContext(ChildJobCalls, OutputCalls):
                 )
                 return verified
         if spec.restricted:
-            await self._env.approvals.require_approval(spec.name, invocation_id, digest)
+            redactor = self._env.host.redactor
+            await self._env.approvals.require_approval(
+                spec.name,
+                invocation_id,
+                digest,
+                arguments=redactor.redact_obj(kwargs),
+                said=redactor.redact(self._said) if self._said else None,
+            )
             await self._check_policy(spec, call, kwargs)
         tries = 0
 

@@ -79,10 +79,14 @@ class ApprovalRequest:
     """The step making the call."""
     attempt: int = 0
     """The attempt asking."""
+    arguments: Any = None
+    """The call's arguments as the operator is shown them: secrets masked, bounded, JSON (None: unknown)."""
+    said: str | None = None
+    """The model's text before the call in this step, masked and bounded (None: no model call came first)."""
 
     def to_json(self, at: float) -> dict[str, Any]:
         """The record stored in the ``approval`` column."""
-        return {
+        record = {
             "invocation_id": self.invocation_id,
             "digest": self.digest,
             "tool": self.tool,
@@ -90,6 +94,12 @@ class ApprovalRequest:
             "attempt": self.attempt,
             "at": at,
         }
+        # Shown to the operator, never compared: a grant names the invocation id and the digest.
+        if self.arguments is not None:
+            record["arguments"] = self.arguments
+        if self.said is not None:
+            record["said"] = self.said
+        return record
 
     def names(self, entry: Mapping[str, Any] | None) -> bool:
         """Whether ``entry`` (a stored request or grant) is this very call: same invocation id and digest."""

@@ -182,6 +182,12 @@ class Statements:
     claim_agent: Statement
     set_aside: Statement
     count_runnable: Statement
+    # -- the operator's overview (_overview)
+    overview_counts: Statement
+    overview_runnable: Statement
+    overview_stale: Statement
+    overview_stale_rows: Statement
+    overview_ended: Statement
     release: Statement
     drop_claim: Statement
     release_claims: Statement
@@ -328,6 +334,7 @@ def shared_statements(t: TableNames, d: Dialect) -> dict[str, Statement]:
             f"SELECT {d.raw('agent_id')}, count(*) FROM {j}"
             f" WHERE {RUNNABLE_SQL} AND (not_before IS NULL OR not_before <= {d.now}) GROUP BY agent_id"
         ),
+        **_overview_statements(j, d),
         "load": f"SELECT checkpoint, checkpoint_crc, checkpoint_id FROM {j} WHERE id = :job_id",
         "history": (
             f"SELECT checkpoint_id, checkpoint, crc, step FROM {t.checkpoint_history} WHERE job_id = :job_id"
@@ -476,3 +483,30 @@ class Database(Protocol):
     async def run(self, op: Op[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``op`` on a connection; the driver's errors become `StoreUnavailable` or `StoreError`."""
         ...
+
+
+def _overview_statements(j: str, d: Dialect) -> dict[str, str]:
+    """The overview's reads (`_overview.job_overview`): each an index range of the job table, bounded."""
+    stale = f"status = :status AND (heartbeat_at IS NULL OR heartbeat_at < {d.time('stale_before')})"
+    # Runnable since: the later of when it came due and when its row last changed (a due retry waits
+    # from its not_before, a new job from its creation).
+    since = "CASE WHEN not_before IS NOT NULL AND not_before > updated_at THEN not_before ELSE updated_at END"
+    return {
+        "overview_counts": (
+            f"SELECT status, {d.raw('agent_id')}, count(*) FROM {j} GROUP BY status, agent_id"
+            " ORDER BY status, agent_id LIMIT :limit"
+        ),
+        "overview_runnable": (
+            f"SELECT count(*), min({d.epoch(since)}) FROM {j}"
+            f" WHERE {RUNNABLE_SQL} AND (not_before IS NULL OR not_before <= {d.now})"
+        ),
+        "overview_stale": f"SELECT count(*) FROM {j} WHERE {stale}",
+        "overview_stale_rows": (
+            f"SELECT {d.raw('id')}, {d.epoch('heartbeat_at')} FROM {j} WHERE {stale}"
+            " ORDER BY heartbeat_at LIMIT :limit"
+        ),
+        "overview_ended": (
+            f"SELECT status, count(*) FROM {j} WHERE status IN ({TERMINAL_SQL})"
+            f" AND updated_at >= {d.time('since')} GROUP BY status"
+        ),
+    }

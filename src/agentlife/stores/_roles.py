@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from agentlife.stores._limits import ClaimLimits
     from agentlife.stores._output import OutputRow
     from agentlife.stores._output_watch import OutputWatch
+    from agentlife.stores._overview import Overview
     from agentlife.stores._ratebuckets import Caps, RateDraw, RateGrant
     from agentlife.stores._steprecords import StepRecord
     from agentlife.stores._waits import WaitState
@@ -381,6 +382,13 @@ class OperatorStore(JobRows, Protocol):
         Raises:
             ValueError: ``after`` holds what no row of this store can (bytes, a NUL or a non-number time on
                 PostgreSQL): it is not a cursor of this store.
+        """
+
+    async def job_overview(self, stale_after: float, window: float = 3600.0) -> Overview:
+        """The job table at a glance, each read bounded (`agentlife.stores._overview.Overview`).
+
+        Rows per (status, agent), the runnable queue and its oldest row, RUNNING rows whose heartbeat is
+        older than ``stale_after`` seconds, and rows ended in the last ``window`` seconds.
         """
 
     async def approve(

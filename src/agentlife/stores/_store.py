@@ -25,6 +25,7 @@ from agentlife.stores import (
     _delivery,
     _events,
     _output,
+    _overview,
     _pause,
     _ratebuckets,
     _reaper,
@@ -41,6 +42,7 @@ from agentlife.stores._jobs import ReapDecision
 from agentlife.stores._limits import ClaimLimits, validate_concurrency_key, validate_priority
 from agentlife.stores._output import OutputRow
 from agentlife.stores._output_watch import OutputWatch, PollingWatch
+from agentlife.stores._overview import Overview
 from agentlife.stores._ratebuckets import Caps, RateDraw, RateGrant
 from agentlife.stores._rows import log_set_aside
 from agentlife.stores._steprecords import StepRecord
@@ -197,6 +199,10 @@ class SQLStore(Generic[D]):
     ) -> list[JobRecord]:
         """Job rows, most recently updated first; see `OperatorStore.list_jobs`."""
         return await self._db.run(_claims.list_jobs, status, agent_id, limit, after, concurrency_key)
+
+    async def job_overview(self, stale_after: float, window: float = 3600.0) -> Overview:
+        """The job table at a glance: counts, the queue, stale runs; see `OperatorStore.job_overview`."""
+        return await self._db.run(_overview.job_overview, stale_after, window)
 
     async def count_runnable(self) -> dict[str, int]:
         """How many jobs are runnable now, per agent id."""
