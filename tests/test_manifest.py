@@ -426,6 +426,7 @@ def manifest_handler(argv: list[str]) -> Any:
         ),
         (["--schedule", "0 9 * * *", "--from-journals", "/nonexistent/agentlife"], "no session journals"),
         (["--timezone", "UTC"], "only apply with --schedule"),
+        (["--suspend"], "--suspend only apply with --schedule"),
         (["--env", "NOVALUE"], "KEY=VALUE"),
         (["--budget-usd", "-3"], "--budget-usd -3"),
         (["--budget-usd", "2", "--env", "AGENTLIFE_BUDGET_MAX_COST_USD=3"], "once"),
@@ -464,6 +465,29 @@ def test_manifest_command_warns_when_a_run_can_outlast_the_gap(capsys: pytest.Ca
     assert "activeDeadlineSeconds: 3840" in captured.out
     assert "warning" in captured.err
     assert "3840 s" in captured.err
+
+
+def test_a_paused_schedule_renders_suspend_true_and_a_valid_cronjob(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = [
+        "--image",
+        IMAGE,
+        "--agent",
+        AGENT,
+        "--schedule",
+        "0 * * * *",
+        "--init-p95",
+        "6",
+        "--exec-p95",
+        "60",
+    ]
+    assert manifest_handler(args)() == 0
+    assert yaml.safe_load(capsys.readouterr().out)["spec"]["suspend"] is False
+    assert manifest_handler([*args, "--suspend"])() == 0
+    paused = yaml.safe_load(capsys.readouterr().out)
+    assert paused["spec"]["suspend"] is True
+    kubernetes_validate.validate(paused, K8S_VERSIONS[-1], strict=True)
 
 
 def test_schedule_errors_are_config_errors() -> None:

@@ -362,6 +362,12 @@ class SignalDuringImport(BaseException):
 # -- control flow: not errors users catch, never exported ---------------------------------------------------
 
 
+#: The argument of the `ParkRequested` raised when an operator paused a job waiting for approval.
+PAUSED_AT_APPROVAL = "paused by an operator"
+#: The argument of the `ParkRequested` raised when an operator's pause stops a job before its next step.
+PAUSED_AT_BOUNDARY = "paused between steps"
+
+
 class ParkRequested(BaseException):
     """Raised inside a step when the approval idle timeout expired: the job parks and the process exits 0.
 

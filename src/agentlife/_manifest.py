@@ -415,6 +415,7 @@ def cronjob_manifest(
     starting_deadline_seconds: int | None = None,
     successful_jobs_history_limit: int = 3,
     failed_jobs_history_limit: int = 3,
+    suspend: bool = False,
 ) -> dict[str, Any]:
     """A batch/v1 CronJob that runs ``job`` (a `job_manifest`) on ``schedule``.
 
@@ -430,6 +431,8 @@ def cronjob_manifest(
             gap between runs if that is shorter); a run missed by more is skipped, not run late.
         successful_jobs_history_limit: finished Jobs (and their pods' logs) kept.
         failed_jobs_history_limit: failed Jobs kept.
+        suspend: the schedule paused (``suspend: true``): the controller starts no run until it is false;
+            then a run missed by less than ``starting_deadline_seconds`` starts, older ones never do.
 
     Raises:
         ConfigError: a value Kubernetes would refuse.
@@ -486,7 +489,7 @@ def cronjob_manifest(
             "startingDeadlineSeconds": starting_deadline_seconds,
             "successfulJobsHistoryLimit": successful_jobs_history_limit,
             "failedJobsHistoryLimit": failed_jobs_history_limit,
-            "suspend": False,
+            "suspend": bool(suspend),
             "jobTemplate": {
                 "metadata": {"labels": copy.deepcopy(dict(job["metadata"].get("labels", {})))},
                 "spec": job_spec,

@@ -176,6 +176,14 @@ async def test_each_route_answers_only_statuses_and_bodies_its_document_lists(tm
             ("post", "/jobs/{job_id}/send", "/jobs/done-1/send", AUTH, {"name": "answer"}),
             ("post", "/jobs/{job_id}/approve", "/jobs/park-1/approve", AUTH, {"call": "park-1/0/1"}),
             ("post", "/jobs/{job_id}/reject", "/jobs/park-1/reject", AUTH, {}),
+            ("post", "/jobs/{job_id}/pause", "/jobs/wait-1/pause", AUTH, {"reason": "looking"}),
+            ("get", "/jobs/{job_id}", "/jobs/wait-1", {}, None),
+            ("post", "/jobs/{job_id}/pause", "/jobs/wait-1/pause", AUTH, {}),
+            ("post", "/jobs/{job_id}/pause", "/jobs/done-1/pause", AUTH, {"reason": "x" * 10_000}),
+            ("post", "/jobs/{job_id}/pause", "/jobs/nope/pause", AUTH, None),
+            ("post", "/jobs/{job_id}/resume", "/jobs/wait-1/resume", AUTH, {"reason": "no such field"}),
+            ("post", "/jobs/{job_id}/resume", "/jobs/wait-1/resume", AUTH, {}),
+            ("post", "/jobs/{job_id}/resume", "/jobs/wait-1/resume", AUTH, None),
             ("post", "/jobs/{job_id}/cancel", "/jobs/nope/cancel", AUTH, {}),
             ("post", "/jobs/{job_id}/cancel", "/jobs/wait-1/cancel", AUTH, {"reason": "r"}),
             ("post", "/jobs/{job_id}/retry", "/jobs/done-1/retry", AUTH, {}),
@@ -189,6 +197,25 @@ async def test_each_route_answers_only_statuses_and_bodies_its_document_lists(tm
         assert seen | {("get", "/openapi.json")} == {
             (m, p.removeprefix(PREFIX)) for p, item in document["paths"].items() for m in item
         }
+
+
+async def test_pause_and_resume_through_the_api_and_bad_input_changes_nothing(tmp_path: Path) -> None:
+    async with served(tmp_path) as s:
+        pause, resume = f"{PREFIX}/jobs/wait-1/pause", f"{PREFIX}/jobs/wait-1/resume"
+        assert "reason" in _error(await s.http.post(pause, headers=AUTH, json={"reason": "x" * 10_000}), 400)
+        assert "one line" in _error(await s.http.post(pause, headers=AUTH, json={"reason": "a\nb"}), 400)
+        assert (await _row(s.db, "wait-1")).status == "PENDING"
+        _error(await s.http.post(resume, headers=AUTH, json={}), 409, "conflict")
+        paused = await s.http.post(pause, headers=AUTH, json={"reason": "looking into it"})
+        assert (paused.status_code, paused.json()["status"]) == (200, "PAUSED")
+        shown = (await s.http.get(f"{PREFIX}/jobs/wait-1")).json()
+        assert shown["paused"]["reason"] == "looking into it" and shown["paused"]["requested"] is False
+        assert "cannot pause job wait-1: it is PAUSED" in _error(await s.http.post(pause, headers=AUTH), 409)
+        _error(await s.http.post(f"{PREFIX}/jobs/done-1/pause", headers=AUTH, json={}), 409, "conflict")
+        _error(await s.http.post(f"{PREFIX}/jobs/nope/pause", headers=AUTH, json={}), 404)
+        resumed = await s.http.post(resume, headers=AUTH, json={})
+        assert (resumed.status_code, resumed.json()["status"]) == (200, "PENDING")
+        assert (await s.http.get(f"{PREFIX}/jobs/wait-1")).json()["paused"] is None
 
 
 async def test_an_unknown_path_or_method_is_a_json_error(tmp_path: Path) -> None:

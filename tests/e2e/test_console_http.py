@@ -136,6 +136,23 @@ def test_operator_sequences_never_turn_a_no_into_a_yes(store_env: dict[str, str]
     assert _status(store_env, "job-s") == ("PENDING", 1)
 
 
+def test_pause_and_resume_from_the_page(store_env: dict[str, str], console: str) -> None:
+    assert _job(store_env, "create", "demo", "--id", "job-p").returncode == 0
+    page = request(console + "job?id=job-p")[1]
+    assert 'value="pause">Pause</button>' in page and 'value="resume"' not in page
+    assert _act(console, "job-p", "resume")[0] == 409  # not paused
+    assert _act(console, "job-p", "pause", reason="x" * 10_000)[0] == 400
+    assert _status(store_env, "job-p") == ("PENDING", 0)
+    done = _act(console, "job-p", "pause", reason="db <migration>")
+    assert done[0] == 303 and done[2]["Location"].startswith("/job?id=job-p&done=pause.PAUSED.")
+    page = request(console + "job?id=job-p")[1]
+    assert 'value="resume">Resume</button>' in page and 'value="pause"' not in page
+    assert "db &lt;migration&gt;" in page and "<migration>" not in page
+    assert _act(console, "job-p", "pause")[0] == 409  # a double submit
+    assert _act(console, "job-p", "resume")[0] == 303
+    assert _status(store_env, "job-p") == ("PENDING", 0)
+
+
 def test_an_approval_grants_the_call_the_page_showed_and_nothing_when_it_showed_none(
     store_env: dict[str, str], console: str
 ) -> None:

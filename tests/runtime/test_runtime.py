@@ -298,3 +298,50 @@ async def test_sigterm_after_the_final_step_still_delivers_and_exits_0(agent_har
     assert agent.delivered == [{"n": 2}]
     assert agent.housekept == []  # housekeeping is skipped once a drain began
     assert run.transitions[-2:] == [(State.EXECUTING, State.DRAINING), (State.DRAINING, State.TERMINATED)]
+
+
+class PausedByAnOperator(Counter):
+    """Pauses its own job during step 1, as an operator's `job pause` would while the step runs."""
+
+    def __init__(self, database_url: str, steps: int) -> None:
+        super().__init__(steps=steps)
+        self.database_url = database_url
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        if ctx.step == 1:
+            from agentlife.stores import store_from_url
+
+            store = store_from_url(self.database_url)
+            await store.open()
+            try:
+                paused = await store.pause(ctx.job.id, reason="look first", actor="ops@host")
+                assert paused.status == "RUNNING"  # requested: this step is not cut
+            finally:
+                await store.close()
+        return await super().step(ctx)
+
+
+async def test_a_pause_requested_during_a_step_parks_the_job_after_it_and_resume_runs_the_rest(
+    agent_harness: AgentHarness,
+) -> None:
+    url = agent_harness.database_url
+    run = await agent_harness.run(PausedByAnOperator(url, steps=4))
+    assert run.exit_code == 0 and run.job is not None and run.job.status == "PAUSED"
+    assert EFFECTS == ["job-1/0/0", "job-1/1/0"]  # step 1 ran to its end, step 2 never started
+    assert run.checkpoint is not None and run.checkpoint.next_step == 2
+    assert "JOB_PAUSED" in run.journal_types()
+    idle = Counter(steps=4)
+    again = await agent_harness.run(idle)  # a `run` started for a paused job does nothing
+    assert again.exit_code == 0 and again.job is not None and again.job.status == "PAUSED"
+    assert EFFECTS == ["job-1/0/0", "job-1/1/0"] and idle.delivered == []
+    from agentlife.stores import store_from_url
+
+    store = store_from_url(url)
+    await store.open()
+    try:
+        assert (await store.resume("job-1", actor="ops@host")).status == "PENDING"
+    finally:
+        await store.close()
+    resumed = await agent_harness.run(Counter(steps=4))
+    assert resumed.exit_code == 0 and resumed.job is not None and resumed.job.result == {"n": 4}
+    assert [f"job-1/{i}/0" for i in range(4)] == EFFECTS  # no call ran twice

@@ -1,4 +1,4 @@
-"""``python -m agentlife job create|show|list|approve|reject|cancel|retry``: operate job rows.
+"""``python -m agentlife job create|show|list|approve|reject|cancel|retry|pause|resume``: operate job rows.
 
 The store is the one every command uses (``--database-url``, else ``AGENTLIFE_DATABASE_URL``, else the
 embedded SQLite file under ``AGENTLIFE_DATA_DIR``). Only ``create`` may create a SQLite store; every other
@@ -32,6 +32,7 @@ from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, St
 from agentlife._exitcode import ExitCode
 from agentlife._jobs._approve import approve_parked
 from agentlife._jobs._mask import masker_for
+from agentlife._jobs._pause import pause_job, resume_job
 from agentlife._jobs._start import check_start, create_job
 from agentlife._jobs._view import SHOWN_CHILDREN, call_text, more, read_job_state, show_job, to_json, utc
 from agentlife._journal._show import format_timeline
@@ -130,6 +131,20 @@ def register(sub: Any) -> None:
     cancel.add_argument("--reason", default="cancelled by an operator", help="recorded in the crash history")
     retry = _command(commands, "retry", "run a FAILED or DEAD_LETTER job again", _retry)
     retry.add_argument("id", metavar="ID")
+    pause = _command(
+        commands,
+        "pause",
+        "pause a job: no worker runs it until `job resume`; a RUNNING job stops at its next step boundary",
+        _pause,
+    )
+    pause.add_argument("id", metavar="ID")
+    pause.add_argument(
+        "--reason", default=None, help="recorded with the pause (default: paused by an operator)"
+    )
+    pause.add_argument("--actor", default=None, help="who pauses it (default: user@host of this process)")
+    resume = _command(commands, "resume", "put a PAUSED job back where it was paused", _resume)
+    resume.add_argument("id", metavar="ID")
+    resume.add_argument("--actor", default=None, help="who resumes it (default: user@host of this process)")
     send = _command(commands, "send", "send an event to a job (ctx.wait_for_event takes it)", _send)
     send.add_argument("id", metavar="JOB_ID")
     send.add_argument("name", metavar="NAME", help="the event's name, as the job waits for it")
@@ -451,6 +466,33 @@ async def _retry(args: argparse.Namespace) -> int:
         _masked(args)(f"job {row.id} will run again: {row.status}, attempt {row.attempt}") + "\n"
     )
     return 0
+
+
+async def _pause(args: argparse.Namespace) -> int:
+    row = await _with_store(args, lambda store: pause_job(store, args.id, args.reason, args.actor))
+    if row.status == JobStatus.PAUSED:
+        said = f"job {row.id} paused: PAUSED (resume puts it back {_paused_from(row)})"
+    else:
+        said = f"job {row.id} pause requested: it is {row.status} and stops at its next step boundary"
+    sys.stdout.write(_masked(args)(said) + "\n")
+    return 0
+
+
+async def _resume(args: argparse.Namespace) -> int:
+    row = await _with_store(args, lambda store: resume_job(store, args.id, args.actor))
+    if row.status == JobStatus.RUNNING:
+        said = f"job {row.id}: its pause request is withdrawn, it goes on RUNNING"
+    else:
+        said = f"job {row.id} resumed: {row.status}"
+    sys.stdout.write(_masked(args)(said) + "\n")
+    return 0
+
+
+def _paused_from(row: JobRecord) -> str:
+    for entry in reversed(row.error):
+        if isinstance(entry, dict) and entry.get("error_class") == "Paused":
+            return f"as {entry.get('paused_from')}"
+    return "where it was"
 
 
 async def _send(args: argparse.Namespace) -> int:

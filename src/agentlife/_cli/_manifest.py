@@ -95,6 +95,11 @@ def register(subparsers: Any) -> None:
         metavar="S",
         help="startingDeadlineSeconds (default: 300, or half the closest gap if shorter)",
     )
+    scheduled.add_argument(
+        "--suspend",
+        action="store_true",
+        help="render the schedule paused (suspend: true): no run starts until it is set to false",
+    )
     pool = parser.add_argument_group("warm workers (Deployment)")
     pool.add_argument(
         "--worker",
@@ -160,7 +165,9 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
 
     schedule = Schedule(args.schedule, args.timezone or "UTC", budget_usd=constants.budget.max_cost_usd)
     deadline = _active_deadline(args)
-    cronjob = cronjob_manifest(schedule, job, deadline, starting_deadline_seconds=args.starting_deadline)
+    cronjob = cronjob_manifest(
+        schedule, job, deadline, starting_deadline_seconds=args.starting_deadline, suspend=args.suspend
+    )
     if deadline > schedule.min_gap().total_seconds():
         sys.stderr.write(
             f"agentlife: warning: a run may take {deadline} s, longer than the closest gap between runs "
@@ -215,6 +222,7 @@ def _refuse_schedule_options(args: argparse.Namespace) -> None:
             ("--safety-buffer", args.safety_buffer),
             ("--from-journals", args.from_journals),
             ("--starting-deadline", args.starting_deadline),
+            ("--suspend", args.suspend or None),
         )
         if value is not None
     ]

@@ -150,6 +150,14 @@ class BlockingClient:
         """`Client.retry`."""
         return self._call(functools.partial(self._client.retry, job_id))
 
+    def pause(self, job_id: str, reason: str | None = None, *, actor: str | None = None) -> JobSummary:
+        """`Client.pause`."""
+        return self._call(functools.partial(self._client.pause, job_id, reason, actor=actor))
+
+    def resume(self, job_id: str, *, actor: str | None = None) -> JobSummary:
+        """`Client.resume`."""
+        return self._call(functools.partial(self._client.resume, job_id, actor=actor))
+
     def events(self, job_id: str, after: str | None = None, *, live: bool = True) -> Iterator[JobEvent]:
         """`Client.events`, one event at a time: leaving the loop early (``break``) closes the follower."""
         if self._closed:

@@ -30,6 +30,7 @@ from agentlife._jobrefs import JobHandle
 from agentlife._jobs._approve import approve_parked
 from agentlife._jobs._cursor import decode_position, encode_position, position_of
 from agentlife._jobs._mask import Masker, masker_for
+from agentlife._jobs._pause import pause_job, resume_job
 from agentlife._jobs._reason import check_reason
 from agentlife._jobs._start import check_start, create_job
 from agentlife._jobs._view import read_job_state
@@ -325,6 +326,38 @@ class Client:
         """
         job = self._job_id(job_id)
         return summary(await self._store.retry(job))
+
+    async def pause(self, job_id: str, reason: str | None = None, *, actor: str | None = None) -> JobSummary:
+        """Pause a job: no worker runs it until `resume`; a RUNNING job stops at its next step boundary.
+
+        A PENDING, RETRYING, WAITING or WAITING_FOR_APPROVAL job is PAUSED at once, keeping what it was
+        doing (a wait's timer and events, the approval request) for `resume`. A RUNNING job stays RUNNING
+        with the pause requested until its process reaches the end of its step or a wait, then it is
+        PAUSED (its checkpoint written, its process or worker slot free). ``reason`` (one printable line,
+        default "paused by an operator") and ``actor`` (default: this process's user@host) are recorded in
+        its crash history. `result` goes on waiting through a pause.
+
+        Raises:
+            ConfigError: the reason or the actor is not one printable line of bounded length.
+            JobStateConflict: the job has ended, is PAUSED already, or its pause is already requested.
+            JobNotFound: there is no such job.
+        """
+        job = self._job_id(job_id)
+        return summary(await pause_job(self._store, job, reason, actor))
+
+    async def resume(self, job_id: str, *, actor: str | None = None) -> JobSummary:
+        """Put a PAUSED job back in the status it was paused in (a RUNNING job's request is withdrawn).
+
+        A job paused while WAITING whose awaited event was sent, or whose timer ended, meanwhile is runnable
+        at once; a job paused at an approval waits for it again (approve it after the resume).
+
+        Raises:
+            ConfigError: the actor is not one printable line of bounded length.
+            JobStateConflict: the job is not PAUSED.
+            JobNotFound: there is no such job.
+        """
+        job = self._job_id(job_id)
+        return summary(await resume_job(self._store, job, actor))
 
     # -- helpers ----------------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from agentlife._jobs._mask import Masker
+from agentlife._jobs._pause import pause_of
 from agentlife._jobs._view import JobState, show_job
 from agentlife.stores import JobRecord, JobStatus
 from agentlife.stores._jobs import TERMINAL, is_crash
@@ -90,6 +91,9 @@ class JobSnapshot:
     """Its concurrency key: workers run at most the key's limit of such jobs at once (None: none)."""
     priority: int = 0
     """Its priority: higher is claimed first."""
+    paused: Mapping[str, Any] | None = None
+    """An operator's pause in force (``reason``, ``actor``, ``at``; ``requested``: True while a RUNNING job
+    has yet to reach its next step boundary), or None."""
 
     @property
     def finished(self) -> bool:
@@ -116,6 +120,7 @@ def summary(row: JobRecord) -> JobSummary:
 def snapshot(state: JobState, masker: Masker) -> JobSnapshot:
     """The snapshot of what `read_job_state` read; its waits as the lines ``job show`` prints."""
     row = state.row
+    pause = pause_of(row)
     request = None
     parked = row.status == JobStatus.WAITING_FOR_APPROVAL
     if state.approval is not None and state.approval.request is not None and parked:
@@ -144,6 +149,7 @@ def snapshot(state: JobState, masker: Masker) -> JobSnapshot:
         unreadable=MappingProxyType(dict(row.unreadable)) if row.unreadable else _EMPTY,
         concurrency_key=row.concurrency_key,
         priority=row.priority,
+        paused=None if pause is None else MappingProxyType(pause),
     )
 
 

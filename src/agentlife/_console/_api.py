@@ -189,6 +189,18 @@ class Api:
         client = await self.clients.get()
         return await self._acted(client, await client.retry(job_id))
 
+    async def pause(self, request: web.Request) -> web.StreamResponse:
+        job_id = _path_id(request)
+        body = await _body(request, {"reason"})
+        client = await self.clients.get()
+        return await self._acted(client, await client.pause(job_id, *_reason(body)))
+
+    async def resume(self, request: web.Request) -> web.StreamResponse:
+        job_id = _path_id(request)
+        await _body(request, set())
+        client = await self.clients.get()
+        return await self._acted(client, await client.resume(job_id))
+
     async def _acted(self, client: Client, job: JobSummary) -> web.StreamResponse:
         await self.clients.confirm(client)
         return _json(self._shown(job))

@@ -142,6 +142,8 @@ ROUTES: tuple[Route, ...] = (
             ("reject", "Reject the call the job is parked on: it ends FAILED", "ReasonRequest"),
             ("cancel", "Cancel the job and its attached children", "ReasonRequest"),
             ("retry", "Make a FAILED or DEAD_LETTER job runnable again", "EmptyRequest"),
+            ("pause", "Pause the job (a RUNNING one at its next step boundary)", "ReasonRequest"),
+            ("resume", "Put a PAUSED job back where it was paused", "EmptyRequest"),
         )
     ),
 )
@@ -265,6 +267,10 @@ _SCHEMAS: dict[str, Any] = {
             "unreadable": {"type": "object", "additionalProperties": _TEXT},
             "concurrency_key": {"type": ["string", "null"]},
             "priority": {"type": "integer"},
+            "paused": {
+                "type": ["object", "null"],
+                "description": "an operator's pause in force: reason, actor, at; requested while RUNNING",
+            },
         }
     ),
     "JobPage": _record(

@@ -25,8 +25,9 @@ from agentlife._budget import format_usd
 from agentlife._console._data import JobView, ListedJob, ListQuery, ListResult
 from agentlife._console._render_ops import approval_section, family_section, journal_section, overview_main
 from agentlife._console._timeline import Mark, Span, Timeline, render_svg
+from agentlife._jobs._pause import DEFAULT_PAUSE_REASON
 from agentlife.stores import JobRecord, JobStatus
-from agentlife.stores._jobs import CANCELLABLE, RETRYABLE, TERMINAL
+from agentlife.stores._jobs import CANCELLABLE, PAUSABLE, RETRYABLE, TERMINAL
 from agentlife.stores._overview import Overview
 
 __all__ = ["FLASHES", "error_page", "esc", "job_page", "list_page", "overview_page"]
@@ -37,6 +38,8 @@ FLASHES = {
     "reject": "Rejected: the job ended FAILED.",
     "cancel": "Cancelled: the job ended FAILED (a process still running it is fenced out).",
     "retry": "The job will run again.",
+    "pause": "Paused (a running job stops at its next step boundary).",
+    "resume": "Resumed: the job is back where it was paused.",
 }
 #: The most characters of an id or an agent id the list shows in its cell (the title holds the rest).
 LIST_CELL = 64
@@ -259,6 +262,10 @@ def _actions(view: JobView) -> str:
         forms.append(_form(key, "cancel", "Cancel", _reason("cancelled by an operator")))
     if row.status in RETRYABLE:
         forms.append(_form(key, "retry", "Retry", ""))
+    if row.status in PAUSABLE:
+        forms.append(_form(key, "pause", "Pause", _reason(DEFAULT_PAUSE_REASON)))
+    if row.status == JobStatus.PAUSED:
+        forms.append(_form(key, "resume", "Resume", ""))
     body = "".join(forms) or "<p>No action applies to a job in this status.</p>"
     return _section("actions", "Actions", body)
 

@@ -54,6 +54,7 @@ from agentlife._console._timeline import build_timeline
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError, describe_error
 from agentlife._jobs._approve import approve_parked
 from agentlife._jobs._mask import masker_for
+from agentlife._jobs._pause import pause_job, resume_job
 from agentlife._jobs._reason import check_reason
 from agentlife.stores import JobStatus, OperatorStore
 from agentlife.stores._base import CLAIM_STALE_AFTER_SECONDS
@@ -218,6 +219,10 @@ class _Console:
             await store.retry(job_id)
         elif action == "reject":
             await store.reject(job_id, _reason(_text(form.get("reason"))) or "approval rejected")
+        elif action == "pause":
+            await _paused(pause_job(store, job_id, _reason(_text(form.get("reason"))) or None))
+        elif action == "resume":
+            await _paused(resume_job(store, job_id))
         else:  # as `job cancel`: the job, then its children that were not started detached
             reason = _reason(_text(form.get("reason"))) or "cancelled by an operator"
             await cancel_with_children(store, job_id, reason)
@@ -272,6 +277,14 @@ def _job_id(value: str | None) -> str:
     if len(value) > MAX_ID or "\x00" in value:
         raise BadRequest(f"a job id is at most {MAX_ID} characters, without NUL")
     return value
+
+
+async def _paused(action: Awaitable[Any]) -> None:
+    """A pause or resume; a bad actor or reason is the form's error (400), not the store's."""
+    try:
+        await action
+    except ConfigError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def _reason(value: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from agentlife._exceptions import StoreError
 from agentlife._jobs._mask import Masker
+from agentlife._jobs._pause import pause_of
 from agentlife.stores import ApprovalState, JobRecord, JobStatus, OperatorStore, WaitState
 from agentlife.stores._childjobs import job_ids_waited_for
 
@@ -98,7 +99,10 @@ def show_job(state: JobState, masker: Masker) -> ShownJob:
         request=request,
         history=[masker.text(_history_line(entry)) for entry in row.error],
         waits_for=[
-            masker.text(line) for line in _approval_lines(approval) + _wait_lines(wait) + _kept_lines(kept)
+            masker.text(line)
+            for line in (
+                _pause_lines(state.row) + _approval_lines(approval) + _wait_lines(wait) + _kept_lines(kept)
+            )
         ],
     )
 
@@ -122,6 +126,19 @@ def _masked_wait(state: WaitState | None, masker: Masker) -> WaitState | None:
 
 def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _pause_lines(row: JobRecord) -> list[str]:
+    """An operator's pause of the job: who, when and why; or a RUNNING job's pause request."""
+    pause = pause_of(row)
+    if pause is None:
+        return []
+    who = f" by {pause['actor']}" if isinstance(pause["actor"], str) else ""
+    when = f" at {utc(pause['at'])}" if pause["at"] is not None else ""
+    why = f": {pause['reason']}" if isinstance(pause["reason"], str) else ""
+    if pause["requested"]:
+        return [f"pause       requested{who}{when}{why} (stops at its next step boundary)"]
+    return [f"paused      {who.strip() or 'by an operator'}{when}{why} (job resume puts it back)"]
 
 
 def _kept_lines(kept: dict[str, int]) -> list[str]:
@@ -186,6 +203,8 @@ def _history_line(entry: Any) -> str:
     when = utc(at) if isinstance(at, (int, float)) else "?"
     what = entry.get("error_class") or entry.get("event") or "?"
     line = f"{when}  attempt {entry.get('attempt', '?')}  {what}: {entry.get('message', '')}"
+    if isinstance(entry.get("actor"), str):
+        line += f" (by {entry['actor']})"
     if entry.get("decision"):
         line += f" -> {entry['decision']}"
         if isinstance(entry.get("not_before"), (int, float)):

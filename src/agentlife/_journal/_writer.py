@@ -103,6 +103,8 @@ class EventType(enum.StrEnum):
     WAIT_COMPLETED = "WAIT_COMPLETED"
     #: ``step, until``: the step ended at a wait; the row is WAITING until ``until`` (unix time).
     WAIT_PARKED = "WAIT_PARKED"
+    #: ``step``: an operator's ``job pause`` stopped the job before ``step``; the row is PAUSED.
+    JOB_PAUSED = "JOB_PAUSED"
     #: ``step, checkpoint_id, crc``: the recovery scan's marker (``checkpoint_id`` null for a fresh job).
     CHECKPOINT_WRITTEN = "CHECKPOINT_WRITTEN"
     #: ``step, call, kind ("llm" | "tool"), error_class, error, delay``: a transient error, retried.

@@ -31,6 +31,8 @@ PHASE_NAMES = {
     State.READY: "the wait for the first step",
 }
 TERMINAL_STATUSES = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.DEAD_LETTER)
+#: Statuses a claimed job is not run in: ended, or PAUSED by an operator (it runs after ``job resume``).
+NOT_RUN_STATUSES = (*TERMINAL_STATUSES, JobStatus.PAUSED)
 _T = TypeVar("_T")
 
 

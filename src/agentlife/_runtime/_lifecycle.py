@@ -223,7 +223,7 @@ class Runtime:
         job = self._claimed = Job(row.id, row.agent_id, booted.settings.attempt, row.payload, row.status)
         approvals = Approvals(booted, job, self.drain, lambda: runner.current_step)
         budget = Budget.build(self.constants.budget, row.token_budget, row.tokens_consumed)
-        if row.status in _base.TERMINAL_STATUSES:
+        if row.status in _base.NOT_RUN_STATUSES:
             log.info("job %s is already %s: nothing to do", row.id, row.status)
             done = Resume(CheckpointDoc(status=row.status, phase="done"), row.checkpoint_id)
             return Hydrated(job, budget, approvals, done)

@@ -28,6 +28,8 @@ from agentlife._agent import AgentProcess, Done, Footprint
 from agentlife._budget import Budget
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._exceptions import (
+    PAUSED_AT_APPROVAL,
+    PAUSED_AT_BOUNDARY,
     AgentlifeError,
     AttemptFenced,
     ParkRequested,
@@ -183,7 +185,13 @@ class StepRunner:
     async def run_step(
         self, hydrated: Hydrated, llm: LLMClient, doc: CheckpointDoc, replay: ReplayMap | None
     ) -> tuple[Done | bool | None, CheckpointDoc]:
-        """Run one step; returns (outcome, new doc). Outcome None means cancelled at the drain deadline."""
+        """Run one step; returns (outcome, new doc). Outcome None means cancelled at the drain deadline.
+
+        An operator's pause requested before it starts (`job pause`) raises `ParkRequested` instead: the
+        job stops at this boundary, never inside a step (`park`).
+        """
+        if await self.pause_requested():
+            raise ParkRequested(PAUSED_AT_BOUNDARY)
         booted, host, step, budget = self.booted, self.host, doc.next_step, hydrated.budget
         budget.check_run_time()
         # A private copy: a crashed or cancelled step must not leak half-made changes into a checkpoint.
@@ -394,6 +402,8 @@ class StepRunner:
         ``parked`` says where: a durable wait (`WaitParked`: the row becomes WAITING until the wait ends),
         else a call waiting for approval (the approval idle timeout).
         """
+        if parked is not None and parked.args == (PAUSED_AT_BOUNDARY,):  # before the step: nothing to write
+            return await self.pause_at_boundary(doc)
         booted = self.booted
         wait = parked if isinstance(parked, WaitParked) else None
         # The park checkpoint's marker lands after the parked step's completed calls, and the next attempt
@@ -412,12 +422,38 @@ class StepRunner:
         await self._let_go_of_park()
         if self.host.draining:
             return Outcome(ExitCode.DRAINED, "drained while waiting for approval")
+        if parked is not None and parked.args == (PAUSED_AT_APPROVAL,):
+            self.host.events.machine.move(State.DRAINING, "parked: paused by an operator")
+            why = "paused by an operator while waiting for approval"
+            return Outcome(ExitCode.DONE, why, JobStatus.PAUSED)
         self.host.events.machine.move(State.DRAINING, "parked: approval idle timeout")
         return Outcome(
             ExitCode.DONE,
             "parked: WAITING_FOR_APPROVAL after the idle timeout",
             JobStatus.WAITING_FOR_APPROVAL,
         )
+
+    async def pause_requested(self) -> bool:
+        """Whether an operator asked this job to pause (read at each step boundary); False if unreadable."""
+        s = self.booted.settings
+        try:
+            return await self.booted.store.pause_requested(s.job_id, s.attempt)
+        except AgentlifeError as exc:  # the next boundary reads it again; the job is not stopped for it
+            log.warning("could not read the job's pause request: %s", self.host.redactor.redact(str(exc)))
+            return False
+
+    async def pause_at_boundary(self, doc: CheckpointDoc) -> Outcome:
+        """Hand the row back between steps (its last step checkpointed): the store makes it PAUSED."""
+        s, store = self.booted.settings, self.booted.store
+        await store.drop_claim(s.job_id)
+        released = await self.retrying_store(
+            "pause", lambda: store.release(s.job_id, s.attempt, JobStatus.PENDING)
+        )
+        if not released:  # cancelled or taken over meanwhile: not ours to park
+            log.warning("pausing: the row is no longer this attempt's RUNNING job; left as it is")
+        self.booted.journal.append("JOB_PAUSED", step=doc.next_step)
+        self.host.events.machine.move(State.DRAINING, "parked: paused by an operator")
+        return Outcome(ExitCode.DONE, f"paused by an operator before step {doc.next_step}", JobStatus.PAUSED)
 
     async def _park_waiting(self, wait: WaitParked) -> Outcome:
         """The row becomes WAITING until the wait ends; the process exits 0 (or as drained)."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import orjson
 
-from agentlife._exceptions import ApprovalRejected, ParkRequested
+from agentlife._exceptions import PAUSED_AT_APPROVAL, ApprovalRejected, ParkRequested
 from agentlife._redact import bound
 from agentlife.stores import ApprovalRequest, ApprovalState, JobStatus
 from agentlife.stores._jobs import HELD
@@ -183,6 +183,10 @@ class Approvals:
             decision = state.decide(request)
         if decision == "refused":
             raise self._refused(request, state)
+        if decision == "paused":  # an operator paused the job: park it (checkpoint, let go), the call not run
+            log.info("job %s paused by an operator while %s waits for approval: parking", self.job.id,
+                     request.describe())  # fmt: skip
+            raise ParkRequested(PAUSED_AT_APPROVAL)
         if decision == "waiting":
             return False
         await self._take_back(request)

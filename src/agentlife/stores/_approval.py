@@ -36,6 +36,7 @@ import orjson
 from agentlife._exceptions import AttemptFenced, JobStateConflict
 from agentlife.stores._base import JobStatus
 from agentlife.stores._jobs import TERMINAL
+from agentlife.stores._pause import settle_pause
 from agentlife.stores._rows import dumps
 
 if TYPE_CHECKING:
@@ -59,8 +60,9 @@ __all__ = [
 log = logging.getLogger("agentlife.store")
 
 #: What a row says about one call: approved; refused (the job ended: rejected, cancelled, failed); waiting
-#: (the row is parked on this very call); unasked (the row is not parked on it: ask).
-Decision = Literal["granted", "refused", "waiting", "unasked"]
+#: (the row is parked on this very call); unasked (the row is not parked on it: ask); paused (an operator
+#: paused the row: the process parks and lets go of it).
+Decision = Literal["granted", "refused", "waiting", "unasked", "paused"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,8 @@ class ApprovalState:
             return "refused"
         if self.granted(request):
             return "granted"
+        if self.status == JobStatus.PAUSED:
+            return "paused"
         if self.status == JobStatus.WAITING_FOR_APPROVAL and request.names(self.request):
             return "waiting"
         return "unasked"
@@ -173,11 +177,13 @@ async def request_approval(
             raise AttemptFenced(f"job {job_id}: approval request by attempt {attempt} refused")
         approval = loads_approval(found["approval"])
         state = ApprovalState.from_column(found["status"], approval)
-        if state.status in TERMINAL or state.granted(request):
+        if state.status in TERMINAL or state.status == JobStatus.PAUSED or state.granted(request):
             return state
         column = requested(approval, request, tx.now)
         waiting = str(JobStatus.WAITING_FOR_APPROVAL)
         await tx.execute(tx.sql.park_approval, job_id=job_id, status=waiting, approval=dumps(column))
+        if await settle_pause(tx, job_id):  # an operator's pause requested meanwhile: parked PAUSED
+            waiting = str(JobStatus.PAUSED)
     return ApprovalState.from_column(waiting, column)
 
 

@@ -59,6 +59,9 @@ class JobStatus(enum.StrEnum):
     WAITING = "WAITING"
     """Parked at a durable wait (``ctx.sleep``): no process holds it; runnable again once ``not_before``
     (the end of the wait) has passed, when a worker resumes it and the step replays to the wait."""
+    PAUSED = "PAUSED"
+    """Paused by an operator (``job pause``): no worker claims it, no reaper touches it, until ``job resume``
+    puts it back in the status it was paused in (kept in the row's ``paused`` column with the reason)."""
     RETRYING = "RETRYING"
     """Crashed or reaped: runnable again, with the next attempt, once ``not_before`` has passed (a drained
     job goes back to PENDING instead)."""

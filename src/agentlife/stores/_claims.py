@@ -23,6 +23,7 @@ from agentlife.stores._base import JobRecord, JobStatus, add_usage_totals, claim
 from agentlife.stores._dialect import SlotTaken
 from agentlife.stores._jobs import SET_ASIDE_PER_CLAIM, check_releasable, expected_statuses
 from agentlife.stores._limits import ClaimLimits, check_key_columns
+from agentlife.stores._pause import settle_pause
 from agentlife.stores._rows import appended, as_text, dumps, set_aside_entry
 
 if TYPE_CHECKING:
@@ -255,13 +256,18 @@ async def heartbeat(tx: Tx, job_id: str, attempt: int, owner: str) -> None:
 async def release(tx: Tx, job_id: str, attempt: int, status: str, delay_seconds: float) -> bool:
     """Hand back the RUNNING row held by ``attempt`` as ``status``; False when it has moved on.
 
+    A row handed back PENDING or RETRYING with an operator's pause request on it becomes PAUSED.
+
     Raises:
         ValueError: ``status`` is not one a job may be released in.
     """
     state = check_releasable(status)
-    released = await tx.execute(
-        tx.sql.release, job_id=job_id, attempt=attempt, status=state, delay=float(delay_seconds)
-    )
+    async with tx.atomic():
+        released = await tx.execute(
+            tx.sql.release, job_id=job_id, attempt=attempt, status=state, delay=float(delay_seconds)
+        )
+        if released == 1:  # an operator's pause requested meanwhile takes effect on the row handed back
+            await settle_pause(tx, job_id)
     return released == 1
 
 

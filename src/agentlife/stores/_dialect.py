@@ -31,9 +31,11 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from agentlife.stores._base import JobRecord, TableNames
-from agentlife.stores._jobs import RUNNABLE, TERMINAL
+from agentlife.stores._jobs import RUNNABLE, SETTLES_PAUSE, TERMINAL
 
 __all__ = [
+    "RUNNABLE_LIST",
+    "SETTLES_PAUSE_SQL",
     "Chain",
     "Database",
     "Dialect",
@@ -55,6 +57,9 @@ T = TypeVar("T")
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 #: The SQL list of the statuses a worker may claim once due, and of those no late writer may change.
 RUNNABLE_SQL = f"status IN ({', '.join(repr(str(s)) for s in RUNNABLE)})"
+#: The SQL list of the runnable statuses, and of those a requested pause turns into PAUSED.
+RUNNABLE_LIST = ", ".join(repr(str(s)) for s in RUNNABLE)
+SETTLES_PAUSE_SQL = ", ".join(repr(str(s)) for s in SETTLES_PAUSE)
 TERMINAL_SQL = ", ".join(repr(str(s)) for s in TERMINAL)
 
 
@@ -208,6 +213,10 @@ class Statements:
     reject: Statement
     cancel: Statement
     retry: Statement
+    pause: Statement
+    resume: Statement
+    settle_pause: Statement
+    pause_requested: Statement
     clock: Statement
     stale: Statement
     owned_here: Statement

@@ -7,8 +7,12 @@ conditional on the row's status so that two of them racing on one row cannot bot
   the approval), else PENDING (the next run or worker resumes it); the call the row is parked on is
   granted, bound to its invocation id and digest (see ``_approval``);
 - reject: WAITING_FOR_APPROVAL -> FAILED, final, ``ApprovalRejected`` recorded in the crash history;
-- cancel: PENDING, RETRYING, RUNNING, WAITING_FOR_APPROVAL or WAITING -> FAILED, ``Cancelled`` recorded, and
-  ``attempt + 1`` so that a process still running the job is fenced out at its next write;
+- cancel: PENDING, RETRYING, RUNNING, WAITING_FOR_APPROVAL, WAITING or PAUSED -> FAILED, ``Cancelled``
+  recorded, and ``attempt + 1`` so that a process still running the job is fenced out at its next write;
+- pause: PENDING, RETRYING, WAITING or WAITING_FOR_APPROVAL -> PAUSED, the status it was in kept in the
+  row's ``paused`` column; RUNNING stays RUNNING with the request in that column, and the process holding
+  it parks the job PAUSED at its next step boundary or wait (`_pause`);
+- resume: PAUSED -> the status it was paused in (a RUNNING row's pending request is withdrawn);
 - retry: FAILED or DEAD_LETTER -> PENDING, runnable now; the crashes before it stop counting to the limits,
   and it approves nothing.
 
@@ -35,6 +39,7 @@ __all__ = [
     "CANCELLABLE",
     "HELD",
     "OWNER_GONE_REASON",
+    "PAUSABLE",
     "REAPED_OWNER",
     "RETRYABLE",
     "RUNNABLE",
@@ -63,7 +68,18 @@ CANCELLABLE = (
     JobStatus.RUNNING,
     JobStatus.WAITING_FOR_APPROVAL,
     JobStatus.WAITING,
+    JobStatus.PAUSED,
 )
+#: Statuses ``job pause`` takes (RUNNING as a request the process holding the row carries out).
+PAUSABLE = (
+    JobStatus.PENDING,
+    JobStatus.RETRYING,
+    JobStatus.RUNNING,
+    JobStatus.WAITING_FOR_APPROVAL,
+    JobStatus.WAITING,
+)
+#: Statuses a requested pause turns into PAUSED when the process holding the row hands it back in one.
+SETTLES_PAUSE = (JobStatus.PENDING, JobStatus.RETRYING, JobStatus.WAITING_FOR_APPROVAL, JobStatus.WAITING)
 RETRYABLE = (JobStatus.FAILED, JobStatus.DEAD_LETTER)
 #: Statuses a job never leaves except through ``job retry``: no late writer may change them.
 TERMINAL = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.DEAD_LETTER)
@@ -75,9 +91,12 @@ RELEASABLE = (JobStatus.PENDING, JobStatus.RETRYING, JobStatus.FAILED, JobStatus
 
 
 def expected_statuses(expect: Sequence[str] | None) -> tuple[str, ...]:
-    """The statuses a status write may find the row in: ``expect``, or by default any but a terminal one."""
+    """The statuses a status write may find the row in: ``expect``, or by default any but a terminal one.
+
+    Nor PAUSED by default: an operator's pause is undone only by ``job resume`` or ``job cancel``.
+    """
     if expect is None:
-        return tuple(str(s) for s in JobStatus if s not in TERMINAL)
+        return tuple(str(s) for s in JobStatus if s not in TERMINAL and s != JobStatus.PAUSED)
     return tuple(str(s) for s in expect)
 
 
@@ -133,9 +152,20 @@ def check_transition(job_id: str, operation: str, row: JobRecord | None, allowed
     return row
 
 
-def operator_record(error_class: str, message: str, attempt: int, at: float) -> dict[str, Any]:
-    """The crash-history entry of reject / cancel: exit code 0, so no retry limit counts it as a crash."""
-    return {"at": at, "attempt": attempt, "exit_code": 0, "error_class": error_class, "message": message}
+def operator_record(
+    error_class: str, message: str, attempt: int, at: float, *, actor: str | None = None
+) -> dict[str, Any]:
+    """The crash-history entry of an operator's action: exit code 0, so no retry limit counts it."""
+    record: dict[str, Any] = {
+        "at": at,
+        "attempt": attempt,
+        "exit_code": 0,
+        "error_class": error_class,
+        "message": message,
+    }
+    if actor is not None:
+        record["actor"] = actor
+    return record
 
 
 def retry_marker(attempt: int, at: float) -> dict[str, Any]:

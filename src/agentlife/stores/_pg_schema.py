@@ -110,6 +110,8 @@ def _job_schema(t: TableNames) -> tuple[str, ...]:
     return (
         f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS not_before timestamptz DEFAULT now()",
         f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS approval jsonb",
+        # An operator's pause: the status it was paused in, or a RUNNING row's request for its process.
+        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS paused jsonb",
         # The indexes before WAITING was runnable: their predicate no longer matches the claim's.
         f"DROP INDEX IF EXISTS {prefix}{base}_runnable_idx",
         f"DROP INDEX IF EXISTS {prefix}{base}_agent_runnable_idx",

@@ -19,7 +19,9 @@ from typing import Any
 
 from agentlife.stores._base import HISTORY_KEEP, JobRecord, TableNames
 from agentlife.stores._dialect import (
+    RUNNABLE_LIST,
     RUNNABLE_SQL,
+    SETTLES_PAUSE_SQL,
     TERMINAL_SQL,
     Row,
     Sql,
@@ -114,6 +116,7 @@ def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> St
     key_columns, key_values = (KEY_COLUMNS, ", :concurrency_key, :priority") if keys else ("", "")
     j, sql, notify = t.job, d.sql, notify_call(t)
     fenced = f"id = :job_id AND attempt = :attempt{d.fence}"
+    no_pause = ", paused = NULL" if keys else ""
 
     def claim(agent: str, *extra: str) -> str:
         return (
@@ -175,8 +178,8 @@ def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> St
             " ELSE COALESCE(error, '[]'::jsonb) || jsonb_build_array(:entry::jsonb) END,"
             f" updated_at = now(){no_slots} WHERE {fenced} AND status = ANY(:allowed::text[])"
         ),
-        "lock_row": f"SELECT {cols}, owner, approval, {HEARTBEAT_AGE} AS heartbeat_age FROM {j}"
-        " WHERE id = :job_id FOR UPDATE",
+        "lock_row": f"SELECT {cols}, owner, approval, {HEARTBEAT_AGE} AS heartbeat_age,"
+        f" {'paused' if keys else 'NULL::jsonb'} AS pause FROM {j} WHERE id = :job_id FOR UPDATE",
         "approve": (
             f"UPDATE {j} SET status = :status, approval = :approval::jsonb, not_before = now(),"
             f" updated_at = now(){no_slots} WHERE id = :job_id"
@@ -187,14 +190,15 @@ def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> St
             f" WHERE id = :job_id RETURNING {cols}"
         ),
         "cancel": (
-            f"UPDATE {j} SET status = 'FAILED', {_APPEND}, attempt = attempt + 1, owner = NULL,"
+            f"UPDATE {j} SET status = 'FAILED', {_APPEND}, attempt = attempt + 1, owner = NULL{no_pause},"
             f" updated_at = now() WHERE id = :job_id RETURNING {cols}"
         ),
         # The owner stays: a reaped row's tombstone must go on fencing out the process it was taken from.
         "retry": (
             f"UPDATE {j} SET status = 'PENDING', {_APPEND}, approval = :approval::jsonb, not_before = now(),"
-            f" updated_at = now() WHERE id = :job_id RETURNING {cols}, {notify} AS notified"
+            f" updated_at = now(){no_pause} WHERE id = :job_id RETURNING {cols}, {notify} AS notified"
         ),
+        **_pause_statements(j, cols, notify, keys),
         "clock": "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8",
         "stale": (
             f"SELECT id FROM {j} WHERE status = 'RUNNING'"
@@ -589,3 +593,36 @@ def notify_call(t: TableNames, agent_column: str = "agent_id") -> str:
         f"CASE WHEN octet_length({agent_column}) < {NOTIFY_PAYLOAD_LIMIT} THEN {agent_column} ELSE '' END"
     )
     return f"pg_notify({channel}, {payload})"
+
+
+#: The row carries a pause request (``paused.requested``).
+_PAUSE_REQUESTED = "COALESCE((paused ->> 'requested') = 'true', false)"
+
+
+def _pause_statements(j: str, cols: str, notify: str, keys: bool) -> dict[str, str]:
+    """``job pause`` / ``job resume`` and the settling of a request (a table without ``paused``: no-ops)."""
+    if not keys:  # `_pause` refuses to pause on such a table: nothing is ever paused or requested
+        nothing = f"SELECT NULL FROM {j} WHERE false"
+        return {"pause": nothing, "resume": nothing, "settle_pause": nothing, "pause_requested": nothing}
+    runnable_due = f"status IN ({RUNNABLE_LIST}) AND {_DUE}"
+    return {
+        "pause": (
+            f"UPDATE {j} SET status = :status, paused = :paused::jsonb, {_APPEND}, updated_at = now()"
+            f" WHERE id = :job_id RETURNING {cols}"
+        ),
+        # A resumed runnable row that is due wakes the agent's idle workers.
+        "resume": (
+            f"UPDATE {j} SET status = :status, paused = NULL, {_APPEND}, updated_at = now(),"
+            " not_before = CASE WHEN :wake THEN now() ELSE not_before END"
+            f" WHERE id = :job_id RETURNING {cols}, CASE WHEN {runnable_due} THEN {notify} END AS notified"
+        ),
+        "settle_pause": (
+            f"UPDATE {j} SET status = 'PAUSED', updated_at = now(),"
+            " paused = (paused - 'requested') || jsonb_build_object('from', status)"
+            f" WHERE id = :job_id AND {_PAUSE_REQUESTED} AND status IN ({SETTLES_PAUSE_SQL})"
+        ),
+        "pause_requested": (
+            f"SELECT {_PAUSE_REQUESTED} FROM {j}"
+            " WHERE id = :job_id AND attempt = :attempt AND status = 'RUNNING'"
+        ),
+    }

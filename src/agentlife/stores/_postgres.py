@@ -296,13 +296,13 @@ class PostgresDatabase:
             await self._detect_key_columns()
 
     async def _detect_key_columns(self) -> None:
-        """A job table from before concurrency keys: a job's reads and writes go on until ``db init``."""
+        """A job table from before concurrency keys or pauses: jobs use it as before until ``db init``."""
         import asyncpg
 
         try:
             async with self._connection() as conn:
                 await conn.execute(
-                    f"SELECT concurrency_key, priority, key_slot FROM {self.tables.job} LIMIT 0"
+                    f"SELECT concurrency_key, priority, key_slot, paused FROM {self.tables.job} LIMIT 0"
                 )
         except asyncpg.exceptions.UndefinedColumnError:
             _log.warning(

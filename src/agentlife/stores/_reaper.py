@@ -5,17 +5,21 @@
 transaction of its own: it locks the row only if it is still a candidate (on PostgreSQL ``SKIP LOCKED``, so
 two reapers never both act on it), decides with `decide_reap` from the row's crash history and the agent's
 recent crashes, and writes the decision conditional on the row still being RUNNING with the same attempt.
-Heartbeats carry the database's clock, so the reaper judges them by it, not by this host's.
+Heartbeats carry the database's clock, so the reaper judges them by it, not by this host's. A row that
+carries an operator's pause request is PAUSED instead of RETRYING (the crash recorded, the retry's backoff
+kept for the resume); a decision to end the job (DEAD_LETTER, FAILED) stands.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from typing import TYPE_CHECKING
 
 from agentlife.constants import Constants
-from agentlife.stores._base import REAPED_OWNER, owner_is_gone
+from agentlife.stores._base import REAPED_OWNER, JobStatus, owner_is_gone
 from agentlife.stores._jobs import ReapDecision, crash_count, decide_reap
+from agentlife.stores._pause import settle_pause
 from agentlife.stores._rows import appended, as_text, decode_histories
 
 if TYPE_CHECKING:
@@ -102,4 +106,6 @@ async def _reap_one(
             owner=REAPED_OWNER,
             **appended(row, entry),
         )
+        if done and await settle_pause(tx, job_id):  # a pause requested of the dead process: PAUSED
+            decision = dataclasses.replace(decision, status=str(JobStatus.PAUSED))
     return decision if done else None

@@ -195,6 +195,13 @@ class JobStore(JobRows, Handback, Protocol):
     async def heartbeat(self, job_id: str, attempt: int) -> None:
         """Set ``heartbeat_at`` to now."""
 
+    async def pause_requested(self, job_id: str, attempt: int) -> bool:
+        """Whether an operator asked the RUNNING job held by ``attempt`` to pause (``job pause``).
+
+        The process reads it at each step boundary and, when asked, hands the row back (`Handback.release`
+        as PENDING), which the store turns into PAUSED.
+        """
+
     async def request_approval(self, job_id: str, attempt: int, request: ApprovalRequest) -> ApprovalState:
         """Park on ``request``: WAITING_FOR_APPROVAL and the request on the row, in one fenced write.
 
@@ -414,7 +421,7 @@ class OperatorStore(JobRows, Protocol):
         """
 
     async def cancel(self, job_id: str, reason: str) -> JobRecord:
-        """PENDING, RETRYING, RUNNING or WAITING_FOR_APPROVAL -> FAILED with ``attempt + 1``.
+        """PENDING, RETRYING, RUNNING, WAITING_FOR_APPROVAL, WAITING or PAUSED -> FAILED with ``attempt + 1``.
 
         The bumped attempt fences out a process still running the job: its next write raises
         `agentlife.AttemptFenced` and it stops without touching the row.
@@ -424,6 +431,31 @@ class OperatorStore(JobRows, Protocol):
         """FAILED or DEAD_LETTER -> PENDING, runnable now; earlier crashes stop counting to retry limits.
 
         A retry approves nothing: a rejected call parks again and asks. Earlier grants stand.
+        """
+
+    async def pause(self, job_id: str, *, reason: str, actor: str) -> JobRecord:
+        """Pause a job; PENDING, RETRYING, WAITING or WAITING_FOR_APPROVAL -> PAUSED, returns the row.
+
+        A PAUSED row is claimed by no worker and touched by no reaper; it keeps what it was doing (its
+        status, a wait's timer and events, the approval request) for `resume`. A RUNNING job stays RUNNING
+        with the request on its row: its process parks it PAUSED at its next step boundary or wait, never
+        inside a tool call. ``reason`` and ``actor`` are recorded in the crash history and the row.
+
+        Raises:
+            JobNotFound: no such row.
+            JobStateConflict: the job has ended, is PAUSED already, or its pause is already requested.
+            StoreUnavailable: a PostgreSQL job table from before pauses (run ``db init``).
+        """
+
+    async def resume(self, job_id: str, *, actor: str) -> JobRecord:
+        """PAUSED -> the status it was paused in; returns the row.
+
+        A WAITING job whose awaited event came (or whose timer ended) while it was paused is runnable at
+        once. A RUNNING job whose pause is still requested has the request withdrawn.
+
+        Raises:
+            JobNotFound: no such row.
+            JobStateConflict: the job is not PAUSED (nor RUNNING with a pause requested).
         """
 
     async def send_event(self, job_id: str, name: str, payload: Any = None) -> int:

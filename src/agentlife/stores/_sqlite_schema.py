@@ -25,6 +25,7 @@ _ADDED_COLUMNS = (
     ("detached", "INTEGER NOT NULL DEFAULT 0"),
     ("concurrency_key", "TEXT"),  # concurrency keys and priority
     ("priority", "INTEGER NOT NULL DEFAULT 0"),
+    ("paused", "TEXT"),  # an operator's pause: the status it was paused in, or a running job's request
 )
 
 

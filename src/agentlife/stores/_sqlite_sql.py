@@ -21,6 +21,7 @@ from typing import Any
 from agentlife.stores._base import HISTORY_KEEP, JobRecord, TableNames
 from agentlife.stores._dialect import (
     RUNNABLE_SQL,
+    SETTLES_PAUSE_SQL,
     TERMINAL_SQL,
     Chain,
     Guarded,
@@ -170,6 +171,12 @@ _USAGE = (
 )
 
 
+#: The row carries a pause request (``paused.requested``); text that is not JSON carries none.
+_PAUSE_REQUESTED = (
+    "COALESCE(CASE WHEN json_valid(paused) THEN json_extract(paused, '$.requested') END = 1, 0)"
+)
+
+
 @functools.cache  # once per table layout in a process, not per store opened (~2 ms of parsing each)
 def sqlite_statements(t: TableNames) -> Statements:
     """Every statement, for the tables ``t``."""
@@ -229,15 +236,33 @@ def sqlite_statements(t: TableNames) -> Statements:
             f" error = CASE WHEN :entry IS NULL THEN error ELSE {_appended('error', ':entry')} END,"
             f" updated_at = :now WHERE {fenced} AND {SQLITE.in_list('status', 'allowed', 'text')}"
         ),
-        "lock_row": row("id = :job_id", "owner", "approval", ":now - heartbeat_at AS heartbeat_age"),
+        "lock_row": row(
+            "id = :job_id", "owner", "approval", ":now - heartbeat_at AS heartbeat_age", "paused AS pause"
+        ),
         "approve": updated("status = :status, not_before = :now, approval = :approval, updated_at = :now"),
         "reject": updated("status = 'FAILED', error = :history, approval = :approval, updated_at = :now"),
         "cancel": updated(
-            "status = 'FAILED', error = :history, attempt = attempt + 1, owner = NULL, updated_at = :now"
+            "status = 'FAILED', error = :history, attempt = attempt + 1, owner = NULL, paused = NULL,"
+            " updated_at = :now"
         ),
         # The owner stays: a reaped row's tombstone must go on fencing out the process it was taken from.
         "retry": updated(
-            "status = 'PENDING', error = :history, not_before = :now, approval = :approval, updated_at = :now"
+            "status = 'PENDING', error = :history, not_before = :now, approval = :approval, paused = NULL,"
+            " updated_at = :now"
+        ),
+        "pause": updated("status = :status, paused = :paused, error = :history, updated_at = :now"),
+        "resume": updated(
+            "status = :status, paused = NULL, error = :history, updated_at = :now,"
+            " not_before = CASE WHEN :wake THEN :now ELSE not_before END"
+        ),
+        "settle_pause": sql(
+            f"UPDATE {j} SET status = 'PAUSED', paused = json_set(json_remove(paused, '$.requested'),"
+            " '$.from', status), updated_at = :now"
+            f" WHERE id = :job_id AND {_PAUSE_REQUESTED} AND status IN ({SETTLES_PAUSE_SQL})"
+        ),
+        "pause_requested": sql(
+            f"SELECT {_PAUSE_REQUESTED} FROM {j}"
+            " WHERE id = :job_id AND attempt = :attempt AND status = 'RUNNING'"
         ),
         "clock": sql("SELECT :now"),
         # Ids as bytes, and only those stored as text: a row another client wrote with a BLOB id is set

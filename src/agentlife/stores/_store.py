@@ -26,6 +26,7 @@ from agentlife.stores import (
     _events,
     _output,
     _overview,
+    _pause,
     _ratebuckets,
     _reaper,
     _steprecords,
@@ -335,12 +336,24 @@ class SQLStore(Generic[D]):
         return await self._db.run(_transitions.reject, job_id, reason)
 
     async def cancel(self, job_id: str, reason: str) -> JobRecord:
-        """PENDING, RETRYING, RUNNING, WAITING_FOR_APPROVAL or WAITING -> FAILED, ``attempt + 1``."""
+        """PENDING, RETRYING, RUNNING, WAITING_FOR_APPROVAL, WAITING or PAUSED -> FAILED, ``attempt + 1``."""
         return await self._db.run(_transitions.cancel, job_id, reason)
 
     async def retry(self, job_id: str) -> JobRecord:
         """FAILED or DEAD_LETTER -> PENDING, runnable now; approves nothing."""
         return await self._db.run(_transitions.retry, job_id)
+
+    async def pause(self, job_id: str, *, reason: str, actor: str) -> JobRecord:
+        """PAUSED where it is, or a RUNNING job's pause requested; see `OperatorStore.pause`."""
+        return await self._db.run(_pause.pause, job_id, reason, actor)
+
+    async def resume(self, job_id: str, *, actor: str) -> JobRecord:
+        """PAUSED -> the status it was paused in; see `OperatorStore.resume`."""
+        return await self._db.run(_pause.resume, job_id, actor)
+
+    async def pause_requested(self, job_id: str, attempt: int) -> bool:
+        """Whether an operator asked the RUNNING job held by ``attempt`` to pause."""
+        return await self._db.run(_pause.pause_requested, job_id, attempt)
 
     async def reap(
         self,

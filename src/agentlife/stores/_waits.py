@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentlife.stores._base import JobStatus
-from agentlife.stores._childjobs import children_ended, job_ids_waited_for
+from agentlife.stores._pause import settle_pause, woken_at_once
 from agentlife.stores._rows import dumps
 
 if TYPE_CHECKING:
@@ -56,13 +56,10 @@ async def park_waiting(tx: Tx, job_id: str, attempt: int, until: float, waiting_
 
     A wait already over when it parks (a drain during a short wait's last moment) wakes a listening worker.
     """
-    names, jobs = _event_names(waiting_for), job_ids_waited_for(waiting_for)
     async with tx.atomic():
         # The row lock first, then a fresh look at the events: a send that held the lock has committed.
         await tx.execute(tx.sql.lock_job, job_id=job_id)
-        at_once = bool(names) and await tx.fetchval(tx.sql.event_sent, job_id=job_id, names=names) is not None
-        if not at_once and jobs:
-            at_once = await children_ended(tx, jobs)
+        at_once = await woken_at_once(tx, job_id, waiting_for)
         parked = await tx.execute(
             tx.sql.park,
             job_id=job_id,
@@ -71,6 +68,8 @@ async def park_waiting(tx: Tx, job_id: str, attempt: int, until: float, waiting_
             at_once=at_once,
             waiting=dumps(waiting_for),
         )
+        if parked == 1:  # an operator's pause requested meanwhile: PAUSED, the wait kept for the resume
+            await settle_pause(tx, job_id)
     return parked == 1
 
 
@@ -78,8 +77,3 @@ async def get_wait(tx: Tx, job_id: str) -> WaitState | None:
     """The row's status and what it waits for, or None when there is no such job."""
     found = await tx.fetchrow(tx.sql.get_wait, job_id=job_id)
     return None if found is None else WaitState.of(found["status"], found["until"], found["waiting"])
-
-
-def _event_names(waiting_for: dict[str, Any]) -> list[str]:
-    events = waiting_for.get("events")
-    return [n for n in events if isinstance(n, str)] if isinstance(events, list) else []
