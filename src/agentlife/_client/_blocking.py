@@ -150,6 +150,29 @@ class BlockingClient:
         """`Client.retry`."""
         return self._call(functools.partial(self._client.retry, job_id))
 
+    def rewind(
+        self,
+        job_id: str,
+        to_step: int,
+        *,
+        as_job_id: str | None = None,
+        force: bool = False,
+        reason: str | None = None,
+        actor: str | None = None,
+    ) -> JobSummary:
+        """`Client.rewind`."""
+        return self._call(
+            functools.partial(
+                self._client.rewind,
+                job_id,
+                to_step,
+                as_job_id=as_job_id,
+                force=force,
+                reason=reason,
+                actor=actor,
+            )
+        )
+
     def events(self, job_id: str, after: str | None = None, *, live: bool = True) -> Iterator[JobEvent]:
         """`Client.events`, one event at a time: leaving the loop early (``break``) closes the follower."""
         if self._closed:

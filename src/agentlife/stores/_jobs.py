@@ -37,6 +37,7 @@ __all__ = [
     "OWNER_GONE_REASON",
     "REAPED_OWNER",
     "RETRYABLE",
+    "REWIND_EVENT",
     "RUNNABLE",
     "SET_ASIDE_PER_CLAIM",
     "TERMINAL",
@@ -90,6 +91,9 @@ def check_releasable(status: str) -> str:
 
 #: The crash-history entry ``retry`` appends: the retry limits count crashes after the last one.
 RETRY_EVENT = "retry"
+#: The crash-history ``event`` of a rewind (and of a fork's first entry): like a retry, it ends the count
+#: of the crashes before it.
+REWIND_EVENT = "rewound"
 #: The reaper's reason, in every crash-history entry it writes.
 REAP_REASON = "heartbeat stale"
 #: The reason when the process that claimed the row ran on this host and has exited.
@@ -133,9 +137,20 @@ def check_transition(job_id: str, operation: str, row: JobRecord | None, allowed
     return row
 
 
-def operator_record(error_class: str, message: str, attempt: int, at: float) -> dict[str, Any]:
-    """The crash-history entry of reject / cancel: exit code 0, so no retry limit counts it as a crash."""
-    return {"at": at, "attempt": attempt, "exit_code": 0, "error_class": error_class, "message": message}
+def operator_record(
+    error_class: str, message: str, attempt: int, at: float, *, actor: str | None = None
+) -> dict[str, Any]:
+    """The crash-history entry of an operator's action: exit code 0, so no retry limit counts it."""
+    record: dict[str, Any] = {
+        "at": at,
+        "attempt": attempt,
+        "exit_code": 0,
+        "error_class": error_class,
+        "message": message,
+    }
+    if actor is not None:
+        record["actor"] = actor
+    return record
 
 
 def retry_marker(attempt: int, at: float) -> dict[str, Any]:
@@ -149,7 +164,7 @@ def since_last_retry(history: Sequence[Any]) -> list[Mapping[str, Any]]:
     for entry in history:
         if not isinstance(entry, Mapping):
             continue
-        if entry.get("event") == RETRY_EVENT:
+        if entry.get("event") in (RETRY_EVENT, REWIND_EVENT):
             out = []
         elif is_crash(entry):
             out.append(entry)
