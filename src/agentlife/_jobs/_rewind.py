@@ -25,6 +25,7 @@ from agentlife._config import validate_job_id
 from agentlife._exceptions import ConfigError, JobNotFound
 from agentlife._jobs._actor import check_actor
 from agentlife._jobs._reason import check_reason
+from agentlife._redact import Redactor
 from agentlife.stores._base import HISTORY_KEEP, JobRecord, crc32
 from agentlife.stores._rewind import KeptCheckpoint, RewindTarget
 
@@ -126,7 +127,8 @@ async def rewind_job(
         who = check_actor(actor)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    why = check_reason(reason) if reason else ""
+    # Kept in the row and journaled by the next attempt: a secret-shaped word in it is masked first.
+    why = Redactor().redact(check_reason(reason)) if reason else ""
     new_id = validate_job_id(as_job_id) if as_job_id is not None else None
     if new_id == plan.job.id:
         raise ConfigError(f"--as must name a new job, not {new_id} itself")

@@ -247,7 +247,7 @@ class Hydrator:
                     to_step=entry.get("to_step"),
                     checkpoint_id=checkpoint_id,
                     actor=entry.get("actor"),
-                    reason=entry.get("message"),
+                    reason=entry.get("reason"),
                     at=entry.get("at"),
                 )
                 log.info("resuming job rewound to step %s by %s", entry.get("to_step"), entry.get("actor"))

@@ -396,13 +396,7 @@ def _rewind_statements(t: TableNames, d: Dialect) -> dict[str, str]:
     """Rewinding a job to a step's checkpoint, in place or into a new job (`agentlife.stores._rewind`)."""
     j, h = t.job, t.checkpoint_history
     return {
-        # The attempt read under the lock: an operator who rewound, cancelled or claimed it first wins.
-        "rewind_job": (
-            f"UPDATE {j} SET checkpoint = :data, checkpoint_crc = :crc, checkpoint_id = :checkpoint_id,"
-            f" status = 'PENDING', attempt = attempt + 1, owner = NULL, not_before = {d.now}, result = NULL,"
-            f" approval = NULL, waiting = NULL, error = {d.json('history')}, updated_at = {d.now}"
-            " WHERE id = :job_id AND attempt = :attempt"
-        ),
+        # (rewind_job, the row's update, is each database's own: PostgreSQL frees slots and notifies.)
         "rewind_add_history": (
             f"INSERT INTO {h} (job_id, checkpoint_id, step, checkpoint, crc, created_at)"
             f" VALUES (:job_id, :checkpoint_id, :step, :data, :crc, {d.now})"

@@ -103,7 +103,7 @@ async def rewind(
             )
         note = f"rewound to step {target.to_step}" + (f": {reason}" if reason else "")
         if new_id is not None:
-            return await _fork(tx, job_id, new_id, target, actor=actor, note=note)
+            return await _fork(tx, job_id, new_id, target, actor=actor, note=note, reason=reason)
         live = owner_is_live(locked["owner"], locked["heartbeat_age"], CLAIM_STALE_AFTER_SECONDS)
         if live and not force:
             raise JobStateConflict(
@@ -114,6 +114,7 @@ async def rewind(
             **operator_record("Rewound", note, row.attempt, tx.now, actor=actor),
             "event": REWIND_EVENT,
             "to_step": target.to_step,
+            "reason": reason,
             "checkpoint_id": target.checkpoint_id,
             **({"fenced": True} if live else {}),
         }
@@ -153,12 +154,13 @@ async def _add_history(tx: Tx, job_id: str, target: RewindTarget) -> None:
 
 
 async def _fork(
-    tx: Tx, job_id: str, new_id: str, target: RewindTarget, *, actor: str, note: str
+    tx: Tx, job_id: str, new_id: str, target: RewindTarget, *, actor: str, note: str, reason: str
 ) -> JobRecord:
     entry = {
         **operator_record("Forked", f"forked from job {job_id}, {note}", 0, tx.now, actor=actor),
         "event": REWIND_EVENT,
         "to_step": target.to_step,
+        "reason": reason,
         "source": job_id,
         "checkpoint_id": target.checkpoint_id,
     }

@@ -1,0 +1,221 @@
+"""``job rewind``: a job starts again from the checkpoint it had after step N, or a fork does.
+
+In-process runs of a ten-step agent (`agents.rewind_agent`) on both stores: the steps after N run again
+under the changed deploy, the effects before N are not repeated, what was recorded after N is never
+replayed, and every refusal (a step out of reach, a bad id, a live worker, a race) changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agentlife import AttemptFenced, Client, ConfigError, JobStateConflict
+from agentlife._jobs._rewind import plan_rewind, rewind_job
+from agentlife.stores import CheckpointStore, JobStatus, store_from_url
+from agentlife.testing import AgentHarness
+from agents.rewind_agent import RewindAgent
+from procs import cli_in_process
+
+pytestmark = pytest.mark.anyio
+
+JOB = "job-r"
+SECRET = "sk-ant-api03-" + "Q" * 40
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'data' / 'agentlife.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def harness(tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch) -> AgentHarness:
+    (tmp_path / "data").mkdir()
+    monkeypatch.setenv("REWIND_DIR", str(tmp_path / "data"))
+    return AgentHarness(tmp_path / "data", env={"AGENTLIFE_DATABASE_URL": url})
+
+
+@pytest.fixture
+async def store(url: str) -> AsyncIterator[CheckpointStore]:
+    opened = store_from_url(url)
+    await opened.open()
+    await opened.init_schema()
+    yield opened
+    await opened.close()
+
+
+async def _failed_at_8(
+    harness: AgentHarness, store: CheckpointStore, monkeypatch: pytest.MonkeyPatch, job_id: str = JOB
+) -> None:
+    """Deploy v1 runs steps 0-8 of the job, one effect each, and ends it FAILED after step 8."""
+    await store.create_job(job_id, "rewind", None)
+    monkeypatch.setenv("REWIND_LABEL", "v1")
+    monkeypatch.setenv("REWIND_FAIL_AT", "8")
+    run = await harness.run(RewindAgent(), job_id=job_id)
+    assert run.exit_code == 0
+    monkeypatch.delenv("REWIND_FAIL_AT")
+
+
+def _effects(harness: AgentHarness) -> list[str]:
+    path = harness.data_dir / "effects"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _cli(url: str, *args: str) -> Any:
+    return cli_in_process(
+        "job", *args, "--database-url", url, env={**os.environ, "AGENTLIFE_DATABASE_URL": url}
+    )
+
+
+async def test_rewind_to_step_4_reruns_the_steps_after_it_and_repeats_no_effect_before(
+    harness: AgentHarness, store: CheckpointStore, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _failed_at_8(harness, store, monkeypatch)
+    before = await store.get_job(JOB)
+    assert before is not None and before.status == JobStatus.FAILED
+
+    refused = _cli(url, "rewind", JOB, "--to-step", "4", "--reason", f"bad prompt, key {SECRET}")
+    assert refused.returncode == 2, refused.stderr
+    listed = [line for line in refused.stdout.splitlines() if line.startswith("  step ")]
+    assert [line.split()[3] for line in listed] == [f"{JOB}/{n}/0" for n in (5, 6, 7, 8)]
+    assert all("record_effect" in line and "(completed)" in line for line in listed)
+    assert "--yes" in refused.stderr
+    assert await store.get_job(JOB) == before  # nothing changed
+
+    done = _cli(url, "rewind", JOB, "--to-step", "4", "--yes", "--actor", "alice@ops", "--reason", SECRET)
+    assert done.returncode == 0, done.stderr
+    assert f"job {JOB} rewound to step 4: PENDING" in done.stdout
+    assert SECRET not in done.stdout + done.stderr
+    row = await store.get_job(JOB)
+    assert row is not None and row.status == JobStatus.PENDING and row.attempt == before.attempt + 1
+    entry = row.error[-1]
+    assert (entry["actor"], entry["to_step"], entry["event"]) == ("alice@ops", 4, "rewound")
+
+    monkeypatch.setenv("REWIND_LABEL", "v2")  # the changed deploy
+    run = await harness.run(RewindAgent(), job_id=JOB)
+    assert run.exit_code == 0
+    final = await store.get_job(JOB)
+    assert final is not None and final.status == JobStatus.COMPLETED
+    assert final.result["results"] == [f"v1:{n}" for n in range(5)] + [f"v2:{n}" for n in range(5, 10)]
+    assert final.result["seen"] == list(range(10))  # the conversation as it was after step 4, then grown
+    effects = _effects(harness)
+    assert effects.count(f"{JOB}/4/0 v1") == 1 and not any(f"{JOB}/{n}/0 v2" in effects for n in range(5))
+    assert [e for e in effects if e.endswith(" v2")] == [f"{JOB}/{n}/0 v2" for n in range(5, 10)]
+    rewound = [e for e in run.journal if e["type"] == "REWOUND"]
+    assert len(rewound) == 1 and (rewound[0]["to_step"], rewound[0]["actor"]) == (4, "alice@ops")
+    assert SECRET not in str(run.journal) and SECRET not in str(final.error)
+
+
+async def test_a_fork_runs_from_step_4_and_leaves_the_original_untouched(
+    harness: AgentHarness, store: CheckpointStore, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _failed_at_8(harness, store, monkeypatch)
+    original = await store.get_job(JOB)
+    async with await Client.connect(url) as client:
+        forked = await client.rewind(JOB, 4, as_job_id="job-fork", reason="try v2", actor="bob@ops")
+        assert (forked.job_id, forked.status) == ("job-fork", "PENDING")
+        with pytest.raises(JobStateConflict, match="already exists"):
+            await client.rewind(JOB, 4, as_job_id="job-fork")
+        for bad in ("../etc", "", "a" * 200, JOB):
+            with pytest.raises(ConfigError):
+                await client.rewind(JOB, 4, as_job_id=bad)
+    assert await store.get_job(JOB) == original
+    monkeypatch.setenv("REWIND_LABEL", "v2")
+    await harness.run(RewindAgent(), job_id="job-fork")
+    fork = await store.get_job("job-fork")
+    assert fork is not None and fork.status == JobStatus.COMPLETED
+    assert fork.result["results"] == [f"v1:{n}" for n in range(5)] + [f"v2:{n}" for n in range(5, 10)]
+    assert fork.result["seen"] == list(range(10))
+    assert not any(e.startswith("job-fork/") and int(e.split("/")[1]) < 5 for e in _effects(harness))
+    assert await store.get_job(JOB) == original
+
+
+async def test_a_step_out_of_reach_is_one_line_naming_the_reach_and_changes_nothing(
+    harness: AgentHarness, store: CheckpointStore, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _failed_at_8(harness, store, monkeypatch)
+    before = await store.get_job(JOB)
+    for step in ("3", "9", "-1", "4.0", "1e3", "x", "", str(2**63), " 4 5", "\u0664"):
+        out = _cli(url, "rewind", JOB, f"--to-step={step}", "--yes")
+        assert out.returncode == 2, step
+        message = out.stderr.strip()
+        assert message.count("\n") == 0 and "Traceback" not in message
+        if step in ("3", "9"):
+            assert "steps 4 to 8" in message and "last 5 checkpoints" in message
+        else:
+            assert "--to-step must be a step number" in message
+    missing = _cli(url, "rewind", "no-such-job", "--to-step", "4", "--yes")
+    assert missing.returncode == 3 and "does not exist" in missing.stderr
+    bad_id = _cli(url, "rewind", "../etc", "--to-step", "4", "--yes")
+    assert bad_id.returncode == 2
+    assert await store.get_job(JOB) == before
+
+
+async def test_a_live_worker_is_refused_without_force_and_fenced_with_it(
+    harness: AgentHarness, store: CheckpointStore, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _failed_at_8(harness, store, monkeypatch)
+    await store.retry(JOB)
+    claimed = await store.claim_next("rewind")  # a worker holds it now, heartbeat fresh
+    assert claimed is not None
+    held = claimed.attempt
+    refused = _cli(url, "rewind", JOB, "--to-step", "5", "--yes")
+    assert refused.returncode == 4 and "--force" in refused.stderr
+    row = await store.get_job(JOB)
+    assert row is not None and (row.status, row.attempt) == (JobStatus.RUNNING, held)
+
+    forced = _cli(url, "rewind", JOB, "--to-step", "5", "--yes", "--force")
+    assert forced.returncode == 0, forced.stderr
+    row = await store.get_job(JOB)
+    assert row is not None and (row.status, row.attempt) == (JobStatus.PENDING, held + 1)
+    assert row.error[-1].get("fenced") is True
+    with pytest.raises(AttemptFenced):  # the old worker's next write fails: it stops
+        await store.write_checkpoint(JOB, held, "stale", 6, b"{}")
+
+
+async def test_two_operators_and_a_worker_racing_one_wins_the_others_conflict(
+    harness: AgentHarness, store: CheckpointStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _failed_at_8(harness, store, monkeypatch)
+    plans = [await plan_rewind(store, JOB, 4), await plan_rewind(store, JOB, 6)]
+    outcomes: list[str] = []
+
+    async def rewind(plan: Any) -> None:
+        try:
+            await rewind_job(store, plan, actor="op")
+            outcomes.append("won")
+        except JobStateConflict as exc:
+            outcomes.append(str(exc))
+
+    async with anyio.create_task_group() as tasks:
+        for plan in plans:
+            tasks.start_soon(rewind, plan)
+    assert outcomes.count("won") == 1
+    assert "another operator or a worker acted first" in next(o for o in outcomes if o != "won")
+
+    late = await plan_rewind(store, JOB, 4)  # planned, then a worker claims the job first
+    assert await store.claim_next("rewind") is not None
+    row = await store.get_job(JOB)
+    with pytest.raises(JobStateConflict, match="acted first"):
+        await rewind_job(store, late, actor="op")
+    assert await store.get_job(JOB) == row
+
+
+async def test_replay_never_returns_a_result_recorded_after_the_step(
+    harness: AgentHarness, store: CheckpointStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _failed_at_8(harness, store, monkeypatch)
+    await rewind_job(store, await plan_rewind(store, JOB, 4), actor="op")
+    assert all(r.step <= 4 for r in await store.step_records(JOB))
+    loaded = await store.load_checkpoint(JOB)
+    assert loaded is not None and loaded.checkpoint_id.startswith("rewind-000004-")
+    kept = await store.kept_checkpoints(JOB)
+    assert max(k.step for k in kept) == 4 and kept[0].checkpoint_id == loaded.checkpoint_id
+    assert len(await store.load_conversation(JOB, 100)) == 5
