@@ -219,3 +219,33 @@ async def test_replay_never_returns_a_result_recorded_after_the_step(
     kept = await store.kept_checkpoints(JOB)
     assert max(k.step for k in kept) == 4 and kept[0].checkpoint_id == loaded.checkpoint_id
     assert len(await store.load_conversation(JOB, 100)) == 5
+
+
+def test_the_recovery_scan_passes_over_events_before_a_rewound_line_of_later_steps(tmp_path: Path) -> None:
+    import orjson
+
+    from agentlife._journal._recovery import build_replay, scan_for_resume
+
+    def line(seq: int, type_: str, **fields: Any) -> bytes:
+        return orjson.dumps({"v": 1, "ts": 1.0, "seq": seq, "type": type_, **fields}) + b"\n"
+
+    step5 = [
+        line(1, "TOOL_STARTED", step=5, call=0, invocation_id="j/5/0", tool="t", side_effects=True),
+        line(2, "TOOL_COMPLETED", step=5, call=0, invocation_id="j/5/0", tool="t", result="old"),
+    ]
+    marker = line(0, "CHECKPOINT_WRITTEN", step=4, checkpoint_id="c4", crc=1)
+    rewound = line(3, "REWOUND", to_step=4, checkpoint_id="c4", actor="op", reason="")
+    later = line(4, "STEP_STARTED", step=4)
+    for name, lines, replayed in (
+        ("plain", [marker, *step5], 1),
+        ("rewound", [marker, *step5, rewound, later], 0),
+    ):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "session_0001_1000.jsonl").write_bytes(b"".join(lines))
+        scan = scan_for_resume(folder, "c4", checkpoint_step=4)
+        assert scan.found
+        assert len(build_replay(scan.events, 5).tools) == replayed
+        assert [e["type"] for e in scan.events if e.get("step") == 4] == (
+            ["STEP_STARTED"] if replayed == 0 else []
+        )
