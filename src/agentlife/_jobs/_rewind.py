@@ -129,6 +129,8 @@ async def rewind_job(
         raise ConfigError(str(exc)) from None
     # Kept in the row and journaled by the next attempt: a secret-shaped word in it is masked first.
     why = Redactor().redact(check_reason(reason)) if reason else ""
+    if as_job_id is not None and not isinstance(as_job_id, str):
+        raise ConfigError(f"the new job id must be text, got {type(as_job_id).__name__}")
     new_id = validate_job_id(as_job_id) if as_job_id is not None else None
     if new_id == plan.job.id:
         raise ConfigError(f"--as must name a new job, not {new_id} itself")
