@@ -15,11 +15,22 @@ from typing import Any
 import anyio
 import pytest
 
-from agentlife import AttemptFenced, Client, ConfigError, JobStateConflict
+from agentlife import (
+    AgentProcess,
+    AttemptFenced,
+    Client,
+    ConfigError,
+    Done,
+    JobStateConflict,
+    LLMClient,
+    ScriptedLLM,
+    StepContext,
+    tool,
+)
 from agentlife._jobs._rewind import plan_rewind, rewind_job
 from agentlife.stores import CheckpointStore, JobStatus, store_from_url
 from agentlife.testing import AgentHarness
-from agents.rewind_agent import RewindAgent
+from agents.rewind_agent import RewindAgent, record_effect
 from procs import cli_in_process
 
 pytestmark = pytest.mark.anyio
@@ -249,3 +260,48 @@ def test_the_recovery_scan_passes_over_events_before_a_rewound_line_of_later_ste
         assert [e["type"] for e in scan.events if e.get("step") == 4] == (
             ["STEP_STARTED"] if replayed == 0 else []
         )
+
+
+DEPLOYS: list[str] = []
+
+
+@tool(side_effects=True, restricted=True)
+async def deploy(target: str, invocation_id: str) -> str:
+    DEPLOYS.append(invocation_id)
+    return f"deployed {target}"
+
+
+class Deployer(AgentProcess):
+    """Step 0 records an effect, step 1 calls the restricted ``deploy``, then the job ends."""
+
+    agent_id = "rewind-deployer"
+
+    def make_llm(self) -> LLMClient:
+        return ScriptedLLM([])
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        if ctx.step == 0:
+            await ctx.call_tool(record_effect, step=0)
+            return None
+        return Done(result=await ctx.call_tool(deploy, target="prod"))
+
+
+async def test_a_rewind_carries_no_approval_over_the_call_asks_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REWIND_DIR", str(tmp_path))
+    DEPLOYS.clear()
+    # Idle timeout 30 s -> 0.3 s, approval poll 5 s -> 0.05 s.
+    parking = {"AGENTLIFE_IDLE_TIMEOUT_SECONDS": "30", "AGENTLIFE_APPROVAL_POLL_SECONDS": "5"}
+    harness = AgentHarness(tmp_path, env=parking)
+    parked = await harness.run(Deployer(), job_id="dep")
+    assert parked.job is not None and parked.job.status == "WAITING_FOR_APPROVAL"
+    async with await Client.connect(harness.database_url) as client:
+        await client.approve("dep")
+        done = await harness.run(Deployer(), job_id="dep")
+        assert done.job is not None and done.job.status == "COMPLETED" and DEPLOYS == ["dep/1/0"]
+        await client.rewind("dep", 0, reason="deploy again?")
+    again = await harness.run(Deployer(), job_id="dep")
+    assert again.job is not None and again.job.status == "WAITING_FOR_APPROVAL"  # asks, does not deploy
+    assert DEPLOYS == ["dep/1/0"]
+    assert (tmp_path / "effects").read_text().splitlines() == ["dep/0/0 v1"]
