@@ -305,3 +305,37 @@ async def test_a_rewind_carries_no_approval_over_the_call_asks_again(
     assert again.job is not None and again.job.status == "WAITING_FOR_APPROVAL"  # asks, does not deploy
     assert DEPLOYS == ["dep/1/0"]
     assert (tmp_path / "effects").read_text().splitlines() == ["dep/0/0 v1"]
+
+
+async def test_a_history_entry_written_by_hand_is_a_one_line_error_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+    import zlib
+
+    monkeypatch.setenv("REWIND_DIR", str(tmp_path))
+    harness = AgentHarness(tmp_path)
+    monkeypatch.setenv("REWIND_FAIL_AT", "8")
+    await harness.run(RewindAgent(), job_id=JOB)
+    db = tmp_path / "agentlife.db"
+    conn = sqlite3.connect(db)
+    with conn:  # step 5's entry: bytes whose CRC matches, but no checkpoint; step 6's: a text step
+        conn.execute(
+            "UPDATE checkpoint_history SET checkpoint = ?, crc = ? WHERE job_id = ? AND step = 5",
+            (b"[1, 2]", zlib.crc32(b"[1, 2]"), JOB),
+        )
+        conn.execute("UPDATE checkpoint_history SET step = 'six' WHERE job_id = ? AND step = 6", (JOB,))
+    conn.close()
+    url = harness.database_url
+    store = store_from_url(url)
+    await store.open()
+    try:
+        before = await store.get_job(JOB)
+        bad = _cli(url, "rewind", JOB, "--to-step", "5", "--yes")
+        assert bad.returncode == 2 and "not readable" in bad.stderr and bad.stderr.count("\n") == 1
+        gone = _cli(url, "rewind", JOB, "--to-step", "6", "--yes")
+        assert gone.returncode == 2 and "steps 4, 5, 7, 8" in gone.stderr
+        assert await store.get_job(JOB) == before
+        assert _cli(url, "rewind", JOB, "--to-step", "7", "--yes").returncode == 0
+    finally:
+        await store.close()

@@ -22,7 +22,7 @@ import orjson
 
 from agentlife._checkpoint import CheckpointDoc
 from agentlife._config import validate_job_id
-from agentlife._exceptions import ConfigError, JobNotFound
+from agentlife._exceptions import CheckpointCorrupt, ConfigError, JobNotFound
 from agentlife._jobs._actor import check_actor
 from agentlife._jobs._reason import check_reason
 from agentlife._redact import Redactor
@@ -92,7 +92,10 @@ async def plan_rewind(store: OperatorStore, job_id: str, to_step: object) -> Rew
     if not chosen:
         raise RewindOutOfReach(_out_of_reach(job_id, step, reachable))
     source = chosen[-1]
-    data, length = _rewound_checkpoint(job_id, source)
+    try:
+        data, length = _rewound_checkpoint(job_id, source)
+    except CheckpointCorrupt as exc:  # bytes whose CRC matches but that are no checkpoint: written by hand
+        raise RewindOutOfReach(f"cannot rewind job {job_id} to step {step}: {exc}") from None
     target = RewindTarget(
         to_step=step,
         attempt=job.attempt,
