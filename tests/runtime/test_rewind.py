@@ -192,22 +192,27 @@ async def test_a_live_worker_is_refused_without_force_and_fenced_with_it(
 
 
 async def test_two_operators_and_a_worker_racing_one_wins_the_others_conflict(
-    harness: AgentHarness, store: CheckpointStore, monkeypatch: pytest.MonkeyPatch
+    harness: AgentHarness, store: CheckpointStore, url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await _failed_at_8(harness, store, monkeypatch)
-    plans = [await plan_rewind(store, JOB, 4), await plan_rewind(store, JOB, 6)]
+    other = store_from_url(url)  # the second operator's own connection
+    await other.open()
+    plans = [(store, await plan_rewind(store, JOB, 4)), (other, await plan_rewind(other, JOB, 6))]
     outcomes: list[str] = []
 
-    async def rewind(plan: Any) -> None:
+    async def rewind(operator: CheckpointStore, plan: Any) -> None:
         try:
-            await rewind_job(store, plan, actor="op")
+            await rewind_job(operator, plan, actor="op")
             outcomes.append("won")
         except JobStateConflict as exc:
             outcomes.append(str(exc))
 
-    async with anyio.create_task_group() as tasks:
-        for plan in plans:
-            tasks.start_soon(rewind, plan)
+    try:
+        async with anyio.create_task_group() as tasks:
+            for operator, plan in plans:
+                tasks.start_soon(rewind, operator, plan)
+    finally:
+        await other.close()
     assert outcomes.count("won") == 1
     assert "another operator or a worker acted first" in next(o for o in outcomes if o != "won")
 
