@@ -188,6 +188,8 @@ async def test_each_route_answers_only_statuses_and_bodies_its_document_lists(tm
             ("post", "/jobs/{job_id}/cancel", "/jobs/wait-1/cancel", AUTH, {"reason": "r"}),
             ("post", "/jobs/{job_id}/retry", "/jobs/done-1/retry", AUTH, {}),
             ("post", "/jobs/{job_id}/retry", "/jobs/wait-1/retry", AUTH, None),
+            ("post", "/jobs/{job_id}/rewind", "/jobs/nope/rewind", AUTH, {"to_step": 1}),
+            ("post", "/jobs/{job_id}/rewind", "/jobs/done-1/rewind", AUTH, {"to_step": 99}),
             ("get", "/jobs/{job_id}/result", "/jobs/park-1/result?timeout=1", {}, None),
         ]
         for method, template, path, headers, body in asks:
@@ -347,6 +349,18 @@ async def test_ids_names_reasons_and_numbers_at_the_edges_are_refused(tmp_path: 
             _error(
                 await s.http.post(f"{PREFIX}/jobs/park-1/reject", json={"reason": reason}, headers=AUTH), 400
             )
+        rewind = f"{PREFIX}/jobs/done-1/rewind"
+        for bad in (
+            {},
+            {"to_step": -1},
+            {"to_step": "1e3"},
+            {"to_step": True},
+            {"to_step": 1.5},
+            {"to_step": 2**63},
+        ):
+            _error(await s.http.post(rewind, json=bad, headers=AUTH), 400)
+        for bad in ({"force": "yes"}, {"as_job_id": 5}, {"as_job_id": "../x"}, {"reason": "a\nb"}):
+            _error(await s.http.post(rewind, json={"to_step": 0, **bad}, headers=AUTH), 400)
         for call in (5, {"x": 1}, ["park-1/0/1"]):
             answer = await s.http.post(f"{PREFIX}/jobs/park-1/approve", json={"call": call}, headers=AUTH)
             _error(answer, 400)

@@ -1,4 +1,4 @@
-"""``python -m agentlife job create|show|list|approve|reject|cancel|retry|pause|resume``: operate job rows.
+"""``python -m agentlife job create|show|list|approve|reject|cancel|retry|pause|resume|rewind``: job rows.
 
 The store is the one every command uses (``--database-url``, else ``AGENTLIFE_DATABASE_URL``, else the
 embedded SQLite file under ``AGENTLIFE_DATA_DIR``). Only ``create`` may create a SQLite store; every other
@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,9 +31,12 @@ from agentlife._config import (
 )
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError
 from agentlife._exitcode import ExitCode
+from agentlife._jobs._actor import check_actor, default_actor
 from agentlife._jobs._approve import approve_parked
 from agentlife._jobs._mask import masker_for
 from agentlife._jobs._pause import pause_job, resume_job
+from agentlife._jobs._reason import check_reason
+from agentlife._jobs._rewind import RewindPlan, parse_step, plan_rewind, rewind_job
 from agentlife._jobs._start import check_start, create_job
 from agentlife._jobs._view import SHOWN_CHILDREN, call_text, more, read_job_state, show_job, to_json, utc
 from agentlife._journal._show import format_timeline
@@ -145,6 +149,28 @@ def register(sub: Any) -> None:
     resume = _command(commands, "resume", "put a PAUSED job back where it was paused", _resume)
     resume.add_argument("id", metavar="ID")
     resume.add_argument("--actor", default=None, help="who resumes it (default: user@host of this process)")
+    rewind = _command(
+        commands,
+        "rewind",
+        "start a job again from the checkpoint it had after step N (or fork it into a new job)",
+        _rewind,
+    )
+    rewind.add_argument("id", metavar="ID")
+    rewind.add_argument("--to-step", required=True, metavar="N", help="the step whose checkpoint it resumes")
+    rewind.add_argument(
+        "--as", dest="as_job_id", metavar="NEW_ID", help="fork into a new job; ID is left untouched"
+    )
+    rewind.add_argument(
+        "--yes",
+        action="store_true",
+        help="do it (without: print what it would do, and the side effects "
+        "recorded after the step, which may happen again)",
+    )
+    rewind.add_argument(
+        "--force", action="store_true", help="rewind a job a live worker holds: the worker is fenced out"
+    )
+    rewind.add_argument("--reason", default="", help="recorded in the crash history and the journal")
+    rewind.add_argument("--actor", help="who rewinds it (default: user@host)")
     send = _command(commands, "send", "send an event to a job (ctx.wait_for_event takes it)", _send)
     send.add_argument("id", metavar="JOB_ID")
     send.add_argument("name", metavar="NAME", help="the event's name, as the job waits for it")
@@ -493,6 +519,57 @@ def _paused_from(row: JobRecord) -> str:
         if isinstance(entry, dict) and entry.get("error_class") == "Paused":
             return f"as {entry.get('paused_from')}"
     return "where it was"
+
+
+async def _rewind(args: argparse.Namespace) -> int:
+    step = parse_step(args.to_step)  # usage errors before the store is opened
+    try:
+        actor = default_actor() if args.actor is None else check_actor(args.actor)
+    except ValueError as exc:
+        raise ConfigError(f"--actor: {exc}") from None
+    if args.reason:
+        check_reason(args.reason)
+    if args.as_job_id is not None:
+        validate_job_id(args.as_job_id)
+    mask = _masked(args)
+
+    async def run(store: OperatorStore) -> int:
+        plan = await plan_rewind(store, args.id, step)
+        _print_rewind_plan(plan, args.as_job_id, mask)
+        if not args.yes:
+            say(f"agentlife: job {args.id} not rewound: run again with --yes to rewind it")
+            return int(ExitCode.USAGE)
+        row = await rewind_job(
+            store, plan, actor=actor, reason=args.reason, force=args.force, as_job_id=args.as_job_id
+        )
+        if args.as_job_id is not None:
+            said = f"job {row.id} created from job {args.id} at step {step}: {row.status}"
+        else:
+            said = f"job {row.id} rewound to step {step}: {row.status}, attempt {row.attempt}"
+        sys.stdout.write(mask(said) + "\n")
+        return 0
+
+    return await _with_store(args, run)
+
+
+def _print_rewind_plan(plan: RewindPlan, as_job_id: str | None, mask: Callable[[str], str]) -> None:
+    """What the rewind does, and the side effects recorded after the step, for the operator to confirm."""
+    job, step = plan.job, plan.target.to_step
+    now = f"job {job.id} (now {job.status}, attempt {job.attempt})"
+    where = f"a new job {as_job_id} from {now}" if as_job_id else now
+    lines = [f"rewind {where} to the checkpoint after step {step}: steps after {step} run again"]
+    if as_job_id is None:
+        lines.append(f"  (steps {', '.join(str(s) for s in plan.reachable)} are within reach)")
+    if plan.effects:
+        lines.append(f"side effects recorded after step {step}, which may happen again:")
+        for effect in plan.effects:
+            at = "?" if effect.at is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(effect.at))
+            done = "completed" if effect.completed else "started, outcome unknown"
+            lines.append(f"  step {effect.step}  {effect.tool}  {effect.invocation_id}  {at}  ({done})")
+    else:
+        lines.append(f"no side effect recorded after step {step}")
+    for line in lines:
+        sys.stdout.write(mask(line) + "\n")
 
 
 async def _send(args: argparse.Namespace) -> int:

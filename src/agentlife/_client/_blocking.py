@@ -158,6 +158,29 @@ class BlockingClient:
         """`Client.resume`."""
         return self._call(functools.partial(self._client.resume, job_id, actor=actor))
 
+    def rewind(
+        self,
+        job_id: str,
+        to_step: int,
+        *,
+        as_job_id: str | None = None,
+        force: bool = False,
+        reason: str | None = None,
+        actor: str | None = None,
+    ) -> JobSummary:
+        """`Client.rewind`."""
+        return self._call(
+            functools.partial(
+                self._client.rewind,
+                job_id,
+                to_step,
+                as_job_id=as_job_id,
+                force=force,
+                reason=reason,
+                actor=actor,
+            )
+        )
+
     def events(self, job_id: str, after: str | None = None, *, live: bool = True) -> Iterator[JobEvent]:
         """`Client.events`, one event at a time: leaving the loop early (``break``) closes the follower."""
         if self._closed:

@@ -27,11 +27,13 @@ from agentlife._client._wait import check_timeout, outcome, wait_for_end
 from agentlife._config import database_url_from_env, validate_database_url, validate_job_id
 from agentlife._exceptions import ConfigError, JobNotFound
 from agentlife._jobrefs import JobHandle
+from agentlife._jobs._actor import default_actor
 from agentlife._jobs._approve import approve_parked
 from agentlife._jobs._cursor import decode_position, encode_position, position_of
 from agentlife._jobs._mask import Masker, masker_for
 from agentlife._jobs._pause import pause_job, resume_job
 from agentlife._jobs._reason import check_reason
+from agentlife._jobs._rewind import plan_rewind, rewind_job
 from agentlife._jobs._start import check_start, create_job
 from agentlife._jobs._view import read_job_state
 from agentlife._output._follow import JobFollower, follow_job
@@ -358,6 +360,43 @@ class Client:
         """
         job = self._job_id(job_id)
         return summary(await resume_job(self._store, job, actor))
+
+    async def rewind(
+        self,
+        job_id: str,
+        to_step: int,
+        *,
+        as_job_id: str | None = None,
+        force: bool = False,
+        reason: str | None = None,
+        actor: str | None = None,
+    ) -> JobSummary:
+        """Start the job again from the checkpoint it had after step ``to_step`` (or fork it from there).
+
+        In place, the job becomes PENDING with the next attempt, and nothing recorded after the step is
+        replayed: the side effects recorded after it may happen again (``job rewind`` lists them first).
+        With ``as_job_id``, a new job gets that checkpoint and the conversation up to then; the original
+        is not touched. ``actor`` defaults to ``user@host`` of this process.
+
+        Raises:
+            ConfigError: ``to_step`` is not a step the kept checkpoint history holds (the message names the
+                reachable steps), or the new id, reason or actor is not valid.
+            JobStateConflict: a live worker holds the job and ``force`` is not set (``force`` fences it
+                out), the job changed meanwhile (another operator or a worker acted first), or
+                ``as_job_id`` exists.
+            JobNotFound: there is no such job.
+        """
+        job = self._job_id(job_id)
+        plan = await plan_rewind(self._store, job, to_step)
+        row = await rewind_job(
+            self._store,
+            plan,
+            actor=default_actor() if actor is None else actor,
+            reason=reason or "",
+            force=force,
+            as_job_id=as_job_id,
+        )
+        return summary(row)
 
     # -- helpers ----------------------------------------------------------------------------------------
 

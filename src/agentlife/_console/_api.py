@@ -201,6 +201,19 @@ class Api:
         client = await self.clients.get()
         return await self._acted(client, await client.resume(job_id))
 
+    async def rewind(self, request: web.Request) -> web.StreamResponse:
+        job_id = _path_id(request)
+        body = await _body(request, {"to_step", "as_job_id", "force", "reason"})
+        force = body.get("force", False)
+        if not isinstance(force, bool):
+            raise ApiError(400, "bad_request", "force must be true or false")
+        client = await self.clients.get()
+        to_step: Any = body.get("to_step")  # the client checks it: anything but a step number is a 400
+        job = await client.rewind(
+            job_id, to_step, as_job_id=body.get("as_job_id"), force=force, reason=body.get("reason")
+        )
+        return await self._acted(client, job)
+
     async def _acted(self, client: Client, job: JobSummary) -> web.StreamResponse:
         await self.clients.confirm(client)
         return _json(self._shown(job))

@@ -144,6 +144,13 @@ ROUTES: tuple[Route, ...] = (
             ("retry", "Make a FAILED or DEAD_LETTER job runnable again", "EmptyRequest"),
             ("pause", "Pause the job (a RUNNING one at its next step boundary)", "ReasonRequest"),
             ("resume", "Put a PAUSED job back where it was paused", "EmptyRequest"),
+            (
+                "rewind",
+                "Start the job again from the checkpoint it had after to_step (in place: PENDING with the "
+                "next attempt), or fork it into as_job_id; the side effects recorded after the step may "
+                "happen again",
+                "RewindRequest",
+            ),
         )
     ),
 )
@@ -311,4 +318,13 @@ _SCHEMAS: dict[str, Any] = {
     "ApproveRequest": _record({"call": {"type": ["string", "null"]}}, ()),
     "ReasonRequest": _record({"reason": _REASON}, ()),
     "EmptyRequest": {"type": "object", "additionalProperties": False},
+    "RewindRequest": _record(
+        {
+            "to_step": {"type": "integer", "minimum": 0},
+            "as_job_id": {"type": ["string", "null"]},
+            "force": {"type": "boolean"},
+            "reason": _REASON,
+        },
+        ("to_step",),
+    ),
 }

@@ -185,6 +185,9 @@ class _Scan:
     deadline: float
     started: float
     floor_step: int | None = None
+    #: The lowest ``to_step`` of the ``REWOUND`` lines read so far (reading back): older events of later
+    #: steps are the future an operator rewound away, never replayed.
+    rewound_to: int | None = None
     scanned: int = 0
     skipped: int = 0
     files: int = 0
@@ -200,6 +203,17 @@ class _Scan:
             elapsed_seconds=time.monotonic() - self.started,
             **extra,
         )
+
+    def rewound(self, event: Event) -> None:
+        """A ``REWOUND`` line: every older event of a step after its ``to_step`` is passed over."""
+        to_step = _as_int(event.get("to_step"))
+        if to_step is not None and (self.rewound_to is None or to_step < self.rewound_to):
+            self.rewound_to = to_step
+
+    def rewound_away(self, event: Event) -> bool:
+        """Whether ``event`` (older than every ``REWOUND`` read) belongs to a step rewound away."""
+        step = _as_int(event.get("step"))
+        return self.rewound_to is not None and step is not None and step > self.rewound_to
 
     def scan_file(self, path: Path, target: str | None) -> tuple[Event | None, list[Event], Any]:
         """Read ``path`` backwards to the marker of ``target``: (marker or None, events after it, newest id).
@@ -227,6 +241,11 @@ class _Scan:
                 step = _as_int(parsed.get("step"))
                 if self.floor_step is not None and step is not None and step < self.floor_step:
                     raise _PastTarget(parsed, newest)
+            if parsed["type"] == EventType.REWOUND:
+                self.rewound(parsed)
+                continue
+            if self.rewound_away(parsed):
+                continue
             after.append(parsed)
         return None, [], newest
 

@@ -119,6 +119,10 @@ class EventType(enum.StrEnum):
     #: checkpoint (the step crashed, parked or was cut off); the attempt that replays them does not count
     #: them again. An ``LLM_COMPLETED`` with ``usage_deferred`` is otherwise counted by its step's checkpoint.
     USAGE_COUNTED = "USAGE_COUNTED"
+    #: ``to_step, checkpoint_id, actor, reason, at``: an operator rewound the job to the checkpoint it had
+    #: after ``to_step`` (``job rewind``); written first by each session that resumes from that checkpoint.
+    #: The recovery scan ignores every event before it of a step after ``to_step``.
+    REWOUND = "REWOUND"
     #: ``reason``.
     DRAIN_STARTED = "DRAIN_STARTED"
     #: ``exit_code``.

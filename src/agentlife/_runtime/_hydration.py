@@ -17,6 +17,7 @@ from agentlife._journal._recovery import ReplayMap, ScanResult, build_replay, sc
 from agentlife._journal._steprecords import replay_events
 from agentlife._logging import log_fields
 from agentlife.stores import JobRecord
+from agentlife.stores._jobs import REWIND_EVENT
 from agentlife.stores._rows import unreadable_summary
 
 if TYPE_CHECKING:
@@ -167,9 +168,14 @@ class Hydrator:
         checkpoint_id: str | None,
         doc: CheckpointDoc,
         journal: Callable[[Sequence[StepRecord], int], StepJournal],
+        history: Sequence[Any] = (),
     ) -> tuple[StepJournal, ReplayMap | None]:
-        """Step 2: the steps' journal (``journal(the store's records, the step resumed)``), the replay map."""
+        """Step 2: the steps' journal (``journal(the store's records, the step resumed)``), the replay map.
+
+        ``history`` is the row's crash history: a rewind to the checkpoint resumed is journaled first.
+        """
         records = await self.load_step_records()
+        self._journal_rewind(checkpoint_id, history)
         replay = await self.scan_journal(checkpoint_id, doc, records)
         return journal(records, doc.next_step), replay
 
@@ -230,6 +236,22 @@ class Hydrator:
             )
         self.telemetry.hydration_phase("journal_scan", time.monotonic() - started)
         return result
+
+    def _journal_rewind(self, checkpoint_id: str | None, history: Sequence[Any]) -> None:
+        """``REWOUND`` (who, why, to which step) when the checkpoint resumed is one a rewind wrote."""
+        for entry in reversed(history):
+            rewind = isinstance(entry, dict) and entry.get("event") == REWIND_EVENT
+            if rewind and checkpoint_id is not None and entry.get("checkpoint_id") == checkpoint_id:
+                self.journal.append(
+                    "REWOUND",
+                    to_step=entry.get("to_step"),
+                    checkpoint_id=checkpoint_id,
+                    actor=entry.get("actor"),
+                    reason=entry.get("reason"),
+                    at=entry.get("at"),
+                )
+                log.info("resuming job rewound to step %s by %s", entry.get("to_step"), entry.get("actor"))
+                return
 
     def _write_resume_marker(
         self, checkpoint_id: str | None, doc: CheckpointDoc, replay: ReplayMap | None

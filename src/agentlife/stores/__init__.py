@@ -7,11 +7,11 @@ A caller is typed by its role: `JobStore`, `WorkQueue` or `OperatorStore` (their
 
 The map, for a maintainer: `_roles` declares what callers use; `_store` (`SQLStore`) runs each operation,
 written once in the module of its concern (`_claims`, `_checkpoints`, `_transitions`, `_reaper`,
-`_approval`, `_waits`, `_events`, `_childjobs`, `_steprecords`, `_delivery`) against `_dialect`'s `Tx`; each
-database supplies its dialect: `_sqlite` with `_sqlite_sql` and `_sqlite_schema`, `_postgres` with
-`_pg_statements`, `_pg_schema` and `_pg_listen`. Below them: the records (`_base`), reading rows another
-client wrote (`_rows`), the job rules (`_jobs`), the crash policy (`_policy`), concurrency keys, priority
-and the running limits a claim enforces (`_limits`).
+`_approval`, `_waits`, `_events`, `_childjobs`, `_steprecords`, `_rewind`, `_delivery`) against
+`_dialect`'s `Tx`; each database supplies its dialect: `_sqlite` with `_sqlite_sql` and `_sqlite_schema`,
+`_postgres` with `_pg_statements`, `_pg_schema` and `_pg_listen`. Below them: the records (`_base`),
+reading rows another client wrote (`_rows`), the job rules (`_jobs`), the crash policy (`_policy`),
+concurrency keys, priority and the running limits a claim enforces (`_limits`).
 """
 
 from __future__ import annotations

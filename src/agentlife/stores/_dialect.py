@@ -253,6 +253,14 @@ class Statements:
     # -- step records (_steprecords)
     append_records: Statement
     load_records: Statement
+    # -- rewinding a job to a step (_rewind)
+    rewind_job: Statement
+    rewind_add_history: Statement
+    rewind_cut_history: Statement
+    rewind_cut_records: Statement
+    rewind_cut_messages: Statement
+    fork_job: Statement
+    fork_messages: Statement
     # -- a job's output (_output, statements in _output_sql)
     lock_publisher: Statement
     published_by: Statement
@@ -387,9 +395,36 @@ def shared_statements(t: TableNames, d: Dialect) -> dict[str, Statement]:
             " ORDER BY attempt, session, seq"
         ),
         "is_delivered": f"SELECT 1 FROM {t.delivery} WHERE key = :key",
+        **_rewind_statements(t, d),
         **_rate_statements(t, d),
     }
     return {name: d.sql(statement) for name, statement in text.items()}
+
+
+def _rewind_statements(t: TableNames, d: Dialect) -> dict[str, str]:
+    """Rewinding a job to a step's checkpoint, in place or into a new job (`agentlife.stores._rewind`)."""
+    j, h = t.job, t.checkpoint_history
+    return {
+        # (rewind_job, the row's update, is each database's own: PostgreSQL frees slots and notifies.)
+        "rewind_add_history": (
+            f"INSERT INTO {h} (job_id, checkpoint_id, step, checkpoint, crc, created_at)"
+            f" VALUES (:job_id, :checkpoint_id, :step, :data, :crc, {d.now})"
+        ),
+        "rewind_cut_history": f"DELETE FROM {h} WHERE job_id = :job_id AND step > :step",
+        "rewind_cut_records": f"DELETE FROM {t.step_record} WHERE job_id = :job_id AND step > :step",
+        "rewind_cut_messages": f"DELETE FROM {t.conversation} WHERE job_id = :job_id AND seq >= :length",
+        # A new row with the source's agent, payload and budget; an existing id changes nothing.
+        "fork_job": (
+            f"INSERT INTO {j} (id, agent_id, status, payload, attempt, token_budget, updated_at, not_before,"
+            " checkpoint, checkpoint_crc, checkpoint_id, error)"
+            f" SELECT :new_id, agent_id, 'PENDING', payload, 0, token_budget, {d.now}, {d.now}, :data, :crc,"
+            f" :checkpoint_id, {d.json('history')} FROM {j} WHERE id = :job_id ON CONFLICT (id) DO NOTHING"
+        ),
+        "fork_messages": (
+            f"INSERT INTO {t.conversation} (job_id, seq, step, message) SELECT :new_id, seq, step, message"
+            f" FROM {t.conversation} WHERE job_id = :job_id AND seq < :length"
+        ),
+    }
 
 
 def _rate_statements(t: TableNames, d: Dialect) -> dict[str, str]:

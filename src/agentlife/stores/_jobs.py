@@ -42,6 +42,7 @@ __all__ = [
     "PAUSABLE",
     "REAPED_OWNER",
     "RETRYABLE",
+    "REWIND_EVENT",
     "RUNNABLE",
     "SET_ASIDE_PER_CLAIM",
     "TERMINAL",
@@ -109,6 +110,9 @@ def check_releasable(status: str) -> str:
 
 #: The crash-history entry ``retry`` appends: the retry limits count crashes after the last one.
 RETRY_EVENT = "retry"
+#: The crash-history ``event`` of a rewind (and of a fork's first entry): like a retry, it ends the count
+#: of the crashes before it.
+REWIND_EVENT = "rewound"
 #: The reaper's reason, in every crash-history entry it writes.
 REAP_REASON = "heartbeat stale"
 #: The reason when the process that claimed the row ran on this host and has exited.
@@ -179,7 +183,7 @@ def since_last_retry(history: Sequence[Any]) -> list[Mapping[str, Any]]:
     for entry in history:
         if not isinstance(entry, Mapping):
             continue
-        if entry.get("event") == RETRY_EVENT:
+        if entry.get("event") in (RETRY_EVENT, REWIND_EVENT):
             out = []
         elif is_crash(entry):
             out.append(entry)

@@ -193,6 +193,14 @@ def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> St
             f"UPDATE {j} SET status = 'FAILED', {_APPEND}, attempt = attempt + 1, owner = NULL{no_pause},"
             f" updated_at = now() WHERE id = :job_id RETURNING {cols}"
         ),
+        # The attempt read under the lock: an operator who rewound, cancelled or claimed it first wins.
+        "rewind_job": (
+            f"UPDATE {j} SET checkpoint = :data, checkpoint_crc = :crc, checkpoint_id = :checkpoint_id,"
+            f" status = 'PENDING', attempt = attempt + 1{', owner = NULL' if owner else ''},"
+            " not_before = now(), result = NULL, approval = NULL, waiting = NULL, error = :history::jsonb,"
+            f" updated_at = now(){no_slots}{no_pause} WHERE id = :job_id AND attempt = :attempt"
+            f" RETURNING {notify}"
+        ),
         # The owner stays: a reaped row's tombstone must go on fencing out the process it was taken from.
         "retry": (
             f"UPDATE {j} SET status = 'PENDING', {_APPEND}, approval = :approval::jsonb, not_before = now(),"

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from agentlife.stores._output_watch import OutputWatch
     from agentlife.stores._overview import Overview
     from agentlife.stores._ratebuckets import Caps, RateDraw, RateGrant
+    from agentlife.stores._rewind import KeptCheckpoint, RewindTarget
     from agentlife.stores._steprecords import StepRecord
     from agentlife.stores._waits import WaitState
 
@@ -456,6 +457,32 @@ class OperatorStore(JobRows, Protocol):
         Raises:
             JobNotFound: no such row.
             JobStateConflict: the job is not PAUSED (nor RUNNING with a pause requested).
+        """
+
+    async def kept_checkpoints(self, job_id: str) -> list[KeptCheckpoint]:
+        """The job's checkpoint history (the last `HISTORY_KEEP`), newest first: what a rewind can reach."""
+
+    async def step_records(self, job_id: str) -> list[StepRecord]:
+        """Every step record the job keeps (what a rewind lists as the effects it may repeat)."""
+
+    async def rewind(
+        self,
+        job_id: str,
+        target: RewindTarget,
+        *,
+        actor: str,
+        reason: str,
+        force: bool = False,
+        new_id: str | None = None,
+    ) -> JobRecord:
+        """Rewind the job to ``target``'s step in place (PENDING, ``attempt + 1``), or fork it (``new_id``).
+
+        Conditional on the attempt the target was planned against (see `agentlife.stores._rewind`).
+
+        Raises:
+            JobNotFound: no such row.
+            JobStateConflict: the row changed since, a live worker holds it (without ``force``), or
+                ``new_id`` exists.
         """
 
     async def send_event(self, job_id: str, name: str, payload: Any = None) -> int:

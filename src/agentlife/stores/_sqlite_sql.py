@@ -245,6 +245,13 @@ def sqlite_statements(t: TableNames) -> Statements:
             "status = 'FAILED', error = :history, attempt = attempt + 1, owner = NULL, paused = NULL,"
             " updated_at = :now"
         ),
+        # The attempt read under the lock: an operator who rewound, cancelled or claimed it first wins.
+        "rewind_job": sql(
+            f"UPDATE {j} SET checkpoint = :data, checkpoint_crc = :crc, checkpoint_id = :checkpoint_id,"
+            " status = 'PENDING', attempt = attempt + 1, owner = NULL, not_before = :now, result = NULL,"
+            " approval = NULL, waiting = NULL, paused = NULL, error = :history, updated_at = :now"
+            " WHERE id = :job_id AND attempt = :attempt"
+        ),
         # The owner stays: a reaped row's tombstone must go on fencing out the process it was taken from.
         "retry": updated(
             "status = 'PENDING', error = :history, not_before = :now, approval = :approval, paused = NULL,"

@@ -29,6 +29,7 @@ from agentlife.stores import (
     _pause,
     _ratebuckets,
     _reaper,
+    _rewind,
     _steprecords,
     _transitions,
     _waits,
@@ -44,6 +45,7 @@ from agentlife.stores._output import OutputRow
 from agentlife.stores._output_watch import OutputWatch, PollingWatch
 from agentlife.stores._overview import Overview
 from agentlife.stores._ratebuckets import Caps, RateDraw, RateGrant
+from agentlife.stores._rewind import KeptCheckpoint, RewindTarget
 from agentlife.stores._rows import log_set_aside
 from agentlife.stores._steprecords import StepRecord
 from agentlife.stores._waits import WaitState
@@ -354,6 +356,29 @@ class SQLStore(Generic[D]):
     async def pause_requested(self, job_id: str, attempt: int) -> bool:
         """Whether an operator asked the RUNNING job held by ``attempt`` to pause."""
         return await self._db.run(_pause.pause_requested, job_id, attempt)
+
+    async def kept_checkpoints(self, job_id: str) -> list[KeptCheckpoint]:
+        """The job's checkpoint history, newest first."""
+        return await self._db.run(_rewind.kept_checkpoints, job_id)
+
+    async def step_records(self, job_id: str) -> list[StepRecord]:
+        """Every step record the job keeps."""
+        return await self._db.run(_steprecords.load_step_records, job_id)
+
+    async def rewind(
+        self,
+        job_id: str,
+        target: RewindTarget,
+        *,
+        actor: str,
+        reason: str,
+        force: bool = False,
+        new_id: str | None = None,
+    ) -> JobRecord:
+        """Rewind the job to ``target`` in place, or fork it into ``new_id``; see `_rewind`."""
+        return await self._db.run(
+            _rewind.rewind, job_id, target, actor=actor, reason=reason, force=force, new_id=new_id
+        )
 
     async def reap(
         self,
