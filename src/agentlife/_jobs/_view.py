@@ -23,6 +23,7 @@ __all__ = [
     "JobState",
     "ShownJob",
     "call_text",
+    "missing_job",
     "more",
     "read_job_state",
     "show_job",
@@ -208,3 +209,10 @@ def utc(ts: Any) -> str:
 def to_json(value: Any) -> str:
     """``value`` as one line of JSON, keys sorted, non-ASCII kept."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+async def missing_job(store: OperatorStore, job_id: str) -> str:
+    """What to say of an id with no row: when it was pruned (its tombstone), or that it does not exist."""
+    from agentlife.stores._prune import pruned_message
+
+    return pruned_message(job_id, await store.pruned_job(job_id))
