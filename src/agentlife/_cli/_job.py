@@ -151,7 +151,7 @@ def register(sub: Any) -> None:
         "waiting step gets as None, as at a timeout",
     )
     sent.add_argument("--payload-file", metavar="FILE", help="read the JSON payload from FILE ('-': stdin)")
-    add_prune(commands, _command)
+    add_prune(commands, _command, open_store)
 
 
 def _command(

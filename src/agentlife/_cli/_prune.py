@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
+import shutil
 import sys
 from typing import Any
 
+from agentlife._config import JOB_ID_PATTERN, data_dir_from_env, validate_agent_id
 from agentlife._exceptions import ConfigError
 from agentlife.stores._jobs import TERMINAL
 from agentlife.stores._prune import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE
@@ -44,8 +47,8 @@ def parse_age(text: str, what: str = "--older-than") -> float:
     return seconds
 
 
-def add_prune(commands: Any, command: Any) -> None:
-    """Add ``job prune`` (``command`` is `agentlife._cli._job._command`)."""
+def add_prune(commands: Any, command: Any, open_store: Any) -> None:
+    """Add ``job prune`` (``command`` and ``open_store`` are those of ``job``'s other subcommands)."""
     prune = command(
         commands, "prune", "delete finished jobs and all their rows, oldest first, in batches", _prune
     )
@@ -70,6 +73,7 @@ def add_prune(commands: Any, command: Any) -> None:
         metavar="N",
         help=f"jobs per transaction, 1 to {MAX_BATCH_SIZE} (default {DEFAULT_BATCH_SIZE})",
     )
+    prune.set_defaults(open_store=open_store)
 
 
 def _statuses(raw: list[str] | None) -> list[str]:
@@ -86,16 +90,13 @@ def _statuses(raw: list[str] | None) -> list[str]:
 
 
 async def _prune(args: argparse.Namespace) -> int:
-    from agentlife._cli._job import open_store
-    from agentlife._config import validate_agent_id
-
     older_than = parse_age(args.older_than)
     statuses = _statuses(args.status)
     if args.agent is not None:
         validate_agent_id(args.agent)
     if not 1 <= args.batch_size <= MAX_BATCH_SIZE:
         raise ConfigError(f"--batch-size {args.batch_size} must be from 1 to {MAX_BATCH_SIZE}")
-    store = await open_store(args)
+    store = await args.open_store(args)
     total = 0
 
     def batch(ids: list[str]) -> None:
@@ -122,5 +123,18 @@ async def _prune(args: argparse.Namespace) -> int:
         tail = f" (the first {len(result.job_ids)} listed)" if more > 0 else ""
         sys.stdout.write(f"would prune {result.count} jobs{tail}; nothing changed (--dry-run)\n")
         return 0
-    sys.stdout.write(f"pruned {result.count} jobs\n")
+    removed = _remove_journals(result.job_ids)
+    sys.stdout.write(f"pruned {result.count} jobs, {removed} journal directories on this disk\n")
     return 0
+
+
+def _remove_journals(job_ids: tuple[str, ...]) -> int:
+    """Remove ``{AGENTLIFE_DATA_DIR}/sessions/ID`` of each job this run pruned, on this disk."""
+    data_dir = data_dir_from_env(os.environ)
+    removed = 0
+    for job_id in job_ids:
+        path = data_dir / "sessions" / job_id
+        if JOB_ID_PATTERN.fullmatch(job_id) and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed

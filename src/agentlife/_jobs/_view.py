@@ -17,6 +17,7 @@ from agentlife._exceptions import StoreError
 from agentlife._jobs._mask import Masker
 from agentlife.stores import ApprovalState, JobRecord, JobStatus, OperatorStore, WaitState
 from agentlife.stores._childjobs import job_ids_waited_for
+from agentlife.stores._prune import pruned_message
 
 __all__ = [
     "SHOWN_CHILDREN",
@@ -213,6 +214,4 @@ def to_json(value: Any) -> str:
 
 async def missing_job(store: OperatorStore, job_id: str) -> str:
     """What to say of an id with no row: when it was pruned (its tombstone), or that it does not exist."""
-    from agentlife.stores._prune import pruned_message
-
     return pruned_message(job_id, await store.pruned_job(job_id))

@@ -172,6 +172,7 @@ async def prune(
     dry_run: bool,
     tombstones_older_than: float | None = None,
     on_batch: Any = None,
+    max_batches: int | None = None,
 ) -> PruneResult:
     """Prune (see the module); ``on_batch(ids)`` after each batch commits. ``older_than`` in seconds."""
     wanted = [str(s) for s in statuses if s in TERMINAL]
@@ -183,7 +184,9 @@ async def prune(
     if dry_run:
         return await db.run(_dry, params)
     pruned: list[str] = []
-    while True:
+    batches = 0
+    while max_batches is None or batches < max_batches:
+        batches += 1
         ids = await db.run(_batch, params, batch_size)
         if not ids:
             break

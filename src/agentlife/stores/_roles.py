@@ -368,6 +368,7 @@ class OperatorStore(JobRows, Protocol):
         dry_run: bool = False,
         tombstones_older_than: float | None = None,
         on_batch: Callable[[list[str]], None] | None = None,
+        max_batches: int | None = None,
     ) -> PruneResult:
         """Delete finished jobs last written more than ``older_than`` seconds ago, with all their rows.
 
@@ -377,7 +378,7 @@ class OperatorStore(JobRows, Protocol):
         row last and writes its tombstone (`pruned_job`); ``on_batch(ids)`` after each commits. Two prunes
         at once take different rows; a prune killed mid-batch leaves the batch whole. ``dry_run``: nothing
         changes; the count and the first ids of what would go. ``tombstones_older_than`` (seconds): also
-        delete tombstones written longer ago.
+        delete tombstones written longer ago. ``max_batches``: stop after that many (the rest next time).
         """
         ...
 

@@ -365,6 +365,7 @@ class SQLStore(Generic[D]):
         dry_run: bool = False,
         tombstones_older_than: float | None = None,
         on_batch: Callable[[list[str]], None] | None = None,
+        max_batches: int | None = None,
     ) -> PruneResult:
         """Delete finished jobs and every row keyed by them, in batches; see `OperatorStore.prune_jobs`."""
         check_prune(older_than, statuses, batch_size)
@@ -377,6 +378,7 @@ class SQLStore(Generic[D]):
             dry_run=dry_run,
             tombstones_older_than=tombstones_older_than,
             on_batch=on_batch,
+            max_batches=max_batches,
         )
 
     async def pruned_job(self, job_id: str) -> PrunedJob | None:
