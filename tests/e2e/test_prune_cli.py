@@ -216,3 +216,54 @@ def test_a_prune_killed_mid_batch_leaves_no_orphan_and_a_second_one_finishes(cli
     assert _orphans(cli) == dict.fromkeys(_tables(cli), 0)
     pruned = _query(cli, f"SELECT count(*) FROM {T.pruned}")[0][0]
     assert pruned == len(old)
+
+
+def test_a_prune_killed_inside_a_batch_rolls_the_whole_batch_back(postgres_url: str, tmp_path: Path) -> None:
+    """The kill lands inside a batch for sure: the test holds a lock its delete of one table waits for.
+
+    By then the batch has deleted that job's rows in the tables before it; the kill must undo all of it.
+    """
+    import asyncpg
+
+    url = postgres_url
+    init_schema(url)
+    cli = Cli(url, tmp_path / "data", agent_env(tmp_path / "data", AGENTLIFE_DATABASE_URL=url))
+    old = [f"old-{n:02}" for n in range(10)]
+    _jobs(cli, old, "COMPLETED", OLD)
+    held = "old-05"  # the sixth batch of one job
+    argv = [sys.executable, "-m", "agentlife", "job", "prune", "--older-than", "1h", "--batch-size", "1"]
+
+    async def waiting(watcher: Any, where: str) -> int:
+        # Outside any transaction: pg_stat_activity is read afresh each time.
+        return int(await watcher.fetchval(f"SELECT count(*) FROM pg_stat_activity WHERE {where}"))
+
+    async def go() -> None:
+        blocker, watcher = await asyncpg.connect(url), await asyncpg.connect(url)
+        try:
+            tx = blocker.transaction()
+            await tx.start()
+            await blocker.execute(f"SELECT 1 FROM {T.step_record} WHERE job_id = $1 FOR UPDATE", held)
+            with subprocess.Popen(argv, env=cli.env, cwd=REPO, stdout=subprocess.DEVNULL) as proc:
+                try:
+                    with anyio.fail_after(60):
+                        while not await waiting(watcher, "wait_event_type = 'Lock' AND query LIKE 'DELETE%'"):
+                            await anyio.sleep(0.02)
+                    proc.send_signal(signal.SIGKILL)
+                    proc.wait(timeout=30)
+                finally:
+                    if proc.poll() is None:
+                        proc.kill()
+            await tx.rollback()  # the server then finds the prune's connection gone and aborts its batch
+            with anyio.fail_after(30):
+                while await waiting(watcher, "query LIKE 'DELETE%' AND pid <> pg_backend_pid()"):
+                    await anyio.sleep(0.02)
+        finally:
+            await blocker.close()
+            await watcher.close()
+
+    anyio.run(go)
+    left = sorted(r[0] for r in _query(cli, f"SELECT id FROM {T.job}"))
+    assert left == old[5:]  # five whole batches committed; the sixth rolled back
+    assert all(_rows_of(cli, [held]).values())  # every table still holds the held job's rows
+    assert _orphans(cli) == dict.fromkeys(_tables(cli), 0)
+    assert _query(cli, f"SELECT count(*) FROM {T.pruned}")[0][0] == 5
