@@ -287,3 +287,39 @@ async def test_bad_arguments_are_one_line_errors(
         await store.prune_jobs(**args)  # type: ignore[arg-type]
     assert "\n" not in str(caught.value)
     assert await store.get_job("x") is not None
+
+
+async def test_rows_whose_id_is_not_text_are_left_and_stop_nothing(tmp_path: Path) -> None:
+    """SQLite rows another client wrote: a BLOB id, a text id that is not UTF-8, both finished and old."""
+    import sqlite3
+
+    from agentlife.stores import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "agentlife.db")
+    await store.open()
+    try:
+        await store.create_job("good", "a", {})
+        conn = sqlite3.connect(tmp_path / "agentlife.db", isolation_level=None)
+        try:
+            for key in (b"\x00blob-id", "CAST(X'ff6e6f7475746638' AS TEXT)"):
+                value = "?" if isinstance(key, bytes) else key
+                args = (key,) if isinstance(key, bytes) else ()
+                columns = "id, agent_id, status, updated_at"
+                conn.execute(f"INSERT INTO job ({columns}) VALUES ({value}, 'a', 'COMPLETED', 1.0)", args)
+            conn.execute("UPDATE job SET status = 'COMPLETED', updated_at = 2.0 WHERE id = 'good'")
+        finally:
+            conn.close()
+        for batch_size in (1, 500):
+            dry = await store.prune_jobs(
+                older_than=HOUR, statuses=FINISHED, batch_size=batch_size, dry_run=True
+            )
+            assert dry.job_ids == ("good",)
+        done = await store.prune_jobs(older_than=HOUR, statuses=FINISHED, batch_size=1)
+        assert done.job_ids == ("good",)
+        conn = sqlite3.connect(tmp_path / "agentlife.db", isolation_level=None)
+        try:
+            assert conn.execute("SELECT count(*) FROM job").fetchone() == (2,)  # the others are left
+        finally:
+            conn.close()
+    finally:
+        await store.close()

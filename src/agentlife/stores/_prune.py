@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from agentlife._exceptions import ConfigError
 from agentlife.stores._base import TableNames
 from agentlife.stores._jobs import TERMINAL
+from agentlife.stores._rows import as_text
 
 if TYPE_CHECKING:
     from agentlife.stores._dialect import Database, Dialect, Statement, Tx
@@ -118,12 +119,20 @@ def prune_statements(t: TableNames, d: Dialect, *, skip_locked: bool, delta: boo
     ids = d.in_list("id", "job_ids", "text")
     lock = " FOR UPDATE OF j SKIP LOCKED" if skip_locked else ""
 
+    # SQLite: a row whose id another client stored as a BLOB is left alone (no statement here could name it).
+    # One whose id is text but not UTF-8 is skipped by the next batches (``:skip``, their ids in hex).
+    text_ids = (
+        ""
+        if skip_locked
+        else " AND typeof(j.id) = 'text' AND hex(j.id) NOT IN (SELECT value FROM json_each(:skip))"
+    )
+
     def pick(agent: bool, locked: bool) -> Statement:
         mine = " AND j.agent_id = :agent_id" if agent else ""
         return d.sql(
-            f"SELECT j.id, j.agent_id, j.status FROM {j} AS j"
+            f"SELECT {d.raw('j.id')} FROM {j} AS j"
             f" WHERE j.status IN ({_TERMINAL_SQL}) AND {d.in_list('j.status', 'statuses', 'text')}"
-            f" AND j.updated_at < {d.time('cutoff')}{mine}"
+            f" AND j.updated_at < {d.time('cutoff')}{mine}{text_ids}"
             f" AND NOT EXISTS (SELECT 1 FROM {j} AS c WHERE c.parent_id = j.id"
             f" AND c.status NOT IN ({_TERMINAL_SQL}))"
             f" ORDER BY j.updated_at, j.id LIMIT :limit{lock if locked else ''}"
@@ -134,7 +143,7 @@ def prune_statements(t: TableNames, d: Dialect, *, skip_locked: bool, delta: boo
         return d.sql(
             f"SELECT count(*) FROM {j} AS j"
             f" WHERE j.status IN ({_TERMINAL_SQL}) AND {d.in_list('j.status', 'statuses', 'text')}"
-            f" AND j.updated_at < {d.time('cutoff')}{mine}"
+            f" AND j.updated_at < {d.time('cutoff')}{mine}{text_ids}"
             f" AND NOT EXISTS (SELECT 1 FROM {j} AS c WHERE c.parent_id = j.id"
             f" AND c.status NOT IN ({_TERMINAL_SQL}))"
         )
@@ -180,21 +189,20 @@ async def prune(
         return PruneResult(0, ())
     clock: float = await db.run(_clock)
     cutoff = clock - older_than
-    params = {"statuses": wanted, "cutoff": cutoff, "agent_id": agent_id}
+    params: dict[str, Any] = {"statuses": wanted, "cutoff": cutoff, "agent_id": agent_id, "skip": []}
     if dry_run:
         return await db.run(_dry, params)
     pruned: list[str] = []
     batches = 0
     while max_batches is None or batches < max_batches:
         batches += 1
-        ids = await db.run(_batch, params, batch_size)
-        if not ids:
-            break
-        pruned.extend(ids)
-        if on_batch is not None:
-            on_batch(ids)
-        if len(ids) < batch_size:
-            break
+        picked, ids = await db.run(_batch, params, batch_size)
+        if ids:
+            pruned.extend(ids)
+            if on_batch is not None:
+                on_batch(ids)
+        if picked < batch_size:
+            break  # a batch picked rows only while any were left: each is pruned or skipped from then on
     gone = 0
     if tombstones_older_than is not None:
         gone = await db.run(_drop_tombstones, clock - tombstones_older_than)
@@ -209,22 +217,36 @@ async def _dry(tx: Tx, params: dict[str, Any]) -> PruneResult:
     agent = params["agent_id"] is not None
     count = int(await tx.fetchval(tx.sql.prune_count[agent], **params))
     rows = await tx.fetch(tx.sql.prune_pick[(agent, False)], **params, limit=DRY_RUN_IDS)
-    return PruneResult(count, tuple(str(r[0]) for r in rows))
+    return PruneResult(count, tuple(_ids(rows)))
 
 
-async def _batch(tx: Tx, params: dict[str, Any], batch_size: int) -> list[str]:
-    """One batch in one transaction: lock the picked rows, delete what hangs off them, then them."""
+def _ids(rows: Sequence[Any], skip: list[str] | None = None) -> list[str]:
+    """The picked ids that are text; one another client wrote that is not UTF-8 is left (hex in ``skip``)."""
+    ids = []
+    for row in rows:
+        job_id = as_text(row[0])
+        if job_id is not None:
+            ids.append(job_id)
+        elif skip is not None:
+            skip.append(bytes(row[0]).hex().upper())
+    return ids
+
+
+async def _batch(tx: Tx, params: dict[str, Any], batch_size: int) -> tuple[int, list[str]]:
+    """One batch in one transaction: lock the picked rows, delete what hangs off them, then them.
+
+    (How many rows it picked, the ids it pruned.)
+    """
     agent = params["agent_id"] is not None
     async with tx.atomic():
         rows = await tx.fetch(tx.sql.prune_pick[(agent, True)], **params, limit=batch_size)
-        ids = [str(r[0]) for r in rows]
-        if not ids:
-            return []
-        for statement in tx.sql.prune_rows:
-            await tx.execute(statement, job_ids=ids)
-        await tx.execute(tx.sql.prune_tombstone, job_ids=ids)
-        await tx.execute(tx.sql.prune_jobs, job_ids=ids)
-    return ids
+        ids = _ids(rows, params["skip"])
+        if ids:
+            for statement in tx.sql.prune_rows:
+                await tx.execute(statement, job_ids=ids)
+            await tx.execute(tx.sql.prune_tombstone, job_ids=ids)
+            await tx.execute(tx.sql.prune_jobs, job_ids=ids)
+    return len(rows), ids
 
 
 async def _drop_tombstones(tx: Tx, cutoff: float) -> int:
