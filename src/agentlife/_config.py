@@ -24,6 +24,7 @@ __all__ = [
     "MAX_ATTEMPT",
     "MAX_PAYLOAD_DEPTH",
     "Settings",
+    "data_dir_from_env",
     "llm_provider_from_env",
     "probe_address",
     "validate_agent_id",
@@ -196,6 +197,11 @@ class Settings:
 def job_id_from_env(env: Mapping[str, str]) -> str | None:
     """``AGENTLIFE_JOB_ID``, or None when unset or empty."""
     return env.get("AGENTLIFE_JOB_ID") or None
+
+
+def data_dir_from_env(env: Mapping[str, str]) -> Path:
+    """``AGENTLIFE_DATA_DIR``, or ``.agentlife``: where journals (``sessions/``) and the SQLite file live."""
+    return Path(env.get("AGENTLIFE_DATA_DIR") or ".agentlife")
 
 
 def database_url_from_env(env: Mapping[str, str]) -> str:

@@ -37,6 +37,7 @@ __all__ = [
     "HeartbeatConstants",
     "HydrationConstants",
     "ProbeConstants",
+    "RetentionConstants",
     "RetryConstants",
 ]
 
@@ -258,6 +259,38 @@ class BudgetConstants:
     """How long an open circuit breaker holds the agent's retries."""
 
 
+#: The shortest a retention period may be (days): shorter, a job's followers may still be reading it.
+MIN_RETAIN_DAYS: float = 1.0
+#: The longest a retention period may be (days): more is a typo.
+MAX_RETAIN_DAYS: float = 36_500.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionConstants:
+    """How long finished jobs are kept before the reaper pass prunes them; None (unset): kept for ever.
+
+    Off by default: an upgrade never starts deleting a team's history on its own. Each period is in days,
+    from the job's last write (when it finished), at least `MIN_RETAIN_DAYS`.
+    """
+
+    completed_days: float | None = _number(None, "AGENTLIFE_RETAIN_COMPLETED_DAYS")  # type: ignore[arg-type]
+    """COMPLETED jobs are pruned this many days after they finished (``AGENTLIFE_RETAIN_COMPLETED_DAYS``)."""
+    failed_days: float | None = _number(None, "AGENTLIFE_RETAIN_FAILED_DAYS")  # type: ignore[arg-type]
+    """FAILED jobs are pruned this many days after they finished (``AGENTLIFE_RETAIN_FAILED_DAYS``)."""
+    dead_letter_days: float | None = _number(None, "AGENTLIFE_RETAIN_DEAD_LETTER_DAYS")  # type: ignore[arg-type]
+    """DEAD_LETTER jobs are pruned this many days after they gave up
+    (``AGENTLIFE_RETAIN_DEAD_LETTER_DAYS``)."""
+    pruned_ids_days: float = _number(365.0, "AGENTLIFE_RETAIN_PRUNED_IDS_DAYS")
+    """The tombstone of a pruned job (``job show`` says "pruned"; its id cannot be created again) is kept
+    this many days after the prune (``AGENTLIFE_RETAIN_PRUNED_IDS_DAYS``)."""
+
+    def periods(self) -> dict[str, float]:
+        """The status -> days of each period set."""
+        periods = {"COMPLETED": self.completed_days, "FAILED": self.failed_days}
+        periods["DEAD_LETTER"] = self.dead_letter_days
+        return {status: days for status, days in periods.items() if days is not None}
+
+
 # -- a running job's output (``ctx.publish``, followers, live model text) ---------------------------------
 
 #: The most events a job's output keeps, its status changes included: ``ctx.publish`` refuses the next one.
@@ -308,6 +341,8 @@ class Constants:
     """Backoff schedules (`RetryConstants`)."""
     budget: BudgetConstants = field(default_factory=BudgetConstants)
     """Per-job budgets, approvals and the circuit breaker (`BudgetConstants`)."""
+    retention: RetentionConstants = field(default_factory=RetentionConstants)
+    """How long finished jobs are kept (`RetentionConstants`)."""
     time_scale: float = 1.0
     """1.0 in production; `scaled` records its factor so per-tool table timeouts scale too."""
 
@@ -391,6 +426,7 @@ class Constants:
                 out.append(f"{env} = {value:g} s must be > 0 s")
         for group in (d, h, p, self.calls, hy, self.retry, self.budget):
             out.extend(_negative_fields(group))
+        out.extend(_retention_violations(self.retention))
         return out
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
@@ -425,6 +461,8 @@ def _parse_env_number(name: str, raw: str, *, integer: bool) -> float | int | No
         value = int(text) if integer else float(text)
     except ValueError:
         kind = "a whole number" if integer else "a number of seconds"
+        if name.startswith("AGENTLIFE_RETAIN_"):
+            kind = "a number of days"
         raise ConfigError(f"{name}={raw!r} is not {kind}") from None
     if not math.isfinite(value) or value < 0:
         raise ConfigError(f"{name}={raw!r} must be a finite number >= 0")
@@ -449,6 +487,20 @@ def _scale_group(group: _Group, factor: float) -> _Group:
             continue
         changes[f.name] = tuple(v * factor for v in value) if isinstance(value, tuple) else value * factor
     return dataclasses.replace(group, **changes)  # type: ignore[type-var]
+
+
+def _retention_violations(r: RetentionConstants) -> list[str]:
+    out = []
+    for f in dataclasses.fields(r):
+        value = getattr(r, f.name)
+        if value is None:
+            continue
+        if not (isinstance(value, int | float) and MIN_RETAIN_DAYS <= value <= MAX_RETAIN_DAYS):
+            out.append(
+                f"{f.metadata['env']} = {value!r} days must be from {MIN_RETAIN_DAYS:g}"
+                f" to {MAX_RETAIN_DAYS:g} (leave it unset to keep jobs for ever)"
+            )
+    return out
 
 
 def _negative_fields(group: object) -> list[str]:

@@ -700,3 +700,20 @@ async def test_a_job_retried_after_its_end_goes_on_in_its_stream_as_client_event
                         if frame["name"] == "PENDING":
                             break  # the stream went on past the end, as the job did
         assert kinds[-2:] == [("end", "FAILED"), ("status", "PENDING")], kinds
+
+
+async def test_a_pruned_job_says_pruned_and_its_id_cannot_be_started_again(tmp_path: Path) -> None:
+    async with served(tmp_path) as s:
+        store = store_from_url(s.store_url)
+        await store.open()
+        try:
+            assert (await store.prune_jobs(older_than=0, statuses=["COMPLETED"])).job_ids == ("done-1",)
+        finally:
+            await store.close()
+        said = _error(await s.http.get(f"{PREFIX}/jobs/done-1"), 404, "not_found")
+        assert said.startswith("job done-1 was pruned at 20") and "COMPLETED, agent demo" in said
+        start = {"agent_id": "demo", "job_id": "done-1"}
+        _error(await s.http.post(f"{PREFIX}/jobs", json=start, headers=AUTH), 409, "conflict")
+        page = await s.http.get("/job?id=done-1")
+        assert page.status_code == 404 and "Job done-1 was pruned at 20" in page.text
+        assert "does not exist" in _error(await s.http.get(f"{PREFIX}/jobs/never-1"), 404)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agentlife._cli._common import Parser, say
+from agentlife._cli._prune import add_prune
 from agentlife._cli._run import _parse_payload
 from agentlife._config import (
     MAX_ATTEMPT,
@@ -38,7 +39,16 @@ from agentlife._jobs._pause import pause_job, resume_job
 from agentlife._jobs._reason import check_reason
 from agentlife._jobs._rewind import RewindPlan, parse_step, plan_rewind, rewind_job
 from agentlife._jobs._start import check_start, create_job
-from agentlife._jobs._view import SHOWN_CHILDREN, call_text, more, read_job_state, show_job, to_json, utc
+from agentlife._jobs._view import (
+    SHOWN_CHILDREN,
+    call_text,
+    missing_job,
+    more,
+    read_job_state,
+    show_job,
+    to_json,
+    utc,
+)
 from agentlife._journal._show import format_timeline
 from agentlife._journal._writer import list_sessions
 from agentlife.constants import MAX_ENV_INTEGER
@@ -182,6 +192,7 @@ def register(sub: Any) -> None:
         "waiting step gets as None, as at a timeout",
     )
     sent.add_argument("--payload-file", metavar="FILE", help="read the JSON payload from FILE ('-': stdin)")
+    add_prune(commands, _command, open_store)
 
 
 def _command(
@@ -316,7 +327,7 @@ async def _show(args: argparse.Namespace) -> int:
     masker = masker_for(os.environ, _database_url(args))
     state = await _with_store(args, lambda store: read_job_state(store, args.id))
     if state is None:
-        raise JobNotFound(f"job {args.id} does not exist")
+        raise JobNotFound(await _with_store(args, lambda store: missing_job(store, args.id)))
     # The same view the console draws, masked by the same masker: a terminal is no place for a secret.
     shown = show_job(state, masker)
     row = shown.row

@@ -4,6 +4,7 @@ RUNNING rows whose ``heartbeat_at`` is older than the threshold (default
 ``AGENTLIFE_HEARTBEAT_ZOMBIE_AFTER_SECONDS``, 300 s) become RETRYING with ``not_before`` from the crash
 backoff schedule (their next claim is attempt + 1), or DEAD_LETTER / FAILED, each decision printed and
 recorded in the row's crash history. Safe to run from several places at once: no row is acted on twice.
+With a retention policy (``AGENTLIFE_RETAIN_*``) it then prunes the finished jobs past their period.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import Any
 
 from agentlife._cli._common import Parser
 from agentlife._cli._job import open_store
+from agentlife._config import data_dir_from_env
 from agentlife._exceptions import ConfigError
+from agentlife._runtime._retention import RetentionPass, apply_retention
 from agentlife.constants import Constants
 from agentlife.stores import ReapDecision
 
@@ -57,14 +60,19 @@ def _cmd_reap(args: argparse.Namespace) -> int:
             "(AGENTLIFE_HEARTBEAT_JOB_INTERVAL_SECONDS)"
         )
 
-    async def reap() -> list[ReapDecision]:
+    async def reap() -> tuple[list[ReapDecision], RetentionPass | None]:
         store = await open_store(args)
         try:
-            return await store.reap(threshold, constants=constants)
+            decisions = await store.reap(threshold, constants=constants)
+            kept = None
+            if constants.retention.periods():  # the retention policy, AGENTLIFE_RETAIN_*
+                data_dir = data_dir_from_env(os.environ)
+                kept = await apply_retention(store, constants.retention, data_dir)
+            return decisions, kept
         finally:
             await store.close()
 
-    decisions = anyio.run(reap)
+    decisions, kept = anyio.run(reap)
     for d in decisions:
         when = ""
         if d.not_before is not None:
@@ -76,4 +84,9 @@ def _cmd_reap(args: argparse.Namespace) -> int:
     sys.stdout.write(
         f"reaped {len(decisions)} job{'s' if len(decisions) != 1 else ''} (threshold {threshold:g} s)\n"
     )
+    if kept is not None:
+        sys.stdout.write(
+            f"retention: pruned {len(kept.pruned)} finished jobs, {kept.tombstones} old tombstones,"
+            f" {kept.journals} journal directories\n"
+        )
     return 0

@@ -35,7 +35,7 @@ from agentlife._jobs._pause import pause_job, resume_job
 from agentlife._jobs._reason import check_reason
 from agentlife._jobs._rewind import plan_rewind, rewind_job
 from agentlife._jobs._start import check_start, create_job
-from agentlife._jobs._view import read_job_state
+from agentlife._jobs._view import missing_job, read_job_state
 from agentlife._output._follow import JobFollower, follow_job
 from agentlife.stores import CheckpointStore, JobStatus, store_from_url
 from agentlife.stores._childjobs import cancel_with_children
@@ -177,7 +177,7 @@ class Client:
         job = self._job_id(job_id)
         state = await read_job_state(self._store, job)
         if state is None:
-            raise JobNotFound(f"job {job} does not exist")
+            raise JobNotFound(await missing_job(self._store, job))
         return snapshot(state, self._masker)
 
     async def list(

@@ -59,6 +59,7 @@ from agentlife._jobs._reason import check_reason
 from agentlife.stores import JobStatus, OperatorStore
 from agentlife.stores._base import CLAIM_STALE_AFTER_SECONDS
 from agentlife.stores._childjobs import cancel_with_children
+from agentlife.stores._prune import pruned_message
 
 __all__ = ["FANOUT", "ConsoleConfig", "create_app", "proxy_config", "serve"]
 
@@ -139,8 +140,13 @@ class _Console:
     async def job(self, request: web.Request) -> web.Response:
         job_id = _job_id(request.query.get("id"))
         now = time.time()
-        view = await load_job(await self.store.get(), job_id, self.data_dir, self.masker, now)
+        store = await self.store.get()
+        view = await load_job(store, job_id, self.data_dir, self.masker, now)
         if view is None:
+            tomb = await store.pruned_job(job_id)  # a pruned id says so, and when
+            if tomb is not None:
+                said = pruned_message(job_id, tomb)
+                return self.page(404, "Pruned", f"{said[:1].upper()}{said[1:]}.")
             return self.page(404, "Not Found", f"There is no job {job_id!r} in this store.")
         done = request.query.get("done")
         flash = self.flashes.read(job_id, done) if self.flashes is not None and done else None

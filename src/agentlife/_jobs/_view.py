@@ -18,12 +18,14 @@ from agentlife._jobs._mask import Masker
 from agentlife._jobs._pause import pause_of
 from agentlife.stores import ApprovalState, JobRecord, JobStatus, OperatorStore, WaitState
 from agentlife.stores._childjobs import job_ids_waited_for
+from agentlife.stores._prune import pruned_message
 
 __all__ = [
     "SHOWN_CHILDREN",
     "JobState",
     "ShownJob",
     "call_text",
+    "missing_job",
     "more",
     "read_job_state",
     "show_job",
@@ -227,3 +229,8 @@ def utc(ts: Any) -> str:
 def to_json(value: Any) -> str:
     """``value`` as one line of JSON, keys sorted, non-ASCII kept."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+async def missing_job(store: OperatorStore, job_id: str) -> str:
+    """What to say of an id with no row: when it was pruned (its tombstone), or that it does not exist."""
+    return pruned_message(job_id, await store.pruned_job(job_id))

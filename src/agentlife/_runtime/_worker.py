@@ -22,10 +22,12 @@ cannot be reached at boot.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -40,9 +42,10 @@ from agentlife._runtime._base import RunOptions
 from agentlife._runtime._drain import Drain
 from agentlife._runtime._lifecycle import Runtime
 from agentlife._runtime._process import ProcessShell, ShellOptions, quietly
+from agentlife._runtime._retention import RETENTION_PERIOD_SECONDS, apply_retention
 from agentlife._state import State
 from agentlife.constants import Constants
-from agentlife.stores import JobRecord, JobStatus, ReapDecision, store_from_url
+from agentlife.stores import CheckpointStore, JobRecord, JobStatus, ReapDecision, store_from_url
 from agentlife.stores._jobs import is_crash, since_last_retry
 from agentlife.stores._limits import claim_limits_from_env
 from agentlife.stores._policy import should_retry_after_crash
@@ -240,7 +243,7 @@ class Worker:
                 ),
             )
             async with anyio.create_task_group() as duties:
-                duties.start_soon(self._reap_periodically, store)
+                duties.start_soon(self._reap_periodically, store, settings.data_dir)
                 duties.start_soon(self._count_periodically, store)
                 result = await self._run_slots(store)
                 duties.cancel_scope.cancel()
@@ -537,25 +540,37 @@ class Worker:
 
     # -- background duties ---------------------------------------------------------------------------
 
-    async def _reap_periodically(self, store: WorkQueue) -> None:
+    async def _reap_periodically(self, store: CheckpointStore, data_dir: Path) -> None:
         """The zombie reaper: RUNNING rows whose heartbeat stopped go back to RETRYING (or dead letter).
 
         Rows whose claiming process ran in this pid namespace and has exited are reaped as soon as their
         heartbeat is one job heartbeat interval old (a fresh heartbeat always wins), not after the
         threshold: the first pass runs at boot and the passes come at least once per heartbeat interval,
         so a worker container restarted in place (OOM-killed, crashed) takes its predecessor's job back
-        within about one interval plus the first backoff step.
+        within about one interval plus the first backoff step. With a retention policy
+        (``AGENTLIFE_RETAIN_*``) the pass also prunes finished jobs past their period and removes their
+        journals from this pod's data directory (`apply_retention`), every `RETENTION_PERIOD_SECONDS`.
         """
         heartbeat = self.constants.heartbeat
         threshold = heartbeat.zombie_after_seconds
         period = min(threshold / REAPS_PER_THRESHOLD, heartbeat.job_interval_seconds)
 
+        retained_at = -math.inf
+
         async def reap() -> None:
+            nonlocal retained_at
             decisions = await store.reap(threshold, constants=self.constants, dead_owners=True)
             for d in decisions:
                 _log_reaped(d)
             if decisions:
                 self._wake_idle_slots()  # a reaped row may be runnable at once
+            # The retention policy rides on the reaper's pass (and its connection), less often.
+            if (
+                self.constants.retention.periods()
+                and time.monotonic() - retained_at >= RETENTION_PERIOD_SECONDS
+            ):
+                retained_at = time.monotonic()
+                await apply_retention(store, self.constants.retention, data_dir)
 
         await self._every(period, "reaper", reap)
 

@@ -96,6 +96,8 @@ class TableNames:
     """A running job's output: its published events and status changes, in one order per job."""
     output_delta: str = "job_output_delta"
     """SQLite only: the recent batches of a streaming job's model text, overwritten in place."""
+    pruned: str = "job_pruned"
+    """The tombstones of pruned jobs: id, agent, final status, when it finished and when it was pruned."""
 
     def __post_init__(self) -> None:
         names = (
@@ -109,6 +111,7 @@ class TableNames:
             self.rate_slot,
             self.output,
             self.output_delta,
+            self.pruned,
         )
         for name in names:
             # Names are interpolated into SQL, so only plain (optionally schema-qualified) identifiers pass.

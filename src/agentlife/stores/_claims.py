@@ -24,6 +24,7 @@ from agentlife.stores._dialect import SlotTaken
 from agentlife.stores._jobs import SET_ASIDE_PER_CLAIM, check_releasable, expected_statuses
 from agentlife.stores._limits import ClaimLimits, check_key_columns
 from agentlife.stores._pause import settle_pause
+from agentlife.stores._prune import pruned_text
 from agentlife.stores._rows import appended, as_text, dumps, set_aside_entry
 
 if TYPE_CHECKING:
@@ -97,7 +98,8 @@ async def create_job(
         priority=priority,
     )
     row = await tx.fetchrow(tx.sql.get_job, job_id=job_id)
-    assert row is not None
+    if row is None:  # the insert found a tombstone
+        raise JobStateConflict(await pruned_text(tx, job_id))
     job = tx.job(row)
     if exclusive and not inserted:
         raise JobStateConflict(f"job {job_id} already exists ({job.status}, agent {job.agent_id})")

@@ -286,6 +286,16 @@ class Statements:
     rate_live_slots: Statement
     rate_take_slot: Statement
     rate_end_slot: Statement
+    # -- retention (_prune)
+    prune_pick: dict[tuple[bool, bool], Statement]
+    """The finished rows to prune, oldest first: (an agent filter, locked for the batch)."""
+    prune_count: dict[bool, Statement]
+    prune_rows: tuple[Statement, ...]
+    """The deletes of a job's rows in every other table, run before the job rows' own."""
+    prune_tombstone: Statement
+    prune_jobs: Statement
+    prune_tombstones: Statement
+    pruned_job: Statement
 
 
 class Dialect(Protocol):

@@ -24,6 +24,7 @@ def pg_schema(t: TableNames) -> tuple[str, ...]:
                 t.step_record,
                 t.rate_bucket,
                 t.output,
+                t.pruned,
             )
             if "." in name
         }
@@ -79,6 +80,26 @@ def pg_schema(t: TableNames) -> tuple[str, ...]:
         *_end_schema(t),
         *_key_schema(t),
         *pg_output_schema(t),
+        *_prune_schema(t),
+    )
+
+
+def _prune_schema(t: TableNames) -> tuple[str, ...]:
+    """The tombstones of pruned jobs, and the index a prune's delete of a job's deliveries uses (``db init``).
+
+    ``delivery`` was keyed by its key alone: deleting a job's rows would read the whole table per batch.
+    """
+    pbase, dbase = t.pruned.split(".")[-1], t.delivery.split(".")[-1]
+    return (
+        f"""CREATE TABLE IF NOT EXISTS {t.pruned} (
+            id text PRIMARY KEY,
+            agent_id text NOT NULL,
+            status text NOT NULL,
+            finished_at timestamptz NOT NULL,
+            pruned_at timestamptz NOT NULL DEFAULT now()
+        )""",
+        f"CREATE INDEX IF NOT EXISTS {pbase}_at_idx ON {t.pruned} (pruned_at)",
+        f"CREATE INDEX IF NOT EXISTS {dbase}_job_idx ON {t.delivery} (job_id)",
     )
 
 

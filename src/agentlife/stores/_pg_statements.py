@@ -30,6 +30,7 @@ from agentlife.stores._dialect import (
     shared_statements,
 )
 from agentlife.stores._output_sql import pg_output_statements
+from agentlife.stores._prune import prune_statements
 from agentlife.stores._rows import JSON_COLUMNS, SET_ASIDE_STATUS, job_record
 
 __all__ = [
@@ -113,7 +114,9 @@ def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> St
     job_cols = f"{JOB_COLUMNS}{KEY_COLUMNS if keys else ''}"
     cols = f"{job_cols}, not_before"
     no_slots = f", {_NO_SLOTS}" if keys else ""
-    key_columns, key_values = (KEY_COLUMNS, ", :concurrency_key, :priority") if keys else ("", "")
+    key_columns, key_values = (
+        (KEY_COLUMNS, ", :concurrency_key::text, :priority::integer") if keys else ("", "")
+    )
     j, sql, notify = t.job, d.sql, notify_call(t)
     fenced = f"id = :job_id AND attempt = :attempt{d.fence}"
     no_pause = ", paused = NULL" if keys else ""
@@ -140,10 +143,11 @@ def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> St
         "get_job": f"SELECT {job_cols} FROM {j} WHERE id = :job_id",
         # Wakes the agent's idle workers on commit; an existing row (no insert) wakes nobody.
         "create_job": (
+            # Not an id whose job was pruned: a create retried after the prune must not run it again.
             f"WITH created AS (INSERT INTO {j}"
             f" (id, agent_id, status, payload, attempt, token_budget, updated_at{key_columns})"
-            " VALUES (:job_id, :agent_id, :status, :payload::jsonb, 0, :token_budget::jsonb, now()"
-            f"{key_values})"
+            " SELECT :job_id::text, :agent_id::text, :status::text, :payload::jsonb, 0, :token_budget::jsonb,"
+            f" now(){key_values} WHERE NOT EXISTS (SELECT 1 FROM {t.pruned} WHERE id = :job_id::text)"
             f" ON CONFLICT (id) DO NOTHING RETURNING agent_id) SELECT {notify} FROM created"
         ),
         "lock_claim": (
@@ -277,6 +281,7 @@ def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> St
         **shared_statements(t, d),
         **built,
         **output,
+        **prune_statements(t, d, skip_locked=True, delta=False),
         page=page,
         checkpoint=checkpoint,
         claim_limited=claim_limited,

@@ -18,7 +18,7 @@ They share `JobRows` (the connection and a job row as it stands) and `Handback` 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from agentlife.stores._output import OutputRow
     from agentlife.stores._output_watch import OutputWatch
     from agentlife.stores._overview import Overview
+    from agentlife.stores._prune import PrunedJob, PruneResult
     from agentlife.stores._ratebuckets import Caps, RateDraw, RateGrant
     from agentlife.stores._rewind import KeptCheckpoint, RewindTarget
     from agentlife.stores._steprecords import StepRecord
@@ -364,6 +365,34 @@ class WorkQueue(JobRows, Handback, Protocol):
 
 class OperatorStore(JobRows, Protocol):
     """What an operator uses (``python -m agentlife job``, the console): list, act on and talk to jobs."""
+
+    async def prune_jobs(
+        self,
+        *,
+        older_than: float,
+        statuses: Sequence[str],
+        agent_id: str | None = None,
+        batch_size: int = 500,
+        dry_run: bool = False,
+        tombstones_older_than: float | None = None,
+        on_batch: Callable[[list[str]], None] | None = None,
+        max_batches: int | None = None,
+    ) -> PruneResult:
+        """Delete finished jobs last written more than ``older_than`` seconds ago, with all their rows.
+
+        Only rows of ``statuses`` (each one of COMPLETED, FAILED, DEAD_LETTER: anything else is a
+        `ConfigError`), of ``agent_id`` if given, and none whose children still run. In batches of
+        ``batch_size`` jobs, each one short transaction that deletes the job's rows in every table and its
+        row last and writes its tombstone (`pruned_job`); ``on_batch(ids)`` after each commits. Two prunes
+        at once take different rows; a prune killed mid-batch leaves the batch whole. ``dry_run``: nothing
+        changes; the count and the first ids of what would go. ``tombstones_older_than`` (seconds): also
+        delete tombstones written longer ago. ``max_batches``: stop after that many (the rest next time).
+        """
+        ...
+
+    async def pruned_job(self, job_id: str) -> PrunedJob | None:
+        """The tombstone of a pruned job (id, agent, status, when it finished and was pruned), or None."""
+        ...
 
     async def list_jobs(
         self,

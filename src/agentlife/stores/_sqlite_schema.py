@@ -75,6 +75,7 @@ def _make(conn: sqlite3.Connection, t: TableNames) -> None:
         *_step_record_schema(t),
         *sqlite_output_schema(t),
         *_key_indexes(t),
+        *_prune_schema(t),
     ]
     for statement in made:
         conn.execute(statement)
@@ -240,6 +241,23 @@ def _step_record_schema(t: TableNames) -> list[str]:
             data BLOB NOT NULL,
             PRIMARY KEY (job_id, step, attempt, session, seq)
         )"""
+    ]
+
+
+def _prune_schema(t: TableNames) -> list[str]:
+    """The tombstones of pruned jobs, and the index a prune's delete of a job's deliveries uses (SQLite)."""
+    at_index, pbase = _index_name(t.pruned, "at")
+    job_index, dbase = _index_name(t.delivery, "job")
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {t.pruned} (
+            id TEXT PRIMARY KEY,
+            agent_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            finished_at REAL NOT NULL,
+            pruned_at REAL NOT NULL
+        )""",
+        f"CREATE INDEX IF NOT EXISTS {at_index} ON {pbase} (pruned_at)",
+        f"CREATE INDEX IF NOT EXISTS {job_index} ON {dbase} (job_id)",
     ]
 
 

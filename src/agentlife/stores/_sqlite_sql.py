@@ -33,6 +33,7 @@ from agentlife.stores._dialect import (
     shared_statements,
 )
 from agentlife.stores._output_sql import sqlite_output_statements
+from agentlife.stores._prune import prune_statements
 from agentlife.stores._rows import JSON_COLUMNS, SET_ASIDE_STATUS, job_record
 
 __all__ = ["SQLITE", "sqlite_job", "sqlite_statements"]
@@ -209,8 +210,8 @@ def sqlite_statements(t: TableNames) -> Statements:
         "create_job": sql(
             f"INSERT OR IGNORE INTO {j}"
             " (id, agent_id, status, payload, attempt, token_budget, updated_at, not_before, concurrency_key,"
-            " priority) VALUES (:job_id, :agent_id, :status, :payload, 0, :token_budget, :now, :now,"
-            " :concurrency_key, :priority)"
+            " priority) SELECT :job_id, :agent_id, :status, :payload, 0, :token_budget, :now, :now,"
+            f" :concurrency_key, :priority WHERE NOT EXISTS (SELECT 1 FROM {t.pruned} WHERE id = :job_id)"
         ),
         "lock_claim": sql(
             f"SELECT attempt, owner, :now - heartbeat_at AS heartbeat_age FROM {j} WHERE id = :job_id"
@@ -351,6 +352,7 @@ def sqlite_statements(t: TableNames) -> Statements:
         **shared_statements(t, SQLITE),
         **own,
         **output,
+        **prune_statements(t, SQLITE, skip_locked=False, delta=True),
         page=page,
         checkpoint=checkpoint,
         claim_limited=claim_limited,

@@ -10,7 +10,7 @@ that closing it hands them back. `SQLiteStore` and `PostgresStore` are this stor
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
@@ -27,6 +27,7 @@ from agentlife.stores import (
     _output,
     _overview,
     _pause,
+    _prune,
     _ratebuckets,
     _reaper,
     _rewind,
@@ -44,6 +45,7 @@ from agentlife.stores._limits import ClaimLimits, validate_concurrency_key, vali
 from agentlife.stores._output import OutputRow
 from agentlife.stores._output_watch import OutputWatch, PollingWatch
 from agentlife.stores._overview import Overview
+from agentlife.stores._prune import DEFAULT_BATCH_SIZE, PrunedJob, PruneResult, check_prune
 from agentlife.stores._ratebuckets import Caps, RateDraw, RateGrant
 from agentlife.stores._rewind import KeptCheckpoint, RewindTarget
 from agentlife.stores._rows import log_set_aside
@@ -390,6 +392,36 @@ class SQLStore(Generic[D]):
     ) -> list[ReapDecision]:
         """Move RUNNING rows whose heartbeat stopped on; see `WorkQueue.reap`."""
         return await _reaper.reap(self._db, threshold_seconds, now, constants, dead_owners)
+
+    async def prune_jobs(
+        self,
+        *,
+        older_than: float,
+        statuses: Sequence[str],
+        agent_id: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        tombstones_older_than: float | None = None,
+        on_batch: Callable[[list[str]], None] | None = None,
+        max_batches: int | None = None,
+    ) -> PruneResult:
+        """Delete finished jobs and every row keyed by them, in batches; see `OperatorStore.prune_jobs`."""
+        check_prune(older_than, statuses, batch_size)
+        return await _prune.prune(
+            self._db,
+            older_than=older_than,
+            statuses=statuses,
+            agent_id=agent_id,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            tombstones_older_than=tombstones_older_than,
+            on_batch=on_batch,
+            max_batches=max_batches,
+        )
+
+    async def pruned_job(self, job_id: str) -> PrunedJob | None:
+        """The tombstone of a pruned job, or None; see `OperatorStore.pruned_job`."""
+        return await self._db.run(_prune.pruned_job, job_id)
 
     # -- waiting for work ---------------------------------------------------------------------------------
 
