@@ -348,7 +348,7 @@ async def main(rounds: int) -> None:
     d, m = statistics.median(durable) - b, statistics.median(memory) - b
     emit(
         "turns",
-        "overhead per turn: PostgreSQL + journal on disk (baseline: in-memory store, no journal I/O; 20 ms model)",
+        "overhead per turn: PostgreSQL + journal on disk (baseline: in-memory, no journal I/O; 20 ms model)",
         d * 1000,
         "ms",
         baseline=m * 1000,
