@@ -25,7 +25,11 @@ Run: ``python benchmarks/bench_journal.py``. Prints one JSON object per line:
 - ``durable_fsyncs_per_tool_call``: fsyncs for a side-effecting call (TOOL_STARTED and TOOL_COMPLETED both
   durable) among buffered events (target <= 2.2);
 - ``durable_tool_call_time``: the time of such a call against two bare write+fdatasync on the same disk,
-  alternating call by call (the ratio is the median of the paired ratios; target <= 1.5x);
+  alternating call by call; the overhead is the median of the paired differences (call - bare pair), and the
+  target is additive: the call costs at most the bare pair + 0.25 ms. A ratio target (1.5x until 0.3) said
+  less the faster the disk: on a disk whose fdatasync takes 0.3 ms, 1.5x allowed 0.3 ms of overhead, on one
+  of 5 ms it allowed 5 ms; what the journal adds (the record, the hand-over to its writer thread and back,
+  ~0.1-0.2 ms on CPython 3.11) does not grow with the disk;
 - ``group_commit_fsyncs_per_call``: 16 concurrent side-effecting calls (target <= 1.0, i.e. well below 2).
 """
 
@@ -310,6 +314,8 @@ def bench_throughput(root: Path) -> None:
 N_CALLS = 250
 ROUNDS = 10
 CONCURRENT = 16
+#: What a durable tool call may add to its two bare write + fdatasync pairs, in ms.
+DURABLE_EXTRA_MS = 0.25
 
 
 def bare_durable_pair(fd: int, i: int) -> float:
@@ -338,7 +344,7 @@ async def side_effecting_call(journal: Journal, step: int, call: int) -> None:
 
 
 async def sequential_calls(root: Path) -> tuple[float, float, float]:
-    """(fsyncs per call, median call time, median of call / bare pair); the two alternate call by call."""
+    """(fsyncs per call, median call time, median of call - bare pair); the two alternate call by call."""
     journal = Journal.create(root / "seq", 1)
     bare_fd = os.open(root / "bare.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     calls, bare = [], []
@@ -355,9 +361,9 @@ async def sequential_calls(root: Path) -> tuple[float, float, float]:
     fsyncs = journal.fsync_count / N_CALLS
     await journal.aclose()
     # Each call is compared with the bare pair measured next to it (fsync latency drifts with the other I/O
-    # on the disk); the median of those ratios is the overhead.
-    ratio = statistics.median(c / b for c, b in zip(calls, bare, strict=True))
-    return fsyncs, statistics.median(calls), ratio
+    # on the disk); the median of those differences is the overhead.
+    extra = statistics.median(c - b for c, b in zip(calls, bare, strict=True))
+    return fsyncs, statistics.median(calls), extra
 
 
 async def concurrent_calls(session_dir: Path) -> float:
@@ -373,11 +379,19 @@ async def concurrent_calls(session_dir: Path) -> float:
 
 def bench_durable(root: Path) -> None:
     root.mkdir()
-    fsyncs, per_call, ratio = anyio.run(sequential_calls, root)
+    fsyncs, per_call, extra = anyio.run(sequential_calls, root)
     group = anyio.run(concurrent_calls, root / "group")
     emit("durable_fsyncs_per_tool_call", fsyncs, "x", "<= 2.2", fsyncs <= 2.2)
-    # baseline: the call time over the median paired ratio, i.e. the comparable time of two bare fsyncs
-    emit("durable_tool_call_time", per_call * 1000, "ms", "<= 1.5x", ratio <= 1.5, per_call * 1000 / ratio)
+    # baseline: the call time less the median paired overhead, i.e. the comparable time of two bare fsyncs
+    bare_ms = (per_call - extra) * 1000
+    emit(
+        "durable_tool_call_time",
+        per_call * 1000,
+        "ms",
+        f"<= bare pair + {DURABLE_EXTRA_MS:g} ms",
+        extra * 1000 <= DURABLE_EXTRA_MS,
+        bare_ms,
+    )
     emit("group_commit_fsyncs_per_call", group, "x", "<= 1.0", group <= 1.0)
     shutil.rmtree(root)
 

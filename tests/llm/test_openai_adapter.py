@@ -6,7 +6,10 @@ through httpx, as it speaks to a remote server.
 
 from __future__ import annotations
 
+import gc
+import sys
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import orjson
@@ -634,3 +637,31 @@ async def test_a_base_url_that_is_not_http_is_a_configuration_error_before_any_r
     with pytest.raises(LLMConfigurationError, match="is not an http:// or https:// URL"):
         await ask(llm)
     assert key_required(url) is False  # never an error of its own
+
+
+async def test_a_streamed_reply_leaves_no_generator_for_the_garbage_collector_to_close(
+    server: FakeOpenAIServer, llm: OpenAICompatibleLLM
+) -> None:
+    # Each generator of the stream left open is closed by asyncio's finaliser hook instead: a wake-up of
+    # the event loop through its self-pipe and a task, for every reply (six a reply before). httpx's own
+    # (aiter_raw inside its aiter_bytes) is not ours to close.
+    server.enqueue(ScriptedTurn.text("first", chunks=3))
+    await ask(llm)  # the connection and the client warmed up
+    hooks = sys.get_asyncgen_hooks()
+    finalised: list[str] = []
+
+    def finalizer(generator: Any) -> None:
+        if "agentlife" in generator.ag_code.co_filename:
+            finalised.append(generator.__qualname__)
+        assert hooks.finalizer is not None
+        hooks.finalizer(generator)
+
+    sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=finalizer)
+    try:
+        server.enqueue(ScriptedTurn.text("Labelled as a bug.", chunks=4))
+        reply = await ask(llm)
+        gc.collect()
+    finally:
+        sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=hooks.finalizer)
+    assert reply.text == "Labelled as a bug."
+    assert finalised == []

@@ -412,3 +412,28 @@ async def test_a_heartbeat_at_infinity_written_by_another_client_is_judged_not_r
     finally:
         await first.close()
         await second.close()
+
+
+async def test_an_unflushed_checkpoint_is_fenced_and_leaves_its_connection_flushing(
+    postgres_url: str,
+) -> None:
+    # The session default is "on" whatever the test server's own setting: the write-ahead records that
+    # follow on the same pooled connection must still wait for the flush. set_config(..., true) is local
+    # to the checkpoint's transaction; a session-wide one would leak "off" into them.
+    url = postgres_url + ("&" if "?" in postgres_url else "?") + "synchronous_commit=on"
+    store = await _open(url, max_size=1)
+    try:
+        await store.create_job("job-1", "agent", None)
+        await store.claim("job-1", 1)
+        await store.write_checkpoint("job-1", 1, "cp-1", 1, b"unflushed", [(0, b"m")], flushed=False)
+        async with store._db._pool.acquire() as conn:  # max_size=1: the connection the write used
+            assert await conn.fetchval("SHOW synchronous_commit") == "on"
+        loaded = await store.load_checkpoint("job-1")
+        assert (loaded.checkpoint_id, loaded.data) == ("cp-1", b"unflushed")
+        assert await store.load_conversation("job-1", 1) == [b"m"]
+        await store.claim("job-1", 2)
+        with pytest.raises(AttemptFenced):
+            await store.write_checkpoint("job-1", 1, "cp-2", 2, b"late", flushed=False)
+        assert (await store.load_checkpoint("job-1")).checkpoint_id == "cp-1"
+    finally:
+        await store.close()

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator, Mapping
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -253,9 +254,12 @@ class Response:
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, piece by piece as it arrives; the connection is closed at its end."""
         try:
-            async for piece in self._body():
-                if piece:
-                    yield piece
+            # Closed here, not left to the garbage collector: each generator it finalises costs a
+            # wake-up of the event loop and a task, for every response.
+            async with aclosing(self._body()) as body:
+                async for piece in body:
+                    if piece:
+                        yield piece
         finally:
             await self.aclose()
 
@@ -326,7 +330,7 @@ class Response:
             raise RemoteProtocolError(f"not a header field (a line of {len(line)} bytes)")
         return name, value.strip()
 
-    async def _body(self) -> AsyncIterator[bytes]:
+    async def _body(self) -> AsyncGenerator[bytes, None]:
         if self.status_code in _NO_BODY:
             return
         encoding = self.headers.get("content-encoding", "identity").strip().lower()
@@ -338,18 +342,20 @@ class Response:
         if transfer is not None:
             if transfer.strip().lower() != "chunked":
                 raise RemoteProtocolError(f"unsupported transfer-encoding {_token(transfer)}")
-            async for piece in self._chunked():
-                yield piece
+            async with aclosing(self._chunked()) as chunks:
+                async for piece in chunks:
+                    yield piece
             return
         length = self.headers.get("content-length")
         if length is None:
             while piece := await self._read(_READ_SIZE):
                 yield piece
             return
-        async for piece in self._exactly(_content_length(length), "its content-length"):
-            yield piece
+        async with aclosing(self._exactly(_content_length(length), "its content-length")) as pieces:
+            async for piece in pieces:
+                yield piece
 
-    async def _chunked(self) -> AsyncIterator[bytes]:
+    async def _chunked(self) -> AsyncGenerator[bytes, None]:
         while True:
             line = await self._line()
             size = line.split(b";", 1)[0].strip()
@@ -358,12 +364,13 @@ class Response:
             if int(size, 16) == 0:
                 await self._fields("trailer")
                 return
-            async for piece in self._exactly(int(size, 16), "a chunk"):
-                yield piece
+            async with aclosing(self._exactly(int(size, 16), "a chunk")) as pieces:
+                async for piece in pieces:
+                    yield piece
             if await self._line() not in (b"\r\n", b"\n"):
                 raise RemoteProtocolError("a chunk was longer than its size said")
 
-    async def _exactly(self, size: int, what: str) -> AsyncIterator[bytes]:
+    async def _exactly(self, size: int, what: str) -> AsyncGenerator[bytes, None]:
         while size > 0:
             piece = await self._read(min(size, _READ_SIZE))
             if not piece:
@@ -398,7 +405,7 @@ class Response:
         return line
 
 
-async def split_lines(pieces: AsyncIterator[bytes], limit: int) -> AsyncIterator[str]:
+async def split_lines(pieces: AsyncIterator[bytes], limit: int) -> AsyncGenerator[str, None]:
     """The lines of a byte stream, split at CRLF, LF or CR however the bytes arrive, decoded as UTF-8.
 
     A line's parts are gathered in a list and joined once, so a line sent a byte at a time costs time

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -252,8 +252,9 @@ class OpenAICompatibleLLM:
                 )
             )
         try:
-            async for chunk in sse_chunks(response):
-                yield chunk
+            async with aclosing(sse_chunks(response)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
         except Exception as exc:
             if isinstance(exc, CallError) or not classify(exc).retryable:
                 raise
@@ -286,7 +287,7 @@ class OpenAICompatibleLLM:
 _DONE: Mapping[str, Any] = {"object": "agentlife.done"}
 
 
-async def sse_chunks(response: Any) -> AsyncIterator[Mapping[str, Any]]:
+async def sse_chunks(response: Any) -> AsyncGenerator[Mapping[str, Any], None]:
     """Decode the ``data:`` events of a streaming Chat Completions response into chunk dicts.
 
     An SSE comment (``: keep-alive``) is yielded as `KEEPALIVE` (progress for the guard), ``[DONE]`` as a

@@ -79,8 +79,14 @@ async def server_sent_events(response: Any, api: str) -> AsyncGenerator[ServerSe
             that, and the next try would get the same.
     """
     try:
-        async for event in _events(split_lines(response.aiter_bytes(), MAX_EVENT_BYTES)):
-            yield event
+        # Each layer closed here, not left to the garbage collector (a wake-up of the loop and a task each).
+        async with (
+            aclosing(response.aiter_bytes()) as pieces,
+            aclosing(split_lines(pieces, MAX_EVENT_BYTES)) as lines,
+            aclosing(_events(lines)) as events,
+        ):
+            async for event in events:
+                yield event
     except (LineTooLong, _EventTooLarge):
         raise PermanentError(
             f"the {api} stream sent an event over {MAX_EVENT_BYTES // (1024 * 1024)} MiB without an end: "
@@ -88,7 +94,7 @@ async def server_sent_events(response: Any, api: str) -> AsyncGenerator[ServerSe
         ) from None
 
 
-async def _events(lines: AsyncIterator[str]) -> AsyncIterator[ServerSentEvent]:
+async def _events(lines: AsyncIterator[str]) -> AsyncGenerator[ServerSentEvent, None]:
     name: str | None = None
     data: list[str] = []
     size = 0

@@ -167,8 +167,9 @@ class _HttpxResponse:
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         with self._transport._mapped():
-            async for piece in self._response.aiter_bytes():
-                yield piece
+            async with contextlib.aclosing(self._response.aiter_bytes()) as pieces:
+                async for piece in pieces:
+                    yield piece
 
     async def aiter_lines(self) -> AsyncIterator[str]:
         with self._transport._mapped():

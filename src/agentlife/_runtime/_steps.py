@@ -263,7 +263,9 @@ class StepRunner:
             new = new.evolve(
                 phase="delivering", result=outcome.result, status=outcome.status, reason=outcome.reason
             )
-        await self.write_checkpoint(new, step, ctx.conversation.new_rows())
+        # A step the job goes on from guards no effect with its checkpoint: each effect of the next step has
+        # its own flushed write-ahead record, which flushes this commit first. A finishing step's does.
+        await self.write_checkpoint(new, step, ctx.conversation.new_rows(), flushed=isinstance(outcome, Done))
         ctx.conversation.commit()
         host.notify("step_completed", step=step)
         return outcome or True, new
@@ -275,13 +277,15 @@ class StepRunner:
         messages: Sequence[tuple[int, bytes]] = (),
         *,
         parked: bool = False,
+        flushed: bool = True,
     ) -> None:
         """Store ``doc`` and the conversation's new ``messages`` (fenced by attempt) in one transaction.
 
         The step's records not yet in the store are no longer needed once its checkpoint is written, except
         for a step ``parked`` at a call, which the next attempt replays: the checkpoint writes those. Step
         records older than the checkpoints' history go with it. An unreachable store is retried within the
-        step budget.
+        step budget. Without ``flushed`` the commit need not wait for the store's log flush (see
+        `JobStore.write_checkpoint`).
         """
         booted = self.booted
         s, store, records = booted.settings, booted.store, self.records
@@ -294,7 +298,7 @@ class StepRunner:
             "checkpoint write",
             lambda: store.write_checkpoint(
                 s.job_id, s.attempt, checkpoint_id, step, data, messages, usage,
-                records=unsent, prune_before=keep_from,
+                records=unsent, prune_before=keep_from, flushed=flushed,
             ),
         )  # fmt: skip
         if not parked:

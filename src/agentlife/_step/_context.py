@@ -634,11 +634,12 @@ class StepContext(ChildJobCalls, OutputCalls):
             else:
                 self._env.journal.append("TOOL_FAILED", **fields, **error)
             raise refusal from None
-        if effect_done:
-            await self._env.journal.append_durable(
-                "TOOL_COMPLETED", **fields, result=result, to_store=to_store
-            )
+        if effect_done and to_store:
+            await self._env.journal.append_durable("TOOL_COMPLETED", **fields, result=result)
         else:
+            # With verify the result needs no fsync of its own: an attempt that finds the call pending asks
+            # verify, the exactly-once path, and the next durable event or the checkpoint writes it out in
+            # order. Waiting for it here put a second fsync on every turn's path.
             self._env.journal.append("TOOL_COMPLETED", **fields, result=result)
 
     async def _check_policy(self, spec: ToolSpec[..., Any], call: int, kwargs: Mapping[str, Any]) -> None:

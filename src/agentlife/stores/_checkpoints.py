@@ -58,6 +58,7 @@ async def write_checkpoint(
     usage: StepUsage | None,
     records: Sequence[StepRecord],
     prune_before: int | None,
+    flushed: bool = True,
 ) -> int:
     """Store the step's whole durable record in one commit (see the module); the CRC.
 
@@ -71,7 +72,7 @@ async def write_checkpoint(
         params.update(seqs=[seq for seq, _ in messages], messages=[message for _, message in messages])
     if records:
         params.update(record_params(records, attempt))
-    shape = (bool(messages), bool(records), prune_before is not None, bool(spent))
+    shape = (bool(messages), bool(records), prune_before is not None, bool(spent), flushed)
     written = await tx.execute(
         tx.sql.checkpoint(shape),
         job_id=job_id,

@@ -149,8 +149,9 @@ class Row(Protocol):
 Page = Callable[
     [bool, bool, "tuple[Any, str | bytes | None] | None", bool], "tuple[Statement, dict[str, Any]]"
 ]
-#: ``(conversation rows, step records, a prune, usage)``: what one checkpoint write carries.
-CheckpointShape = tuple[bool, bool, bool, bool]
+#: ``(conversation rows, step records, a prune, usage, flushed)``: what one checkpoint write carries, and
+#: whether its commit waits for the database's log flush (see `write_checkpoint`).
+CheckpointShape = tuple[bool, bool, bool, bool, bool]
 
 
 class Statements:

@@ -374,15 +374,23 @@ def _claim_limited(
 _WAIT_ENDS = "CASE WHEN :at_once::boolean THEN 0 ELSE :until::float8 END"
 
 
-def _checkpoint(t: TableNames, fence: str, shape: tuple[bool, bool, bool, bool]) -> Statement:
-    messages, records, prune, _ = shape  # the usage is added by a CASE: no shape of its own
+def _checkpoint(t: TableNames, fence: str, shape: tuple[bool, bool, bool, bool, bool]) -> Statement:
+    messages, records, prune, _, flushed = shape  # the usage is added by a CASE: no shape of its own
     return Sql.numbered(
-        write_checkpoint_sql(t, fence=fence, conversation=messages, records=records, prune=prune)
+        write_checkpoint_sql(
+            t, fence=fence, conversation=messages, records=records, prune=prune, flushed=flushed
+        )
     )
 
 
 def write_checkpoint_sql(
-    t: TableNames, *, fence: str, conversation: bool = True, records: bool = False, prune: bool = False
+    t: TableNames,
+    *,
+    fence: str,
+    conversation: bool = True,
+    records: bool = False,
+    prune: bool = False,
+    flushed: bool = True,
 ) -> str:
     """The fenced checkpoint write: the step's whole durable record in one statement, one round trip.
 
@@ -404,6 +412,13 @@ def write_checkpoint_sql(
     older than the oldest entry to keep (a row comparison against one index-ordered probe: about half the
     cost of ``NOT IN (... LIMIT n)``). Nothing else happens when the fenced UPDATE matched no row.
     ``tokens_consumed`` fields that are not numbers (a row written by hand) count from 0.
+
+    Without ``flushed`` the commit does not wait for the WAL flush (``synchronous_commit`` off for this
+    transaction alone): the row is committed and seen by every session at once, a crash of the agent's
+    process loses nothing, and the WAL is written in order, so the next commit that waits (any session's:
+    a write-ahead record before an effect, a claim, a status change) makes this one durable first. Only a
+    crash of the PostgreSQL server before that can lose it, and then the job resumes from the checkpoint
+    before it, replaying the step from its stored write-ahead records.
     """
     h = t.checkpoint_history
     if HISTORY_KEEP > 1:
@@ -413,6 +428,8 @@ def write_checkpoint_sql(
     else:
         older_than_kept = ""
     extra: list[str] = []
+    # Evaluated only when the fenced update matched; local to the statement's own transaction.
+    relaxed = "" if flushed else " WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL"
     if conversation:
         extra.append(
             f"""saved AS (
@@ -458,7 +475,7 @@ def write_checkpoint_sql(
               {older_than_kept}
             RETURNING 1
         ){"".join(", " + part for part in extra)}
-        SELECT 1 FROM fenced
+        SELECT 1 FROM fenced{relaxed}
     """
 
 

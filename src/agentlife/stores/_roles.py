@@ -145,6 +145,7 @@ class JobStore(JobRows, Handback, Protocol):
         *,
         records: Sequence[StepRecord] = (),
         prune_before: int | None = None,
+        flushed: bool = True,
     ) -> int:
         """Store ``data`` exactly, with its CRC-32, and append it to history; returns the CRC.
 
@@ -153,6 +154,11 @@ class JobStore(JobRows, Handback, Protocol):
         ``usage`` (the step's model calls) is added to ``tokens_consumed`` in it too, ``records`` (step
         records of this process's session) are stored, the job's step records of steps before
         ``prune_before`` are removed, and ``heartbeat_at`` is set: a checkpoint is the step's one commit.
+
+        Without ``flushed`` the commit may return before the database's log is flushed where the database
+        flushes its log in order (PostgreSQL): for a checkpoint that guards no effect of its own, which the
+        next flushed commit (a write-ahead record, a status change) makes durable first. SQLite flushes
+        every commit.
         """
 
     async def append_step_records(self, job_id: str, attempt: int, records: Sequence[StepRecord]) -> None:

@@ -396,9 +396,12 @@ def _insert_records(t: TableNames) -> Many:
     )
 
 
-def _checkpoint(t: TableNames, shape: tuple[bool, bool, bool, bool]) -> Statement:
-    """The checkpoint write: the fenced row update, then the rest only if it matched (one transaction)."""
-    messages, records, prune, usage = shape
+def _checkpoint(t: TableNames, shape: tuple[bool, bool, bool, bool, bool]) -> Statement:
+    """The checkpoint write: the fenced row update, then the rest only if it matched (one transaction).
+
+    Every SQLite commit is flushed: the file has no log that a later commit would flush first.
+    """
+    messages, records, prune, usage, _ = shape
     j, h, sql = t.job, t.checkpoint_history, SQLITE.sql
     then: list[Sql | Many] = []
     if usage:

@@ -264,6 +264,7 @@ class SQLStore(Generic[D]):
         *,
         records: Sequence[StepRecord] = (),
         prune_before: int | None = None,
+        flushed: bool = True,
     ) -> int:
         """Store ``data`` exactly with its CRC-32, the step's one commit; see `JobStore.write_checkpoint`."""
         return await self._db.run(
@@ -278,6 +279,7 @@ class SQLStore(Generic[D]):
             usage,
             records,
             prune_before,
+            flushed,
         )
 
     async def load_conversation(self, job_id: str, length: int) -> list[bytes]:
