@@ -482,6 +482,9 @@ def test_redact_obj_bounds_cycles_and_depth_and_keeps_shared_values() -> None:
         ("see http://host:8080/path and mail me@x.com", None),  # a port and a path: no password
         ("http://host:8080 and me@x.com", None),
         ("a://b:c d\ne@f", None),  # not on one line
+        # To the last "@" of the word the space's "@" is in: all of "p w@d", and a second pass the same.
+        ("postgres://u:p w@d@host/db", "postgres://u:***@host/db"),
+        ("://:\x0c@@", "://:***@"),
     ],
 )
 def test_a_url_password_holding_a_space_is_masked_in_free_text(text: str, masked: str | None) -> None:

@@ -355,8 +355,13 @@ def _url_password_spans(text: str) -> Iterator[tuple[int, int]]:
             if spaced is None or not any(c.isspace() for c in spaced.group()) or _is_port(spaced.group()):
                 pos = start
                 continue
-            yield user_end.end(), spaced.end() - 1
-            pos = spaced.end()
+            # Then on to the last "@" of the word that "@" is in, as a URL's own word does: else masking
+            # again would take the "@"s left after the mask as the password's end and change the text.
+            at = spaced.end() - 1
+            after = _WORD_END.search(text, at)
+            end = text.rfind("@", at, after.start() if after else len(text))
+            yield user_end.end(), end
+            pos = end + 1
             continue
         yield user_end.end(), last_at
         pos = last_at + 1

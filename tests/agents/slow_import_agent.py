@@ -13,12 +13,13 @@ from pathlib import Path
 
 from agentlife import AgentProcess, Done, StepContext
 
+# Masked before the marker says "importing": a signal sent at the marker must find it masked.
+if os.environ.get("SLOW_IMPORT") == "masked":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
 Path(os.environ["SLOW_IMPORT_MARKER"]).touch()
 if os.environ.get("SLOW_IMPORT") == "spin":
     while True:
         pass
-if os.environ.get("SLOW_IMPORT") == "masked":
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
 if os.environ.get("SLOW_IMPORT") == "swallow":
     with contextlib.suppress(BaseException):  # the first interruption is lost, as in a retry loop
         time.sleep(25)

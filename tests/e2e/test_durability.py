@@ -257,6 +257,7 @@ def test_db_init_then_run_needs_create_job_then_budget_from_journals(
         (schema, "job_output"),
         (schema, "rate_bucket"),
         (schema, "rate_slot"),
+        (schema, "job_pruned"),
     }
 
     missing = run_cli("run", AGENT, env=env)

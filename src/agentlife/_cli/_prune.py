@@ -29,7 +29,8 @@ MIN_OLDER_THAN_SECONDS = 60.0
 #: The oldest ``--older-than`` says anything of (100 years: more is a typo, and past the clock's range).
 MAX_OLDER_THAN_SECONDS = 100 * 365 * 86400.0
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
-_AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+# Not after a digit: a search from inside a run of digits fails at once (the regex audit runs ``search``).
+_AGE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)([smhdw])")
 
 
 def parse_age(text: str, what: str = "--older-than") -> float:
