@@ -68,12 +68,19 @@ async def _fill(url: str) -> None:
 
 @asynccontextmanager
 async def served(
-    tmp_path: Path, token: str | None = TOKEN, limits: SseLimits = FAST, url: str | None = None
+    tmp_path: Path,
+    token: str | None = TOKEN,
+    limits: SseLimits = FAST,
+    url: str | None = None,
+    actor_header: str | None = None,
 ) -> AsyncIterator[Served]:
     db = tmp_path / "agentlife.db"
     url = url or f"sqlite:///{db}"
     await _fill(url)
-    app = create_app(ConsoleConfig(url=url, token=token, data_dir=tmp_path / "data", events=limits))
+    config = ConsoleConfig(
+        url=url, token=token, data_dir=tmp_path / "data", events=limits, actor_header=actor_header
+    )
+    app = create_app(config)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
@@ -717,3 +724,42 @@ async def test_a_pruned_job_says_pruned_and_its_id_cannot_be_started_again(tmp_p
         page = await s.http.get("/job?id=done-1")
         assert page.status_code == 404 and "Job done-1 was pruned at 20" in page.text
         assert "does not exist" in _error(await s.http.get(f"{PREFIX}/jobs/never-1"), 404)
+# -- who did it ------------------------------------------------------------------------------------------
+
+
+async def test_the_actor_is_the_trusted_header_only_when_configured_and_a_bad_one_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    # Not configured: a header naming anyone is ignored, the actor is the console and the client's address.
+    async with served(tmp_path / "off") as s:
+        done = await s.http.post(
+            f"{PREFIX}/jobs/park-1/cancel", json={}, headers={**AUTH, "X-Forwarded-User": "ceo"}
+        )
+        assert done.status_code == 200, done.text
+        assert (await _row(s.db, "park-1")).error[-1]["actor"] == "console@127.0.0.1"
+    # Configured: the header is the actor; missing, twice, control characters or 10 KB: 400, nothing written.
+    async with served(tmp_path / "on", actor_header="X-Forwarded-User") as s:
+        cancel = f"{PREFIX}/jobs/park-1/cancel"
+        _error(await s.http.post(cancel, json={}, headers=AUTH), 400, "bad_request")
+        twice = httpx.Headers([*AUTH.items(), ("X-Forwarded-User", "a"), ("X-Forwarded-User", "b")])
+        _error(await s.http.post(cancel, json={}, headers=twice), 400, "bad_request")
+        for bad in (b"al\tice", "\u202eadmin".encode(), "al\u200bice".encode(), b"x" * 201):
+            message = _error(
+                await s.http.post(cancel, json={}, headers={**AUTH, "X-Forwarded-User": bad}), 400
+            )
+            assert "X-Forwarded-User" in message and "actor" in message
+        # aiohttp itself refuses what no header may hold (a control character) and a header over 8 KB.
+        for refused in (b"al\x01ice", b"y" * 10_240):
+            answer = await s.http.post(cancel, json={}, headers={**AUTH, "X-Forwarded-User": refused})
+            assert answer.status_code == 400 and "Traceback" not in answer.text
+        row = await _row(s.db, "park-1")
+        assert (row.status, row.error) == ("WAITING_FOR_APPROVAL", [])
+        done = await s.http.post(cancel, json={}, headers={**AUTH, "X-Forwarded-User": "alice@example.com"})
+        assert done.status_code == 200, done.text
+        row = await _row(s.db, "park-1")
+        assert (row.status, row.error[-1]["actor"]) == ("FAILED", "alice@example.com")
+        retried = await s.http.post(
+            f"{PREFIX}/jobs/park-1/retry", json={}, headers={**AUTH, "x-forwarded-user": "bob"}
+        )
+        assert retried.status_code == 200, retried.text
+        assert (await _row(s.db, "park-1")).error[-1]["actor"] == "bob"

@@ -132,9 +132,11 @@ def register(sub: Any) -> None:
         metavar="INVOCATION_ID",
         help="approve only if the job waits for this call (its invocation id, as `job show` prints it)",
     )
+    _actor_option(approve)
     reject = _command(commands, "reject", "refuse a parked job: it ends FAILED", _reject)
     reject.add_argument("id", metavar="ID")
     reject.add_argument("--reason", default="approval rejected", help="recorded in the crash history")
+    _actor_option(reject)
     cancel = _command(
         commands,
         "cancel",
@@ -143,8 +145,10 @@ def register(sub: Any) -> None:
     )
     cancel.add_argument("id", metavar="ID")
     cancel.add_argument("--reason", default="cancelled by an operator", help="recorded in the crash history")
+    _actor_option(cancel)
     retry = _command(commands, "retry", "run a FAILED or DEAD_LETTER job again", _retry)
     retry.add_argument("id", metavar="ID")
+    _actor_option(retry)
     pause = _command(
         commands,
         "pause",
@@ -209,6 +213,28 @@ def _command(
     parser.add_argument("--database-url", help="default: AGENTLIFE_DATABASE_URL or the embedded SQLite file")
     parser.set_defaults(handler=lambda args: _main(args, handler), must_exist=must_exist)
     return parser
+
+
+def _actor_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--actor",
+        type=_actor,
+        default=None,
+        metavar="WHO",
+        help="who does this, recorded in the job's history (default: USER@HOST of this process)",
+    )
+
+
+def _actor(text: str) -> str:
+    try:
+        return check_actor(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def actor_of(args: argparse.Namespace) -> str:
+    """``--actor``, else `default_actor`."""
+    return getattr(args, "actor", None) or default_actor()
 
 
 def _main(args: argparse.Namespace, handler: Callable[[argparse.Namespace], Awaitable[int]]) -> int:
@@ -472,7 +498,9 @@ def _as_json(row: JobRecord) -> dict[str, Any]:
 
 
 async def _approve(args: argparse.Namespace) -> int:
-    row, request = await _with_store(args, lambda store: approve_parked(store, args.id, args.call))
+    row, request = await _with_store(
+        args, lambda store: approve_parked(store, args.id, args.call, actor=actor_of(args))
+    )
     how = "the parked process takes it" if row.status == JobStatus.RUNNING else "the next run resumes it"
     what = call_text(request) if request is not None else "no call recorded: the job asks again, naming it"
     sys.stdout.write(_masked(args)(f"job {row.id} approved: {row.status} ({how}): {what}") + "\n")
@@ -480,13 +508,16 @@ async def _approve(args: argparse.Namespace) -> int:
 
 
 async def _reject(args: argparse.Namespace) -> int:
-    row = await _with_store(args, lambda store: store.reject(args.id, args.reason))
+    row = await _with_store(args, lambda store: store.reject(args.id, args.reason, actor=actor_of(args)))
     sys.stdout.write(_masked(args)(f"job {row.id} rejected: {row.status}") + "\n")
     return 0
 
 
 async def _cancel(args: argparse.Namespace) -> int:
-    row, children = await _with_store(args, lambda store: cancel_with_children(store, args.id, args.reason))
+    actor = actor_of(args)
+    row, children = await _with_store(
+        args, lambda store: cancel_with_children(store, args.id, args.reason, actor=actor)
+    )
     mask = _masked(args)
     said = f"job {row.id} cancelled: {row.status}, attempt {row.attempt}"
     sys.stdout.write(mask(said) + " (a process still running it is fenced out)\n")
@@ -498,7 +529,7 @@ async def _cancel(args: argparse.Namespace) -> int:
 
 
 async def _retry(args: argparse.Namespace) -> int:
-    row = await _with_store(args, lambda store: store.retry(args.id))
+    row = await _with_store(args, lambda store: store.retry(args.id, actor=actor_of(args)))
     sys.stdout.write(
         _masked(args)(f"job {row.id} will run again: {row.status}, attempt {row.attempt}") + "\n"
     )

@@ -134,21 +134,25 @@ class BlockingClient:
         """`Client.send`."""
         return self._call(functools.partial(self._client.send, job_id, name, payload))
 
-    def approve(self, job_id: str, *, call: str | None = None) -> JobSummary:
+    def approve(self, job_id: str, *, call: str | None = None, actor: str | None = None) -> JobSummary:
         """`Client.approve`."""
-        return self._call(functools.partial(self._client.approve, job_id, call=call))
+        return self._call(functools.partial(self._client.approve, job_id, call=call, actor=actor))
 
-    def reject(self, job_id: str, reason: str = "approval rejected") -> JobSummary:
+    def reject(
+        self, job_id: str, reason: str = "approval rejected", *, actor: str | None = None
+    ) -> JobSummary:
         """`Client.reject`."""
-        return self._call(functools.partial(self._client.reject, job_id, reason))
+        return self._call(functools.partial(self._client.reject, job_id, reason, actor=actor))
 
-    def cancel(self, job_id: str, reason: str = "cancelled by an operator") -> JobSummary:
+    def cancel(
+        self, job_id: str, reason: str = "cancelled by an operator", *, actor: str | None = None
+    ) -> JobSummary:
         """`Client.cancel`."""
-        return self._call(functools.partial(self._client.cancel, job_id, reason))
+        return self._call(functools.partial(self._client.cancel, job_id, reason, actor=actor))
 
-    def retry(self, job_id: str) -> JobSummary:
+    def retry(self, job_id: str, *, actor: str | None = None) -> JobSummary:
         """`Client.retry`."""
-        return self._call(functools.partial(self._client.retry, job_id))
+        return self._call(functools.partial(self._client.retry, job_id, actor=actor))
 
     def pause(self, job_id: str, reason: str | None = None, *, actor: str | None = None) -> JobSummary:
         """`Client.pause`."""

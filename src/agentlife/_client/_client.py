@@ -27,7 +27,7 @@ from agentlife._client._wait import check_timeout, outcome, wait_for_end
 from agentlife._config import database_url_from_env, validate_database_url, validate_job_id
 from agentlife._exceptions import ConfigError, JobNotFound
 from agentlife._jobrefs import JobHandle
-from agentlife._jobs._actor import default_actor
+from agentlife._jobs._actor import check_actor, default_actor
 from agentlife._jobs._approve import approve_parked
 from agentlife._jobs._cursor import decode_position, encode_position, position_of
 from agentlife._jobs._mask import Masker, masker_for
@@ -281,8 +281,10 @@ class Client:
         await _checked(payload, check_event, name, payload)
         return await self._store.send_event(job, name, payload)
 
-    async def approve(self, job_id: str, *, call: str | None = None) -> JobSummary:
+    async def approve(self, job_id: str, *, call: str | None = None, actor: str | None = None) -> JobSummary:
         """Approve the call the job is parked on (only if it is ``call``, an invocation id, when given).
+
+        ``actor``: who approves, recorded in the grant (default: ``user@host`` of this process).
 
         Raises:
             JobStateConflict: the job is not parked for approval, or waits for another call than ``call``.
@@ -291,43 +293,54 @@ class Client:
         job = self._job_id(job_id)
         if call is not None and not isinstance(call, str):
             raise ConfigError(f"call must be an invocation id (text), got {type(call).__name__}")
-        row, _ = await approve_parked(self._store, job, call, given_by="call=")
+        who = _actor(actor)
+        row, _ = await approve_parked(self._store, job, call, given_by="call=", actor=who)
         return summary(row)
 
-    async def reject(self, job_id: str, reason: str = "approval rejected") -> JobSummary:
+    async def reject(
+        self, job_id: str, reason: str = "approval rejected", *, actor: str | None = None
+    ) -> JobSummary:
         """Refuse the call the job is parked on: it ends FAILED, ``reason`` in its crash history.
+
+        ``actor``: who refuses, recorded with the reason (default: ``user@host`` of this process).
 
         Raises:
             JobStateConflict: the job is not parked for approval.
             JobNotFound: there is no such job.
         """
         job = self._job_id(job_id)
-        return summary(await self._store.reject(job, check_reason(reason) or "approval rejected"))
+        why, who = check_reason(reason) or "approval rejected", _actor(actor)
+        return summary(await self._store.reject(job, why, actor=who))
 
-    async def cancel(self, job_id: str, reason: str = "cancelled by an operator") -> JobSummary:
+    async def cancel(
+        self, job_id: str, reason: str = "cancelled by an operator", *, actor: str | None = None
+    ) -> JobSummary:
         """End a job that has not finished, and its child jobs not started detached: FAILED, attempt + 1.
 
-        A process still running it is fenced out: its next write fails and it stops.
+        A process still running it is fenced out: its next write fails and it stops. ``actor``: who
+        cancels, recorded with the reason (default: ``user@host`` of this process).
 
         Raises:
             JobStateConflict: the job has already ended.
             JobNotFound: there is no such job.
         """
         job = self._job_id(job_id)
-        row, _ = await cancel_with_children(
-            self._store, job, check_reason(reason) or "cancelled by an operator"
-        )
+        why, who = check_reason(reason) or "cancelled by an operator", _actor(actor)
+        row, _ = await cancel_with_children(self._store, job, why, actor=who)
         return summary(row)
 
-    async def retry(self, job_id: str) -> JobSummary:
+    async def retry(self, job_id: str, *, actor: str | None = None) -> JobSummary:
         """Run a FAILED or DEAD_LETTER job again (PENDING now); it approves nothing a reject refused.
+
+        ``actor``: who retries, recorded in the history (default: ``user@host`` of this process).
 
         Raises:
             JobStateConflict: the job is not FAILED or DEAD_LETTER.
             JobNotFound: there is no such job.
         """
         job = self._job_id(job_id)
-        return summary(await self._store.retry(job))
+        who = _actor(actor)
+        return summary(await self._store.retry(job, actor=who))
 
     async def pause(self, job_id: str, reason: str | None = None, *, actor: str | None = None) -> JobSummary:
         """Pause a job: no worker runs it until `resume`; a RUNNING job stops at its next step boundary.
@@ -455,6 +468,16 @@ def _position(after: object) -> tuple[Any, Any] | None:
         return decode_position(after)
     except ValueError:
         raise ConfigError("after is not a paging cursor (a page's next_cursor)") from None
+
+
+def _actor(actor: object) -> str:
+    """``actor`` checked (`check_actor`: else `ConfigError`), or `default_actor` when None."""
+    if actor is None:
+        return default_actor()
+    try:
+        return check_actor(actor)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

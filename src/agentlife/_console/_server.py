@@ -33,6 +33,7 @@ from urllib.parse import urlencode
 import anyio
 from aiohttp import web
 
+from agentlife._console._actor import request_actor
 from agentlife._console._api import Api, add_routes, same_origin
 from agentlife._console._data import (
     MAX_ID,
@@ -99,6 +100,8 @@ class ConsoleConfig:
     """What ``console`` serves: the store's URL, where to listen, the action token (None: read-only).
 
     ``data_dir`` holds the session journals (default: ``AGENTLIFE_DATA_DIR``, as for ``job show``).
+    ``actor_header``: the header the proxy in front sets to the person acting, trusted for the actor of
+    every action (`request_actor`); None: no header is trusted.
     """
 
     url: str
@@ -109,6 +112,7 @@ class ConsoleConfig:
     events: SseLimits = field(default_factory=SseLimits)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     """The base path it is served under and the peers whose forwarded headers count (`ProxyConfig`)."""
+    actor_header: str | None = None
 
 
 class _Console:
@@ -198,40 +202,43 @@ class _Console:
         action, job_id = form.get("action"), _job_id(_text(form.get("id")))
         if action not in _ACTIONS:
             raise BadRequest("action must be one of " + ", ".join(sorted(_ACTIONS)))
-        status = await self._act(str(action), job_id, form)
-        log.info("console: %s of job %s: %s", action, self.masker.text(job_id, 200), status)
+        actor = request_actor(request, self.config.actor_header, self.config.proxy)
+        status = await self._act(str(action), job_id, form, actor)
+        shown = self.masker.text(job_id, 200), self.masker.text(actor, 200)
+        log.info("console: %s of job %s by %s: %s", action, *shown, status)
         assert self.flashes is not None  # actions need the token, and the token makes the flashes
         done = self.flashes.sign(job_id, str(action), status)
         raise web.HTTPSeeOther(f"{self.config.proxy.base_path}/job?{urlencode({'id': job_id, 'done': done})}")
 
-    async def _act(self, action: str, job_id: str, form: Any) -> str:
+    async def _act(self, action: str, job_id: str, form: Any, actor: str) -> str:
         """Make the action; the job's status as the store at the configured path then records it."""
         store = await self.store.get()
-        await self._write(store, action, job_id, form)
+        await self._write(store, action, job_id, form, actor)
         row = await store.get_job(job_id)
         await self.store.confirm(store)  # the write and the read went to the store the others use
         if row is None:
             raise JobNotFound(f"job {job_id} is gone from the store")
         return self.masker.text(row.status, 100)
 
-    async def _write(self, store: OperatorStore, action: str, job_id: str, form: Any) -> None:
+    async def _write(self, store: OperatorStore, action: str, job_id: str, form: Any, actor: str) -> None:
         if action == "approve":
             # The page always says which call it showed ("" for none): a form without it is not the page's.
             if "call" not in form:
                 raise web.HTTPBadRequest(text="An approval names the call the page showed (its call field).")
             call = _text(form.get("call")) or None
-            await approve_parked(store, job_id, call, given_by="the page", shown=True)
+            await approve_parked(store, job_id, call, given_by="the page", shown=True, actor=actor)
         elif action == "retry":
-            await store.retry(job_id)
+            await store.retry(job_id, actor=actor)
         elif action == "reject":
-            await store.reject(job_id, _reason(_text(form.get("reason"))) or "approval rejected")
+            reason = _reason(_text(form.get("reason"))) or "approval rejected"
+            await store.reject(job_id, reason, actor=actor)
         elif action == "pause":
-            await _paused(pause_job(store, job_id, _reason(_text(form.get("reason"))) or None))
+            await _paused(pause_job(store, job_id, _reason(_text(form.get("reason"))) or None, actor))
         elif action == "resume":
-            await _paused(resume_job(store, job_id))
+            await _paused(resume_job(store, job_id, actor))
         else:  # as `job cancel`: the job, then its children that were not started detached
             reason = _reason(_text(form.get("reason"))) or "cancelled by an operator"
-            await cancel_with_children(store, job_id, reason)
+            await cancel_with_children(store, job_id, reason, actor=actor)
 
 
 class _Flashes:
@@ -312,6 +319,7 @@ def create_app(config: ConsoleConfig) -> web.Application:
     follower = OutputFollower(console.store, console.masker)
     fanouts: list[Fanout] = []
     api = Api(clients, follower, console.masker, config.token, lambda: fanouts[0], config.events)
+    api.actor_header, api.proxy = config.actor_header, config.proxy
 
     base = config.proxy.base_path
     api_prefix = base + PREFIX
