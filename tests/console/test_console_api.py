@@ -724,6 +724,8 @@ async def test_a_pruned_job_says_pruned_and_its_id_cannot_be_started_again(tmp_p
         page = await s.http.get("/job?id=done-1")
         assert page.status_code == 404 and "Job done-1 was pruned at 20" in page.text
         assert "does not exist" in _error(await s.http.get(f"{PREFIX}/jobs/never-1"), 404)
+
+
 # -- who did it ------------------------------------------------------------------------------------------
 
 

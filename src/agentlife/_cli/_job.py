@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agentlife._cli._batch import add_selection, batch_or_single
 from agentlife._cli._common import Parser, say
 from agentlife._cli._prune import add_prune
 from agentlife._cli._run import _parse_payload
@@ -141,28 +142,34 @@ def register(sub: Any) -> None:
         commands,
         "cancel",
         "end a job that has not finished, and its child jobs not detached: FAILED, attempt + 1",
-        _cancel,
+        _batched(_cancel, "cancel"),
     )
-    cancel.add_argument("id", metavar="ID")
+    cancel.add_argument("id", metavar="ID", nargs="?")
     cancel.add_argument("--reason", default="cancelled by an operator", help="recorded in the crash history")
     _actor_option(cancel)
-    retry = _command(commands, "retry", "run a FAILED or DEAD_LETTER job again", _retry)
-    retry.add_argument("id", metavar="ID")
+    add_selection(cancel, "cancel")
+    retry = _command(commands, "retry", "run a FAILED or DEAD_LETTER job again", _batched(_retry, "retry"))
+    retry.add_argument("id", metavar="ID", nargs="?")
     _actor_option(retry)
+    add_selection(retry, "retry")
     pause = _command(
         commands,
         "pause",
         "pause a job: no worker runs it until `job resume`; a RUNNING job stops at its next step boundary",
-        _pause,
+        _batched(_pause, "pause"),
     )
-    pause.add_argument("id", metavar="ID")
+    pause.add_argument("id", metavar="ID", nargs="?")
     pause.add_argument(
         "--reason", default=None, help="recorded with the pause (default: paused by an operator)"
     )
-    pause.add_argument("--actor", default=None, help="who pauses it (default: user@host of this process)")
-    resume = _command(commands, "resume", "put a PAUSED job back where it was paused", _resume)
-    resume.add_argument("id", metavar="ID")
-    resume.add_argument("--actor", default=None, help="who resumes it (default: user@host of this process)")
+    _actor_option(pause)
+    add_selection(pause, "pause")
+    resume = _command(
+        commands, "resume", "put a PAUSED job back where it was paused", _batched(_resume, "resume")
+    )
+    resume.add_argument("id", metavar="ID", nargs="?")
+    _actor_option(resume)
+    add_selection(resume, "resume")
     rewind = _command(
         commands,
         "rewind",
@@ -213,6 +220,11 @@ def _command(
     parser.add_argument("--database-url", help="default: AGENTLIFE_DATABASE_URL or the embedded SQLite file")
     parser.set_defaults(handler=lambda args: _main(args, handler), must_exist=must_exist)
     return parser
+
+
+def _batched(single: Callable[[argparse.Namespace], Awaitable[int]], action: str) -> Any:
+    """``job ACTION``'s handler: one ID as ``single`` does, or a selection (`batch_or_single`)."""
+    return batch_or_single(single, action, open_store, actor_of, _masked)
 
 
 def _actor_option(parser: argparse.ArgumentParser) -> None:

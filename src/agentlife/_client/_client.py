@@ -12,9 +12,10 @@ row can hold, a timeout that is no number of seconds is a `ConfigError` in one l
 from __future__ import annotations
 
 import asyncio
+import builtins
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,6 +30,17 @@ from agentlife._exceptions import ConfigError, JobNotFound
 from agentlife._jobrefs import JobHandle
 from agentlife._jobs._actor import check_actor, default_actor
 from agentlife._jobs._approve import approve_parked
+from agentlife._jobs._batch import (
+    BATCH_ACTIONS,
+    DEFAULT_LIMIT,
+    BatchAction,
+    BatchReport,
+    Selection,
+    act_on_each,
+    check_limit,
+    parse_age,
+    select_jobs,
+)
 from agentlife._jobs._cursor import decode_position, encode_position, position_of
 from agentlife._jobs._mask import Masker, masker_for
 from agentlife._jobs._pause import pause_job, resume_job
@@ -411,6 +423,64 @@ class Client:
         )
         return summary(row)
 
+    # -- many jobs at once -------------------------------------------------------------------------------
+
+    async def select(
+        self,
+        action: str,
+        *,
+        status: str | None = None,
+        agent_id: str | None = None,
+        older_than: float | str | None = None,
+        ids: Sequence[str] | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> builtins.list[str]:
+        """The ids of the jobs ``action`` (``retry``, ``cancel``, ``pause``, ``resume``) would act on.
+
+        Among the statuses the action acts on (or ``status``, which must be one of them): of ``agent_id``,
+        last written at least ``older_than`` ago (seconds, or an age such as ``"7d"``, ``"12h"``,
+        ``"30m"``), among ``ids`` when given; least recently written first. What ``job ACTION --dry-run``
+        prints; hand the list to `act_many`.
+
+        Raises:
+            ConfigError: an unknown action, a status it does not act on, a bad age, agent id or limit.
+            SelectionTooLarge: (a `ConfigError`) more than ``limit`` jobs match (default 10 000, at most
+                100 000); nothing is done.
+            JobNotFound: no job matches.
+        """
+        self._check_open()
+        batch = _batch_action(action)
+        age = parse_age(older_than, "older_than") if isinstance(older_than, str) else older_than
+        wanted = None if ids is None else tuple(self._job_id(job_id) for job_id in ids)
+        selection = Selection(status, agent_id, age, wanted, check_limit(limit))
+        return await select_jobs(self._store, batch, selection)
+
+    async def act_many(
+        self,
+        action: str,
+        job_ids: Sequence[str],
+        *,
+        reason: str | None = None,
+        actor: str | None = None,
+    ) -> BatchReport:
+        """Apply ``action`` (``retry``, ``cancel``, ``pause``, ``resume``) to each job, one at a time.
+
+        Each job in its own transaction, as the single-job method does it; a job whose status changed
+        since it was selected, or that is gone, is skipped (`BatchReport.skipped`: its id and the store's
+        reason) and the rest go on. ``reason`` (cancel and pause) and ``actor`` (default: ``user@host`` of
+        this process) are recorded with each.
+
+        Raises:
+            ConfigError: an unknown action, a bad id, reason or actor, or more than 100 000 ids; nothing
+                is done.
+        """
+        self._check_open()
+        batch = _batch_action(action)
+        jobs = [self._job_id(job_id) for job_id in job_ids]
+        check_limit(max(len(jobs), 1))
+        why = None if reason is None else check_reason(reason) or None
+        return await act_on_each(self._store, batch, jobs, actor=_actor(actor), reason=why)
+
     # -- helpers ----------------------------------------------------------------------------------------
 
     def _check_open(self, *, any_loop: bool = False) -> None:
@@ -468,6 +538,12 @@ def _position(after: object) -> tuple[Any, Any] | None:
         return decode_position(after)
     except ValueError:
         raise ConfigError("after is not a paging cursor (a page's next_cursor)") from None
+
+
+def _batch_action(action: object) -> BatchAction:
+    if not isinstance(action, str) or action not in BATCH_ACTIONS:
+        raise ConfigError(f"the action must be one of {', '.join(BATCH_ACTIONS)}, got {action!r}")
+    return BATCH_ACTIONS[action]
 
 
 def _actor(actor: object) -> str:

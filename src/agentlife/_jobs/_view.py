@@ -210,8 +210,6 @@ def _history_line(entry: Any) -> str:
     what = entry.get("error_class") or entry.get("event") or "?"
     what += by(entry.get("actor"))
     line = f"{when}  attempt {entry.get('attempt', '?')}  {what}: {entry.get('message', '')}"
-    if isinstance(entry.get("actor"), str):
-        line += f" (by {entry['actor']})"
     if entry.get("decision"):
         line += f" -> {entry['decision']}"
         if isinstance(entry.get("not_before"), (int, float)):
