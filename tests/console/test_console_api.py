@@ -138,7 +138,9 @@ async def test_every_served_route_is_in_the_document_and_every_documented_one_is
             for method, operation in item.items():
                 if method == "post":
                     assert operation["security"] == [{"token": []}]
-                    answer = await s.http.post(path.replace("{job_id}", "done-1"), json={})
+                    answer = await s.http.post(
+                        path.replace("{job_id}", "done-1").replace("{action}", "retry"), json={}
+                    )
                     _error(answer, 401, "token_missing")
                     assert "401" in operation["responses"]
                 for status in operation["responses"]:
@@ -198,6 +200,11 @@ async def test_each_route_answers_only_statuses_and_bodies_its_document_lists(tm
             ("post", "/jobs/{job_id}/rewind", "/jobs/nope/rewind", AUTH, {"to_step": 1}),
             ("post", "/jobs/{job_id}/rewind", "/jobs/done-1/rewind", AUTH, {"to_step": 99}),
             ("get", "/jobs/{job_id}/result", "/jobs/park-1/result?timeout=1", {}, None),
+            ("post", "/batch/{action}", "/batch/cancel", AUTH, {"dry_run": True}),
+            ("post", "/batch/{action}", "/batch/retry", AUTH, {"agent_id": "nobody", "dry_run": True}),
+            ("post", "/batch/{action}", "/batch/retry", AUTH, {"older_than": "soon"}),
+            ("post", "/batch/{action}", "/batch/cancel", AUTH, {"agent_id": "asker", "expect": 9}),
+            ("post", "/batch/{action}", "/batch/cancel", AUTH, {"agent_id": "asker", "expect": 1}),
         ]
         for method, template, path, headers, body in asks:
             answer = await s.http.request(method, PREFIX + path, headers=headers, json=body)
@@ -765,3 +772,56 @@ async def test_the_actor_is_the_trusted_header_only_when_configured_and_a_bad_on
         )
         assert retried.status_code == 200, retried.text
         assert (await _row(s.db, "park-1")).error[-1]["actor"] == "bob"
+
+
+async def test_a_batch_shows_its_selection_then_acts_only_on_the_count_confirmed(tmp_path: Path) -> None:
+    async with served(tmp_path, actor_header="X-Forwarded-User") as s:
+        who = {**AUTH, "X-Forwarded-User": "carol@ops"}
+        store = store_from_url(s.store_url)
+        await store.open()
+        try:
+            for n in range(3):
+                await store.create_job(f"mail-{n}", "mailer", {})
+        finally:
+            await store.close()
+        batch = f"{PREFIX}/batch/cancel"
+        seen = await s.http.post(batch, json={"agent_id": "mailer", "dry_run": True}, headers=who)
+        assert seen.status_code == 200, seen.text
+        assert seen.json() == {
+            "action": "cancel",
+            "count": 3,
+            "job_ids": ["mail-0", "mail-1", "mail-2"],
+            "done": [],
+            "skipped": [],
+        }
+        # Not confirmed, or confirmed for another count (a job came or went since): 409, nothing done.
+        _error(await s.http.post(batch, json={"agent_id": "mailer"}, headers=who), 409, "count_changed")
+        _error(await s.http.post(batch, json={"agent_id": "mailer", "expect": 2}, headers=who), 409)
+        assert {(await _row(s.db, f"mail-{n}")).status for n in range(3)} == {"PENDING"}
+        for bad, code in (
+            ({"agent_id": "mailer", "older_than": "7 days"}, 400),
+            ({"status": "COMPLETED"}, 400),
+            ({"ids": "mail-0"}, 400),
+            ({"ids": ["../x"]}, 400),
+            ({"agent_id": "mailer", "limit": 2}, 400),
+            ({"agent_id": "nobody", "dry_run": True}, 404),
+            ({"dry_run": "yes"}, 400),
+        ):
+            _error(await s.http.post(batch, json=bad, headers=who), code)
+        _error(await s.http.post(f"{PREFIX}/batch/delete", json={"dry_run": True}, headers=who), 400)
+        _error(await s.http.post(batch, json={"agent_id": "mailer", "expect": 3}), 401)
+        done = await s.http.post(
+            batch, json={"agent_id": "mailer", "expect": 3, "reason": "dup"}, headers=who
+        )
+        assert done.status_code == 200, done.text
+        assert done.json()["done"] == ["mail-0", "mail-1", "mail-2"] and done.json()["skipped"] == []
+        row = await _row(s.db, "mail-1")
+        assert (row.status, row.error[-1]["actor"], row.error[-1]["message"]) == (
+            "FAILED",
+            "carol@ops",
+            "dup",
+        )
+        picked = await s.http.post(
+            f"{PREFIX}/batch/retry", json={"ids": ["mail-0", "mail-2", "done-1"], "expect": 2}, headers=who
+        )
+        assert picked.status_code == 200 and picked.json()["done"] == ["mail-0", "mail-2"], picked.text

@@ -224,6 +224,32 @@ class Api:
         )
         return await self._acted(client, job)
 
+    async def batch(self, request: web.Request) -> web.StreamResponse:
+        action, actor = request.match_info["action"], self.actor(request)
+        body = await _body(request, _BATCH_FIELDS)
+        client = await self.clients.get()
+        ids = await client.select(action, **_selection(body))
+        shown = [self.masker.text(job_id, 200) for job_id in ids]
+        answer: dict[str, Any] = {"action": action, "count": len(ids), "job_ids": shown, "done": []}
+        if body.get("dry_run", False) is True:
+            return _json({**answer, "skipped": []})
+        expect = body.get("expect")
+        if expect != len(ids):
+            raise ApiError(
+                409,
+                "count_changed",
+                f"the selection now names {len(ids)} jobs, not the {expect!r} confirmed (expect): "
+                "look again (dry_run) and confirm that count",
+            )
+        report = await client.act_many(action, ids, reason=body.get("reason") or None, actor=actor)
+        await self.clients.confirm(client)
+        done = [self.masker.text(job_id, 200) for job_id in report.done]
+        skipped = [
+            {"job_id": self.masker.text(j, 200), "reason": self.masker.text(r, 500)}
+            for j, r in report.skipped
+        ]
+        return _json({**answer, "done": done, "skipped": skipped})
+
     def actor(self, request: web.Request) -> str:
         """Who makes this write (`request_actor`)."""
         return request_actor(request, self.actor_header, self.proxy)
@@ -438,6 +464,31 @@ async def _body(request: web.Request, allowed: set[str]) -> dict[str, Any]:
             f"unknown field {unknown[0][:100]!r}; allowed: {', '.join(sorted(allowed)) or 'none'}"
         )
     return body
+
+
+_BATCH_FIELDS = {"ids", "status", "agent_id", "older_than", "limit", "dry_run", "expect", "reason"}
+
+
+def _selection(body: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of `Client.select` a batch's body gives (the client checks each)."""
+    if "dry_run" in body and not isinstance(body["dry_run"], bool):
+        raise BadRequest("dry_run must be true or false")
+    ids = body.get("ids")
+    if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+        raise BadRequest("ids must be a list of job ids")
+    for name in ("status", "agent_id", "older_than"):
+        if body.get(name) is not None and not isinstance(body[name], str):
+            raise BadRequest(f"{name} must be text")
+    status = body.get("status")
+    selection: dict[str, Any] = {
+        "status": status.upper() if isinstance(status, str) else None,
+        "agent_id": body.get("agent_id"),
+        "older_than": body.get("older_than"),
+        "ids": ids,
+    }
+    if "limit" in body:
+        selection["limit"] = body["limit"]
+    return selection
 
 
 def _reason(body: dict[str, Any]) -> tuple[Any, ...]:
