@@ -825,3 +825,37 @@ async def test_a_batch_shows_its_selection_then_acts_only_on_the_count_confirmed
             f"{PREFIX}/batch/retry", json={"ids": ["mail-0", "mail-2", "done-1"], "expect": 2}, headers=who
         )
         assert picked.status_code == 200 and picked.json()["done"] == ["mail-0", "mail-2"], picked.text
+
+
+async def test_the_list_acts_on_every_job_its_filter_matches_after_the_count_is_confirmed(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path, actor_header="X-Forwarded-User") as s:
+        store = store_from_url(s.store_url)
+        await store.open()
+        try:
+            for n in range(3):
+                await store.create_job(f"mail-{n}", "mailer", {})
+        finally:
+            await store.close()
+        listed = await s.http.get("/?agent=mailer")
+        assert 'action="/jobs/batch"' in listed.text and 'name="agent" value="mailer"' in listed.text
+        assert 'action="/jobs/batch"' not in (await s.http.get("/")).text  # no filter: no batch
+        who = {"X-Forwarded-User": "dana@ops"}
+        form = {"action": "cancel", "agent": "mailer", "status": "", "token": TOKEN}
+        assert (
+            await s.http.post("/jobs/batch", data={**form, "token": "wrong"}, headers=who)
+        ).status_code == 403
+        shown = await s.http.post("/jobs/batch", data=form, headers=who)
+        assert shown.status_code == 200 and 'data-count="3"' in shown.text, shown.text
+        assert all(f"<li>mail-{n}</li>" in shown.text for n in range(3)) and TOKEN not in shown.text
+        assert 'name="expect" value="3"' in shown.text
+        changed = await s.http.post("/jobs/batch", data={**form, "expect": "2"}, headers=who)
+        assert changed.status_code == 409 and "now matches 3 jobs" in changed.text
+        for bad in ({"action": "delete"}, {"agent": "", "status": ""}, {"status": "COMPLETED", "agent": ""}):
+            assert (await s.http.post("/jobs/batch", data={**form, **bad}, headers=who)).status_code == 400
+        assert {(await _row(s.db, f"mail-{n}")).status for n in range(3)} == {"PENDING"}
+        done = await s.http.post("/jobs/batch", data={**form, "expect": "3", "reason": "dup"}, headers=who)
+        assert done.status_code == 200 and "cancel: 3 done, 0 skipped" in done.text, done.text
+        row = await _row(s.db, "mail-2")
+        assert (row.status, row.error[-1]["actor"], row.error[-1]["message"]) == ("FAILED", "dana@ops", "dup")

@@ -35,6 +35,7 @@ from aiohttp import web
 
 from agentlife._console._actor import request_actor
 from agentlife._console._api import Api, add_routes, same_origin
+from agentlife._console._batchpage import batch_confirm, batch_outcome
 from agentlife._console._data import (
     MAX_ID,
     BadRequest,
@@ -48,12 +49,13 @@ from agentlife._console._journals import journal_path, stream_journal
 from agentlife._console._openapi import PREFIX
 from agentlife._console._ops import ConsoleClients, OutputFollower
 from agentlife._console._proxy import ProxyConfig, forwarded_origin, proxy_config, rebase
-from agentlife._console._render import FLASHES, error_page, job_page, list_page, overview_page
+from agentlife._console._render import FLASHES, error_page, job_page, list_page, overview_page, plain_page
 from agentlife._console._sse import Fanout, SseLimits
 from agentlife._console._store import ConsoleStore, NotRecorded
 from agentlife._console._timeline import build_timeline
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError, describe_error
 from agentlife._jobs._approve import approve_parked
+from agentlife._jobs._batch import BATCH_ACTIONS, Selection, act_on_each, select_jobs
 from agentlife._jobs._mask import masker_for
 from agentlife._jobs._pause import pause_job, resume_job
 from agentlife._jobs._reason import check_reason
@@ -185,6 +187,60 @@ class _Console:
         return web.Response(body=self.static[name], content_type=_STATIC[name], charset="utf-8")
 
     # -- actions ----------------------------------------------------------------------------------------
+
+    async def batch(self, request: web.Request) -> web.StreamResponse:
+        """Every job the list's filter matches: select and show the count, then act on that count."""
+        form, refused = await self._action_form(request)
+        if refused is not None:
+            return refused
+        action = form.get("action")
+        if action not in BATCH_ACTIONS:
+            raise BadRequest("action must be one of " + ", ".join(sorted(BATCH_ACTIONS)))
+        status, agent = _text(form.get("status")) or None, _text(form.get("agent")) or None
+        if status is None and agent is None:
+            raise BadRequest("a batch needs a filter: a status or an agent")
+        actor = request_actor(request, self.config.actor_header, self.config.proxy)
+        store = await self.store.get()
+        try:
+            ids = await select_jobs(store, BATCH_ACTIONS[str(action)], Selection(status, agent))
+        except ConfigError as exc:
+            raise BadRequest(str(exc)) from None
+        shown = functools.partial(self.masker.text, limit=2000)
+        expect = _text(form.get("expect"))
+        if not expect:
+            main = batch_confirm(str(action), status, agent, ids, shown)
+            return web.Response(text=plain_page("Confirm", main, actions=True), content_type="text/html")
+        if expect != str(len(ids)):
+            return self.page(
+                409, "Conflict", f"The filter now matches {len(ids)} jobs, not {expect}: look again."
+            )
+        reason = _reason(_text(form.get("reason"))) or None
+        report = await act_on_each(store, BATCH_ACTIONS[str(action)], ids, actor=actor, reason=reason)
+        await self.store.confirm(store)
+        log.info("console: %s", self.masker.text(f"{report.summary()} by {actor}", 500))
+        return web.Response(
+            text=plain_page("Done", batch_outcome(report, shown), actions=True), content_type="text/html"
+        )
+
+    async def _action_form(self, request: web.Request) -> tuple[Any, web.Response | None]:
+        """The posted form of an action, or the page refusing it (actions off, another origin, no token)."""
+        if self.config.token is None:
+            return None, self.page(403, "Forbidden", "Actions are off: the console was started without them.")
+        if not same_origin(request):
+            return None, self.page(
+                403, "Forbidden", "Actions are only accepted from the console's own pages."
+            )
+        if request.content_type != "application/x-www-form-urlencoded":
+            return None, self.page(
+                415, "Unsupported Media Type", "An action is a form (x-www-form-urlencoded)."
+            )
+        form = await request.post()
+        given = request.headers.get(TOKEN_HEADER) or form.get("token")
+        if not isinstance(given, str) or not hmac.compare_digest(
+            given.encode("utf-8", "surrogatepass"), self.config.token.encode("utf-8", "surrogatepass")
+        ):
+            return None, self.page(403, "Forbidden", "A valid console token is required for an action.")
+        return form, None
 
     async def action(self, request: web.Request) -> web.StreamResponse:
         if self.config.token is None:
@@ -342,6 +398,7 @@ def create_app(config: ConsoleConfig) -> web.Application:
     app.router.add_get(base + "/job/journal", console.journal)
     app.router.add_get(base + "/overview", console.overview)
     app.router.add_post(base + "/job/action", console.action)
+    app.router.add_post(base + "/jobs/batch", console.batch)
     app.router.add_get(base + "/static/{name}", console.static_file)
     if base:
         app.router.add_get(base, _to_index)
