@@ -20,9 +20,9 @@ def test_an_actor_of_printable_text_is_kept_exactly(good: str) -> None:
 @pytest.mark.parametrize(
     ("bad", "says"),
     [
-        ("", "must not be empty"),
-        ("   ", "must not be empty"),
-        ("a" * (MAX_ACTOR + 1), "at most 200 characters"),
+        ("", "must be 1 to 200 characters, got 0"),
+        ("   ", "must not be blank"),
+        ("a" * (MAX_ACTOR + 1), "must be 1 to 200 characters, got 201"),
         ("alice\nFAILED by root", "printable"),
         ("alice\r", "printable"),
         ("al\x00ice", "printable"),
@@ -30,7 +30,7 @@ def test_an_actor_of_printable_text_is_kept_exactly(good: str) -> None:
         ("admin\u202ecilA", "printable"),  # a right-to-left override: another name on the page
         ("al\u200dice", "printable"),  # a zero-width joiner: looks like "alice"
         ("al\u2028ice", "printable"),  # a line separator
-        ("x" * 10_240, "at most 200"),
+        ("x" * 10_240, "1 to 200 characters"),
     ],
 )
 def test_an_actor_that_is_not_one_line_of_printable_text_is_refused_in_one_line(bad: str, says: str) -> None:

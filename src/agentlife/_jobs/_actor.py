@@ -59,10 +59,10 @@ def check_actor(text: str) -> str:
     if not isinstance(text, str):
         # ValueError, as for every other bad actor: callers turn one exception into their refusal.
         raise ValueError(f"the actor must be text, got {type(text).__name__}")  # noqa: TRY004
+    if not text or len(text) > MAX_ACTOR:
+        raise ValueError(f"the actor must be 1 to {MAX_ACTOR} characters, got {len(text)}")
     if not text.strip():
-        raise ValueError("the actor must not be empty")
-    if len(text) > MAX_ACTOR:
-        raise ValueError(f"the actor must be at most {MAX_ACTOR} characters, got {len(text)}")
+        raise ValueError("the actor must not be blank")
     if not text.isprintable() or any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in text):
         raise ValueError("the actor must be printable text on one line, without control or format characters")
     return text
