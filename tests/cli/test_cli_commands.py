@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from agentlife._cli import COMMANDS, build_parser, command_module
+from agentlife._exceptions import ConfigError
 
 EXPECTED = {
     "run",
@@ -58,3 +61,17 @@ def test_domain_modules_hold_no_command_line_code() -> None:
         source = inspect.getsource(module)
         assert "argparse" not in source and "register_cli" not in source, module.__name__
         assert "print(" not in source, module.__name__
+
+
+def test_the_console_s_actor_header_is_a_header_name_from_the_flag_or_the_environment() -> None:
+    from agentlife._cli._console import actor_header
+
+    assert actor_header(None, {}) is None
+    assert actor_header(None, {"AGENTLIFE_CONSOLE_ACTOR_HEADER": ""}) is None
+    assert actor_header(None, {"AGENTLIFE_CONSOLE_ACTOR_HEADER": "X-Remote-User"}) == "X-Remote-User"
+    assert (
+        actor_header("X-Forwarded-User", {"AGENTLIFE_CONSOLE_ACTOR_HEADER": "X-Other"}) == "X-Forwarded-User"
+    )
+    for bad in ("X User", "X-User:", "X\nUser", "", "x" * 101, "Ünïcode"):
+        with pytest.raises(ConfigError, match="--actor-header must be an HTTP header name"):
+            actor_header(bad, {})

@@ -41,6 +41,7 @@ from agentlife import (
     StoreError,
     StoreUnavailable,
 )
+from agentlife._jobs._actor import default_actor
 from agentlife.stores import ApprovalRequest, CheckpointStore, JobStatus, TableNames
 
 pytestmark = pytest.mark.anyio
@@ -954,3 +955,20 @@ async def test_a_large_payload_is_checked_off_the_event_loop_a_small_one_on_it(
     await client.start(AGENT, {"small": 1})
     await client.start(AGENT, [{}] * 20_000)  # 60 KB of JSON: ~0.2 s of walking, the loop stays free
     assert threads[0] is threading.main_thread() and threads[1] is not threading.main_thread()
+
+
+async def test_each_action_records_its_actor_default_user_at_host_and_get_shows_it(
+    client: Client, worker: CheckpointStore
+) -> None:
+    await client.start(AGENT, None, job_id="who")
+    await client.cancel("who", "stop", actor="alice (sre)")
+    await client.retry("who")
+    for bad in ("", "a\nb", "x" * 201, "\u202eadmin", 7):
+        with pytest.raises(ConfigError, match="actor"):
+            await client.cancel("who", actor=bad)  # type: ignore[arg-type]
+    errors = (await client.get("who")).errors
+    assert [(e.get("error_class") or e.get("event"), e["actor"]) for e in errors] == [
+        ("Cancelled", "alice (sre)"),
+        ("retry", default_actor()),
+    ]
+    assert (await client.get("who")).status == JobStatus.PENDING

@@ -68,12 +68,19 @@ async def _fill(url: str) -> None:
 
 @asynccontextmanager
 async def served(
-    tmp_path: Path, token: str | None = TOKEN, limits: SseLimits = FAST, url: str | None = None
+    tmp_path: Path,
+    token: str | None = TOKEN,
+    limits: SseLimits = FAST,
+    url: str | None = None,
+    actor_header: str | None = None,
 ) -> AsyncIterator[Served]:
     db = tmp_path / "agentlife.db"
     url = url or f"sqlite:///{db}"
     await _fill(url)
-    app = create_app(ConsoleConfig(url=url, token=token, data_dir=tmp_path / "data", events=limits))
+    config = ConsoleConfig(
+        url=url, token=token, data_dir=tmp_path / "data", events=limits, actor_header=actor_header
+    )
+    app = create_app(config)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
@@ -131,7 +138,9 @@ async def test_every_served_route_is_in_the_document_and_every_documented_one_is
             for method, operation in item.items():
                 if method == "post":
                     assert operation["security"] == [{"token": []}]
-                    answer = await s.http.post(path.replace("{job_id}", "done-1"), json={})
+                    answer = await s.http.post(
+                        path.replace("{job_id}", "done-1").replace("{action}", "retry"), json={}
+                    )
                     _error(answer, 401, "token_missing")
                     assert "401" in operation["responses"]
                 for status in operation["responses"]:
@@ -191,6 +200,11 @@ async def test_each_route_answers_only_statuses_and_bodies_its_document_lists(tm
             ("post", "/jobs/{job_id}/rewind", "/jobs/nope/rewind", AUTH, {"to_step": 1}),
             ("post", "/jobs/{job_id}/rewind", "/jobs/done-1/rewind", AUTH, {"to_step": 99}),
             ("get", "/jobs/{job_id}/result", "/jobs/park-1/result?timeout=1", {}, None),
+            ("post", "/batch/{action}", "/batch/cancel", AUTH, {"dry_run": True}),
+            ("post", "/batch/{action}", "/batch/retry", AUTH, {"agent_id": "nobody", "dry_run": True}),
+            ("post", "/batch/{action}", "/batch/retry", AUTH, {"older_than": "soon"}),
+            ("post", "/batch/{action}", "/batch/cancel", AUTH, {"agent_id": "asker", "expect": 9}),
+            ("post", "/batch/{action}", "/batch/cancel", AUTH, {"agent_id": "asker", "expect": 1}),
         ]
         for method, template, path, headers, body in asks:
             answer = await s.http.request(method, PREFIX + path, headers=headers, json=body)
@@ -717,3 +731,131 @@ async def test_a_pruned_job_says_pruned_and_its_id_cannot_be_started_again(tmp_p
         page = await s.http.get("/job?id=done-1")
         assert page.status_code == 404 and "Job done-1 was pruned at 20" in page.text
         assert "does not exist" in _error(await s.http.get(f"{PREFIX}/jobs/never-1"), 404)
+
+
+# -- who did it ------------------------------------------------------------------------------------------
+
+
+async def test_the_actor_is_the_trusted_header_only_when_configured_and_a_bad_one_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    # Not configured: a header naming anyone is ignored, the actor is the console and the client's address.
+    async with served(tmp_path / "off") as s:
+        done = await s.http.post(
+            f"{PREFIX}/jobs/park-1/cancel", json={}, headers={**AUTH, "X-Forwarded-User": "ceo"}
+        )
+        assert done.status_code == 200, done.text
+        assert (await _row(s.db, "park-1")).error[-1]["actor"] == "console@127.0.0.1"
+    # Configured: the header is the actor; missing, twice, control characters or 10 KB: 400, nothing written.
+    async with served(tmp_path / "on", actor_header="X-Forwarded-User") as s:
+        cancel = f"{PREFIX}/jobs/park-1/cancel"
+        _error(await s.http.post(cancel, json={}, headers=AUTH), 400, "bad_request")
+        twice = httpx.Headers([*AUTH.items(), ("X-Forwarded-User", "a"), ("X-Forwarded-User", "b")])
+        _error(await s.http.post(cancel, json={}, headers=twice), 400, "bad_request")
+        for bad in (b"al\tice", "\u202eadmin".encode(), "al\u200bice".encode(), b"x" * 201):
+            message = _error(
+                await s.http.post(cancel, json={}, headers={**AUTH, "X-Forwarded-User": bad}), 400
+            )
+            assert "X-Forwarded-User" in message and "actor" in message
+        # aiohttp itself refuses what no header may hold (a control character) and a header over 8 KB.
+        for refused in (b"al\x01ice", b"y" * 10_240):
+            answer = await s.http.post(cancel, json={}, headers={**AUTH, "X-Forwarded-User": refused})
+            assert answer.status_code == 400 and "Traceback" not in answer.text
+        row = await _row(s.db, "park-1")
+        assert (row.status, row.error) == ("WAITING_FOR_APPROVAL", [])
+        done = await s.http.post(cancel, json={}, headers={**AUTH, "X-Forwarded-User": "alice@example.com"})
+        assert done.status_code == 200, done.text
+        row = await _row(s.db, "park-1")
+        assert (row.status, row.error[-1]["actor"]) == ("FAILED", "alice@example.com")
+        retried = await s.http.post(
+            f"{PREFIX}/jobs/park-1/retry", json={}, headers={**AUTH, "x-forwarded-user": "bob"}
+        )
+        assert retried.status_code == 200, retried.text
+        assert (await _row(s.db, "park-1")).error[-1]["actor"] == "bob"
+
+
+async def test_a_batch_shows_its_selection_then_acts_only_on_the_count_confirmed(tmp_path: Path) -> None:
+    async with served(tmp_path, actor_header="X-Forwarded-User") as s:
+        who = {**AUTH, "X-Forwarded-User": "carol@ops"}
+        store = store_from_url(s.store_url)
+        await store.open()
+        try:
+            for n in range(3):
+                await store.create_job(f"mail-{n}", "mailer", {})
+        finally:
+            await store.close()
+        batch = f"{PREFIX}/batch/cancel"
+        seen = await s.http.post(batch, json={"agent_id": "mailer", "dry_run": True}, headers=who)
+        assert seen.status_code == 200, seen.text
+        assert seen.json() == {
+            "action": "cancel",
+            "count": 3,
+            "job_ids": ["mail-0", "mail-1", "mail-2"],
+            "done": [],
+            "skipped": [],
+        }
+        # Not confirmed, or confirmed for another count (a job came or went since): 409, nothing done.
+        _error(await s.http.post(batch, json={"agent_id": "mailer"}, headers=who), 409, "count_changed")
+        _error(await s.http.post(batch, json={"agent_id": "mailer", "expect": 2}, headers=who), 409)
+        assert {(await _row(s.db, f"mail-{n}")).status for n in range(3)} == {"PENDING"}
+        for bad, code in (
+            ({"agent_id": "mailer", "older_than": "7 days"}, 400),
+            ({"status": "COMPLETED"}, 400),
+            ({"ids": "mail-0"}, 400),
+            ({"ids": ["../x"]}, 400),
+            ({"agent_id": "mailer", "limit": 2}, 400),
+            ({"agent_id": "nobody", "dry_run": True}, 404),
+            ({"dry_run": "yes"}, 400),
+        ):
+            _error(await s.http.post(batch, json=bad, headers=who), code)
+        _error(await s.http.post(f"{PREFIX}/batch/delete", json={"dry_run": True}, headers=who), 400)
+        _error(await s.http.post(batch, json={"agent_id": "mailer", "expect": 3}), 401)
+        done = await s.http.post(
+            batch, json={"agent_id": "mailer", "expect": 3, "reason": "dup"}, headers=who
+        )
+        assert done.status_code == 200, done.text
+        assert done.json()["done"] == ["mail-0", "mail-1", "mail-2"] and done.json()["skipped"] == []
+        row = await _row(s.db, "mail-1")
+        assert (row.status, row.error[-1]["actor"], row.error[-1]["message"]) == (
+            "FAILED",
+            "carol@ops",
+            "dup",
+        )
+        picked = await s.http.post(
+            f"{PREFIX}/batch/retry", json={"ids": ["mail-0", "mail-2", "done-1"], "expect": 2}, headers=who
+        )
+        assert picked.status_code == 200 and picked.json()["done"] == ["mail-0", "mail-2"], picked.text
+
+
+async def test_the_list_acts_on_every_job_its_filter_matches_after_the_count_is_confirmed(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path, actor_header="X-Forwarded-User") as s:
+        store = store_from_url(s.store_url)
+        await store.open()
+        try:
+            for n in range(3):
+                await store.create_job(f"mail-{n}", "mailer", {})
+        finally:
+            await store.close()
+        listed = await s.http.get("/?agent=mailer")
+        assert 'action="/jobs/batch"' in listed.text and 'name="agent" value="mailer"' in listed.text
+        assert 'action="/jobs/batch"' not in (await s.http.get("/")).text  # no filter: no batch
+        who = {"X-Forwarded-User": "dana@ops"}
+        form = {"action": "cancel", "agent": "mailer", "status": "", "token": TOKEN}
+        assert (
+            await s.http.post("/jobs/batch", data={**form, "token": "wrong"}, headers=who)
+        ).status_code == 403
+        shown = await s.http.post("/jobs/batch", data=form, headers=who)
+        assert shown.status_code == 200 and 'data-count="3"' in shown.text, shown.text
+        assert all(f"<li>mail-{n}</li>" in shown.text for n in range(3)) and TOKEN not in shown.text
+        assert 'name="expect" value="3"' in shown.text
+        changed = await s.http.post("/jobs/batch", data={**form, "expect": "2"}, headers=who)
+        assert changed.status_code == 409 and "now matches 3 jobs" in changed.text
+        for bad in ({"action": "delete"}, {"agent": "", "status": ""}, {"status": "COMPLETED", "agent": ""}):
+            assert (await s.http.post("/jobs/batch", data={**form, **bad}, headers=who)).status_code == 400
+        assert {(await _row(s.db, f"mail-{n}")).status for n in range(3)} == {"PENDING"}
+        done = await s.http.post("/jobs/batch", data={**form, "expect": "3", "reason": "dup"}, headers=who)
+        assert done.status_code == 200 and "cancel: 3 done, 0 skipped" in done.text, done.text
+        row = await _row(s.db, "mail-2")
+        assert (row.status, row.error[-1]["actor"], row.error[-1]["message"]) == ("FAILED", "dana@ops", "dup")

@@ -99,7 +99,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         crash = [{"at": time.time() - 5, "attempt": 1, "error_class": "RuntimeError", "message": CRASH}]
         insert_row(db, "sec-1", "demo", {}, error=orjson.dumps(crash).decode())
         cancelled = cli_in_process(
-            "job", "cancel", "sec-1", "--reason", f"passphrase: {SECRET}-cancel", env=env
+            "job", "cancel", "sec-1", "--reason", f"passphrase: {SECRET}-cancel", "--actor", "sre", env=env
         )
         assert cancelled.returncode == 0
         console_env = {**env, "AGENTLIFE_CONSOLE_TOKEN": TOKEN, "CONSOLE_TEST_SECRET": SECRET}
@@ -271,7 +271,7 @@ def test_a_timeline_drawn_from_the_crash_history_masks_what_it_shows(world: Worl
         "return Array.from(document.querySelectorAll('svg.timeline polygon.mark title'))"
         ".map(t => t.textContent)"
     )
-    assert titles == ["RuntimeError: pwd=*** failed", "Cancelled: passphrase: ***"], titles
+    assert titles == ["RuntimeError: pwd=*** failed", "Cancelled by sre: passphrase: ***"], titles
     assert SECRET not in d.page_source  # type: ignore[attr-defined]
     assert "pwd=*** failed" in _text(d, ".timeline-list")
 

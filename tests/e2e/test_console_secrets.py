@@ -45,6 +45,7 @@ SECRETS = {
             "cost-tok",
             "cancel-pwd",
             "cancel-auth",
+            "actor-pwd",
             "approval-pwd",
             "missing-pwd",
         ]
@@ -120,7 +121,9 @@ def test_no_secret_a_row_holds_reaches_any_page_or_the_timeline_drawn_from_its_h
     assert cli_in_process("db", "init", env=env).returncode == 0
     _plant(db, env["AGENTLIFE_DATABASE_URL"])
     reason = f"pwd={SECRETS['cancel-pwd']} auth={SECRETS['cancel-auth']}"
-    assert cli_in_process("job", "cancel", "job-sec", "--reason", reason, env=env).returncode == 0
+    actor = f"sre pwd={SECRETS['actor-pwd']}"  # not a secret's place, but masked like every other text
+    cancelled = cli_in_process("job", "cancel", "job-sec", "--reason", reason, "--actor", actor, env=env)
+    assert cancelled.returncode == 0, cancelled.stderr
     # The console's own pod: another data dir, so no journal of these jobs is readable.
     console_env = {**env, "AGENTLIFE_DATA_DIR": str(tmp_path / "console"), "CONSOLE_SECRET_TOKEN": ENV_SECRET}
     proc, url = start_console(console_env)
@@ -147,7 +150,7 @@ def test_no_secret_a_row_holds_reaches_any_page_or_the_timeline_drawn_from_its_h
     assert "From the row's crash history." in job and "<svg" in job
     svg = job[job.index("<svg") : job.index("</svg>")]
     assert "<title>RuntimeError: pwd=*** and passphrase: ***</title>" in svg
-    assert "<title>Cancelled: pwd=*** auth=***</title>" in svg
+    assert "<title>Cancelled by sre pwd=***: pwd=*** auth=***</title>" in svg
     assert "<li>" in job[job.index('id="h-history"') :] and job.count("***") >= 20
     assert "deploy pwd=***" in pages["job?id=job-park"][1]
 
@@ -169,14 +172,19 @@ def test_job_show_prints_the_console_s_job_view_with_the_same_secrets_masked(tmp
     }
     insert_row(db, "job-wait", "deployer", {}, status="WAITING", waiting=orjson.dumps(waiting).decode())
     reason = f"pwd={SECRETS['cancel-pwd']} auth={SECRETS['cancel-auth']}"
-    assert cli_in_process("job", "cancel", "job-sec", "--reason", reason, env=env).returncode == 0
+    actor = f"sre pwd={SECRETS['actor-pwd']}"  # not a secret's place, but masked like every other text
+    cancelled = cli_in_process("job", "cancel", "job-sec", "--reason", reason, "--actor", actor, env=env)
+    assert cancelled.returncode == 0, cancelled.stderr
     shown = {job: cli_in_process("job", "show", job, env=env) for job in ("job-sec", "job-park", "job-wait")}
     for job, proc in shown.items():
         assert proc.returncode == 0, (job, proc.stderr)
         for secret in [*PLANTED, *wait_secrets.values()]:
             assert secret not in proc.stdout + proc.stderr, (job, secret)
     sec = shown["job-sec"].stdout
-    assert "RuntimeError: pwd=*** and passphrase: ***" in sec and "Cancelled: pwd=*** auth=***" in sec
+    assert (
+        "RuntimeError: pwd=*** and passphrase: ***" in sec
+        and "Cancelled by sre pwd=*** pwd=*** auth=***" in sec
+    )
     assert '"pwd": "***"' in sec and "crash history (4)" in sec
     assert "waits for   deploy pwd=*** (job-park/0/1, digest d1)" in shown["job-park"].stdout
     assert "waits for   event 'approved pwd=***' until " in shown["job-wait"].stdout

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
+from agentlife._jobs._actor import default_actor
 from agentlife.stores import CheckpointStore, store_from_url
 from procs import agent_env, cli_in_process, run_cli
 from world import init_schema
@@ -176,7 +177,34 @@ def test_approve_reject_cancel_retry(cli: Cli) -> None:
     retried = cli("job", "retry", "running")
     assert (retried.returncode, retried.stdout) == (0, "job running will run again: PENDING, attempt 2\n")
     shown = cli("job", "show", "running").stdout
-    assert "crash history (2)" in shown and "Cancelled: not needed" in shown and "retry" in shown
+    assert "crash history (2)" in shown and f"Cancelled by {default_actor()}: not needed" in shown
+    assert f"retry by {default_actor()}" in shown
+
+
+def test_each_action_records_the_actor_given_and_a_bad_one_changes_nothing(cli: Cli) -> None:
+    for job_id in ("parked", "parked-2", "done"):
+        assert cli("job", "create", "reviewer", "--id", job_id).returncode == 0
+    cli.sql("UPDATE job SET status = 'WAITING_FOR_APPROVAL' WHERE id IN ('parked', 'parked-2')")
+    for bad in ("", "alice\nFAILED by root", "a\u202eb", "x" * 201, "y" * 10_240):
+        refused = cli("job", "cancel", "done", "--actor", bad)
+        _one_line_error(refused, EXIT_USAGE, "--actor")
+    row = cli.with_store(lambda s: s.get_job("done"))
+    assert (row.status, row.error) == ("PENDING", [])
+
+    assert cli("job", "cancel", "done", "--actor", "alice@ops", "--reason", "dup").returncode == 0
+    assert cli("job", "retry", "done", "--actor", "bob").returncode == 0
+    assert cli("job", "reject", "parked-2", "--actor", "carol").returncode == 0
+    assert cli("job", "approve", "parked", "--actor", "dave").returncode == 0
+    row = cli.with_store(lambda s: s.get_job("done"))
+    assert [(e.get("error_class") or e.get("event"), e["actor"]) for e in row.error] == [
+        ("Cancelled", "alice@ops"),
+        ("retry", "bob"),
+    ]
+    shown = cli("job", "show", "done").stdout
+    assert "Cancelled by alice@ops: dup" in shown and "retry by bob: retried by an operator" in shown
+    assert "ApprovalRejected by carol: approval rejected" in cli("job", "show", "parked-2").stdout
+    approval = cli.with_store(lambda s: s.get_approval("parked-2"))
+    assert approval.rejection["rejected_by"] == "carol"
 
 
 def test_show_prints_the_last_journal_events(cli: Cli) -> None:

@@ -1023,3 +1023,30 @@ async def test_of_exclusive_creates_racing_for_one_id_exactly_one_wins(make_stor
         row = await stores[0].get_job(f"race-{round_}")
         assert row is not None and row.payload == {"who": winner}
     assert (await stores[0].create_job("race-0", "agent", None)).payload is not None  # not exclusive: the row
+
+
+# -- who did it ----------------------------------------------------------------------------------------------
+
+
+async def test_each_operator_transition_records_its_actor_and_time(store: CheckpointStore) -> None:
+    await _parked(store)
+    before = time.time()
+    approved = await store.approve("j-1", invocation_id="j-1/0/1", actor="alice@laptop")
+    state = await store.get_approval("j-1")
+    assert state is not None and state.grants[-1]["approved_by"] == "alice@laptop"
+    assert state.grants[-1]["approved_at"] >= before - 1
+    await store.set_status("j-1", approved.attempt, JobStatus.RUNNING)
+    state = await store.request_approval("j-1", 1, ApprovalRequest("j-1/0/2", "d2", "rm", step=0, attempt=1))
+    rejected = await store.reject("j-1", "no", actor="bob")
+    assert state.status == "WAITING_FOR_APPROVAL" and rejected.error[-1]["actor"] == "bob"
+    fresh = await store.get_approval("j-1")
+    assert fresh is not None and fresh.rejection is not None and fresh.rejection["rejected_by"] == "bob"
+    retried = await store.retry("j-1", actor="carol (on call)")
+    assert (retried.error[-1]["event"], retried.error[-1]["actor"]) == ("retry", "carol (on call)")
+    cancelled = await store.cancel("j-1", "enough", actor="dave@host")
+    entry = cancelled.error[-1]
+    assert (entry["error_class"], entry["actor"], entry["message"]) == ("Cancelled", "dave@host", "enough")
+    assert entry["at"] >= before - 1
+    # Read back by another client: the actor is in the stored history, not only in the returned row.
+    row = await store.get_job("j-1")
+    assert row is not None and [e.get("actor") for e in row.error] == ["bob", "carol (on call)", "dave@host"]

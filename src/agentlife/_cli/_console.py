@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from typing import Any
 
 from agentlife._config import database_url_from_env, validate_database_url
@@ -20,6 +21,10 @@ __all__ = ["DEFAULT_PORT", "TOKEN_VARIABLE", "register"]
 DEFAULT_PORT = 8765
 #: The environment variable holding the secret every action must carry.
 TOKEN_VARIABLE = "AGENTLIFE_CONSOLE_TOKEN"
+#: The environment variable naming the header trusted for the actor when --actor-header is not given.
+ACTOR_HEADER_VARIABLE = "AGENTLIFE_CONSOLE_ACTOR_HEADER"
+#: An HTTP header name (an RFC 9110 token), at most 100 characters.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
 #: A token shorter than this is refused: the token is all that stands between a browser tab and a job.
 MIN_TOKEN_LENGTH = 16
 
@@ -53,6 +58,12 @@ def register(sub: Any) -> None:
         help="trust X-Forwarded-Proto/-Host and Forwarded only from these comma-separated addresses or "
         "networks ('*': any peer); default: forwarded headers are ignored",
     )
+    console.add_argument(
+        "--actor-header",
+        metavar="NAME",
+        help="trust this header, set by the proxy in front, as the person doing each action "
+        f"(e.g. X-Forwarded-User; default: {ACTOR_HEADER_VARIABLE}, else none: console@ADDRESS)",
+    )
     console.set_defaults(handler=_main)
 
 
@@ -80,4 +91,16 @@ def _main(args: argparse.Namespace) -> int:
     from agentlife._console._server import ConsoleConfig, proxy_config, serve
 
     proxy = proxy_config(args.base_path, args.forwarded_allow_ips)
-    return serve(ConsoleConfig(url=url, host=args.host, port=args.port, token=token, proxy=proxy))
+    header = actor_header(args.actor_header, os.environ)
+    config = ConsoleConfig(
+        url=url, host=args.host, port=args.port, token=token, proxy=proxy, actor_header=header
+    )
+    return serve(config)
+
+
+def actor_header(given: str | None, env: dict[str, str] | os._Environ[str]) -> str | None:
+    """``--actor-header``, else ``AGENTLIFE_CONSOLE_ACTOR_HEADER``, else None; `ConfigError` if no header."""
+    name = given if given is not None else env.get(ACTOR_HEADER_VARIABLE) or None
+    if name is not None and not _HEADER_NAME.fullmatch(name):
+        raise ConfigError("--actor-header must be an HTTP header name (letters, digits, '-', at most 100)")
+    return name

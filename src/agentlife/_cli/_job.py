@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agentlife._cli._batch import add_selection, batch_or_single
 from agentlife._cli._common import Parser, say
 from agentlife._cli._prune import add_prune
 from agentlife._cli._run import _parse_payload
@@ -132,33 +133,43 @@ def register(sub: Any) -> None:
         metavar="INVOCATION_ID",
         help="approve only if the job waits for this call (its invocation id, as `job show` prints it)",
     )
+    _actor_option(approve)
     reject = _command(commands, "reject", "refuse a parked job: it ends FAILED", _reject)
     reject.add_argument("id", metavar="ID")
     reject.add_argument("--reason", default="approval rejected", help="recorded in the crash history")
+    _actor_option(reject)
     cancel = _command(
         commands,
         "cancel",
         "end a job that has not finished, and its child jobs not detached: FAILED, attempt + 1",
-        _cancel,
+        _batched(_cancel, "cancel"),
     )
-    cancel.add_argument("id", metavar="ID")
+    cancel.add_argument("id", metavar="ID", nargs="?")
     cancel.add_argument("--reason", default="cancelled by an operator", help="recorded in the crash history")
-    retry = _command(commands, "retry", "run a FAILED or DEAD_LETTER job again", _retry)
-    retry.add_argument("id", metavar="ID")
+    _actor_option(cancel)
+    add_selection(cancel, "cancel")
+    retry = _command(commands, "retry", "run a FAILED or DEAD_LETTER job again", _batched(_retry, "retry"))
+    retry.add_argument("id", metavar="ID", nargs="?")
+    _actor_option(retry)
+    add_selection(retry, "retry")
     pause = _command(
         commands,
         "pause",
         "pause a job: no worker runs it until `job resume`; a RUNNING job stops at its next step boundary",
-        _pause,
+        _batched(_pause, "pause"),
     )
-    pause.add_argument("id", metavar="ID")
+    pause.add_argument("id", metavar="ID", nargs="?")
     pause.add_argument(
         "--reason", default=None, help="recorded with the pause (default: paused by an operator)"
     )
-    pause.add_argument("--actor", default=None, help="who pauses it (default: user@host of this process)")
-    resume = _command(commands, "resume", "put a PAUSED job back where it was paused", _resume)
-    resume.add_argument("id", metavar="ID")
-    resume.add_argument("--actor", default=None, help="who resumes it (default: user@host of this process)")
+    _actor_option(pause)
+    add_selection(pause, "pause")
+    resume = _command(
+        commands, "resume", "put a PAUSED job back where it was paused", _batched(_resume, "resume")
+    )
+    resume.add_argument("id", metavar="ID", nargs="?")
+    _actor_option(resume)
+    add_selection(resume, "resume")
     rewind = _command(
         commands,
         "rewind",
@@ -209,6 +220,33 @@ def _command(
     parser.add_argument("--database-url", help="default: AGENTLIFE_DATABASE_URL or the embedded SQLite file")
     parser.set_defaults(handler=lambda args: _main(args, handler), must_exist=must_exist)
     return parser
+
+
+def _batched(single: Callable[[argparse.Namespace], Awaitable[int]], action: str) -> Any:
+    """``job ACTION``'s handler: one ID as ``single`` does, or a selection (`batch_or_single`)."""
+    return batch_or_single(single, action, open_store, actor_of, _masked)
+
+
+def _actor_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--actor",
+        type=_actor,
+        default=None,
+        metavar="WHO",
+        help="who does this, recorded in the job's history (default: USER@HOST of this process)",
+    )
+
+
+def _actor(text: str) -> str:
+    try:
+        return check_actor(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def actor_of(args: argparse.Namespace) -> str:
+    """``--actor``, else `default_actor`."""
+    return getattr(args, "actor", None) or default_actor()
 
 
 def _main(args: argparse.Namespace, handler: Callable[[argparse.Namespace], Awaitable[int]]) -> int:
@@ -472,7 +510,9 @@ def _as_json(row: JobRecord) -> dict[str, Any]:
 
 
 async def _approve(args: argparse.Namespace) -> int:
-    row, request = await _with_store(args, lambda store: approve_parked(store, args.id, args.call))
+    row, request = await _with_store(
+        args, lambda store: approve_parked(store, args.id, args.call, actor=actor_of(args))
+    )
     how = "the parked process takes it" if row.status == JobStatus.RUNNING else "the next run resumes it"
     what = call_text(request) if request is not None else "no call recorded: the job asks again, naming it"
     sys.stdout.write(_masked(args)(f"job {row.id} approved: {row.status} ({how}): {what}") + "\n")
@@ -480,13 +520,16 @@ async def _approve(args: argparse.Namespace) -> int:
 
 
 async def _reject(args: argparse.Namespace) -> int:
-    row = await _with_store(args, lambda store: store.reject(args.id, args.reason))
+    row = await _with_store(args, lambda store: store.reject(args.id, args.reason, actor=actor_of(args)))
     sys.stdout.write(_masked(args)(f"job {row.id} rejected: {row.status}") + "\n")
     return 0
 
 
 async def _cancel(args: argparse.Namespace) -> int:
-    row, children = await _with_store(args, lambda store: cancel_with_children(store, args.id, args.reason))
+    actor = actor_of(args)
+    row, children = await _with_store(
+        args, lambda store: cancel_with_children(store, args.id, args.reason, actor=actor)
+    )
     mask = _masked(args)
     said = f"job {row.id} cancelled: {row.status}, attempt {row.attempt}"
     sys.stdout.write(mask(said) + " (a process still running it is fenced out)\n")
@@ -498,7 +541,7 @@ async def _cancel(args: argparse.Namespace) -> int:
 
 
 async def _retry(args: argparse.Namespace) -> int:
-    row = await _with_store(args, lambda store: store.retry(args.id))
+    row = await _with_store(args, lambda store: store.retry(args.id, actor=actor_of(args)))
     sys.stdout.write(
         _masked(args)(f"job {row.id} will run again: {row.status}, attempt {row.attempt}") + "\n"
     )

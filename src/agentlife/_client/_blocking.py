@@ -8,11 +8,12 @@ store. Not for async code (it would block the caller's loop): use `Client` there
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
 import queue
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -23,6 +24,7 @@ from agentlife._client._client import Client
 from agentlife._client._views import JobPage, JobSnapshot, JobSummary
 from agentlife._exceptions import ConfigError
 from agentlife._jobrefs import JobHandle
+from agentlife._jobs._batch import DEFAULT_LIMIT, BatchReport
 from agentlife._output._events import JobEvent
 from agentlife._output._follow import JobFollower
 
@@ -134,21 +136,25 @@ class BlockingClient:
         """`Client.send`."""
         return self._call(functools.partial(self._client.send, job_id, name, payload))
 
-    def approve(self, job_id: str, *, call: str | None = None) -> JobSummary:
+    def approve(self, job_id: str, *, call: str | None = None, actor: str | None = None) -> JobSummary:
         """`Client.approve`."""
-        return self._call(functools.partial(self._client.approve, job_id, call=call))
+        return self._call(functools.partial(self._client.approve, job_id, call=call, actor=actor))
 
-    def reject(self, job_id: str, reason: str = "approval rejected") -> JobSummary:
+    def reject(
+        self, job_id: str, reason: str = "approval rejected", *, actor: str | None = None
+    ) -> JobSummary:
         """`Client.reject`."""
-        return self._call(functools.partial(self._client.reject, job_id, reason))
+        return self._call(functools.partial(self._client.reject, job_id, reason, actor=actor))
 
-    def cancel(self, job_id: str, reason: str = "cancelled by an operator") -> JobSummary:
+    def cancel(
+        self, job_id: str, reason: str = "cancelled by an operator", *, actor: str | None = None
+    ) -> JobSummary:
         """`Client.cancel`."""
-        return self._call(functools.partial(self._client.cancel, job_id, reason))
+        return self._call(functools.partial(self._client.cancel, job_id, reason, actor=actor))
 
-    def retry(self, job_id: str) -> JobSummary:
+    def retry(self, job_id: str, *, actor: str | None = None) -> JobSummary:
         """`Client.retry`."""
-        return self._call(functools.partial(self._client.retry, job_id))
+        return self._call(functools.partial(self._client.retry, job_id, actor=actor))
 
     def pause(self, job_id: str, reason: str | None = None, *, actor: str | None = None) -> JobSummary:
         """`Client.pause`."""
@@ -157,6 +163,37 @@ class BlockingClient:
     def resume(self, job_id: str, *, actor: str | None = None) -> JobSummary:
         """`Client.resume`."""
         return self._call(functools.partial(self._client.resume, job_id, actor=actor))
+
+    def select(
+        self,
+        action: str,
+        *,
+        status: str | None = None,
+        agent_id: str | None = None,
+        older_than: float | str | None = None,
+        ids: Sequence[str] | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> builtins.list[str]:
+        """`Client.select`."""
+        return self._call(
+            functools.partial(
+                self._client.select,
+                action,
+                status=status,
+                agent_id=agent_id,
+                older_than=older_than,
+                ids=ids,
+                limit=limit,
+            )
+        )
+
+    def act_many(
+        self, action: str, job_ids: Sequence[str], *, reason: str | None = None, actor: str | None = None
+    ) -> BatchReport:
+        """`Client.act_many`."""
+        return self._call(
+            functools.partial(self._client.act_many, action, job_ids, reason=reason, actor=actor)
+        )
 
     def rewind(
         self,

@@ -12,9 +12,10 @@ row can hold, a timeout that is no number of seconds is a `ConfigError` in one l
 from __future__ import annotations
 
 import asyncio
+import builtins
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -27,8 +28,19 @@ from agentlife._client._wait import check_timeout, outcome, wait_for_end
 from agentlife._config import database_url_from_env, validate_database_url, validate_job_id
 from agentlife._exceptions import ConfigError, JobNotFound
 from agentlife._jobrefs import JobHandle
-from agentlife._jobs._actor import default_actor
+from agentlife._jobs._actor import check_actor, default_actor
 from agentlife._jobs._approve import approve_parked
+from agentlife._jobs._batch import (
+    BATCH_ACTIONS,
+    DEFAULT_LIMIT,
+    BatchAction,
+    BatchReport,
+    Selection,
+    act_on_each,
+    check_limit,
+    parse_age,
+    select_jobs,
+)
 from agentlife._jobs._cursor import decode_position, encode_position, position_of
 from agentlife._jobs._mask import Masker, masker_for
 from agentlife._jobs._pause import pause_job, resume_job
@@ -281,8 +293,10 @@ class Client:
         await _checked(payload, check_event, name, payload)
         return await self._store.send_event(job, name, payload)
 
-    async def approve(self, job_id: str, *, call: str | None = None) -> JobSummary:
+    async def approve(self, job_id: str, *, call: str | None = None, actor: str | None = None) -> JobSummary:
         """Approve the call the job is parked on (only if it is ``call``, an invocation id, when given).
+
+        ``actor``: who approves, recorded in the grant (default: ``user@host`` of this process).
 
         Raises:
             JobStateConflict: the job is not parked for approval, or waits for another call than ``call``.
@@ -291,43 +305,54 @@ class Client:
         job = self._job_id(job_id)
         if call is not None and not isinstance(call, str):
             raise ConfigError(f"call must be an invocation id (text), got {type(call).__name__}")
-        row, _ = await approve_parked(self._store, job, call, given_by="call=")
+        who = _actor(actor)
+        row, _ = await approve_parked(self._store, job, call, given_by="call=", actor=who)
         return summary(row)
 
-    async def reject(self, job_id: str, reason: str = "approval rejected") -> JobSummary:
+    async def reject(
+        self, job_id: str, reason: str = "approval rejected", *, actor: str | None = None
+    ) -> JobSummary:
         """Refuse the call the job is parked on: it ends FAILED, ``reason`` in its crash history.
+
+        ``actor``: who refuses, recorded with the reason (default: ``user@host`` of this process).
 
         Raises:
             JobStateConflict: the job is not parked for approval.
             JobNotFound: there is no such job.
         """
         job = self._job_id(job_id)
-        return summary(await self._store.reject(job, check_reason(reason) or "approval rejected"))
+        why, who = check_reason(reason) or "approval rejected", _actor(actor)
+        return summary(await self._store.reject(job, why, actor=who))
 
-    async def cancel(self, job_id: str, reason: str = "cancelled by an operator") -> JobSummary:
+    async def cancel(
+        self, job_id: str, reason: str = "cancelled by an operator", *, actor: str | None = None
+    ) -> JobSummary:
         """End a job that has not finished, and its child jobs not started detached: FAILED, attempt + 1.
 
-        A process still running it is fenced out: its next write fails and it stops.
+        A process still running it is fenced out: its next write fails and it stops. ``actor``: who
+        cancels, recorded with the reason (default: ``user@host`` of this process).
 
         Raises:
             JobStateConflict: the job has already ended.
             JobNotFound: there is no such job.
         """
         job = self._job_id(job_id)
-        row, _ = await cancel_with_children(
-            self._store, job, check_reason(reason) or "cancelled by an operator"
-        )
+        why, who = check_reason(reason) or "cancelled by an operator", _actor(actor)
+        row, _ = await cancel_with_children(self._store, job, why, actor=who)
         return summary(row)
 
-    async def retry(self, job_id: str) -> JobSummary:
+    async def retry(self, job_id: str, *, actor: str | None = None) -> JobSummary:
         """Run a FAILED or DEAD_LETTER job again (PENDING now); it approves nothing a reject refused.
+
+        ``actor``: who retries, recorded in the history (default: ``user@host`` of this process).
 
         Raises:
             JobStateConflict: the job is not FAILED or DEAD_LETTER.
             JobNotFound: there is no such job.
         """
         job = self._job_id(job_id)
-        return summary(await self._store.retry(job))
+        who = _actor(actor)
+        return summary(await self._store.retry(job, actor=who))
 
     async def pause(self, job_id: str, reason: str | None = None, *, actor: str | None = None) -> JobSummary:
         """Pause a job: no worker runs it until `resume`; a RUNNING job stops at its next step boundary.
@@ -398,6 +423,64 @@ class Client:
         )
         return summary(row)
 
+    # -- many jobs at once -------------------------------------------------------------------------------
+
+    async def select(
+        self,
+        action: str,
+        *,
+        status: str | None = None,
+        agent_id: str | None = None,
+        older_than: float | str | None = None,
+        ids: Sequence[str] | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> builtins.list[str]:
+        """The ids of the jobs ``action`` (``retry``, ``cancel``, ``pause``, ``resume``) would act on.
+
+        Among the statuses the action acts on (or ``status``, which must be one of them): of ``agent_id``,
+        last written at least ``older_than`` ago (seconds, or an age such as ``"7d"``, ``"12h"``,
+        ``"30m"``), among ``ids`` when given; least recently written first. What ``job ACTION --dry-run``
+        prints; hand the list to `act_many`.
+
+        Raises:
+            ConfigError: an unknown action, a status it does not act on, a bad age, agent id or limit.
+            SelectionTooLarge: (a `ConfigError`) more than ``limit`` jobs match (default 10 000, at most
+                100 000); nothing is done.
+            JobNotFound: no job matches.
+        """
+        self._check_open()
+        batch = _batch_action(action)
+        age = parse_age(older_than, "older_than") if isinstance(older_than, str) else older_than
+        wanted = None if ids is None else tuple(self._job_id(job_id) for job_id in ids)
+        selection = Selection(status, agent_id, age, wanted, check_limit(limit))
+        return await select_jobs(self._store, batch, selection)
+
+    async def act_many(
+        self,
+        action: str,
+        job_ids: Sequence[str],
+        *,
+        reason: str | None = None,
+        actor: str | None = None,
+    ) -> BatchReport:
+        """Apply ``action`` (``retry``, ``cancel``, ``pause``, ``resume``) to each job, one at a time.
+
+        Each job in its own transaction, as the single-job method does it; a job whose status changed
+        since it was selected, or that is gone, is skipped (`BatchReport.skipped`: its id and the store's
+        reason) and the rest go on. ``reason`` (cancel and pause) and ``actor`` (default: ``user@host`` of
+        this process) are recorded with each.
+
+        Raises:
+            ConfigError: an unknown action, a bad id, reason or actor, or more than 100 000 ids; nothing
+                is done.
+        """
+        self._check_open()
+        batch = _batch_action(action)
+        jobs = [self._job_id(job_id) for job_id in job_ids]
+        check_limit(max(len(jobs), 1))
+        why = None if reason is None else check_reason(reason) or None
+        return await act_on_each(self._store, batch, jobs, actor=_actor(actor), reason=why)
+
     # -- helpers ----------------------------------------------------------------------------------------
 
     def _check_open(self, *, any_loop: bool = False) -> None:
@@ -455,6 +538,22 @@ def _position(after: object) -> tuple[Any, Any] | None:
         return decode_position(after)
     except ValueError:
         raise ConfigError("after is not a paging cursor (a page's next_cursor)") from None
+
+
+def _batch_action(action: object) -> BatchAction:
+    if not isinstance(action, str) or action not in BATCH_ACTIONS:
+        raise ConfigError(f"the action must be one of {', '.join(BATCH_ACTIONS)}, got {action!r}")
+    return BATCH_ACTIONS[action]
+
+
+def _actor(actor: object) -> str:
+    """``actor`` checked (`check_actor`: else `ConfigError`), or `default_actor` when None."""
+    if actor is None:
+        return default_actor()
+    try:
+        return check_actor(actor)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

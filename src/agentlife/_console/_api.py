@@ -25,6 +25,7 @@ from aiohttp import web
 
 from agentlife._client._client import Client
 from agentlife._client._views import JobSnapshot, JobSummary
+from agentlife._console._actor import request_actor
 from agentlife._console._data import BadRequest
 from agentlife._console._openapi import (
     DEFAULT_WAIT,
@@ -35,6 +36,7 @@ from agentlife._console._openapi import (
     openapi,
 )
 from agentlife._console._ops import ConsoleClients
+from agentlife._console._proxy import ProxyConfig
 from agentlife._console._sse import Fanout, FellBehind, Frame, SseLimits, StreamLimit, comment, retry
 from agentlife._console._store import NotRecorded
 from agentlife._exceptions import (
@@ -97,6 +99,10 @@ class Api:
     ) -> None:
         self.clients, self.follower, self.masker, self.token = clients, follower, masker, token
         self.fanout, self.limits = fanout, limits
+        #: The header the proxy in front sets to the person acting (`request_actor`); None: trust none.
+        self.actor_header: str | None = None
+        #: The peers whose headers count (`ProxyConfig.trusts`).
+        self.proxy = ProxyConfig()
 
     # -- reads --------------------------------------------------------------------------------------------
 
@@ -166,43 +172,42 @@ class Api:
     async def approve(self, request: web.Request) -> web.StreamResponse:
         job_id = _path_id(request)
         body = await _body(request, {"call"})
+        actor = self.actor(request)
         client = await self.clients.get()
-        return await self._acted(client, await client.approve(job_id, call=body.get("call")))
+        return await self._acted(client, await client.approve(job_id, call=body.get("call"), actor=actor))
 
     async def reject(self, request: web.Request) -> web.StreamResponse:
-        job_id = _path_id(request)
+        job_id, actor = _path_id(request), self.actor(request)
+        reason = _reason(await _body(request, {"reason"}))
         client = await self.clients.get()
-        return await self._acted(
-            client, await client.reject(job_id, *_reason(await _body(request, {"reason"})))
-        )
+        return await self._acted(client, await client.reject(job_id, *reason, actor=actor))
 
     async def cancel(self, request: web.Request) -> web.StreamResponse:
-        job_id = _path_id(request)
+        job_id, actor = _path_id(request), self.actor(request)
+        reason = _reason(await _body(request, {"reason"}))
         client = await self.clients.get()
-        return await self._acted(
-            client, await client.cancel(job_id, *_reason(await _body(request, {"reason"})))
-        )
+        return await self._acted(client, await client.cancel(job_id, *reason, actor=actor))
 
     async def retry(self, request: web.Request) -> web.StreamResponse:
-        job_id = _path_id(request)
+        job_id, actor = _path_id(request), self.actor(request)
         await _body(request, set())
         client = await self.clients.get()
-        return await self._acted(client, await client.retry(job_id))
+        return await self._acted(client, await client.retry(job_id, actor=actor))
 
     async def pause(self, request: web.Request) -> web.StreamResponse:
-        job_id = _path_id(request)
+        job_id, actor = _path_id(request), self.actor(request)
         body = await _body(request, {"reason"})
         client = await self.clients.get()
-        return await self._acted(client, await client.pause(job_id, *_reason(body)))
+        return await self._acted(client, await client.pause(job_id, *_reason(body), actor=actor))
 
     async def resume(self, request: web.Request) -> web.StreamResponse:
-        job_id = _path_id(request)
+        job_id, actor = _path_id(request), self.actor(request)
         await _body(request, set())
         client = await self.clients.get()
-        return await self._acted(client, await client.resume(job_id))
+        return await self._acted(client, await client.resume(job_id, actor=actor))
 
     async def rewind(self, request: web.Request) -> web.StreamResponse:
-        job_id = _path_id(request)
+        job_id, actor = _path_id(request), self.actor(request)
         body = await _body(request, {"to_step", "as_job_id", "force", "reason"})
         force = body.get("force", False)
         if not isinstance(force, bool):
@@ -210,9 +215,44 @@ class Api:
         client = await self.clients.get()
         to_step: Any = body.get("to_step")  # the client checks it: anything but a step number is a 400
         job = await client.rewind(
-            job_id, to_step, as_job_id=body.get("as_job_id"), force=force, reason=body.get("reason")
+            job_id,
+            to_step,
+            as_job_id=body.get("as_job_id"),
+            force=force,
+            reason=body.get("reason"),
+            actor=actor,
         )
         return await self._acted(client, job)
+
+    async def batch(self, request: web.Request) -> web.StreamResponse:
+        action, actor = request.match_info["action"], self.actor(request)
+        body = await _body(request, _BATCH_FIELDS)
+        client = await self.clients.get()
+        ids = await client.select(action, **_selection(body))
+        shown = [self.masker.text(job_id, 200) for job_id in ids]
+        answer: dict[str, Any] = {"action": action, "count": len(ids), "job_ids": shown, "done": []}
+        if body.get("dry_run", False) is True:
+            return _json({**answer, "skipped": []})
+        expect = body.get("expect")
+        if expect != len(ids):
+            raise ApiError(
+                409,
+                "count_changed",
+                f"the selection now names {len(ids)} jobs, not the {expect!r} confirmed (expect): "
+                "look again (dry_run) and confirm that count",
+            )
+        report = await client.act_many(action, ids, reason=body.get("reason") or None, actor=actor)
+        await self.clients.confirm(client)
+        done = [self.masker.text(job_id, 200) for job_id in report.done]
+        skipped = [
+            {"job_id": self.masker.text(j, 200), "reason": self.masker.text(r, 500)}
+            for j, r in report.skipped
+        ]
+        return _json({**answer, "done": done, "skipped": skipped})
+
+    def actor(self, request: web.Request) -> str:
+        """Who makes this write (`request_actor`)."""
+        return request_actor(request, self.actor_header, self.proxy)
 
     async def _acted(self, client: Client, job: JobSummary) -> web.StreamResponse:
         await self.clients.confirm(client)
@@ -424,6 +464,31 @@ async def _body(request: web.Request, allowed: set[str]) -> dict[str, Any]:
             f"unknown field {unknown[0][:100]!r}; allowed: {', '.join(sorted(allowed)) or 'none'}"
         )
     return body
+
+
+_BATCH_FIELDS = {"ids", "status", "agent_id", "older_than", "limit", "dry_run", "expect", "reason"}
+
+
+def _selection(body: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of `Client.select` a batch's body gives (the client checks each)."""
+    if "dry_run" in body and not isinstance(body["dry_run"], bool):
+        raise BadRequest("dry_run must be true or false")
+    ids = body.get("ids")
+    if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+        raise BadRequest("ids must be a list of job ids")
+    for name in ("status", "agent_id", "older_than"):
+        if body.get(name) is not None and not isinstance(body[name], str):
+            raise BadRequest(f"{name} must be text")
+    status = body.get("status")
+    selection: dict[str, Any] = {
+        "status": status.upper() if isinstance(status, str) else None,
+        "agent_id": body.get("agent_id"),
+        "older_than": body.get("older_than"),
+        "ids": ids,
+    }
+    if "limit" in body:
+        selection["limit"] = body["limit"]
+    return selection
 
 
 def _reason(body: dict[str, Any]) -> tuple[Any, ...]:

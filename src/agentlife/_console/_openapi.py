@@ -153,6 +153,25 @@ ROUTES: tuple[Route, ...] = (
             ),
         )
     ),
+    Route(
+        "POST",
+        "/batch/{action}",
+        "batch",
+        "Retry, cancel, pause or resume the jobs a selection names, each in its own transaction: with "
+        "dry_run the ids and the count; else expect must be that count, as confirmed",
+        (200, 400, 401, 403, 404, 409, 413, 415, 503),
+        write=True,
+        body="BatchRequest",
+        answer="BatchResult",
+        params=(
+            Param(
+                "action",
+                "path",
+                {"type": "string", "enum": ["cancel", "pause", "resume", "retry"]},
+                "what to do to each job",
+            ),
+        ),
+    ),
 )
 
 
@@ -318,6 +337,31 @@ _SCHEMAS: dict[str, Any] = {
     "ApproveRequest": _record({"call": {"type": ["string", "null"]}}, ()),
     "ReasonRequest": _record({"reason": _REASON}, ()),
     "EmptyRequest": {"type": "object", "additionalProperties": False},
+    "BatchRequest": _record(
+        {
+            "ids": {"type": "array", "items": {"type": "string", "maxLength": 128}, "maxItems": 10_000},
+            "status": {"type": ["string", "null"], "enum": [*sorted(STATUSES), None]},
+            "agent_id": {"type": ["string", "null"], "maxLength": MAX_ID},
+            "older_than": {"type": ["string", "null"], "description": "an age: 30m, 12h, 7d"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100_000},
+            "dry_run": {"type": "boolean"},
+            "expect": {"type": "integer", "minimum": 1, "description": "the count the operator confirmed"},
+            "reason": _REASON,
+        },
+        (),
+    ),
+    "BatchResult": _record(
+        {
+            "action": _TEXT,
+            "count": {"type": "integer"},
+            "job_ids": {"type": "array", "items": _TEXT},
+            "done": {"type": "array", "items": _TEXT},
+            "skipped": {
+                "type": "array",
+                "items": _record({"job_id": _TEXT, "reason": _TEXT}),
+            },
+        }
+    ),
     "RewindRequest": _record(
         {
             "to_step": {"type": "integer", "minimum": 0},

@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 import orjson
 
 from agentlife._budget import format_usd
+from agentlife._console._batchpage import batch_form
 from agentlife._console._data import JobView, ListedJob, ListQuery, ListResult
 from agentlife._console._render_ops import approval_section, family_section, journal_section, overview_main
 from agentlife._console._timeline import Mark, Span, Timeline, render_svg
@@ -30,7 +31,7 @@ from agentlife.stores import JobRecord, JobStatus
 from agentlife.stores._jobs import CANCELLABLE, PAUSABLE, RETRYABLE, TERMINAL
 from agentlife.stores._overview import Overview
 
-__all__ = ["FLASHES", "error_page", "esc", "job_page", "list_page", "overview_page"]
+__all__ = ["FLASHES", "error_page", "esc", "job_page", "list_page", "overview_page", "plain_page"]
 
 #: What the page says after the store recorded an action (the server signs which, see ``_server``).
 FLASHES = {
@@ -61,6 +62,11 @@ def _page(title: str, main: str, *, actions: bool, live: str = "") -> str:
     return _template().substitute(title=esc(title), main=main, mode=mode, live=live)
 
 
+def plain_page(title: str, main: str, *, actions: bool) -> str:
+    """A page of ``main`` (markup whose every value is escaped already) in the console's frame."""
+    return _page(title, main, actions=actions)
+
+
 def error_page(status: int, title: str, message: str, *, actions: bool = False) -> str:
     """A page that says what went wrong in one sentence (the message is escaped)."""
     main = f'<h1>{esc(status)} {esc(title)}</h1><p class="error" role="alert">{esc(message)}</p>'
@@ -79,7 +85,7 @@ def list_page(
     ``mask``: what the filter's own values are shown through where the page echoes them (a value typed
     into the filter is as likely to be a secret as one read from the store); its links keep them as given.
     """
-    parts = ["<h1>Jobs</h1>", _filters(query, mask)]
+    parts = ["<h1>Jobs</h1>", _filters(query, mask), batch_form(query) if actions else ""]
     caption = "Jobs, most recently updated first"
     if query.job_id is not None:
         shown = esc(mask(query.job_id))

@@ -33,7 +33,9 @@ from urllib.parse import urlencode
 import anyio
 from aiohttp import web
 
+from agentlife._console._actor import request_actor
 from agentlife._console._api import Api, add_routes, same_origin
+from agentlife._console._batchpage import batch_confirm, batch_outcome
 from agentlife._console._data import (
     MAX_ID,
     BadRequest,
@@ -47,12 +49,13 @@ from agentlife._console._journals import journal_path, stream_journal
 from agentlife._console._openapi import PREFIX
 from agentlife._console._ops import ConsoleClients, OutputFollower
 from agentlife._console._proxy import ProxyConfig, forwarded_origin, proxy_config, rebase
-from agentlife._console._render import FLASHES, error_page, job_page, list_page, overview_page
+from agentlife._console._render import FLASHES, error_page, job_page, list_page, overview_page, plain_page
 from agentlife._console._sse import Fanout, SseLimits
 from agentlife._console._store import ConsoleStore, NotRecorded
 from agentlife._console._timeline import build_timeline
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError, describe_error
 from agentlife._jobs._approve import approve_parked
+from agentlife._jobs._batch import BATCH_ACTIONS, Selection, act_on_each, select_jobs
 from agentlife._jobs._mask import masker_for
 from agentlife._jobs._pause import pause_job, resume_job
 from agentlife._jobs._reason import check_reason
@@ -99,6 +102,8 @@ class ConsoleConfig:
     """What ``console`` serves: the store's URL, where to listen, the action token (None: read-only).
 
     ``data_dir`` holds the session journals (default: ``AGENTLIFE_DATA_DIR``, as for ``job show``).
+    ``actor_header``: the header the proxy in front sets to the person acting, trusted for the actor of
+    every action (`request_actor`); None: no header is trusted.
     """
 
     url: str
@@ -109,6 +114,7 @@ class ConsoleConfig:
     events: SseLimits = field(default_factory=SseLimits)
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     """The base path it is served under and the peers whose forwarded headers count (`ProxyConfig`)."""
+    actor_header: str | None = None
 
 
 class _Console:
@@ -182,6 +188,60 @@ class _Console:
 
     # -- actions ----------------------------------------------------------------------------------------
 
+    async def batch(self, request: web.Request) -> web.StreamResponse:
+        """Every job the list's filter matches: select and show the count, then act on that count."""
+        form, refused = await self._action_form(request)
+        if refused is not None:
+            return refused
+        action = form.get("action")
+        if action not in BATCH_ACTIONS:
+            raise BadRequest("action must be one of " + ", ".join(sorted(BATCH_ACTIONS)))
+        status, agent = _text(form.get("status")) or None, _text(form.get("agent")) or None
+        if status is None and agent is None:
+            raise BadRequest("a batch needs a filter: a status or an agent")
+        actor = request_actor(request, self.config.actor_header, self.config.proxy)
+        store = await self.store.get()
+        try:
+            ids = await select_jobs(store, BATCH_ACTIONS[str(action)], Selection(status, agent))
+        except ConfigError as exc:
+            raise BadRequest(str(exc)) from None
+        shown = functools.partial(self.masker.text, limit=2000)
+        expect = _text(form.get("expect"))
+        if not expect:
+            main = batch_confirm(str(action), status, agent, ids, shown)
+            return web.Response(text=plain_page("Confirm", main, actions=True), content_type="text/html")
+        if expect != str(len(ids)):
+            return self.page(
+                409, "Conflict", f"The filter now matches {len(ids)} jobs, not {expect}: look again."
+            )
+        reason = _reason(_text(form.get("reason"))) or None
+        report = await act_on_each(store, BATCH_ACTIONS[str(action)], ids, actor=actor, reason=reason)
+        await self.store.confirm(store)
+        log.info("console: %s", self.masker.text(f"{report.summary()} by {actor}", 500))
+        return web.Response(
+            text=plain_page("Done", batch_outcome(report, shown), actions=True), content_type="text/html"
+        )
+
+    async def _action_form(self, request: web.Request) -> tuple[Any, web.Response | None]:
+        """The posted form of an action, or the page refusing it (actions off, another origin, no token)."""
+        if self.config.token is None:
+            return None, self.page(403, "Forbidden", "Actions are off: the console was started without them.")
+        if not same_origin(request):
+            return None, self.page(
+                403, "Forbidden", "Actions are only accepted from the console's own pages."
+            )
+        if request.content_type != "application/x-www-form-urlencoded":
+            return None, self.page(
+                415, "Unsupported Media Type", "An action is a form (x-www-form-urlencoded)."
+            )
+        form = await request.post()
+        given = request.headers.get(TOKEN_HEADER) or form.get("token")
+        if not isinstance(given, str) or not hmac.compare_digest(
+            given.encode("utf-8", "surrogatepass"), self.config.token.encode("utf-8", "surrogatepass")
+        ):
+            return None, self.page(403, "Forbidden", "A valid console token is required for an action.")
+        return form, None
+
     async def action(self, request: web.Request) -> web.StreamResponse:
         if self.config.token is None:
             return self.page(403, "Forbidden", "Actions are off: the console was started without them.")
@@ -198,40 +258,43 @@ class _Console:
         action, job_id = form.get("action"), _job_id(_text(form.get("id")))
         if action not in _ACTIONS:
             raise BadRequest("action must be one of " + ", ".join(sorted(_ACTIONS)))
-        status = await self._act(str(action), job_id, form)
-        log.info("console: %s of job %s: %s", action, self.masker.text(job_id, 200), status)
+        actor = request_actor(request, self.config.actor_header, self.config.proxy)
+        status = await self._act(str(action), job_id, form, actor)
+        shown = self.masker.text(job_id, 200), self.masker.text(actor, 200)
+        log.info("console: %s of job %s by %s: %s", action, *shown, status)
         assert self.flashes is not None  # actions need the token, and the token makes the flashes
         done = self.flashes.sign(job_id, str(action), status)
         raise web.HTTPSeeOther(f"{self.config.proxy.base_path}/job?{urlencode({'id': job_id, 'done': done})}")
 
-    async def _act(self, action: str, job_id: str, form: Any) -> str:
+    async def _act(self, action: str, job_id: str, form: Any, actor: str) -> str:
         """Make the action; the job's status as the store at the configured path then records it."""
         store = await self.store.get()
-        await self._write(store, action, job_id, form)
+        await self._write(store, action, job_id, form, actor)
         row = await store.get_job(job_id)
         await self.store.confirm(store)  # the write and the read went to the store the others use
         if row is None:
             raise JobNotFound(f"job {job_id} is gone from the store")
         return self.masker.text(row.status, 100)
 
-    async def _write(self, store: OperatorStore, action: str, job_id: str, form: Any) -> None:
+    async def _write(self, store: OperatorStore, action: str, job_id: str, form: Any, actor: str) -> None:
         if action == "approve":
             # The page always says which call it showed ("" for none): a form without it is not the page's.
             if "call" not in form:
                 raise web.HTTPBadRequest(text="An approval names the call the page showed (its call field).")
             call = _text(form.get("call")) or None
-            await approve_parked(store, job_id, call, given_by="the page", shown=True)
+            await approve_parked(store, job_id, call, given_by="the page", shown=True, actor=actor)
         elif action == "retry":
-            await store.retry(job_id)
+            await store.retry(job_id, actor=actor)
         elif action == "reject":
-            await store.reject(job_id, _reason(_text(form.get("reason"))) or "approval rejected")
+            reason = _reason(_text(form.get("reason"))) or "approval rejected"
+            await store.reject(job_id, reason, actor=actor)
         elif action == "pause":
-            await _paused(pause_job(store, job_id, _reason(_text(form.get("reason"))) or None))
+            await _paused(pause_job(store, job_id, _reason(_text(form.get("reason"))) or None, actor))
         elif action == "resume":
-            await _paused(resume_job(store, job_id))
+            await _paused(resume_job(store, job_id, actor))
         else:  # as `job cancel`: the job, then its children that were not started detached
             reason = _reason(_text(form.get("reason"))) or "cancelled by an operator"
-            await cancel_with_children(store, job_id, reason)
+            await cancel_with_children(store, job_id, reason, actor=actor)
 
 
 class _Flashes:
@@ -312,6 +375,7 @@ def create_app(config: ConsoleConfig) -> web.Application:
     follower = OutputFollower(console.store, console.masker)
     fanouts: list[Fanout] = []
     api = Api(clients, follower, console.masker, config.token, lambda: fanouts[0], config.events)
+    api.actor_header, api.proxy = config.actor_header, config.proxy
 
     base = config.proxy.base_path
     api_prefix = base + PREFIX
@@ -334,6 +398,7 @@ def create_app(config: ConsoleConfig) -> web.Application:
     app.router.add_get(base + "/job/journal", console.journal)
     app.router.add_get(base + "/overview", console.overview)
     app.router.add_post(base + "/job/action", console.action)
+    app.router.add_post(base + "/jobs/batch", console.batch)
     app.router.add_get(base + "/static/{name}", console.static_file)
     if base:
         app.router.add_get(base, _to_index)

@@ -104,7 +104,9 @@ def build_timeline(
         for entry in history:
             if isinstance(entry, Mapping) and (at := _ts(entry.get("at"))) is not None:
                 what = entry.get("error_class") or entry.get("event") or entry.get("decision") or "entry"
-                timeline.marks.append(Mark(at, f"{_text(what)}: {_text(entry.get('message'))}", "crash"))
+                who = f" by {_text(entry['actor'])}" if isinstance(entry.get("actor"), str) else ""
+                label = f"{_text(what)}{who}: {_text(entry.get('message'))}"
+                timeline.marks.append(Mark(at, label, "crash"))
     if len(timeline.spans) > MAX_SPANS:
         timeline.dropped = len(timeline.spans) - MAX_SPANS
         timeline.spans = timeline.spans[:MAX_SPANS]

@@ -11,6 +11,7 @@ is made in one place; `agentlife.Client` runs the same operations.
 * `_approve.py`: `approve_parked`, approving exactly the call a job is parked on.
 * `_start.py`: creating a job (`check_start`, `create_job`): ``job create`` and `agentlife.Client.start`.
 * `_reason.py`: `check_reason`, the reason of a reject or a cancel.
+* `_actor.py`: `check_actor` and `default_actor`, who does an operator action (recorded with it).
 * `_cursor.py`: the job list's keyset paging cursor as text, for the console's pages and the client.
 * `_rewind.py`: `plan_rewind` and `rewind_job`, ``job rewind`` and `agentlife.Client.rewind`.
 * `_actor.py`: `default_actor` and `check_actor`, who performs an operator's action.

@@ -18,12 +18,13 @@ async def approve_parked(
     *,
     given_by: str = "--call",
     shown: bool = False,
+    actor: str | None = None,
 ) -> tuple[JobRecord, Any]:
     """Approve the call ``job_id`` is parked on (only if it is ``call``, when given): (the row, the request).
 
     ``given_by`` names where ``call`` came from in the refusal (``--call``, a form's field). ``shown``: the
     caller showed the operator ``call``, None being "no call" (a page): then a job that records a call the
-    operator did not see is refused, never approved.
+    operator did not see is refused, never approved. ``actor``: who approves, recorded in the grant.
 
     Raises:
         JobStateConflict: the job is not parked, or waits for another call than ``call``.
@@ -35,7 +36,7 @@ async def approve_parked(
     if request is None:
         if call is not None:
             raise JobStateConflict(f"cannot approve job {job_id}: it records no call waiting to be approved")
-        return await store.approve(job_id, no_call=shown), None
+        return await store.approve(job_id, no_call=shown, actor=actor), None
     if shown and call is None:
         waits_for = call_text(request)
         raise JobStateConflict(f"cannot approve job {job_id}: it now waits for {waits_for}, a call not shown")
@@ -45,5 +46,7 @@ async def approve_parked(
         raise JobStateConflict(
             f"cannot approve job {job_id}: it waits for {waits_for}, not the call given by {given_by}"
         )
-    row = await store.approve(job_id, invocation_id=request["invocation_id"], digest=request["digest"])
+    row = await store.approve(
+        job_id, invocation_id=request["invocation_id"], digest=request["digest"], actor=actor
+    )
     return row, request

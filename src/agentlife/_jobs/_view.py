@@ -185,10 +185,14 @@ def _approval_lines(state: ApprovalState | None) -> list[str]:
     out = []
     if state.request is not None and state.status == JobStatus.WAITING_FOR_APPROVAL:
         out.append(f"waits for   {call_text(state.request)}")
-    out += [f"approved    {call_text(grant)} at {utc(grant.get('approved_at'))}" for grant in state.grants]
+    out += [
+        f"approved    {call_text(grant)} at {utc(grant.get('approved_at'))}{by(grant.get('approved_by'))}"
+        for grant in state.grants
+    ]
     if state.rejection is not None:
         reason = state.rejection.get("reason") or ""
-        out.append(f"rejected    {call_text(state.rejection)}: {reason}")
+        who = by(state.rejection.get("rejected_by"))
+        out.append(f"rejected    {call_text(state.rejection)}{who}: {reason}")
     return out
 
 
@@ -204,14 +208,18 @@ def _history_line(entry: Any) -> str:
     at = entry.get("at")
     when = utc(at) if isinstance(at, (int, float)) else "?"
     what = entry.get("error_class") or entry.get("event") or "?"
+    what += by(entry.get("actor"))
     line = f"{when}  attempt {entry.get('attempt', '?')}  {what}: {entry.get('message', '')}"
-    if isinstance(entry.get("actor"), str):
-        line += f" (by {entry['actor']})"
     if entry.get("decision"):
         line += f" -> {entry['decision']}"
         if isinstance(entry.get("not_before"), (int, float)):
             line += f" not before {utc(entry['not_before'])}"
     return line
+
+
+def by(actor: Any) -> str:
+    """`` by ACTOR`` for an operator's entry that records who did it (text), else nothing."""
+    return f" by {actor}" if isinstance(actor, str) and actor else ""
 
 
 def utc(ts: Any) -> str:

@@ -215,22 +215,31 @@ def requested(raw: Any, request: ApprovalRequest, at: float) -> dict[str, Any]:
     return column
 
 
-def granted(raw: Any, at: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The column after ``job approve``, and the grant made (None when no request was recorded)."""
+def granted(raw: Any, at: float, actor: str | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The column after ``job approve``, and the grant made (None when no request was recorded).
+
+    ``actor``: who approved, recorded in the grant as ``approved_by`` when given.
+    """
     column = _column(raw)
     request, column["request"] = column["request"], None
     if request is None:
         return column, None
     grant = {**request, "approved_at": at}
+    if actor is not None:
+        grant["approved_by"] = actor
     column["grants"] = [*column["grants"], grant]
     return column, grant
 
 
-def rejected(raw: Any, reason: str, at: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def rejected(
+    raw: Any, reason: str, at: float, actor: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The column after ``job reject``, and the refused request (None when none was recorded)."""
     column = _column(raw)
     request, column["request"] = column["request"], None
     column["rejection"] = {**(request or {}), "reason": reason, "rejected_at": at}
+    if actor is not None:
+        column["rejection"]["rejected_by"] = actor
     return column, request
 
 

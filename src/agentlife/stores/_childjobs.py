@@ -230,18 +230,18 @@ async def children_ended(tx: Tx, job_ids: Sequence[str]) -> bool:
 
 
 async def cancel_with_children(
-    store: OperatorStore, job_id: str, reason: str
+    store: OperatorStore, job_id: str, reason: str, *, actor: str | None = None
 ) -> tuple[JobRecord, list[JobRecord]]:
     """Cancel ``job_id`` (`OperatorStore.cancel`), then its children that are not detached, recursively.
 
     The job first: a parent cancelled is fenced out and starts nothing more, and its children's ends wake
     nobody. A child that has ended, or ends meanwhile, is left as it is. Returns the job's row and the rows
-    of the children cancelled.
+    of the children cancelled. ``actor`` is recorded in every cancel.
 
     Raises:
         JobNotFound, JobStateConflict: the job itself cannot be cancelled; nothing changed.
     """
-    row = await store.cancel(job_id, reason)
+    row = await store.cancel(job_id, reason, actor=actor)
     cancelled: list[JobRecord] = []
     seen, queue = {job_id}, [job_id]
     while queue and len(seen) <= MAX_CANCEL_TREE:
@@ -254,5 +254,6 @@ async def cancel_with_children(
             if status in TERMINAL:
                 continue
             with contextlib.suppress(JobStateConflict, JobNotFound):  # ended or gone meanwhile
-                cancelled.append(await store.cancel(child, f"{reason} (parent {job_id} cancelled)"))
+                reason_child = f"{reason} (parent {job_id} cancelled)"
+                cancelled.append(await store.cancel(child, reason_child, actor=actor))
     return row, cancelled

@@ -159,22 +159,24 @@ def check_transition(job_id: str, operation: str, row: JobRecord | None, allowed
 def operator_record(
     error_class: str, message: str, attempt: int, at: float, *, actor: str | None = None
 ) -> dict[str, Any]:
-    """The crash-history entry of an operator's action: exit code 0, so no retry limit counts it."""
-    record: dict[str, Any] = {
-        "at": at,
-        "attempt": attempt,
-        "exit_code": 0,
-        "error_class": error_class,
-        "message": message,
-    }
-    if actor is not None:
-        record["actor"] = actor
-    return record
+    """The crash-history entry of reject / cancel: exit code 0, so no retry limit counts it as a crash.
+
+    ``actor``: who did it (`agentlife._jobs._actor.check_actor`), recorded as ``actor`` when given.
+    """
+    entry = {"at": at, "attempt": attempt, "exit_code": 0, "error_class": error_class, "message": message}
+    return _with_actor(entry, actor)
 
 
-def retry_marker(attempt: int, at: float) -> dict[str, Any]:
-    """The crash-history entry of ``retry``."""
-    return {"at": at, "attempt": attempt, "event": RETRY_EVENT, "message": "retried by an operator"}
+def retry_marker(attempt: int, at: float, *, actor: str | None = None) -> dict[str, Any]:
+    """The crash-history entry of ``retry`` (``actor``: who retried, when given)."""
+    entry = {"at": at, "attempt": attempt, "event": RETRY_EVENT, "message": "retried by an operator"}
+    return _with_actor(entry, actor)
+
+
+def _with_actor(entry: dict[str, Any], actor: str | None) -> dict[str, Any]:
+    if actor is not None:  # checked by the caller, as the reason is (`agentlife._jobs._actor`)
+        entry["actor"] = actor
+    return entry
 
 
 def since_last_retry(history: Sequence[Any]) -> list[Mapping[str, Any]]:

@@ -434,6 +434,7 @@ class OperatorStore(JobRows, Protocol):
         invocation_id: str | None = None,
         digest: str | None = None,
         no_call: bool = False,
+        actor: str | None = None,
     ) -> JobRecord:
         """Grant the call the job is parked on; WAITING_FOR_APPROVAL -> RUNNING or PENDING; returns the row.
 
@@ -443,28 +444,33 @@ class OperatorStore(JobRows, Protocol):
         worker resumes the job and runs the granted call without asking again. ``invocation_id`` and
         ``digest``, when given, must name the recorded request (approve exactly the call that was shown);
         ``no_call=True`` says no call was shown, and refuses the approval if a request is recorded (a job
-        that records none is approved and names its call when it asks again).
+        that records none is approved and names its call when it asks again). ``actor`` (who approved,
+        `agentlife._jobs._actor.check_actor`) is recorded in the grant as ``approved_by``.
 
         Raises:
             JobNotFound: no such row.
             JobStateConflict: the job is not waiting for approval, or waits for another call.
         """
 
-    async def reject(self, job_id: str, reason: str) -> JobRecord:
-        """WAITING_FOR_APPROVAL -> FAILED, final: the reason recorded in the crash history.
+    async def reject(self, job_id: str, reason: str, *, actor: str | None = None) -> JobRecord:
+        """WAITING_FOR_APPROVAL -> FAILED, final: the reason (and ``actor``) recorded in the crash history.
 
         The parked process, or whichever step reaches the call, ends the job FAILED whatever it does next.
         """
 
-    async def cancel(self, job_id: str, reason: str) -> JobRecord:
+    async def cancel(self, job_id: str, reason: str, *, actor: str | None = None) -> JobRecord:
         """PENDING, RETRYING, RUNNING, WAITING_FOR_APPROVAL, WAITING or PAUSED -> FAILED with ``attempt + 1``.
+
+        The reason and ``actor`` (who cancelled) are recorded in the crash history.
 
         The bumped attempt fences out a process still running the job: its next write raises
         `agentlife.AttemptFenced` and it stops without touching the row.
         """
 
-    async def retry(self, job_id: str) -> JobRecord:
+    async def retry(self, job_id: str, *, actor: str | None = None) -> JobRecord:
         """FAILED or DEAD_LETTER -> PENDING, runnable now; earlier crashes stop counting to retry limits.
+
+        ``actor`` (who retried) is recorded in the crash history's retry marker.
 
         A retry approves nothing: a rejected call parks again and asks. Earlier grants stand.
         """

@@ -333,21 +333,22 @@ class SQLStore(Generic[D]):
         invocation_id: str | None = None,
         digest: str | None = None,
         no_call: bool = False,
+        actor: str | None = None,
     ) -> JobRecord:
         """Grant the call the job is parked on; see `OperatorStore.approve`."""
-        return await self._db.run(_transitions.approve, job_id, invocation_id, digest, no_call)
+        return await self._db.run(_transitions.approve, job_id, invocation_id, digest, no_call, actor)
 
-    async def reject(self, job_id: str, reason: str) -> JobRecord:
+    async def reject(self, job_id: str, reason: str, *, actor: str | None = None) -> JobRecord:
         """WAITING_FOR_APPROVAL -> FAILED, final, the reason recorded."""
-        return await self._db.run(_transitions.reject, job_id, reason)
+        return await self._db.run(_transitions.reject, job_id, reason, actor)
 
-    async def cancel(self, job_id: str, reason: str) -> JobRecord:
+    async def cancel(self, job_id: str, reason: str, *, actor: str | None = None) -> JobRecord:
         """PENDING, RETRYING, RUNNING, WAITING_FOR_APPROVAL, WAITING or PAUSED -> FAILED, ``attempt + 1``."""
-        return await self._db.run(_transitions.cancel, job_id, reason)
+        return await self._db.run(_transitions.cancel, job_id, reason, actor)
 
-    async def retry(self, job_id: str) -> JobRecord:
+    async def retry(self, job_id: str, *, actor: str | None = None) -> JobRecord:
         """FAILED or DEAD_LETTER -> PENDING, runnable now; approves nothing."""
-        return await self._db.run(_transitions.retry, job_id)
+        return await self._db.run(_transitions.retry, job_id, actor)
 
     async def pause(self, job_id: str, *, reason: str, actor: str) -> JobRecord:
         """PAUSED where it is, or a RUNNING job's pause requested; see `OperatorStore.pause`."""

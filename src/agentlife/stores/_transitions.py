@@ -37,43 +37,49 @@ __all__ = ["approve", "cancel", "reject", "retry"]
 
 
 async def approve(
-    tx: Tx, job_id: str, invocation_id: str | None, digest: str | None, no_call: bool = False
+    tx: Tx,
+    job_id: str,
+    invocation_id: str | None,
+    digest: str | None,
+    no_call: bool = False,
+    actor: str | None = None,
 ) -> JobRecord:
     """Grant the call the row is parked on: RUNNING for a live parked process, else PENDING.
 
-    A PENDING row wakes the agent's idle workers.
+    A PENDING row wakes the agent's idle workers. ``actor`` is recorded in the grant (``approved_by``).
     """
     async with tx.atomic():
         _, locked = await _locked(tx, job_id, "approve", APPROVABLE)
         approval = loads_approval(locked["approval"])
         check_request(job_id, approval, invocation_id, digest, no_call=no_call)
         live = owner_is_live(locked["owner"], locked["heartbeat_age"], CLAIM_STALE_AFTER_SECONDS)
-        column, _ = granted(approval, tx.now)
+        column, _ = granted(approval, tx.now, actor)
         status = JobStatus.RUNNING if live else JobStatus.PENDING
         return await _changed(tx, tx.sql.approve, job_id, status=str(status), approval=dumps(column))
 
 
-async def reject(tx: Tx, job_id: str, reason: str) -> JobRecord:
+async def reject(tx: Tx, job_id: str, reason: str, actor: str | None = None) -> JobRecord:
     """WAITING_FOR_APPROVAL -> FAILED, final, the reason and the refused call recorded."""
     async with tx.atomic():
         row, locked = await _locked(tx, job_id, "reject", APPROVABLE)
-        column, request = rejected(loads_approval(locked["approval"]), reason, tx.now)
-        entry = rejection_record(operator_record("ApprovalRejected", reason, row.attempt, tx.now), request)
+        column, request = rejected(loads_approval(locked["approval"]), reason, tx.now, actor)
+        entry = operator_record("ApprovalRejected", reason, row.attempt, tx.now, actor=actor)
+        entry = rejection_record(entry, request)
         return await _changed(tx, tx.sql.reject, job_id, approval=dumps(column), **appended(row, entry))
 
 
-async def cancel(tx: Tx, job_id: str, reason: str) -> JobRecord:
+async def cancel(tx: Tx, job_id: str, reason: str, actor: str | None = None) -> JobRecord:
     """PENDING, RETRYING, RUNNING, WAITING_FOR_APPROVAL or WAITING -> FAILED with ``attempt + 1``.
 
     The bumped attempt fences out a process still running the job (and its claim token is dropped).
     """
     async with tx.atomic():
         row, _ = await _locked(tx, job_id, "cancel", CANCELLABLE)
-        entry = operator_record("Cancelled", reason, row.attempt, tx.now)
+        entry = operator_record("Cancelled", reason, row.attempt, tx.now, actor=actor)
         return await _changed(tx, tx.sql.cancel, job_id, **appended(row, entry))
 
 
-async def retry(tx: Tx, job_id: str) -> JobRecord:
+async def retry(tx: Tx, job_id: str, actor: str | None = None) -> JobRecord:
     """FAILED or DEAD_LETTER -> PENDING, runnable now (waking the agent's idle workers); approves nothing.
 
     The owner stays: a reaped row's tombstone must go on fencing out the process it was taken from.
@@ -81,7 +87,7 @@ async def retry(tx: Tx, job_id: str) -> JobRecord:
     async with tx.atomic():
         row, locked = await _locked(tx, job_id, "retry", RETRYABLE)
         column = retried(loads_approval(locked["approval"]))
-        entry = retry_marker(row.attempt, tx.now)
+        entry = retry_marker(row.attempt, tx.now, actor=actor)
         return await _changed(tx, tx.sql.retry, job_id, approval=dumps(column), **appended(row, entry))
 
 
