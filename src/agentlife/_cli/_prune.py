@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import shutil
 import sys
 from typing import Any
 
 from agentlife._config import JOB_ID_PATTERN, data_dir_from_env, validate_agent_id
 from agentlife._exceptions import ConfigError
+from agentlife._jobs._batch import parse_age as age_seconds
 from agentlife.stores._jobs import TERMINAL
 from agentlife.stores._prune import DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE
 
@@ -28,17 +28,11 @@ DEFAULT_OLDER_THAN = "30d"
 MIN_OLDER_THAN_SECONDS = 60.0
 #: The oldest ``--older-than`` says anything of (100 years: more is a typo, and past the clock's range).
 MAX_OLDER_THAN_SECONDS = 100 * 365 * 86400.0
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
-# Not after a digit: a search from inside a run of digits fails at once (the regex audit runs ``search``).
-_AGE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)([smhdw])")
 
 
 def parse_age(text: str, what: str = "--older-than") -> float:
     """Seconds of an age written ``30d``, ``12h``, ``90m``, ``45s`` or ``2w``; `ConfigError` otherwise."""
-    match = _AGE.fullmatch(text.strip().lower())
-    if match is None:
-        raise ConfigError(f"{what} {text!r} is not an age: a number and a unit, s, m, h, d or w (e.g. 30d)")
-    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    seconds = age_seconds(text, what)  # the syntax every --older-than shares
     if not math.isfinite(seconds) or seconds > MAX_OLDER_THAN_SECONDS:
         raise ConfigError(f"{what} {text!r} is more than 100 years")
     if seconds < MIN_OLDER_THAN_SECONDS:
