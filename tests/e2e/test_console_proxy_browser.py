@@ -5,9 +5,10 @@ on an approval. One browser session drives every check (Chromium is expensive): 
 equal ``job list``'s; the list refreshes its rows by itself while a filter is being typed; the approval
 shows the tool, its arguments and the model's text, masked (and the row holds them masked); approving from
 the page goes through the proxy and the job completes; the journal downloads masked and the job's event
-stream works under the base path; a console that does not trust the proxy refuses the same action. The
-screenshots of docs/console.md's on-call part are taken here (written with ``CONSOLE_SCREENSHOTS=1``).
-Chromium missing is a failure, not a skip."""
+stream works under the base path; pause and resume from the page, each recorded with the actor the
+proxy's X-Forwarded-User names (``--actor-header``); a console that does not trust the proxy refuses the
+same action. The screenshots of docs/console.md's on-call part are taken here (written with
+``CONSOLE_SCREENSHOTS=1``). Chromium missing is a failure, not a skip."""
 
 from __future__ import annotations
 
@@ -107,7 +108,8 @@ def test_the_console_behind_a_tls_proxy_on_a_sub_path(tmp_path: Path) -> None:
         cert, key = _certificate(tmp_path)
         console_env = {**env, "AGENTLIFE_CONSOLE_TOKEN": TOKEN}
         flags = ("--allow-actions", "--base-path", BASE)
-        trusting, trusting_url = start_console(console_env, *flags, "--forwarded-allow-ips", "127.0.0.1")
+        trusted = ("--forwarded-allow-ips", "127.0.0.1", "--actor-header", "X-Forwarded-User")
+        trusting, trusting_url = start_console(console_env, *flags, *trusted)
         wary, wary_url = start_console(console_env, *flags)
         procs += [trusting, wary]
         assert trusting_url.endswith(BASE + "/") and wary_url.endswith(BASE + "/")
@@ -121,6 +123,9 @@ def test_the_console_behind_a_tls_proxy_on_a_sub_path(tmp_path: Path) -> None:
             _approval_shows_arguments_and_goes_through_the_proxy(d, url, env, db)
             assert worker.wait(timeout=60) == 0
             _wait_status(env, "ops-1", "COMPLETED")
+            shown = cli_in_process("job", "show", "ops-1", env=env).stdout
+            assert "by alice@example" in shown, shown  # the actor the proxy named, recorded with the grant
+            _pause_and_resume_from_the_page(d, url, env)
             _journal_and_events_under_the_base_path(d, url)
             # The same action through the same kind of proxy, to a console that does not trust it.
             d.get(wary_url + "job?id=q-3")
@@ -195,6 +200,19 @@ def _approval_shows_arguments_and_goes_through_the_proxy(
     _wait(d, lambda drv: "done=approve." in drv.current_url)
     assert d.current_url.startswith(url + "job?id=ops-1&done=")
     assert "Approved" in _text(d, ".flash")
+
+
+def _pause_and_resume_from_the_page(d: Any, url: str, env: dict[str, str]) -> None:
+    from selenium.webdriver.common.by import By
+
+    for action, status in (("pause", "PAUSED"), ("resume", "PENDING")):
+        d.get(url + "job?id=q-1")
+        d.find_element(By.ID, f"{action}-token").send_keys(TOKEN)
+        d.find_element(By.CSS_SELECTOR, f"button[value={action}]").click()
+        _wait(d, lambda drv, a=action: f"done={a}." in drv.current_url)
+        _wait_status(env, "q-1", status, timeout=5)
+    history = cli_in_process("job", "show", "q-1", env=env).stdout
+    assert history.count("by alice@example") >= 2, history  # the pause and the resume, each by its actor
 
 
 def _journal_and_events_under_the_base_path(d: Any, url: str) -> None:
