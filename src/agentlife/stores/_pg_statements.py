@@ -69,6 +69,13 @@ _LIVE = f"status NOT IN ({TERMINAL_SQL})"
 #: The order of a worker's claim: higher priority first, then the row due first (a new job is due when it
 #: is created, so jobs of one priority start in creation order, whatever their key), then the id.
 CLAIM_ORDER = "priority DESC, not_before NULLS FIRST, id"
+#: Whether the agent has a due runnable row, each half one probe of its (agent, not_before) index. The claim
+#: orders by priority first, so without it a claim that finds nothing due reads every runnable row of the
+#: agent not yet due (a parked wait's): its cost grew with the waiting rows. Evaluated once per statement.
+_AGENT_HAS_DUE = (
+    f" AND (EXISTS (SELECT 1 FROM {{j}} WHERE agent_id = :agent_id AND {RUNNABLE_SQL} AND not_before IS NULL)"
+    f" OR EXISTS (SELECT 1 FROM {{j}} WHERE agent_id = :agent_id AND {RUNNABLE_SQL} AND not_before <= now()))"
+)
 #: A row made RUNNING by anything but a worker's limited claim holds no slot of its key or agent: a slot
 #: kept from an earlier claim could meet the same slot a limited claim gave another row meanwhile.
 _NO_SLOTS = "key_slot = NULL, agent_slot = NULL"
@@ -121,9 +128,9 @@ def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> St
     fenced = f"id = :job_id AND attempt = :attempt{d.fence}"
     no_pause = ", paused = NULL" if keys else ""
 
-    def claim(agent: str, *extra: str) -> str:
+    def claim(agent: str, *extra: str, guard: str = "") -> str:
         return (
-            f"WITH next AS (SELECT id AS next_id FROM {j} WHERE {agent}{RUNNABLE_SQL} AND {_DUE}"
+            f"WITH next AS (SELECT id AS next_id FROM {j} WHERE {agent}{RUNNABLE_SQL} AND {_DUE}{guard}"
             f" ORDER BY {CLAIM_ORDER} LIMIT 1 FOR UPDATE SKIP LOCKED)"
             f" UPDATE {j} SET status = 'RUNNING', attempt = attempt + 1, owner = :owner,"
             f" heartbeat_at = now(), updated_at = now(){no_slots}"
@@ -161,7 +168,7 @@ def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> St
         ),
         "claim_any": claim("", "NULL::float8 AS next_due"),
         "claim_agent": (
-            f"WITH claimed AS ({claim('agent_id = :agent_id AND ')})"
+            f"WITH claimed AS ({claim('agent_id = :agent_id AND ', guard=_AGENT_HAS_DUE.format(j=j))})"
             f" SELECT claimed.*, ({next_due_when_idle}) AS next_due FROM (SELECT 1) AS one"
             " LEFT JOIN claimed ON true"
         ),
@@ -324,6 +331,7 @@ def limited_claim(t: TableNames, columns: str, *, any_agent: bool, keys: bool, a
         f" AND a.agent_id = {'c.agent_id' if any_agent else ':agent_id'})"
     )
     agent = "" if any_agent else "c.agent_id = :agent_id AND "
+    has_due = "" if any_agent else _AGENT_HAS_DUE.format(j=j)
     full_keys = (
         f"full_keys AS (SELECT concurrency_key AS full_key FROM {j}"
         " WHERE status = 'RUNNING' AND concurrency_key IS NOT NULL"
@@ -345,7 +353,7 @@ def limited_claim(t: TableNames, columns: str, *, any_agent: bool, keys: bool, a
     return (
         f"WITH {full_keys if keys else ''}"
         f"next AS (SELECT c.id AS next_id, c.concurrency_key AS next_key, c.agent_id AS next_agent"
-        f" FROM {j} AS c WHERE {agent}{RUNNABLE_SQL} AND {_DUE}"
+        f" FROM {j} AS c WHERE {agent}{RUNNABLE_SQL} AND {_DUE}{has_due}"
         f"{key_tests if keys else ''}{agent_test if agents else ''}"
         f" ORDER BY {', '.join('c.' + part for part in CLAIM_ORDER.split(', '))}"
         " LIMIT 1 FOR UPDATE OF c SKIP LOCKED)"
