@@ -65,7 +65,7 @@ async def fill(url: str, finished: int, waiting: int) -> float:
             "INSERT INTO job (id, agent_id, status, payload, attempt, updated_at, not_before)"
             " SELECT 'done-' || lpad(i::text, 7, '0'), 'agent-' || (i % 5),"
             " (ARRAY['COMPLETED', 'COMPLETED', 'COMPLETED', 'FAILED', 'CANCELLED'])[1 + i % 5],"
-            " '{\"prompt\": \"a finished job\"}'::jsonb, 1,"
+            ' \'{"prompt": "a finished job"}\'::jsonb, 1,'
             " now() - interval '1 hour' - i * interval '1 second', now() - i * interval '1 second'"
             " FROM generate_series(1, $1) AS i",
             finished,
@@ -128,7 +128,9 @@ class Side:
 
 
 async def timed(
-    sides: tuple[Side, Side], op: Callable[[Side], Awaitable[None]], after: Callable[[Side], Awaitable[None]] | None
+    sides: tuple[Side, Side],
+    op: Callable[[Side], Awaitable[None]],
+    after: Callable[[Side], Awaitable[None]] | None,
 ) -> tuple[list[float], list[float]]:
     samples: tuple[list[float], list[float]] = ([], [])
     for i in range(WARMUP + REPS):
