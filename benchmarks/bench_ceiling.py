@@ -187,7 +187,8 @@ async def run_fleet(pg: PostgresServer, monitor_url: Any, workers: int, concurre
                         env={**env, "AGENTLIFE_DATA_DIR": str(Path(tmp) / f"worker-{w}")},
                         cwd=REPO,
                         stdout=subprocess.DEVNULL,
-                        stderr=subprocess.PIPE,
+                        # A file, not a pipe nobody reads until the end: a chatty worker would block on it.
+                        stderr=(Path(tmp) / f"worker-{w}.log").open("wb"),
                     )
                 )
             finished = 0
@@ -201,10 +202,10 @@ async def run_fleet(pg: PostgresServer, monitor_url: Any, workers: int, concurre
             seconds = time.monotonic() - began
             for proc in procs:
                 proc.send_signal(signal.SIGTERM)
-            for proc in procs:
-                _, err = proc.communicate(timeout=60)
+            for w, proc in enumerate(procs):
+                proc.wait(timeout=60)
                 if proc.returncode not in (0, 143, -15):
-                    sys.stderr.write(err.decode(errors="replace")[-2000:])
+                    sys.stderr.write((Path(tmp) / f"worker-{w}.log").read_text(errors="replace")[-2000:])
             cpu = postgres_cpu_seconds(pg.data_dir) - cpu_before
             await anyio.sleep(1.0)  # the exited backends' table statistics reach the views
             after = await snapshot(admin, db, dbid, user)
