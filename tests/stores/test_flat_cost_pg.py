@@ -67,9 +67,12 @@ def unbounded_reads(plan: list[tuple[dict[str, Any], bool]]) -> list[tuple[str, 
 
 
 async def fill(conn: Any) -> None:
+    # The claiming agent (agent-a) has finished rows due in the past as well as parked waits: the planner,
+    # taking status and not_before as independent, then expects many due rows of it, and a probe written as
+    # EXISTS (... not_before <= now()) became a sequential scan of the whole table.
     await conn.execute(
         "INSERT INTO job (id, agent_id, status, payload, attempt, updated_at, not_before)"
-        " SELECT 'done-' || lpad(i::text, 6, '0'), 'agent-' || (i % 5), 'COMPLETED', NULL, 1,"
+        " SELECT 'done-' || lpad(i::text, 6, '0'), 'agent-' || chr(97 + i % 5), 'COMPLETED', NULL, 1,"
         " now() - i * interval '1 second', now() - i * interval '1 second'"
         f" FROM generate_series(1, {FINISHED}) AS i"
     )

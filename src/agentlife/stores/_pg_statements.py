@@ -72,9 +72,12 @@ CLAIM_ORDER = "priority DESC, not_before NULLS FIRST, id"
 #: Whether the agent has a due runnable row, each half one probe of its (agent, not_before) index. The claim
 #: orders by priority first, so without it a claim that finds nothing due reads every runnable row of the
 #: agent not yet due (a parked wait's): its cost grew with the waiting rows. Evaluated once per statement.
+#: The second half is a min(), not an EXISTS: the planner, which takes status and not_before for independent,
+#: expects an agent with finished rows in the past to have many due rows, and read an EXISTS by a sequential
+#: scan of the whole table; a min() is always read from the index's first entry.
 _AGENT_HAS_DUE = (
     f" AND (EXISTS (SELECT 1 FROM {{j}} WHERE agent_id = :agent_id AND {RUNNABLE_SQL} AND not_before IS NULL)"
-    f" OR EXISTS (SELECT 1 FROM {{j}} WHERE agent_id = :agent_id AND {RUNNABLE_SQL} AND not_before <= now()))"
+    f" OR (SELECT min(not_before) FROM {{j}} WHERE agent_id = :agent_id AND {RUNNABLE_SQL}) <= now())"
 )
 #: A row made RUNNING by anything but a worker's limited claim holds no slot of its key or agent: a slot
 #: kept from an earlier claim could meet the same slot a limited claim gave another row meanwhile.
