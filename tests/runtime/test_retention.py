@@ -151,6 +151,28 @@ def test_a_bad_period_is_a_one_line_boot_error(raw: str) -> None:
     assert "AGENTLIFE_RETAIN_DEAD_LETTER_DAYS" in str(caught.value) and "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("raw", ["1_0", "\uff11\uff10", "\u0661\u0660"])
+def test_a_period_written_other_than_in_ascii_digits_is_refused(raw: str) -> None:
+    # Python's float() reads each of these as 10: a typo or a pasted glyph must not become a period.
+    with pytest.raises(ConfigError, match="AGENTLIFE_RETAIN_FAILED_DAYS=.* is not a number of days"):
+        Constants.from_env({"AGENTLIFE_RETAIN_FAILED_DAYS": raw})
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "says"),
+    [
+        ("AGENTLIFE_RETAIN_FAILED_DAYS", "-1", "from 1 to 36500 (leave it unset to keep these jobs for ever)"),
+        ("AGENTLIFE_RETAIN_FAILED_DAYS", "0", "from 1 to 36500 (leave it unset to keep these jobs for ever)"),
+        ("AGENTLIFE_RETAIN_PRUNED_IDS_DAYS", "0", "from 1 to 36500 (unset: 365 days)"),
+        ("AGENTLIFE_RETAIN_PRUNED_IDS_DAYS", "-1", "from 1 to 36500 (unset: 365 days)"),
+    ],
+)
+def test_a_period_out_of_range_says_the_range_and_what_unset_means(name: str, raw: str, says: str) -> None:
+    with pytest.raises((ConfigError, InvariantViolation)) as caught:
+        Constants.from_env({name: raw})
+    assert says in str(caught.value), str(caught.value)
+
+
 def test_the_periods_are_off_by_default_and_the_manifest_carries_those_set() -> None:
     assert Constants().retention.periods() == {}
     env = {"AGENTLIFE_RETAIN_COMPLETED_DAYS": "30", "AGENTLIFE_RETAIN_DEAD_LETTER_DAYS": "90"}
