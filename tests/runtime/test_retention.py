@@ -154,15 +154,18 @@ def test_a_bad_period_is_a_one_line_boot_error(raw: str) -> None:
 @pytest.mark.parametrize("raw", ["1_0", "\uff11\uff10", "\u0661\u0660"])
 def test_a_period_written_other_than_in_ascii_digits_is_refused(raw: str) -> None:
     # Python's float() reads each of these as 10: a typo or a pasted glyph must not become a period.
-    with pytest.raises(ConfigError, match="AGENTLIFE_RETAIN_FAILED_DAYS=.* is not a number of days"):
+    with pytest.raises(ConfigError, match=r"AGENTLIFE_RETAIN_FAILED_DAYS=.* is not a number of days"):
         Constants.from_env({"AGENTLIFE_RETAIN_FAILED_DAYS": raw})
+
+
+FOR_EVER = "leave it unset to keep these jobs for ever"
 
 
 @pytest.mark.parametrize(
     ("name", "raw", "says"),
     [
-        ("AGENTLIFE_RETAIN_FAILED_DAYS", "-1", "from 1 to 36500 (leave it unset to keep these jobs for ever)"),
-        ("AGENTLIFE_RETAIN_FAILED_DAYS", "0", "from 1 to 36500 (leave it unset to keep these jobs for ever)"),
+        ("AGENTLIFE_RETAIN_FAILED_DAYS", "-1", f"from 1 to 36500 ({FOR_EVER})"),
+        ("AGENTLIFE_RETAIN_FAILED_DAYS", "0", f"from 1 to 36500 ({FOR_EVER})"),
         ("AGENTLIFE_RETAIN_PRUNED_IDS_DAYS", "0", "from 1 to 36500 (unset: 365 days)"),
         ("AGENTLIFE_RETAIN_PRUNED_IDS_DAYS", "-1", "from 1 to 36500 (unset: 365 days)"),
     ],

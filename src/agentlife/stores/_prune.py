@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from agentlife._exceptions import ConfigError
+from agentlife._exceptions import ConfigError, JobNotFound
 from agentlife.stores._base import TableNames
 from agentlife.stores._jobs import TERMINAL
 from agentlife.stores._rows import as_text
@@ -39,6 +39,7 @@ __all__ = [
     "PrunedJob",
     "check_prune",
     "job_tables",
+    "not_found",
     "prune",
     "prune_statements",
     "pruned_job",
@@ -266,6 +267,14 @@ def pruned_message(job_id: str, tomb: PrunedJob | None) -> str:
         f"job {job_id} was pruned at {_utc(tomb.pruned_at)} ({tomb.status}, agent {tomb.agent_id},"
         f" finished {_utc(tomb.finished_at)})"
     )
+
+
+async def not_found(tx: Tx, job_id: str) -> JobNotFound:
+    """The `JobNotFound` of an id with no row (read in ``tx``): when its job was pruned, or that none is.
+
+    Every operation on an id says so (send, cancel, retry, rewind...), not only ``job show``.
+    """
+    return JobNotFound(await pruned_text(tx, job_id))
 
 
 async def pruned_text(tx: Tx, job_id: str) -> str:
