@@ -263,6 +263,21 @@ async def test_every_operation_on_a_pruned_id_says_when_it_was_pruned(
         await store.load_checkpoint("gone")
 
 
+async def test_the_pruned_ids_among_a_list_and_tombstones_expired_without_a_prune(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    await _pruned(store, backend, "gone")
+    await _job_with_rows(store, "live", end="COMPLETED")
+    assert await store.pruned_ids(["gone", "live", "never"]) == {"gone"}
+    assert await store.pruned_ids([]) == set()
+    assert await store.expire_tombstones(HOUR) == 0
+    at = time.time() - 2 * HOUR
+    when = at if backend.kind == "sqlite" else datetime.fromtimestamp(at, UTC)
+    await backend.raw(f"UPDATE {backend.tables.pruned} SET pruned_at = $1", when)
+    assert await store.expire_tombstones(HOUR) == 1
+    assert await store.pruned_ids(["gone"]) == set() and await store.pruned_job("gone") is None
+
+
 async def test_old_tombstones_are_deleted_and_free_the_id(store: CheckpointStore, backend: Backend) -> None:
     await _job_with_rows(store, "gone", end="COMPLETED")
     await _age(backend, "gone")

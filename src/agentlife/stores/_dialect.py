@@ -297,6 +297,8 @@ class Statements:
     prune_jobs: Statement
     prune_tombstones: Statement
     pruned_job: Statement
+    pruned_among: Statement
+    """Of a list of ids, those with a tombstone and no row."""
 
 
 class Dialect(Protocol):

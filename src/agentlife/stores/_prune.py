@@ -38,10 +38,12 @@ __all__ = [
     "PruneResult",
     "PrunedJob",
     "check_prune",
+    "expire_tombstones",
     "job_tables",
     "not_found",
     "prune",
     "prune_statements",
+    "pruned_among",
     "pruned_job",
     "pruned_message",
     "pruned_text",
@@ -169,6 +171,10 @@ def prune_statements(t: TableNames, d: Dialect, *, skip_locked: bool, delta: boo
             f"SELECT id, agent_id, status, {d.epoch('finished_at')}, {d.epoch('pruned_at')}"
             f" FROM {p} WHERE id = :job_id"
         ),
+        "pruned_among": d.sql(
+            f"SELECT p.id FROM {p} AS p WHERE {d.in_list('p.id', 'job_ids', 'text')}"
+            f" AND NOT EXISTS (SELECT 1 FROM {j} AS j WHERE j.id = p.id)"
+        ),
     }
 
 
@@ -248,6 +254,18 @@ async def _batch(tx: Tx, params: dict[str, Any], batch_size: int) -> tuple[int, 
             await tx.execute(tx.sql.prune_tombstone, job_ids=ids)
             await tx.execute(tx.sql.prune_jobs, job_ids=ids)
     return len(rows), ids
+
+
+async def expire_tombstones(db: Database, older_than: float) -> int:
+    """Delete the tombstones older than ``older_than`` seconds (by the database's clock); how many."""
+    clock: float = await db.run(_clock)
+    return await db.run(_drop_tombstones, clock - older_than)
+
+
+async def pruned_among(tx: Tx, job_ids: Sequence[str]) -> set[str]:
+    """Those of ``job_ids`` whose job was pruned: a tombstone and no row (one created again is not)."""
+    rows = await tx.fetch(tx.sql.pruned_among, job_ids=list(job_ids))
+    return {str(row[0]) for row in rows}
 
 
 async def _drop_tombstones(tx: Tx, cutoff: float) -> int:
