@@ -457,13 +457,20 @@ def _parse_env_number(name: str, raw: str, *, integer: bool) -> float | int | No
     text = raw.strip()
     if name == "AGENTLIFE_RUN_MAX_SECONDS" and text.lower() in ("", "none"):
         return None
+    kind = "a whole number" if integer else "a number of seconds"
+    days = name.startswith("AGENTLIFE_RETAIN_")
+    if days:
+        kind = "a number of days"
     try:
+        # ASCII digits only: Python's int() and float() also take "1_0" and fullwidth digits, which no
+        # one means as a number in a manifest.
+        if not text.isascii() or "_" in text:
+            raise ValueError(text)
         value = int(text) if integer else float(text)
     except ValueError:
-        kind = "a whole number" if integer else "a number of seconds"
-        if name.startswith("AGENTLIFE_RETAIN_"):
-            kind = "a number of days"
         raise ConfigError(f"{name}={raw!r} is not {kind}") from None
+    if days and not (math.isfinite(value) and MIN_RETAIN_DAYS <= value <= MAX_RETAIN_DAYS):
+        raise ConfigError(f"{name}={raw[:40]!r} must be {_retain_range(name)}")
     if not math.isfinite(value) or value < 0:
         raise ConfigError(f"{name}={raw!r} must be a finite number >= 0")
     limit = MAX_ENV_INTEGER if integer else MAX_ENV_SECONDS
@@ -496,11 +503,18 @@ def _retention_violations(r: RetentionConstants) -> list[str]:
         if value is None:
             continue
         if not (isinstance(value, int | float) and MIN_RETAIN_DAYS <= value <= MAX_RETAIN_DAYS):
-            out.append(
-                f"{f.metadata['env']} = {value!r} days must be from {MIN_RETAIN_DAYS:g}"
-                f" to {MAX_RETAIN_DAYS:g} (leave it unset to keep jobs for ever)"
-            )
+            out.append(f"{f.metadata['env']} = {value!r} must be {_retain_range(f.metadata['env'])}")
     return out
+
+
+def _retain_range(name: str) -> str:
+    """What an ``AGENTLIFE_RETAIN_*`` value may be, and what leaving it unset means."""
+    unset = (
+        "unset: 365 days"
+        if name == "AGENTLIFE_RETAIN_PRUNED_IDS_DAYS"
+        else "leave it unset to keep these jobs for ever"
+    )
+    return f"a number of days from {MIN_RETAIN_DAYS:g} to {MAX_RETAIN_DAYS:g} ({unset})"
 
 
 def _negative_fields(group: object) -> list[str]:

@@ -731,6 +731,24 @@ async def test_a_pruned_job_says_pruned_and_its_id_cannot_be_started_again(tmp_p
         page = await s.http.get("/job?id=done-1")
         assert page.status_code == 404 and "Job done-1 was pruned at 20" in page.text
         assert "does not exist" in _error(await s.http.get(f"{PREFIX}/jobs/never-1"), 404)
+        # Every route on the id says so, not only the job's own.
+        routes: list[tuple[str, str, dict[str, Any] | None]] = [
+            ("get", "/result?timeout=1", None),
+            ("get", "/events", None),
+            ("post", "/send", {"name": "ping"}),
+            ("post", "/approve", {}),
+            ("post", "/reject", {}),
+            ("post", "/cancel", {}),
+            ("post", "/retry", {}),
+            ("post", "/pause", {}),
+            ("post", "/resume", {}),
+            ("post", "/rewind", {"to_step": 1}),
+        ]
+        for method, tail, body in routes:
+            url = f"{PREFIX}/jobs/done-1{tail}"
+            answer = await (s.http.get(url) if body is None else s.http.post(url, json=body, headers=AUTH))
+            said = _error(answer, 404, "not_found")
+            assert said.startswith("job done-1 was pruned at 20"), (method, tail, said)
 
 
 # -- who did it ------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,6 @@ from agentlife._runtime._retention import apply_retention
 from agentlife._runtime._worker import ShellOptions, Worker, WorkerOptions
 from agentlife.constants import Constants, RetentionConstants
 from agentlife.stores import SQLiteStore
-from agentlife.stores._prune import PrunedJob
 
 pytestmark = pytest.mark.anyio
 
@@ -74,7 +74,7 @@ async def test_the_pass_prunes_past_the_period_and_removes_only_pruned_jobs_jour
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (data / "sessions" / "linked").symlink_to(outside)
-    fresh = _journal(data, "fresh", age_days=0)  # younger than every period: not even asked about
+    fresh = _journal(data, "fresh", age_days=0)  # no tombstone: kept however young
 
     done = await apply_retention(store, POLICY, data)
 
@@ -93,8 +93,40 @@ async def test_no_policy_prunes_nothing_and_touches_no_journal(store: SQLiteStor
     assert journal.exists() and await store.get_job("old-done") is not None
 
 
+async def test_without_a_policy_the_pass_removes_journals_of_jobs_pruned_by_hand_and_expires_tombstones(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    await _finished(store, "by-hand", "COMPLETED", age_days=2)
+    await _finished(store, "long-ago", "COMPLETED", age_days=500)
+    # A `job prune` on another pod: the store's rows go, this pod's journals stay (one written just now).
+    await store.prune_jobs(older_than=DAY, statuses=["COMPLETED"])
+    journal = _journal(data, "by-hand", age_days=0)
+    await store._db.run(_tombstone_age, "long-ago", time.time() - 400 * DAY)
+
+    done = await apply_retention(store, RetentionConstants(), data)
+
+    assert (done.pruned, done.journals, done.tombstones) == ((), 1, 1)
+    assert not journal.exists()
+    assert await store.pruned_job("long-ago") is None  # past AGENTLIFE_RETAIN_PRUNED_IDS_DAYS (365)
+    assert await store.pruned_job("by-hand") is not None
+
+
+async def test_a_job_the_pass_prunes_loses_its_journal_however_recently_written(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    await _finished(store, "old-done", "COMPLETED", age_days=2)
+    journal = _journal(tmp_path / "data", "old-done", age_days=0)
+    done = await apply_retention(store, POLICY, tmp_path / "data")
+    assert (done.pruned, done.journals) == (("old-done",), 1) and not journal.exists()
+
+
+async def _tombstone_age(tx: Any, job_id: str, at: float) -> None:
+    tx.connection.execute("UPDATE job_pruned SET pruned_at = ? WHERE id = ?", (at, job_id))
+
+
 class _Down(SQLiteStore):
-    async def pruned_job(self, job_id: str) -> PrunedJob | None:
+    async def pruned_ids(self, job_ids: Sequence[str]) -> set[str]:
         raise StoreUnavailable("the database is down")
 
 
@@ -149,6 +181,31 @@ def test_a_bad_period_is_a_one_line_boot_error(raw: str) -> None:
     with pytest.raises((ConfigError, InvariantViolation)) as caught:
         Constants.from_env({"AGENTLIFE_RETAIN_DEAD_LETTER_DAYS": raw})
     assert "AGENTLIFE_RETAIN_DEAD_LETTER_DAYS" in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("raw", ["1_0", "\uff11\uff10", "\u0661\u0660"])
+def test_a_period_written_other_than_in_ascii_digits_is_refused(raw: str) -> None:
+    # Python's float() reads each of these as 10: a typo or a pasted glyph must not become a period.
+    with pytest.raises(ConfigError, match=r"AGENTLIFE_RETAIN_FAILED_DAYS=.* is not a number of days"):
+        Constants.from_env({"AGENTLIFE_RETAIN_FAILED_DAYS": raw})
+
+
+FOR_EVER = "leave it unset to keep these jobs for ever"
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "says"),
+    [
+        ("AGENTLIFE_RETAIN_FAILED_DAYS", "-1", f"from 1 to 36500 ({FOR_EVER})"),
+        ("AGENTLIFE_RETAIN_FAILED_DAYS", "0", f"from 1 to 36500 ({FOR_EVER})"),
+        ("AGENTLIFE_RETAIN_PRUNED_IDS_DAYS", "0", "from 1 to 36500 (unset: 365 days)"),
+        ("AGENTLIFE_RETAIN_PRUNED_IDS_DAYS", "-1", "from 1 to 36500 (unset: 365 days)"),
+    ],
+)
+def test_a_period_out_of_range_says_the_range_and_what_unset_means(name: str, raw: str, says: str) -> None:
+    with pytest.raises((ConfigError, InvariantViolation)) as caught:
+        Constants.from_env({name: raw})
+    assert says in str(caught.value), str(caught.value)
 
 
 def test_the_periods_are_off_by_default_and_the_manifest_carries_those_set() -> None:

@@ -7,9 +7,10 @@ whose job is gone (an orphan) and for the rows of the jobs that must stay.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -17,8 +18,10 @@ from test_job_ops_contract import _set
 from test_store_contract import Backend, StoreFactory
 
 from agentlife import ConfigError, JobNotFound, JobStateConflict
+from agentlife._exceptions import ChildJobError
 from agentlife.stores import CheckpointStore, JobStatus, TableNames
 from agentlife.stores._prune import job_tables
+from agentlife.stores._rewind import RewindTarget
 from agentlife.stores._steprecords import StepRecord
 
 pytestmark = pytest.mark.anyio
@@ -192,6 +195,87 @@ async def test_a_pruned_id_says_pruned_and_cannot_be_created_again(
             await client.get("gone")
         with pytest.raises(JobNotFound, match="job never does not exist"):
             await client.get("never")
+
+
+async def _pruned(store: CheckpointStore, backend: Backend, job_id: str) -> None:
+    await _job_with_rows(store, job_id, end="COMPLETED")
+    await _age(backend, job_id)
+    assert (await store.prune_jobs(older_than=HOUR, statuses=FINISHED)).job_ids == (job_id,)
+
+
+async def test_a_fork_into_a_pruned_id_is_refused(store: CheckpointStore, backend: Backend) -> None:
+    # Like a create: a rewind --as retried after the prune must not run the job again.
+    await _pruned(store, backend, "gone")
+    await _job_with_rows(store, "src", end="COMPLETED")
+    (kept,) = await store.kept_checkpoints("src")
+    source = await store.get_job("src")
+    assert source is not None
+    target = RewindTarget(kept.step, source.attempt, kept.checkpoint_id, "fork-c1", kept.data, kept.crc, 1)
+    with pytest.raises(JobStateConflict, match=r"cannot fork job src into gone: job gone was pruned at 20"):
+        await store.rewind("src", target, actor="op", reason="", new_id="gone")
+    assert await store.get_job("gone") is None and await store.pruned_job("gone") is not None
+    assert (await store.rewind("src", target, actor="op", reason="", new_id="free")).id == "free"
+
+
+async def test_a_child_started_into_a_pruned_id_is_refused(store: CheckpointStore, backend: Backend) -> None:
+    # A parent that starts its pruned child again (a step run again long after) must not run it twice.
+    await _pruned(store, backend, "gone")
+    await store.create_job("parent", "a", {})
+    await store.claim("parent", 1)
+    refused = r"ctx.start_job: job gone was pruned at 20.*its id cannot be used again"
+    with pytest.raises(ChildJobError, match=refused):
+        await store.start_child("parent", 1, "gone", "a", {}, invocation_id="inv-1", detached=False)
+    assert await store.get_job("gone") is None and await store.pruned_job("gone") is not None
+
+
+async def test_every_operation_on_a_pruned_id_says_when_it_was_pruned(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    from agentlife import Client
+
+    await _pruned(store, backend, "gone")
+    url = backend.location if backend.kind == "postgresql" else f"sqlite:///{backend.location}"
+    pruned = r"^job gone was pruned at \d{4}-\d\d-\d\dT.*\(COMPLETED, agent a, finished "
+    async with await Client.connect(url) as client:
+        operations: dict[str, Callable[[], Awaitable[Any]]] = {
+            "result": lambda: client.result("gone", 1),
+            "send": lambda: client.send("gone", "ping"),
+            "approve": lambda: client.approve("gone"),
+            "reject": lambda: client.reject("gone"),
+            "cancel": lambda: client.cancel("gone"),
+            "retry": lambda: client.retry("gone"),
+            "pause": lambda: client.pause("gone"),
+            "resume": lambda: client.resume("gone"),
+            "rewind": lambda: client.rewind("gone", 1),
+        }
+        for name, operation in operations.items():
+            with pytest.raises(JobNotFound, match=pruned) as caught:
+                await operation()
+            assert caught.value is not None, name
+        with pytest.raises(JobNotFound, match=pruned):
+            async for _ in client.events("gone"):
+                pass
+        with pytest.raises(JobNotFound, match=r"^job never does not exist$"):
+            await client.send("never", "ping")
+    with pytest.raises(JobNotFound, match=pruned):
+        await store.claim("gone", 2)
+    with pytest.raises(JobNotFound, match=pruned):
+        await store.load_checkpoint("gone")
+
+
+async def test_the_pruned_ids_among_a_list_and_tombstones_expired_without_a_prune(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    await _pruned(store, backend, "gone")
+    await _job_with_rows(store, "live", end="COMPLETED")
+    assert await store.pruned_ids(["gone", "live", "never"]) == {"gone"}
+    assert await store.pruned_ids([]) == set()
+    assert await store.expire_tombstones(HOUR) == 0
+    at = time.time() - 2 * HOUR
+    when = at if backend.kind == "sqlite" else datetime.fromtimestamp(at, UTC)
+    await backend.raw(f"UPDATE {backend.tables.pruned} SET pruned_at = $1", when)
+    assert await store.expire_tombstones(HOUR) == 1
+    assert await store.pruned_ids(["gone"]) == set() and await store.pruned_job("gone") is None
 
 
 async def test_old_tombstones_are_deleted_and_free_the_id(store: CheckpointStore, backend: Backend) -> None:

@@ -60,14 +60,12 @@ def _cmd_reap(args: argparse.Namespace) -> int:
             "(AGENTLIFE_HEARTBEAT_JOB_INTERVAL_SECONDS)"
         )
 
-    async def reap() -> tuple[list[ReapDecision], RetentionPass | None]:
+    async def reap() -> tuple[list[ReapDecision], RetentionPass]:
         store = await open_store(args)
         try:
             decisions = await store.reap(threshold, constants=constants)
-            kept = None
-            if constants.retention.periods():  # the retention policy, AGENTLIFE_RETAIN_*
-                data_dir = data_dir_from_env(os.environ)
-                kept = await apply_retention(store, constants.retention, data_dir)
+            # The periods (AGENTLIFE_RETAIN_*) if set; old tombstones and pruned jobs' journals always.
+            kept = await apply_retention(store, constants.retention, data_dir_from_env(os.environ))
             return decisions, kept
         finally:
             await store.close()
@@ -84,7 +82,7 @@ def _cmd_reap(args: argparse.Namespace) -> int:
     sys.stdout.write(
         f"reaped {len(decisions)} job{'s' if len(decisions) != 1 else ''} (threshold {threshold:g} s)\n"
     )
-    if kept is not None:
+    if constants.retention.periods() or kept.tombstones or kept.journals:
         sys.stdout.write(
             f"retention: pruned {len(kept.pruned)} finished jobs, {kept.tombstones} old tombstones,"
             f" {kept.journals} journal directories\n"

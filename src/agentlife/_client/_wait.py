@@ -32,6 +32,7 @@ from agentlife._exceptions import (
 from agentlife._jobs._mask import Masker
 from agentlife.stores import JobRecord, JobStatus, OperatorStore
 from agentlife.stores._jobs import TERMINAL
+from agentlife.stores._prune import pruned_message
 
 if TYPE_CHECKING:
     from agentlife.stores._pg_listen import PgListener
@@ -103,7 +104,7 @@ async def wait_for_end(
             continue
         outage = None
         if row is None:
-            raise JobNotFound(f"job {job_id} does not exist")
+            raise JobNotFound(pruned_message(job_id, await store.pruned_job(job_id)))
         status = f"{row.status} when last read"
         if row.status in TERMINAL:
             return row

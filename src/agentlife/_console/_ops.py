@@ -24,6 +24,7 @@ from agentlife._exceptions import ConfigError, JobNotFound, StoreError
 from agentlife._jobs._mask import Masker
 from agentlife._output._events import JobEvent, parse_cursor
 from agentlife._output._follow import follow_job
+from agentlife.stores._prune import pruned_message
 
 __all__ = ["ConsoleClients", "OutputFollower"]
 
@@ -87,9 +88,10 @@ class OutputFollower:
         """
         validate_job_id(job_id)
         seq = parse_cursor(job_id, after) if after is not None else None
-        head = await (await self._store.get()).output_head(job_id)
+        store = await self._store.get()
+        head = await store.output_head(job_id)
         if head is None:
-            raise JobNotFound(f"job {job_id} does not exist")
+            raise JobNotFound(pruned_message(job_id, await store.pruned_job(job_id)))
         if seq is not None and seq > head:
             raise ConfigError(f"the cursor is past job {job_id}'s last event: not one of its cursors")
         return seq

@@ -27,6 +27,7 @@ from agentlife._jobs._actor import check_actor
 from agentlife._jobs._reason import check_reason
 from agentlife._redact import Redactor
 from agentlife.stores._base import HISTORY_KEEP, JobRecord, crc32
+from agentlife.stores._prune import pruned_message
 from agentlife.stores._rewind import KeptCheckpoint, RewindTarget
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ async def plan_rewind(store: OperatorStore, job_id: str, to_step: object) -> Rew
     step = parse_step(to_step)
     job = await store.get_job(job_id)
     if job is None:
-        raise JobNotFound(f"job {job_id} does not exist")
+        raise JobNotFound(pruned_message(job_id, await store.pruned_job(job_id)))
     kept = [k for k in await store.kept_checkpoints(job_id) if crc32(k.data) == k.crc]
     reachable = tuple(sorted({k.step for k in kept}))
     # The oldest entry of the step is the checkpoint written when the step ended (a later one of the same

@@ -22,6 +22,7 @@ import orjson
 from agentlife._exceptions import ConfigError, JobNotFound
 from agentlife._output._events import EventKind, JobEvent, cursor_for, parse_cursor
 from agentlife.stores._jobs import TERMINAL
+from agentlife.stores._prune import pruned_message
 
 if TYPE_CHECKING:
     from agentlife.stores._output import OutputRow
@@ -92,7 +93,7 @@ class JobFollower:
         async with store.output_watch(job_id) as watch:
             head = await store.output_head(job_id)
             if head is None:
-                raise JobNotFound(f"job {job_id} does not exist")
+                raise JobNotFound(pruned_message(job_id, await store.pruned_job(job_id)))
             if self._seq > head:
                 raise ConfigError(
                     f"cursor {self.cursor!r} is past job {job_id}'s last event ({head}):"

@@ -3,6 +3,8 @@
 Run by each worker beside its reaper (every `RETENTION_PERIOD_SECONDS`, at most `MAX_BATCHES_PER_PASS`
 batches a pass so a backlog is worked off over passes, never one long hold on a connection) and by
 ``python -m agentlife reap``. The periods are ``AGENTLIFE_RETAIN_*`` (`RetentionConstants`): off unless set.
+Whatever the periods, each pass deletes the tombstones older than ``AGENTLIFE_RETAIN_PRUNED_IDS_DAYS`` and
+removes the journals of pruned jobs (pruned by this pass, another worker or a hand-run ``job prune``).
 
 A journal directory (``{data_dir}/sessions/{job_id}``) is removed only when the store answers that its job
 was pruned (a tombstone and no row): never one of a live job, never when the store cannot be asked (an
@@ -14,7 +16,7 @@ from __future__ import annotations
 import logging
 import random
 import shutil
-import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,24 +60,21 @@ class RetentionPass:
 async def apply_retention(
     store: OperatorStore, retention: RetentionConstants, data_dir: Path | None
 ) -> RetentionPass:
-    """Prune each status past its period, then remove the journals of pruned jobs under ``data_dir``."""
+    """Prune each status past its period, expire old tombstones, remove the journals of pruned jobs.
+
+    The tombstones and the journals are seen to whether or not a period is set: a hand-run ``job prune``
+    leaves both, and they go by `RetentionConstants.pruned_ids_days` and the store's answer alone.
+    """
     pruned: list[str] = []
-    tombstones = 0
-    periods = retention.periods()
-    for status, days in periods.items():
+    for status, days in retention.periods().items():
         result = await store.prune_jobs(
-            older_than=days * _DAY,
-            statuses=[status],
-            batch_size=BATCH_SIZE,
-            max_batches=MAX_BATCHES_PER_PASS,
-            tombstones_older_than=retention.pruned_ids_days * _DAY,
+            older_than=days * _DAY, statuses=[status], batch_size=BATCH_SIZE, max_batches=MAX_BATCHES_PER_PASS
         )
         pruned.extend(result.job_ids)
-        tombstones += result.tombstones
+    tombstones = await store.expire_tombstones(retention.pruned_ids_days * _DAY)
     journals = 0
-    if data_dir is not None and periods:
-        youngest = min(periods.values()) * _DAY  # a journal younger than every period has no pruned job
-        journals = await remove_pruned_journals(store, data_dir, min_age_seconds=youngest)
+    if data_dir is not None:
+        journals = await remove_pruned_journals(store, data_dir, first=pruned)
     if pruned or tombstones or journals:
         log.info(
             "retention: pruned %d jobs, %d old tombstones, %d journal directories",
@@ -87,36 +86,34 @@ async def apply_retention(
 
 
 async def remove_pruned_journals(
-    store: OperatorStore, data_dir: Path, *, min_age_seconds: float = 0.0, limit: int = MAX_JOURNALS_PER_PASS
+    store: OperatorStore, data_dir: Path, *, first: Sequence[str] = (), limit: int = MAX_JOURNALS_PER_PASS
 ) -> int:
     """Remove ``{data_dir}/sessions/ID`` of each job the store says was pruned; how many were removed.
 
-    Only directories untouched for ``min_age_seconds`` are asked about, at most ``limit`` a call (a random
-    sample of them, so a large disk is gone through over passes). A store error propagates before the
-    directory in question is touched: nothing is removed on a guess.
+    At most ``limit`` directories a call, asked about in one query: those of ``first`` (the jobs this pass
+    pruned), then a random sample of the others (a large disk is gone through over passes). A directory's
+    age does not matter: only the store's answer does (a tombstone and no row). A store error propagates
+    before anything is touched: nothing is removed on a guess.
     """
     sessions = Path(data_dir) / "sessions"
     try:
         entries = list(sessions.iterdir())
     except OSError:
         return 0  # no sessions directory: nothing journaled on this disk
-    now = time.time()
-    candidates = []
+    candidates: dict[str, Path] = {}
     for path in entries:
-        name = path.name
-        if path.is_symlink() or not JOB_ID_PATTERN.fullmatch(name):
+        if path.is_symlink() or not JOB_ID_PATTERN.fullmatch(path.name):
             continue
         try:
-            if not path.is_dir() or now - path.stat().st_mtime < min_age_seconds:
-                continue
+            if path.is_dir():
+                candidates[path.name] = path
         except OSError:
             continue
-        candidates.append(path)
+    chosen = [name for name in dict.fromkeys(first) if name in candidates][:limit]
+    rest = [name for name in candidates if name not in set(chosen)]
+    chosen += random.sample(rest, min(limit - len(chosen), len(rest)))
     removed = 0
-    for path in random.sample(candidates, min(limit, len(candidates))):
-        name = path.name
-        if await store.pruned_job(name) is None or await store.get_job(name) is not None:
-            continue  # live, unknown or created again: never removed
-        shutil.rmtree(path, ignore_errors=True)
+    for name in await store.pruned_ids(chosen):
+        shutil.rmtree(candidates[name], ignore_errors=True)
         removed += 1
     return removed

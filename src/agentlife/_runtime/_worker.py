@@ -547,9 +547,10 @@ class Worker:
         heartbeat is one job heartbeat interval old (a fresh heartbeat always wins), not after the
         threshold: the first pass runs at boot and the passes come at least once per heartbeat interval,
         so a worker container restarted in place (OOM-killed, crashed) takes its predecessor's job back
-        within about one interval plus the first backoff step. With a retention policy
-        (``AGENTLIFE_RETAIN_*``) the pass also prunes finished jobs past their period and removes their
-        journals from this pod's data directory (`apply_retention`), every `RETENTION_PERIOD_SECONDS`.
+        within about one interval plus the first backoff step. Every `RETENTION_PERIOD_SECONDS` the pass
+        also applies retention (`apply_retention`): finished jobs past their period (``AGENTLIFE_RETAIN_*``,
+        none unless set) are pruned, old tombstones deleted, and the journals of pruned jobs removed from
+        this pod's data directory.
         """
         heartbeat = self.constants.heartbeat
         threshold = heartbeat.zombie_after_seconds
@@ -565,10 +566,8 @@ class Worker:
             if decisions:
                 self._wake_idle_slots()  # a reaped row may be runnable at once
             # The retention policy rides on the reaper's pass (and its connection), less often.
-            if (
-                self.constants.retention.periods()
-                and time.monotonic() - retained_at >= RETENTION_PERIOD_SECONDS
-            ):
+            # Without a period too: tombstones expire and the journals of jobs pruned by hand still go.
+            if time.monotonic() - retained_at >= RETENTION_PERIOD_SECONDS:
                 retained_at = time.monotonic()
                 await apply_retention(store, self.constants.retention, data_dir)
 

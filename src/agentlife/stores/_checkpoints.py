@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentlife._exceptions import AttemptFenced, JobNotFound
+from agentlife._exceptions import AttemptFenced
 from agentlife.stores._base import LoadedCheckpoint, StepUsage, crc32, first_valid_checkpoint
+from agentlife.stores._prune import not_found
 from agentlife.stores._rows import as_bytes
 from agentlife.stores._steprecords import StepRecord, record_params
 
@@ -36,7 +37,7 @@ async def load_checkpoint(tx: Tx, job_id: str) -> LoadedCheckpoint | None:
     """
     row = await tx.fetchrow(tx.sql.load, job_id=job_id)
     if row is None:
-        raise JobNotFound(f"job {job_id} does not exist")
+        raise await not_found(tx, job_id)
     data, crc, checkpoint_id = row[0], row[1], row[2]
     if data is None:
         return None

@@ -31,6 +31,7 @@ from agentlife._jobrefs import JobOutcome
 from agentlife.stores._base import JobRecord, JobStatus
 from agentlife.stores._jobs import TERMINAL
 from agentlife.stores._limits import check_key_columns
+from agentlife.stores._prune import pruned_job, pruned_message
 
 if TYPE_CHECKING:
     from agentlife.stores._dialect import Tx
@@ -185,6 +186,9 @@ async def start_child(
         return True
     existing = await tx.fetchrow(tx.sql.origin, job_id=job_id)
     if existing is None:
+        tomb = await pruned_job(tx, job_id)
+        if tomb is not None:  # never run again: a child that ran and was pruned keeps its id taken
+            raise ChildJobError(f"ctx.start_job: {pruned_message(job_id, tomb)}: its id cannot be used again")
         raise AttemptFenced(f"job {parent_id}: child start by attempt {attempt} refused")
     _check_existing(job_id, agent_id, parent_id, invocation_id, (existing[0], existing[1], existing[2]))
     return False

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentlife._exceptions import AttemptFenced, JobNotFound, JobStateConflict
+from agentlife._exceptions import AttemptFenced, JobStateConflict
 from agentlife.stores._base import JobRecord, JobStatus, add_usage_totals, claim_refusal
 from agentlife.stores._dialect import SlotTaken
 from agentlife.stores._jobs import SET_ASIDE_PER_CLAIM, check_releasable, expected_statuses
 from agentlife.stores._limits import ClaimLimits, check_key_columns
 from agentlife.stores._pause import settle_pause
-from agentlife.stores._prune import pruned_text
+from agentlife.stores._prune import not_found, pruned_text
 from agentlife.stores._rows import appended, as_text, dumps, set_aside_entry
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ async def claim(tx: Tx, job_id: str, attempt: int, owner: str) -> JobRecord:
     async with tx.atomic():
         current = await tx.fetchrow(tx.sql.lock_claim, job_id=job_id)
         if current is None:
-            raise JobNotFound(f"job {job_id} does not exist")
+            raise await not_found(tx, job_id)
         age = current["heartbeat_age"]
         refusal = claim_refusal(job_id, attempt, current["attempt"], current["owner"], owner, age)
         if refusal is not None:

@@ -297,6 +297,8 @@ class Statements:
     prune_jobs: Statement
     prune_tombstones: Statement
     pruned_job: Statement
+    pruned_among: Statement
+    """Of a list of ids, those with a tombstone and no row."""
 
 
 class Dialect(Protocol):
@@ -424,12 +426,14 @@ def _rewind_statements(t: TableNames, d: Dialect) -> dict[str, str]:
         "rewind_cut_history": f"DELETE FROM {h} WHERE job_id = :job_id AND step > :step",
         "rewind_cut_records": f"DELETE FROM {t.step_record} WHERE job_id = :job_id AND step > :step",
         "rewind_cut_messages": f"DELETE FROM {t.conversation} WHERE job_id = :job_id AND seq >= :length",
-        # A new row with the source's agent, payload and budget; an existing id changes nothing.
+        # A new row with the source's agent, payload and budget; an existing id, or one whose job was
+        # pruned (its tombstone: a create retried after the prune must not run it again), changes nothing.
         "fork_job": (
             f"INSERT INTO {j} (id, agent_id, status, payload, attempt, token_budget, updated_at, not_before,"
             " checkpoint, checkpoint_crc, checkpoint_id, error)"
             f" SELECT :new_id, agent_id, 'PENDING', payload, 0, token_budget, {d.now}, {d.now}, :data, :crc,"
-            f" :checkpoint_id, {d.json('history')} FROM {j} WHERE id = :job_id ON CONFLICT (id) DO NOTHING"
+            f" :checkpoint_id, {d.json('history')} FROM {j} WHERE id = :job_id"
+            f" AND NOT EXISTS (SELECT 1 FROM {t.pruned} WHERE id = :new_id) ON CONFLICT (id) DO NOTHING"
         ),
         "fork_messages": (
             f"INSERT INTO {t.conversation} (job_id, seq, step, message) SELECT :new_id, seq, step, message"

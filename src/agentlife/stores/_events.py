@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from agentlife._config import validate_payload
-from agentlife._exceptions import AttemptFenced, ConfigError, JobNotFound, JobStateConflict
+from agentlife._exceptions import AttemptFenced, ConfigError, JobStateConflict
 from agentlife._replay import check_replayable
 from agentlife.stores._base import JobStatus
 from agentlife.stores._jobs import TERMINAL
+from agentlife.stores._prune import not_found
 
 if TYPE_CHECKING:
     from agentlife.stores._dialect import Tx
@@ -89,9 +90,7 @@ def waits_for(waiting: Any, name: str) -> bool:
     return isinstance(events, list) and name in events
 
 
-def _refuse(job_id: str, name: str, status: str | None) -> None:
-    if status is None:
-        raise JobNotFound(f"job {job_id} does not exist")
+def _refuse(job_id: str, name: str, status: str) -> None:
     if status in TERMINAL:
         raise JobStateConflict(f"cannot send {name!r} to job {job_id}: it is {status}")
 
@@ -115,7 +114,9 @@ async def send_event(tx: Tx, job_id: str, name: str, payload: Any) -> int:
     async with tx.atomic():
         # The row lock orders this send with a park of the same job (see the module docstring).
         found = await tx.fetchrow(tx.sql.lock_wait, job_id=job_id)
-        _refuse(job_id, name, None if found is None else found["status"])
+        if found is None:
+            raise await not_found(tx, job_id)
+        _refuse(job_id, name, found["status"])
         assert found is not None
         _refuse_full(job_id, int(await tx.fetchval(tx.sql.count_kept, job_id=job_id)))
         seq = await tx.fetchval(tx.sql.insert_event, job_id=job_id, name=name, payload=data)

@@ -25,6 +25,7 @@ from agentlife._exceptions import JobStateConflict, StoreUnavailable
 from agentlife.stores._base import JobRecord, JobStatus
 from agentlife.stores._childjobs import children_ended, job_ids_waited_for
 from agentlife.stores._jobs import PAUSABLE, RUNNABLE, check_transition, operator_record
+from agentlife.stores._prune import not_found
 from agentlife.stores._rows import appended, dumps
 
 if TYPE_CHECKING:
@@ -42,8 +43,9 @@ async def pause(tx: Tx, job_id: str, reason: str, actor: str) -> JobRecord:
     _check_table(tx)
     async with tx.atomic():
         locked = await tx.fetchrow(tx.sql.lock_row, job_id=job_id)
-        row = check_transition(job_id, "pause", None if locked is None else tx.job(locked), PAUSABLE)
-        assert locked is not None
+        if locked is None:
+            raise await not_found(tx, job_id)
+        row = check_transition(job_id, "pause", tx.job(locked), PAUSABLE)
         if pause_info(locked["pause"]).get("requested") is True:
             raise JobStateConflict(
                 f"cannot pause job {job_id}: its pause is already requested"
@@ -77,8 +79,9 @@ async def resume(tx: Tx, job_id: str, actor: str) -> JobRecord:
     async with tx.atomic():
         locked = await tx.fetchrow(tx.sql.lock_row, job_id=job_id)
         allowed = (JobStatus.PAUSED, JobStatus.RUNNING)
-        row = check_transition(job_id, "resume", None if locked is None else tx.job(locked), allowed)
-        assert locked is not None
+        if locked is None:
+            raise await not_found(tx, job_id)
+        row = check_transition(job_id, "resume", tx.job(locked), allowed)
         info = pause_info(locked["pause"])
         if row.status == JobStatus.RUNNING:
             if info.get("requested") is not True:

@@ -269,6 +269,7 @@ def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> St
             f" :detached{key_values}"
             f" WHERE EXISTS (SELECT 1 FROM {j} WHERE id = :parent_id AND attempt = :attempt"
             " AND (owner IS NULL OR owner = :owner))"
+            f" AND NOT EXISTS (SELECT 1 FROM {t.pruned} WHERE id = :job_id)"
             f" ON CONFLICT (id) DO NOTHING RETURNING agent_id) SELECT {notify} FROM created"
         ),
         # FOR SHARE: a claim of the row waits for this insert to commit, so the attempt that takes the job

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from agentlife._exceptions import ConfigError
+from agentlife._exceptions import ConfigError, JobNotFound
 from agentlife.stores._base import TableNames
 from agentlife.stores._jobs import TERMINAL
 from agentlife.stores._rows import as_text
@@ -38,9 +38,12 @@ __all__ = [
     "PruneResult",
     "PrunedJob",
     "check_prune",
+    "expire_tombstones",
     "job_tables",
+    "not_found",
     "prune",
     "prune_statements",
+    "pruned_among",
     "pruned_job",
     "pruned_message",
     "pruned_text",
@@ -168,6 +171,10 @@ def prune_statements(t: TableNames, d: Dialect, *, skip_locked: bool, delta: boo
             f"SELECT id, agent_id, status, {d.epoch('finished_at')}, {d.epoch('pruned_at')}"
             f" FROM {p} WHERE id = :job_id"
         ),
+        "pruned_among": d.sql(
+            f"SELECT p.id FROM {p} AS p WHERE {d.in_list('p.id', 'job_ids', 'text')}"
+            f" AND NOT EXISTS (SELECT 1 FROM {j} AS j WHERE j.id = p.id)"
+        ),
     }
 
 
@@ -249,6 +256,18 @@ async def _batch(tx: Tx, params: dict[str, Any], batch_size: int) -> tuple[int, 
     return len(rows), ids
 
 
+async def expire_tombstones(db: Database, older_than: float) -> int:
+    """Delete the tombstones older than ``older_than`` seconds (by the database's clock); how many."""
+    clock: float = await db.run(_clock)
+    return await db.run(_drop_tombstones, clock - older_than)
+
+
+async def pruned_among(tx: Tx, job_ids: Sequence[str]) -> set[str]:
+    """Those of ``job_ids`` whose job was pruned: a tombstone and no row (one created again is not)."""
+    rows = await tx.fetch(tx.sql.pruned_among, job_ids=list(job_ids))
+    return {str(row[0]) for row in rows}
+
+
 async def _drop_tombstones(tx: Tx, cutoff: float) -> int:
     async with tx.atomic():
         return await tx.execute(tx.sql.prune_tombstones, cutoff=cutoff)
@@ -266,6 +285,14 @@ def pruned_message(job_id: str, tomb: PrunedJob | None) -> str:
         f"job {job_id} was pruned at {_utc(tomb.pruned_at)} ({tomb.status}, agent {tomb.agent_id},"
         f" finished {_utc(tomb.finished_at)})"
     )
+
+
+async def not_found(tx: Tx, job_id: str) -> JobNotFound:
+    """The `JobNotFound` of an id with no row (read in ``tx``): when its job was pruned, or that none is.
+
+    Every operation on an id says so (send, cancel, retry, rewind...), not only ``job show``.
+    """
+    return JobNotFound(await pruned_text(tx, job_id))
 
 
 async def pruned_text(tx: Tx, job_id: str) -> str:

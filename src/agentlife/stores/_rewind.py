@@ -22,9 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agentlife._exceptions import JobNotFound, JobStateConflict
+from agentlife._exceptions import JobStateConflict
 from agentlife.stores._base import CLAIM_STALE_AFTER_SECONDS, JobRecord, owner_is_live
 from agentlife.stores._jobs import REWIND_EVENT, operator_record
+from agentlife.stores._prune import not_found, pruned_job, pruned_message
 from agentlife.stores._rows import as_bytes, dumps
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ async def rewind(
     async with tx.atomic():
         locked = await tx.fetchrow(tx.sql.lock_row, job_id=job_id)
         if locked is None:
-            raise JobNotFound(f"job {job_id} does not exist")
+            raise await not_found(tx, job_id)
         row = tx.job(locked)
         if row.attempt != target.attempt:
             raise JobStateConflict(
@@ -174,7 +175,9 @@ async def _fork(
         history=dumps([entry]),
     )
     if not created:
-        raise JobStateConflict(f"cannot fork job {job_id} into {new_id}: job {new_id} already exists")
+        tomb = await pruned_job(tx, new_id)
+        said = f"job {new_id} already exists" if tomb is None else pruned_message(new_id, tomb)
+        raise JobStateConflict(f"cannot fork job {job_id} into {new_id}: {said}")
     await _add_history(tx, new_id, target)
     await tx.execute(tx.sql.fork_messages, job_id=job_id, new_id=new_id, length=target.length)
     return await _row(tx, new_id)

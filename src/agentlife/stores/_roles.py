@@ -400,6 +400,14 @@ class OperatorStore(JobRows, Protocol):
         """The tombstone of a pruned job (id, agent, status, when it finished and was pruned), or None."""
         ...
 
+    async def pruned_ids(self, job_ids: Sequence[str]) -> set[str]:
+        """Those of ``job_ids`` whose job was pruned: a tombstone and no row (one query)."""
+        ...
+
+    async def expire_tombstones(self, older_than: float) -> int:
+        """Delete the tombstones written more than ``older_than`` seconds ago (the ids are free again)."""
+        ...
+
     async def list_jobs(
         self,
         status: str | None = None,

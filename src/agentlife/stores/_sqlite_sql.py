@@ -330,6 +330,7 @@ def sqlite_statements(t: TableNames) -> Statements:
             " SELECT :job_id, :agent_id, 'PENDING', :payload, 0, :now, :now, :parent_id, :invocation_id,"
             " :detached, :concurrency_key, :priority"
             f" WHERE EXISTS (SELECT 1 FROM {j} WHERE id = :parent_id AND attempt = :attempt{SQLITE.fence})"
+            f" AND NOT EXISTS (SELECT 1 FROM {t.pruned} WHERE id = :job_id)"
         ),
         "append_records": Guarded(
             sql(f"SELECT 1 FROM {j} WHERE {fenced} AND {_LIVE}"), (_insert_records(t),)

@@ -426,6 +426,16 @@ class SQLStore(Generic[D]):
         """The tombstone of a pruned job, or None; see `OperatorStore.pruned_job`."""
         return await self._db.run(_prune.pruned_job, job_id)
 
+    async def pruned_ids(self, job_ids: Sequence[str]) -> set[str]:
+        """Those of ``job_ids`` whose job was pruned; see `OperatorStore.pruned_ids`."""
+        if not job_ids:
+            return set()
+        return await self._db.run(_prune.pruned_among, job_ids)
+
+    async def expire_tombstones(self, older_than: float) -> int:
+        """Delete tombstones older than ``older_than`` seconds; see `OperatorStore.expire_tombstones`."""
+        return await _prune.expire_tombstones(self._db, older_than)
+
     # -- waiting for work ---------------------------------------------------------------------------------
 
     @property

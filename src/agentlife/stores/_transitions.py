@@ -28,6 +28,7 @@ from agentlife.stores._jobs import (
     operator_record,
     retry_marker,
 )
+from agentlife.stores._prune import not_found
 from agentlife.stores._rows import appended, dumps
 
 if TYPE_CHECKING:
@@ -94,8 +95,9 @@ async def retry(tx: Tx, job_id: str, actor: str | None = None) -> JobRecord:
 async def _locked(tx: Tx, job_id: str, operation: str, allowed: Sequence[str]) -> tuple[JobRecord, Row]:
     """Lock the row and check that its status allows ``operation``: (the row, its locked columns)."""
     locked = await tx.fetchrow(tx.sql.lock_row, job_id=job_id)
-    row = check_transition(job_id, operation, None if locked is None else tx.job(locked), allowed)
-    assert locked is not None
+    if locked is None:
+        raise await not_found(tx, job_id)
+    row = check_transition(job_id, operation, tx.job(locked), allowed)
     return row, locked
 
 
