@@ -451,5 +451,7 @@ async def test_an_action_with_two_origin_headers_is_refused(tmp_path: Path) -> N
                 "/api/v1/jobs/p-1/cancel", json={}, headers=[*headers, ("Authorization", f"Bearer {TOKEN}")]
             )
             assert api.status_code == 403, (origins, api.text)
+        sites = [("Sec-Fetch-Site", "same-origin"), ("Sec-Fetch-Site", "same-origin")]
+        assert (await s.http.post("/job/action", data=form, headers=sites)).status_code == 403
         one = await s.http.post("/job/action", data=form, headers={"Origin": own})
         assert one.status_code == 303
