@@ -457,13 +457,13 @@ _KEY_HINT = re.compile(r"(?i)passw|passphrase|pwd|secret|key|auth|credential|coo
 
 
 def mask_secret_keys_in_text(text: str) -> str:
-    """``text`` with the value after every quoted key named like a credential masked, as `mask_secret_keys`.
+    r"""``text`` with the value after every quoted key named like a credential masked, as `mask_secret_keys`.
 
     For text that should have been JSON and cannot be read as JSON (a torn line, a line nested deeper than
     the parser goes), so a value under ``"private_key"`` is masked however the text around it is broken: a
     string value up to its closing quote, any other value (an object, a list, a number, a string that never
     closes) to the end of its line, since where it ends cannot be told. A key's JSON escapes are read
-    (``"private\\u005fkey"`` is ``private_key``).
+    (``"private\u005fkey"`` is ``private_key``).
     """
     if not _KEY_HINT.search(text):
         return text

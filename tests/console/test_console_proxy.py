@@ -428,7 +428,9 @@ async def test_every_count_the_overview_links_is_a_list_that_answers(tmp_path: P
     assert re.search(r'data-status="BOGUS" data-agent="beta">1<', page), page
 
 
-async def test_the_overview_stale_limit_is_the_reapers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_overview_stale_limit_is_the_reapers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with served(tmp_path, ProxyConfig()) as s:
         await _age_heartbeat(s.db, "stale-1", 120.0)
         default = (await s.http.get("/overview")).text

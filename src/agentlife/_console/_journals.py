@@ -1,21 +1,22 @@
 """An attempt's session journal as a download: masked line by line, bounded, only from this console's disk.
 
 The file is named by the job's id and the session's file name, both checked: the id must be one that can
-name a journal directory that is this disk's own (`journal_dir`: not a link out of the data directory), and
-the name one of the session files `list_sessions` finds there (a symlink is never one, and the file is
-opened without following one), so a request can read nothing but a journal. Each line is parsed and masked whole
-(`Masker.whole`) and written again as JSON; a line that is not JSON (torn, or nested deeper than orjson
-reads) is written as a masked string, where the value after every quoted key named like a credential is
-masked too (`Masker.broken_json`), and one longer than `MAX_LINE` is left out (``{"type": "LINE_TOO_LONG"}``): cut in pieces, a secret across a
-cut would be masked in neither. The download stops after `MAX_DOWNLOAD` bytes read, with a last line
-saying so.
+name a journal directory that is this disk's own (`journal_dir`: not a link out of the data directory),
+and the name one of the session files `list_sessions` finds there (a symlink is never one, and the file is
+opened without following one), so a request can read nothing but a journal. Each line is parsed and
+masked whole (`Masker.whole`) and written again as JSON; a line that is not JSON (torn, or nested deeper
+than orjson reads) is written as a masked string, in which the value after every quoted key named like a
+credential is masked too (`Masker.broken_json`); one longer than `MAX_LINE` is left out
+(``{"type": "LINE_TOO_LONG"}``): cut in pieces, a secret across a cut would be masked in neither. The
+download stops after `MAX_DOWNLOAD` bytes read, with a last line saying so.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import anyio
 import orjson
@@ -58,8 +59,7 @@ async def stream_journal(
 ) -> web.StreamResponse:
     """Send the journal at ``path`` masked, as an attachment, up to `MAX_DOWNLOAD` bytes of it."""
     try:  # a session file swapped for a link since it was listed is refused, not followed
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-        source = anyio.wrap_file(await anyio.to_thread.run_sync(lambda: open(path, "rb", opener=_opener(flags))))
+        source = anyio.wrap_file(await anyio.to_thread.run_sync(_open_unfollowed, path))
     except OSError as exc:
         raise JobNotFound(f"the journal {path.name} cannot be read: {exc.strerror or exc}") from None
     response = web.StreamResponse(
@@ -99,8 +99,10 @@ async def stream_journal(
     return response
 
 
-def _opener(flags: int) -> Callable[[str, int], int]:
-    return lambda name, _: os.open(name, flags)
+def _open_unfollowed(path: Path) -> BinaryIO:
+    """``path`` opened for reading; `OSError` (ELOOP) when it is a symlink."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    return os.fdopen(fd, "rb")
 
 
 def _masked(line: bytes, masker: Masker) -> bytes:

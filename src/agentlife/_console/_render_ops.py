@@ -111,7 +111,8 @@ def overview_main(overview: Overview, masked: Callable[[str], str], esc: _Esc, n
         f'<li><span class="big" id="o-runnable">{overview.runnable}</span> runnable, waiting for a worker'
         f' <span class="note">({esc(oldest)})</span></li>'
         f'<li><span class="big" id="o-stale">{overview.stale}</span> RUNNING with a stale heartbeat'
-        f' <span class="note">(older than {overview.stale_after:g} s, the reaper\'s limit, or none)</span></li>'
+        f' <span class="note">(older than {overview.stale_after:g} s, the reaper\'s limit, or none)'
+        "</span></li>"
         f'<li>In the last hour: <span id="o-ended">{esc(ended)}</span></li></ul>'
     )
     stale = ""
@@ -157,7 +158,9 @@ def _agent_row(
     cells = []
     for status in statuses:
         shown = _count(counts.get((status, agent), 0), status, agent, masked, esc)
-        cells.append(f'<td data-status="{esc(masked(status))}" data-agent="{esc(masked(agent))}">{shown}</td>')
+        cells.append(
+            f'<td data-status="{esc(masked(status))}" data-agent="{esc(masked(agent))}">{shown}</td>'
+        )
     return f'<tr><th scope="row">{esc(masked(agent))}</th>{"".join(cells)}</tr>'
 
 

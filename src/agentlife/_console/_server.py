@@ -54,12 +54,12 @@ from agentlife._console._sse import Fanout, SseLimits
 from agentlife._console._store import ConsoleStore, NotRecorded
 from agentlife._console._timeline import build_timeline
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError, describe_error
-from agentlife.constants import Constants
 from agentlife._jobs._approve import approve_parked
 from agentlife._jobs._batch import BATCH_ACTIONS, Selection, act_on_each, select_jobs
 from agentlife._jobs._mask import masker_for
 from agentlife._jobs._pause import pause_job, resume_job
 from agentlife._jobs._reason import check_reason
+from agentlife.constants import Constants
 from agentlife.stores import JobStatus, OperatorStore
 from agentlife.stores._childjobs import cancel_with_children
 from agentlife.stores._prune import pruned_message
