@@ -450,8 +450,10 @@ def mask_secret_keys(value: Any) -> Any:
 # A double-quoted key and its colon in text that should have been JSON: the key's escapes are skipped whole,
 # so a quote inside it never ends it; a scan from a quote stops at the next quote, so the search is linear.
 _QUOTED_KEY = re.compile(r'"((?:[^"\\\n]|\\.)*)"\s*:[ \t]*')
-# The rest of a JSON string after its opening quote, to its closing quote.
-_STRING_REST = re.compile(r'(?:[^"\\\n]|\\.)*"')
+# A JSON string, from its opening quote to its closing one.
+_JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+# A key's text whose every escape is one of JSON's (so reading it cannot fail).
+_JSON_ESCAPES = re.compile(r'(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9A-Fa-f]{4})*')
 # Text without any of these cannot hold a credential-named key (an escape can spell one: ``\u005f``).
 _KEY_HINT = re.compile(r"(?i)passw|passphrase|pwd|secret|key|auth|credential|cookie|token|\\u")
 
@@ -468,13 +470,18 @@ def mask_secret_keys_in_text(text: str) -> str:
     if not _KEY_HINT.search(text):
         return text
     parts: list[str] = []
+    secret: dict[str, bool] = {}  # a line's keys recur: each is judged once
     copied = at = 0  # text[:copied] is in parts; the search goes on from at
     while (found := _QUOTED_KEY.search(text, at)) is not None:
         at = found.end()
-        if not _secret_key(_json_key(found.group(1))) or at >= len(text) or text[at] in "\r\n":
+        raw = found.group(1)
+        judged = secret.get(raw)
+        if judged is None:
+            judged = secret[raw] = _secret_key(_json_key(raw))
+        if not judged or at >= len(text) or text[at] in "\r\n":
             continue
         parts.append(text[copied:at])
-        rest = _STRING_REST.match(text, at + 1) if text[at] == '"' else None
+        rest = _JSON_STRING.match(text, at)
         if rest is not None:
             parts.append(f'"{MASK}"')
             at = rest.end()
@@ -489,12 +496,9 @@ def mask_secret_keys_in_text(text: str) -> str:
 
 def _json_key(raw: str) -> str:
     """A JSON key's text with its escapes read; as written when they are not JSON's."""
-    if "\\" not in raw:
+    if "\\" not in raw or not _JSON_ESCAPES.fullmatch(raw):
         return raw
-    try:
-        return str(json.loads(f'"{raw}"'))
-    except ValueError:
-        return raw
+    return str(json.loads(f'"{raw}"', strict=False))
 
 
 def bound(value: Any, limit: int = MAX_SHOWN_TEXT) -> Any:
