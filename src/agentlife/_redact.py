@@ -454,8 +454,6 @@ _QUOTED_KEY = re.compile(r'"((?:[^"\\\n]|\\.)*)"\s*:[ \t]*')
 _JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 # A key's text whose every escape is one of JSON's (so reading it cannot fail).
 _JSON_ESCAPES = re.compile(r'(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9A-Fa-f]{4})*')
-# Text without any of these cannot hold a credential-named key (an escape can spell one: ``\u005f``).
-_KEY_HINT = re.compile(r"(?i)passw|passphrase|pwd|secret|key|auth|credential|cookie|token|\\u")
 
 
 def mask_secret_keys_in_text(text: str) -> str:
@@ -467,8 +465,6 @@ def mask_secret_keys_in_text(text: str) -> str:
     closes) to the end of its line, since where it ends cannot be told. A key's JSON escapes are read
     (``"private\u005fkey"`` is ``private_key``).
     """
-    if not _KEY_HINT.search(text):
-        return text
     parts: list[str] = []
     secret: dict[str, bool] = {}  # a line's keys recur: each is judged once
     copied = at = 0  # text[:copied] is in parts; the search goes on from at
