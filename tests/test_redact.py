@@ -19,7 +19,15 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from agentlife._redact import _PATTERNS, MASK, Redactor, _mask_match, spellings, url_password
+from agentlife._redact import (
+    _PATTERNS,
+    MASK,
+    Redactor,
+    _mask_match,
+    mask_secret_keys_in_text,
+    spellings,
+    url_password,
+)
 
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MEGABYTE = 1_000_000
@@ -502,3 +510,43 @@ def test_the_concurrency_key_limits_are_not_secrets_but_api_keys_are() -> None:
     }
     shown = Redactor.from_env(env).redact("limit 100001, tenant-a 200002, key 333333, tok-555555")
     assert shown == "limit 100001, tenant-a 200002, key ***, ***"
+
+
+# Keys and plain values are lower case; every value under a credential key holds "Q": none may survive.
+_PLAIN = st.text("abcdefghij _-", max_size=8)
+_CREDENTIAL_KEYS = st.sampled_from(
+    ["private_key", "credential", "client_secret", "Private-Key", "apiKey", "password", "token", "authToken"]
+)
+_SECRET_VALUES = st.one_of(
+    st.text('Qq0 :,{}[]\\"', min_size=1, max_size=12).map(lambda v: "Q" + v),
+    st.lists(st.just("Q"), min_size=1, max_size=3),
+    st.fixed_dictionaries({"inner": st.just("Q-inner")}),
+)
+_JSONISH = st.recursive(
+    st.one_of(_PLAIN, st.integers(), st.none()),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(_PLAIN, inner, max_size=3),
+        st.builds(
+            lambda k, v, rest: {**rest, k: v},
+            _CREDENTIAL_KEYS,
+            _SECRET_VALUES,
+            st.dictionaries(_PLAIN, inner, max_size=2),
+        ),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(value=_JSONISH, cut=st.floats(0.0, 1.0), ascii_only=st.booleans())
+@example(value={"a": {"credential": {"k": "Q1"}}, "b": 1}, cut=0.9, ascii_only=True)
+def test_text_that_should_have_been_json_keeps_credential_values_masked_wherever_cut(
+    value: Any, cut: float, ascii_only: bool
+) -> None:
+    # A torn journal line, or one too deep to parse: the values under credential keys never show.
+    text = json.dumps(value, ensure_ascii=ascii_only)
+    torn = text[: round(len(text) * cut)]
+    for shown in (mask_secret_keys_in_text(text), mask_secret_keys_in_text(torn)):
+        assert "Q" not in shown, (text, shown)
+    assert mask_secret_keys_in_text('{"ok": "Qvalue"}') == '{"ok": "Qvalue"}'

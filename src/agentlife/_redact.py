@@ -18,6 +18,7 @@ from every position. ``tests/test_regex_cost.py`` holds every pattern of the pac
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
@@ -30,6 +31,7 @@ __all__ = [
     "Redactor",
     "bound",
     "mask_secret_keys",
+    "mask_secret_keys_in_text",
     "spellings",
     "url_password",
 ]
@@ -443,6 +445,56 @@ def mask_secret_keys(value: Any) -> Any:
     if isinstance(value, list):
         return [mask_secret_keys(v) for v in value]
     return value
+
+
+# A double-quoted key and its colon in text that should have been JSON: the key's escapes are skipped whole,
+# so a quote inside it never ends it; a scan from a quote stops at the next quote, so the search is linear.
+_QUOTED_KEY = re.compile(r'"((?:[^"\\\n]|\\.)*)"\s*:[ \t]*')
+# A JSON string, from its opening quote to its closing one.
+_JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+# A key's text whose every escape is one of JSON's (so reading it cannot fail).
+_JSON_ESCAPES = re.compile(r'(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9A-Fa-f]{4})*')
+
+
+def mask_secret_keys_in_text(text: str) -> str:
+    r"""``text`` with the value after every quoted key named like a credential masked, as `mask_secret_keys`.
+
+    For text that should have been JSON and cannot be read as JSON (a torn line, a line nested deeper than
+    the parser goes), so a value under ``"private_key"`` is masked however the text around it is broken: a
+    string value up to its closing quote, any other value (an object, a list, a number, a string that never
+    closes) to the end of its line, since where it ends cannot be told. A key's JSON escapes are read
+    (``"private\u005fkey"`` is ``private_key``).
+    """
+    parts: list[str] = []
+    secret: dict[str, bool] = {}  # a line's keys recur: each is judged once
+    copied = at = 0  # text[:copied] is in parts; the search goes on from at
+    while (found := _QUOTED_KEY.search(text, at)) is not None:
+        at = found.end()
+        raw = found.group(1)
+        judged = secret.get(raw)
+        if judged is None:
+            judged = secret[raw] = _secret_key(_json_key(raw))
+        if not judged or at >= len(text) or text[at] in "\r\n":
+            continue
+        parts.append(text[copied:at])
+        rest = _JSON_STRING.match(text, at)
+        if rest is not None:
+            parts.append(f'"{MASK}"')
+            at = rest.end()
+        else:
+            line_end = text.find("\n", at)
+            at = len(text) if line_end < 0 else line_end
+            parts.append(MASK)
+        copied = at
+    parts.append(text[copied:])
+    return "".join(parts)
+
+
+def _json_key(raw: str) -> str:
+    """A JSON key's text with its escapes read; as written when they are not JSON's."""
+    if "\\" not in raw or not _JSON_ESCAPES.fullmatch(raw):
+        return raw
+    return str(json.loads(f'"{raw}"', strict=False))
 
 
 def bound(value: Any, limit: int = MAX_SHOWN_TEXT) -> Any:

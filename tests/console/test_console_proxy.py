@@ -275,12 +275,12 @@ async def _status(tmp_path: Path, job_id: str) -> str:
         await store.close()
 
 
-async def _age_heartbeat(db: Path, job_id: str) -> None:
+async def _age_heartbeat(db: Path, job_id: str, age: float = 3600.0) -> None:
     import sqlite3
 
     conn = sqlite3.connect(db, isolation_level=None)
     try:
-        conn.execute("UPDATE job SET heartbeat_at = ? WHERE id = ?", (time.time() - 3600, job_id))
+        conn.execute("UPDATE job SET heartbeat_at = ? WHERE id = ?", (time.time() - age, job_id))
     finally:
         conn.close()
 
@@ -352,3 +352,108 @@ async def test_the_overview_reads_rows_another_tool_wrote(tmp_path: Path) -> Non
     assert (
         "&lt;i&gt;ODD&lt;/i&gt;" in page.text and "<i>ODD" not in page.text and "\ufffd&lt;b&gt;" in page.text
     )
+
+
+async def test_a_journal_line_too_deep_to_parse_keeps_credential_keys_masked(tmp_path: Path) -> None:
+    # orjson parses 1024 levels: a line nested deeper (written by someone else) comes as masked text, where
+    # the values under credential-named keys are masked by the key's name as the parsed lines' are.
+    depth = 1500
+    inner = '{"private_key":"PRIVKEY-VALUE-1","credential":"CRED-VALUE-2","client_secret":"CS-VALUE-3"}'
+    deep = '{"type":"X","x":' + '{"a":' * depth + inner + "}" * depth + "}"
+    torn = '{"type":"Y","note":"ok","Private-Key":"TORN-VALUE-4","n":{"credential":{"k":"TORN-VALUE-5"'
+    escaped = '{"type":"Z","private\\u005fkey":"ESCAPED-VALUE-6",'
+    async with served(tmp_path, ProxyConfig()) as s:
+        sessions = s.data / "sessions" / "park-1"
+        sessions.mkdir(parents=True)
+        name = "session_0001_1700000000000.jsonl"
+        (sessions / name).write_text("\n".join([deep, torn, escaped]) + "\n")
+        got = await s.http.get("/job/journal", params={"id": "park-1", "session": name})
+    assert got.status_code == 200
+    for value in ("PRIVKEY", "CRED-VALUE", "CS-VALUE", "TORN-VALUE", "ESCAPED-VALUE"):
+        assert value not in got.text, value
+    shown = [orjson.loads(line) for line in got.text.splitlines()]
+    assert all(isinstance(line, str) for line in shown) and len(shown) == 3
+    assert '"private_key":"***"' in shown[0] and '"note":"ok"' in shown[1]
+
+
+async def test_a_journal_under_a_symlinked_job_directory_is_neither_offered_nor_served(
+    tmp_path: Path,
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    name = "session_0001_1700000000000.jsonl"
+    (outside / name).write_text('{"type":"X","note":"OUTSIDE-CONTENT"}\n')
+    async with served(tmp_path, ProxyConfig()) as s:
+        (s.data / "sessions").mkdir(parents=True)
+        (s.data / "sessions" / "p-0").symlink_to(outside, target_is_directory=True)
+        page = (await s.http.get("/job?id=p-0")).text
+        got = await s.http.get("/job/journal", params={"id": "p-0", "session": name})
+    assert "/job/journal" not in page and "OUTSIDE-CONTENT" not in page
+    assert got.status_code == 404 and "OUTSIDE-CONTENT" not in got.text
+
+
+async def test_the_overview_links_carry_no_secret_agent_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    monkeypatch.setenv("CONSOLE_PROXY_TEST_TOKEN", SECRET)
+    async with served(tmp_path, ProxyConfig()) as s:
+        conn = sqlite3.connect(s.db, isolation_level=None)
+        try:
+            conn.execute("UPDATE job SET agent_id = 'agent-postgres://u:hunter2pass@h/d' WHERE id = 'p-0'")
+            conn.execute("UPDATE job SET agent_id = ? WHERE id = 'p-1'", (f"agent-{SECRET}",))
+        finally:
+            conn.close()
+        page = (await s.http.get("/overview")).text
+    assert "hunter2pass" not in page and SECRET not in page
+    assert "agent-postgres://u:***@h/d" in page  # the cell still says which agent, masked
+
+
+async def test_every_count_the_overview_links_is_a_list_that_answers(tmp_path: Path) -> None:
+    import sqlite3
+
+    async with served(tmp_path, ProxyConfig()) as s:
+        conn = sqlite3.connect(s.db, isolation_level=None)
+        try:  # statuses another client wrote: the list cannot filter by them
+            conn.execute("UPDATE job SET status = 'BOGUS' WHERE id = 'p-0'")
+            conn.execute("UPDATE job SET status = 'running' WHERE id = 'p-1'")
+        finally:
+            conn.close()
+        page = (await s.http.get("/overview")).text
+        links = [link.replace("&amp;", "&") for link in re.findall(r'href="(/\?[^"]*)"', page)]
+        assert links and not any("BOGUS" in link or "=running" in link for link in links), links
+        for link in links:
+            assert (await s.http.get(link)).status_code == 200, link
+    assert re.search(r'data-status="BOGUS" data-agent="beta">1<', page), page
+
+
+async def test_the_overview_stale_limit_is_the_reapers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with served(tmp_path, ProxyConfig()) as s:
+        await _age_heartbeat(s.db, "stale-1", 120.0)
+        default = (await s.http.get("/overview")).text
+    assert re.search(r'id="o-stale">0<', default) and "older than 300 s" in default
+    monkeypatch.setenv("AGENTLIFE_HEARTBEAT_ZOMBIE_AFTER_SECONDS", "60")
+    async with served(tmp_path, ProxyConfig()) as s:
+        configured = (await s.http.get("/overview")).text
+    assert re.search(r'id="o-stale">1<', configured) and "older than 60 s" in configured
+
+
+async def test_an_action_with_two_origin_headers_is_refused(tmp_path: Path) -> None:
+    async with served(tmp_path, ProxyConfig()) as s:
+        own = s.url
+        for origins in (["https://evil.example", own], [own, "https://evil.example"], [own, own]):
+            headers = [("Origin", origin) for origin in origins]
+            form = {"token": TOKEN, "action": "cancel", "id": "p-1"}
+            page = await s.http.post("/job/action", data=form, headers=headers)
+            assert page.status_code == 403, (origins, page.status_code)
+            api = await s.http.post(
+                "/api/v1/jobs/p-1/cancel", json={}, headers=[*headers, ("Authorization", f"Bearer {TOKEN}")]
+            )
+            assert api.status_code == 403, (origins, api.text)
+        sites = [("Sec-Fetch-Site", "same-origin"), ("Sec-Fetch-Site", "same-origin")]
+        assert (await s.http.post("/job/action", data=form, headers=sites)).status_code == 403
+        one = await s.http.post("/job/action", data=form, headers={"Origin": own})
+        assert one.status_code == 303

@@ -427,12 +427,17 @@ def _authorized(api: Api, handler: _Handler) -> _Handler:
 
 
 def same_origin(request: web.Request) -> bool:
-    """False unless a browser, when it says, says the request came from the console's own page."""
-    site = request.headers.get("Sec-Fetch-Site")
-    if site is not None and site != "same-origin":
+    """False unless a browser, when it says, says the request came from the console's own page.
+
+    Each header counts only when sent once: a request carrying two ``Origin`` (or ``Sec-Fetch-Site``)
+    headers is no browser's, and judging it by either one would let the other pass unseen.
+    """
+    sites, origins = request.headers.getall("Sec-Fetch-Site", []), request.headers.getall("Origin", [])
+    if len(sites) > 1 or len(origins) > 1:
         return False
-    origin = request.headers.get("Origin")
-    return origin is None or origin == f"{request.scheme}://{request.host}"
+    if sites and sites[0] != "same-origin":
+        return False
+    return not origins or origins[0] == f"{request.scheme}://{request.host}"
 
 
 # -- reading a request ---------------------------------------------------------------------------------------

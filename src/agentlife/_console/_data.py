@@ -48,6 +48,7 @@ __all__ = [
     "ListQuery",
     "ListResult",
     "ListedJob",
+    "journal_dir",
     "list_jobs",
     "load_job",
     "parse_list_query",
@@ -305,13 +306,33 @@ async def _conversation(store: OperatorStore, view: JobView, masker: Masker) -> 
         view.conversation_note = f"showing the first {len(rows)} of {view.message_total} messages"
 
 
+def journal_dir(data_dir: Path, job_id: str) -> Path | None:
+    """The job's journal directory under ``data_dir``, or None when it is not one of this disk's own.
+
+    A directory that is a symlink, or that resolves anywhere but directly under ``data_dir``'s
+    ``sessions`` (a link put there by hand to another disk), is not: the console reads only its own data
+    directory (which may itself be reached through a link the operator made).
+    """
+    sessions = data_dir / "sessions"
+    directory = sessions / job_id
+    try:
+        if directory.is_symlink() or directory.resolve().parent != sessions.resolve():
+            return None
+    except (OSError, RuntimeError):  # a loop of links, a name the filesystem refuses
+        return None
+    return directory
+
+
 def _journal(view: JobView, data_dir: Path, masker: Masker) -> None:
     """The newest `MAX_SESSIONS` session journals of the job, when its id can name a directory."""
     job_id = view.key
     if not JOB_ID_PATTERN.fullmatch(job_id) or job_id in (".", ".."):
         view.journal_note = "no journal: this job id cannot name a journal directory"
         return
-    directory = data_dir / "sessions" / job_id
+    directory = journal_dir(data_dir, job_id)
+    if directory is None:
+        view.journal_note = "no journal: the job's journal directory is a link out of the console's disk"
+        return
     paths = list_sessions(directory)
     if not paths:
         view.journal_note = "no journal readable by the console here (the row's history is shown instead)"

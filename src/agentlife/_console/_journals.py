@@ -1,25 +1,29 @@
 """An attempt's session journal as a download: masked line by line, bounded, only from this console's disk.
 
 The file is named by the job's id and the session's file name, both checked: the id must be one that can
-name a journal directory, and the name one of the session files `list_sessions` finds there (a symlink is
-never one), so a request can read nothing but a journal. Each line is parsed and masked whole
-(`Masker.whole`) and written again as JSON; a line that is not JSON is written as a masked string, and
-one longer than `MAX_LINE` is left out (``{"type": "LINE_TOO_LONG"}``): cut in pieces, a secret across a
-cut would be masked in neither. The download stops after `MAX_DOWNLOAD` bytes read, with a last line
-saying so.
+name a journal directory that is this disk's own (`journal_dir`: not a link out of the data directory),
+and the name one of the session files `list_sessions` finds there (a symlink is never one, and the file is
+opened without following one), so a request can read nothing but a journal. Each line is parsed and
+masked whole (`Masker.whole`) and written again as JSON; a line that is not JSON (torn, or nested deeper
+than orjson reads) is written as a masked string, in which the value after every quoted key named like a
+credential is masked too (`Masker.broken_json`); one longer than `MAX_LINE` is left out
+(``{"type": "LINE_TOO_LONG"}``): cut in pieces, a secret across a cut would be masked in neither. The
+download stops after `MAX_DOWNLOAD` bytes read, with a last line saying so.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import anyio
 import orjson
 from aiohttp import web
 
 from agentlife._config import JOB_ID_PATTERN
-from agentlife._console._data import BadRequest
+from agentlife._console._data import BadRequest, journal_dir
 from agentlife._exceptions import JobNotFound
 from agentlife._jobs._mask import Masker
 from agentlife._journal._writer import list_sessions
@@ -40,7 +44,8 @@ def journal_path(data_dir: Path, job_id: str, session: str) -> Path:
         raise BadRequest("this job id cannot name a journal directory")
     if not session or len(session) > 200:
         raise BadRequest("a journal is named by its session file (?session=session_....jsonl)")
-    for path in list_sessions(data_dir / "sessions" / job_id):
+    directory = journal_dir(data_dir, job_id)
+    for path in list_sessions(directory) if directory is not None else []:
         if path.name == session:
             return path
     raise JobNotFound(
@@ -53,8 +58,8 @@ async def stream_journal(
     request: web.Request, path: Path, masker: Masker, headers: Mapping[str, str]
 ) -> web.StreamResponse:
     """Send the journal at ``path`` masked, as an attachment, up to `MAX_DOWNLOAD` bytes of it."""
-    try:
-        source = await anyio.open_file(path, "rb")
+    try:  # a session file swapped for a link since it was listed is refused, not followed
+        source = anyio.wrap_file(await anyio.to_thread.run_sync(_open_unfollowed, path))
     except OSError as exc:
         raise JobNotFound(f"the journal {path.name} cannot be read: {exc.strerror or exc}") from None
     response = web.StreamResponse(
@@ -94,9 +99,16 @@ async def stream_journal(
     return response
 
 
+def _open_unfollowed(path: Path) -> BinaryIO:
+    """``path`` opened for reading; `OSError` (ELOOP) when it is a symlink."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    return os.fdopen(fd, "rb")
+
+
 def _masked(line: bytes, masker: Masker) -> bytes:
     try:
         event = orjson.loads(line)
     except orjson.JSONDecodeError:
-        return orjson.dumps(masker.text(line.decode("utf-8", "replace"), MAX_LINE)) + b"\n"
+        # Torn, or nested deeper than orjson reads: masked as text, the values under credential keys too.
+        return orjson.dumps(masker.broken_json(line.decode("utf-8", "replace"), MAX_LINE)) + b"\n"
     return orjson.dumps(masker.whole(event), option=orjson.OPT_NON_STR_KEYS) + b"\n"

@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 import orjson
 
 from agentlife._console._data import JobView
+from agentlife.stores import JobStatus
 from agentlife.stores._childjobs import JobFamily
 from agentlife.stores._overview import MAX_STALE, Overview
 
@@ -21,6 +22,8 @@ __all__ = ["MAX_CHILDREN", "approval_section", "family_section", "journal_sectio
 
 #: The most children the job page links to (the count says how many there are).
 MAX_CHILDREN = 100
+#: The statuses the jobs list filters by: a count of any other is not a link.
+_LISTED = frozenset(str(status) for status in JobStatus)
 _ENDED = (("COMPLETED", "Completed"), ("FAILED", "Failed"), ("DEAD_LETTER", "Dead-lettered"))
 
 _Esc = Callable[[Any], str]
@@ -107,7 +110,9 @@ def overview_main(overview: Overview, masked: Callable[[str], str], esc: _Esc, n
         '<ul class="cards">'
         f'<li><span class="big" id="o-runnable">{overview.runnable}</span> runnable, waiting for a worker'
         f' <span class="note">({esc(oldest)})</span></li>'
-        f'<li><span class="big" id="o-stale">{overview.stale}</span> RUNNING with a stale heartbeat</li>'
+        f'<li><span class="big" id="o-stale">{overview.stale}</span> RUNNING with a stale heartbeat'
+        f' <span class="note">(older than {overview.stale_after:g} s, the reaper\'s limit, or none)'
+        "</span></li>"
         f'<li>In the last hour: <span id="o-ended">{esc(ended)}</span></li></ul>'
     )
     stale = ""
@@ -119,12 +124,11 @@ def overview_main(overview: Overview, masked: Callable[[str], str], esc: _Esc, n
         )
         more = " (the stalest shown)" if overview.stale > MAX_STALE else ""
         stale = f'<h2>Stale RUNNING jobs{more}</h2><ul class="stale">{rows}</ul>'
-    head = "".join(f'<th scope="col">{esc(s)}</th>' for s in statuses)
+    head = "".join(f'<th scope="col">{esc(masked(s))}</th>' for s in statuses)
     body = "".join(_agent_row(agent, statuses, overview.counts, masked, esc) for agent in agents)
     totals = "".join(
-        f'<td data-status="{esc(s)}" data-agent="">'
-        f'<a href="/?{esc(urlencode({"status": s}))}">'
-        f"{sum(n for (st, _), n in overview.counts.items() if st == s)}</a></td>"
+        f'<td data-status="{esc(masked(s))}" data-agent="">'
+        f"{_count(sum(n for (st, _), n in overview.counts.items() if st == s), s, None, masked, esc)}</td>"
         for s in statuses
     )
     more = (
@@ -153,11 +157,24 @@ def _agent_row(
 ) -> str:
     cells = []
     for status in statuses:
-        count = counts.get((status, agent), 0)
-        link = esc(urlencode({"status": status, "agent": agent}))
-        shown = f'<a href="/?{link}">{count}</a>' if count else "0"
-        cells.append(f'<td data-status="{esc(status)}" data-agent="{esc(masked(agent))}">{shown}</td>')
+        shown = _count(counts.get((status, agent), 0), status, agent, masked, esc)
+        cells.append(
+            f'<td data-status="{esc(masked(status))}" data-agent="{esc(masked(agent))}">{shown}</td>'
+        )
     return f'<tr><th scope="row">{esc(masked(agent))}</th>{"".join(cells)}</tr>'
+
+
+def _count(count: int, status: str, agent: str | None, masked: Callable[[str], str], esc: _Esc) -> str:
+    """A count, linked to the jobs list that shows those rows when a link can say which they are.
+
+    Not a link when there is no row, when the status is not one the list filters by (a row another
+    client wrote with its own status: the list would refuse it), or when the agent id holds what the
+    masker hides: the link would carry the secret the cell masks.
+    """
+    if not count or status not in _LISTED or (agent is not None and masked(agent) != agent):
+        return str(count)
+    query = {"status": status} if agent is None else {"status": status, "agent": agent}
+    return f'<a href="/?{esc(urlencode(query))}">{count}</a>'
 
 
 def _job_link(job_id: str, masked: Callable[[str], str], esc: _Esc) -> str:

@@ -59,8 +59,8 @@ from agentlife._jobs._batch import BATCH_ACTIONS, Selection, act_on_each, select
 from agentlife._jobs._mask import masker_for
 from agentlife._jobs._pause import pause_job, resume_job
 from agentlife._jobs._reason import check_reason
+from agentlife.constants import Constants
 from agentlife.stores import JobStatus, OperatorStore
-from agentlife.stores._base import CLAIM_STALE_AFTER_SECONDS
 from agentlife.stores._childjobs import cancel_with_children
 from agentlife.stores._prune import pruned_message
 
@@ -127,6 +127,9 @@ class _Console:
         self.cursors = Cursors()
         self.flashes = _Flashes(config.token) if config.token is not None else None
         self.data_dir = config.data_dir or Path(os.environ.get("AGENTLIFE_DATA_DIR") or ".agentlife")
+        # The overview's stale heartbeat is the reaper's: heartbeat.zombie_after_seconds, as this
+        # environment sets it (AGENTLIFE_HEARTBEAT_ZOMBIE_AFTER_SECONDS, 300 s by default).
+        self.stale_after = Constants.from_env(os.environ).heartbeat.zombie_after_seconds
         files = resources.files("agentlife._console").joinpath("static")
         self.static = {name: files.joinpath(name).read_bytes() for name in _STATIC}
 
@@ -163,7 +166,7 @@ class _Console:
 
     async def overview(self, request: web.Request) -> web.Response:
         store = await self.store.get()
-        found = await store.job_overview(CLAIM_STALE_AFTER_SECONDS, OVERVIEW_WINDOW)
+        found = await store.job_overview(self.stale_after, OVERVIEW_WINDOW)
         shown = functools.partial(self.masker.text, limit=2000)
         text = overview_page(found, actions=self.actions, now=time.time(), mask=shown)
         return web.Response(text=text, content_type="text/html")

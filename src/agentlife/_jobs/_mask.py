@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from agentlife._redact import MAX_SHOWN_TEXT, Redactor, bound, mask_secret_keys
+from agentlife._redact import MAX_SHOWN_TEXT, Redactor, bound, mask_secret_keys, mask_secret_keys_in_text
 from agentlife.stores import JobRecord
 
 __all__ = ["MAX_TEXT", "Masker", "bound", "masker_for"]
@@ -48,6 +48,15 @@ class Masker:
         text = value if isinstance(value, str) else repr(value)
         shown = self.value(text, limit)
         return shown if isinstance(shown, str) else str(shown)
+
+    def broken_json(self, text: str, limit: int = MAX_TEXT) -> str:
+        """Text that should have been JSON and is not, masked as `text` masks it and by its key names too.
+
+        A torn line, or one nested deeper than the parser reads, cannot be masked key by key as `whole`
+        masks a value: the value after each quoted key named like a credential is masked in the text
+        (`mask_secret_keys_in_text`), then the text is masked as any other.
+        """
+        return self.text(mask_secret_keys_in_text(text), limit)
 
     def row(self, row: JobRecord) -> JobRecord:
         """A copy of ``row`` holding only what a page may show: every field masked (the id too)."""

@@ -41,6 +41,8 @@ class Overview:
     """Since when the longest-waiting of them has been runnable (unix seconds)."""
     stale: int = 0
     """RUNNING rows whose heartbeat is older than ``stale_after`` seconds (or missing)."""
+    stale_after: float = 0.0
+    """The heartbeat age past which a RUNNING row was counted stale (seconds)."""
     stale_rows: list[tuple[str, float | None]] = field(default_factory=list)
     """The `MAX_STALE` stalest of them: (id, heartbeat time or None)."""
     ended: dict[str, int] = field(default_factory=dict)
@@ -68,6 +70,7 @@ async def job_overview(tx: Tx, stale_after: float, window: float) -> Overview:
         runnable=int(queue[0]) if queue is not None else 0,
         oldest_runnable=None if queue is None else _time(queue[1]),
         stale=int(stale or 0),
+        stale_after=stale_after,
         stale_rows=[(as_text(row[0], errors="replace") or "", _time(row[1])) for row in named],
         ended={str(row[0]): int(row[1]) for row in ended},
     )
