@@ -178,13 +178,14 @@ async def test_outside_cancellation_propagates_and_still_closes() -> None:
 async def test_outside_cancellation_wins_over_a_simultaneous_timeout() -> None:
     """A drain deadline and our own timeout landing together: the drain's cancellation must win."""
     loop = asyncio.get_running_loop()
-    timeouts = StreamTimeouts(connect=0.05, chunk=1.0, total=5.0)
+    # Margins a loaded machine keeps: the loop must reach the blocking callback before our 0.5 s deadline.
+    timeouts = StreamTimeouts(connect=0.5, chunk=5.0, total=10.0)
     closer = Closer()
 
     def block_then_cancel(scope: anyio.CancelScope) -> None:
         # Block the loop past the guard's deadline, then queue the outside cancel ahead of the guard's
         # timer: both now happen before the stream's task runs again.
-        time.sleep(0.1)
+        time.sleep(0.7)
         loop.call_soon(scope.cancel)
 
     with anyio.CancelScope() as scope:
