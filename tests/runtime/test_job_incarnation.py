@@ -7,16 +7,17 @@ marker carries the row's incarnation, so the other job's step 0 is never replaye
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import orjson
 import pytest
 
-from agentlife import Client
+from agentlife import Client, Done, StepContext
 from agentlife._journal._recovery import scan_for_resume
 from agentlife.stores import JobStatus, store_from_url
 from agentlife.testing import AgentHarness
-from agents.rewind_agent import RewindAgent
+from agents.rewind_agent import RewindAgent, record_effect
 
 pytestmark = pytest.mark.anyio
 
@@ -132,3 +133,33 @@ def test_a_checkpoint_marker_is_found_whatever_the_incarnation(tmp_path: Path) -
     _session(folder, "session_0001_1700000000000.jsonl", {"checkpoint_id": "0001-000000-abcd0123"})
     scan = scan_for_resume(folder, "0001-000000-abcd0123", checkpoint_step=-1, incarnation="mine")
     assert scan.found, scan.reason
+
+
+class _DiesOnceInStep0(RewindAgent):
+    """Step 0 makes its effect, then its first attempt dies (before any checkpoint)."""
+
+    async def step(self, ctx: StepContext) -> Done | None:
+        if ctx.step == 0:
+            result = await ctx.call_tool(record_effect, step=0)
+            died = Path(os.environ["REWIND_DIR"]) / "died"
+            if not died.exists():
+                died.touch()
+                raise RuntimeError("the pod went away")
+            return Done(result={"results": [result]})
+        return None
+
+
+async def test_a_fresh_job_that_died_in_step_0_still_replays_its_own_effect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setenv("REWIND_DIR", str(data))
+    url = f"sqlite:///{tmp_path / 'A.db'}"
+    harness = AgentHarness(data, env={"AGENTLIFE_DATABASE_URL": url})
+    monkeypatch.setenv("REWIND_LABEL", "v1")
+    await harness.run(_DiesOnceInStep0(), job_id="once")
+    monkeypatch.setenv("REWIND_LABEL", "v2")
+    await harness.run(_DiesOnceInStep0(), job_id="once")
+    assert await _result(url, "once") == ["v1:0"]  # replayed from its own journal, not run again
+    assert _effects(data) == ["once/0/0 v1"]
