@@ -168,17 +168,16 @@ class Hydrator:
         checkpoint_id: str | None,
         doc: CheckpointDoc,
         journal: Callable[[Sequence[StepRecord], int], StepJournal],
-        history: Sequence[Any] = (),
-        incarnation: str | None = None,
+        row: JobRecord,
     ) -> tuple[StepJournal, ReplayMap | None]:
         """Step 2: the steps' journal (``journal(the store's records, the step resumed)``), the replay map.
 
-        ``history`` is the row's crash history: a rewind to the checkpoint resumed is journaled first.
-        ``incarnation`` is the row's: a fresh job replays only the session files of its own.
+        A rewind to the checkpoint resumed (in the ``row``'s crash history) is journaled first; a fresh job
+        replays only the session files of the row's incarnation.
         """
         records = await self.load_step_records()
-        self._journal_rewind(checkpoint_id, history)
-        replay = await self.scan_journal(checkpoint_id, doc, records, incarnation)
+        self._journal_rewind(checkpoint_id, row.error)
+        replay = await self.scan_journal(checkpoint_id, doc, records, row.incarnation)
         return journal(records, doc.next_step), replay
 
     async def scan_journal(

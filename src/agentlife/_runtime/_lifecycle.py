@@ -230,9 +230,7 @@ class Runtime:
         doc, checkpoint_id = await hydrator.load_checkpoint()
         runner.checkpoint_id, runner.incarnation = checkpoint_id, row.incarnation
         conversation = await hydrator.load_conversation(doc)
-        runner.records, replay = await hydrator.replay_map(
-            checkpoint_id, doc, runner.step_journal, row.error, row.incarnation
-        )
+        runner.records, replay = await hydrator.replay_map(checkpoint_id, doc, runner.step_journal, row)
         approvals.restore(doc)
         memories = await hydrator.fetch_memories(
             doc, job=job, agent=self.agent, open_memory=lambda: self.services.open_memory(booted.settings)
