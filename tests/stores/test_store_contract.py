@@ -758,3 +758,18 @@ async def test_a_child_that_ended_after_the_deadline_is_reported_unfinished(stor
     assert (early.status, early.result, early.finished) == ("COMPLETED", {"early": True}, True)
     assert (late.status, late.result, late.finished) == ("RUNNING", None, False)
     assert all(o.finished for o in await store.child_outcomes("parent", ["kid-1", "kid-2"]))
+
+
+async def test_every_job_row_created_has_an_incarnation_of_its_own(
+    backend: Backend, store: CheckpointStore
+) -> None:
+    # A fresh job's journal replay matches this token: two creations of one id (another store, a job
+    # created again after its tombstone expired) must never share it.
+    await _running_job(store, "parent")
+    assert await store.start_child("parent", 1, "kid", "agent-a", None, invocation_id="parent/0/1")
+    first = await store.get_job("parent")
+    await backend.raw(f"DELETE FROM {backend.tables.job} WHERE id = 'parent'")
+    await store.create_job("parent", "agent-a", None)
+    again, kid = await store.get_job("parent"), await store.get_job("kid")
+    tokens = [row.incarnation if row is not None else None for row in (first, again, kid)]
+    assert all(tokens) and len(set(tokens)) == 3, tokens

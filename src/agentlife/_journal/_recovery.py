@@ -185,6 +185,10 @@ class _Scan:
     deadline: float
     started: float
     floor_step: int | None = None
+    #: The job row's incarnation: a fresh job's marker (null checkpoint id) matches only its own.
+    incarnation: str | None = None
+    #: Fresh-job markers read that another incarnation of the job id wrote.
+    foreign: int = 0
     #: The lowest ``to_step`` of the ``REWOUND`` lines read so far (reading back): older events of later
     #: steps are the future an operator rewound away, never replayed.
     rewound_to: int | None = None
@@ -215,6 +219,18 @@ class _Scan:
         step = _as_int(event.get("step"))
         return self.rewound_to is not None and step is not None and step > self.rewound_to
 
+    def own(self, marker: Event, target: str | None) -> bool:
+        """Whether a marker of ``target`` was written by this incarnation of the job.
+
+        A checkpoint id is unique per write, but every fresh job's marker says null: one of another job
+        of the same id (another store sharing the data directory, a job whose tombstone expired) carries
+        another incarnation, and a marker without one (older journals) belongs only to a row without one.
+        """
+        if target is not None or marker.get("incarnation") == self.incarnation:
+            return True
+        self.foreign += 1
+        return False
+
     def scan_file(self, path: Path, target: str | None) -> tuple[Event | None, list[Event], Any]:
         """Read ``path`` backwards to the marker of ``target``: (marker or None, events after it, newest id).
 
@@ -235,7 +251,7 @@ class _Scan:
             if parsed["type"] == EventType.CHECKPOINT_WRITTEN:
                 if newest is _NO_MARKER:
                     newest = parsed.get("checkpoint_id")
-                if parsed.get("checkpoint_id") == target:
+                if parsed.get("checkpoint_id") == target and self.own(parsed, target):
                     after.reverse()
                     return parsed, after, newest
                 step = _as_int(parsed.get("step"))
@@ -257,6 +273,7 @@ def scan_for_resume(
     budget_seconds: float = HydrationConstants().buffer_scan_timeout_seconds,
     exclude: Collection[Path] = (),
     checkpoint_step: int | None = None,
+    incarnation: str | None = None,
 ) -> ScanResult:
     """Find the events written after the store's checkpoint, reading the newest session file backwards.
 
@@ -283,9 +300,13 @@ def scan_for_resume(
         budget_seconds: wall-time budget (``AGENTLIFE_HYDRATION_BUFFER_SCAN_TIMEOUT_SECONDS``).
         exclude: files to pass over, typically the running process's own new session file.
         checkpoint_step: the step of the store's checkpoint (-1 for a fresh job), bounding a mismatch.
+        incarnation: the job row's `JobRecord.incarnation`. A fresh job's marker (``checkpoint_id`` None)
+            matches only one that carries the same: session files another job of the same id left
+            (another store sharing the data directory, a job re-created after its tombstone expired)
+            are never replayed.
     """
     started = time.monotonic()
-    scan = _Scan(started + budget_seconds, started, checkpoint_step)
+    scan = _Scan(started + budget_seconds, started, checkpoint_step, incarnation)
     session_dir = Path(session_dir)
     fresh = checkpoint_id is None
     if not session_dir.is_dir():
@@ -322,6 +343,13 @@ def scan_for_resume(
         if scan.skipped:
             reason += f", {scan.skipped} corrupt lines skipped"
         return scan.result(True, reason, path, events=after, marker=marker)
+    if scan.foreign:
+        reason = (
+            f"the session files in {session_dir} hold {scan.foreign} fresh-job marker(s) of another job of "
+            "the same id (another store sharing the data directory, or a job deleted before this one was "
+            "created)"
+        )
+        return scan.result(False, reason, files[-1])
     if newest_seen is not _NO_MARKER:
         found_id, where = newest_seen
         reason = (

@@ -168,19 +168,24 @@ class Hydrator:
         checkpoint_id: str | None,
         doc: CheckpointDoc,
         journal: Callable[[Sequence[StepRecord], int], StepJournal],
-        history: Sequence[Any] = (),
+        row: JobRecord,
     ) -> tuple[StepJournal, ReplayMap | None]:
         """Step 2: the steps' journal (``journal(the store's records, the step resumed)``), the replay map.
 
-        ``history`` is the row's crash history: a rewind to the checkpoint resumed is journaled first.
+        A rewind to the checkpoint resumed (in the ``row``'s crash history) is journaled first; a fresh job
+        replays only the session files of the row's incarnation.
         """
         records = await self.load_step_records()
-        self._journal_rewind(checkpoint_id, history)
-        replay = await self.scan_journal(checkpoint_id, doc, records)
+        self._journal_rewind(checkpoint_id, row.error)
+        replay = await self.scan_journal(checkpoint_id, doc, records, row.incarnation)
         return journal(records, doc.next_step), replay
 
     async def scan_journal(
-        self, checkpoint_id: str | None, doc: CheckpointDoc, records: Sequence[StepRecord] = ()
+        self,
+        checkpoint_id: str | None,
+        doc: CheckpointDoc,
+        records: Sequence[StepRecord] = (),
+        incarnation: str | None = None,
     ) -> ReplayMap | None:
         """Step 2b: the replay map of the resumed step, from the journal and the store's ``records``.
 
@@ -188,7 +193,7 @@ class Hydrator:
         nothing too).
         """
         step = doc.next_step
-        result = await self._scan_session_files(checkpoint_id, doc)
+        result = await self._scan_session_files(checkpoint_id, doc, incarnation)
         events, source = replay_events(result, records, step)
         replay: ReplayMap | None = None
         if events:
@@ -200,10 +205,12 @@ class Hydrator:
                 len(replay.llm),
                 len(replay.tools),
             )
-        self._write_resume_marker(checkpoint_id, doc, replay)
+        self._write_resume_marker(checkpoint_id, doc, replay, incarnation)
         return replay
 
-    async def _scan_session_files(self, checkpoint_id: str | None, doc: CheckpointDoc) -> ScanResult | None:
+    async def _scan_session_files(
+        self, checkpoint_id: str | None, doc: CheckpointDoc, incarnation: str | None
+    ) -> ScanResult | None:
         """The recovery scan of this pod's session files, bounded; None when it could not run."""
         budget = self.constants.buffer_scan_timeout_seconds
         started = time.monotonic()
@@ -217,6 +224,7 @@ class Hydrator:
                         budget_seconds=budget,
                         exclude=[self.journal.path],
                         checkpoint_step=doc.next_step - 1,
+                        incarnation=incarnation,
                     ),
                     abandon_on_cancel=True,
                 )
@@ -254,15 +262,22 @@ class Hydrator:
                 return
 
     def _write_resume_marker(
-        self, checkpoint_id: str | None, doc: CheckpointDoc, replay: ReplayMap | None
+        self, checkpoint_id: str | None, doc: CheckpointDoc, replay: ReplayMap | None, incarnation: str | None
     ) -> None:
         """Start this session's file with the marker and the resumed step's completed calls.
 
         Each session file then holds everything the next attempt's scan needs, however many attempts die
-        in the same step.
+        in the same step. A fresh job's marker (no checkpoint id) carries the row's incarnation: the only
+        thing that tells it from the marker of another job of the same id.
         """
+        own = {"incarnation": incarnation} if checkpoint_id is None and incarnation is not None else {}
         self.journal.append(
-            "CHECKPOINT_WRITTEN", step=doc.next_step - 1, checkpoint_id=checkpoint_id, crc=None, resumed=True
+            "CHECKPOINT_WRITTEN",
+            step=doc.next_step - 1,
+            checkpoint_id=checkpoint_id,
+            crc=None,
+            resumed=True,
+            **own,
         )
         if replay is not None:
             self.journal.carry_forward(replay.events_for_carry_forward())

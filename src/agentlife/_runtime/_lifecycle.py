@@ -228,9 +228,9 @@ class Runtime:
             done = Resume(CheckpointDoc(status=row.status, phase="done"), row.checkpoint_id)
             return Hydrated(job, budget, approvals, done)
         doc, checkpoint_id = await hydrator.load_checkpoint()
-        runner.checkpoint_id = checkpoint_id
+        runner.checkpoint_id, runner.incarnation = checkpoint_id, row.incarnation
         conversation = await hydrator.load_conversation(doc)
-        runner.records, replay = await hydrator.replay_map(checkpoint_id, doc, runner.step_journal, row.error)
+        runner.records, replay = await hydrator.replay_map(checkpoint_id, doc, runner.step_journal, row)
         approvals.restore(doc)
         memories = await hydrator.fetch_memories(
             doc, job=job, agent=self.agent, open_memory=lambda: self.services.open_memory(booted.settings)

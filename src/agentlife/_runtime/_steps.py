@@ -113,6 +113,8 @@ class StepRunner:
         self.constants = host.constants
         #: The last checkpoint written (or loaded): where a parked step's calls are read back from.
         self.checkpoint_id = checkpoint_id
+        #: The row's incarnation: a park before the first checkpoint reads back only its own marker.
+        self.incarnation: str | None = None
         #: The step running now, or the last one run.
         self.current_step: int | None = None
         #: Set when a later attempt fenced this one out: the loop stops and the process exits 1.
@@ -500,7 +502,11 @@ class StepRunner:
             await booted.journal.flush(fsync=False)
             result = await anyio.to_thread.run_sync(
                 lambda: scan_for_resume(
-                    session_dir, checkpoint_id, budget_seconds=budget, checkpoint_step=step - 1
+                    session_dir,
+                    checkpoint_id,
+                    budget_seconds=budget,
+                    checkpoint_step=step - 1,
+                    incarnation=self.incarnation,
                 )
             )
         except Exception as exc:

@@ -171,6 +171,10 @@ class JobRecord:
     key's jobs at once than the limit allows."""
     priority: int = 0
     """Higher is claimed first; jobs of one priority in the order they came due (their creation)."""
+    incarnation: str | None = None
+    """Random per creation of the row, so that a job re-created under the same id (in another store that
+    shares the data directory, or after its tombstone expired) never replays the old one's journal; None on
+    rows created before the column existed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -181,6 +182,7 @@ async def start_child(
         owner=owner,
         concurrency_key=concurrency_key,
         priority=priority,
+        incarnation=uuid.uuid4().hex,
     )
     if created:
         return True

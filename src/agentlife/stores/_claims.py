@@ -12,6 +12,7 @@ Each function is one operation of the store, run by its database (`Database.run`
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -96,6 +97,7 @@ async def create_job(
         token_budget=dumps(token_budget),
         concurrency_key=concurrency_key,
         priority=priority,
+        incarnation=uuid.uuid4().hex,
     )
     row = await tx.fetchrow(tx.sql.get_job, job_id=job_id)
     if row is None:  # the insert found a tombstone

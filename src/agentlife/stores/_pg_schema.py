@@ -269,6 +269,8 @@ def _key_schema(t: TableNames) -> tuple[str, ...]:
         f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS priority integer NOT NULL DEFAULT 0",
         f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS key_slot integer",
         f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS agent_slot integer",
+        # Which creation of the id the row is (random per creation): a journal of another is never replayed.
+        f"ALTER TABLE {t.job} ADD COLUMN IF NOT EXISTS incarnation text",
         # The claim's order is now (priority DESC, not_before, id): the index of any agent's claim follows
         # it; the agent's one stays beside the old (agent, not_before) index, which finds the next due time.
         f"DROP INDEX IF EXISTS {prefix}{base}_due_idx",

@@ -51,7 +51,7 @@ JOB_COLUMNS = (
     " token_budget, error, result, updated_at"
 )
 #: The columns of concurrency keys, where the table has them (`pg_statements` ``keys``).
-KEY_COLUMNS = ", concurrency_key, priority"
+KEY_COLUMNS = ", concurrency_key, priority, incarnation"
 _DUE = "(not_before IS NULL OR not_before <= now())"
 #: Seconds since the row's ``heartbeat_at``, each side taken as epoch seconds first: PostgreSQL keeps
 #: ``'infinity'`` and ``'-infinity'`` as timestamps (a row written by another client) and refuses to
@@ -125,7 +125,9 @@ def pg_statements(t: TableNames, *, owner: bool = True, keys: bool = True) -> St
     cols = f"{job_cols}, not_before"
     no_slots = f", {_NO_SLOTS}" if keys else ""
     key_columns, key_values = (
-        (KEY_COLUMNS, ", :concurrency_key::text, :priority::integer") if keys else ("", "")
+        (KEY_COLUMNS, ", :concurrency_key::text, :priority::integer, :incarnation::text")
+        if keys
+        else ("", "")
     )
     j, sql, notify = t.job, d.sql, notify_call(t)
     fenced = f"id = :job_id AND attempt = :attempt{d.fence}"
@@ -527,6 +529,7 @@ def pg_job(row: Row) -> JobRecord:
         not_before=unix(row.get("not_before")),  # type: ignore[attr-defined]  # an asyncpg Record
         concurrency_key=row.get("concurrency_key"),  # type: ignore[attr-defined]
         priority=row.get("priority"),  # type: ignore[attr-defined]
+        incarnation=row.get("incarnation"),  # type: ignore[attr-defined]
     )
     return job_record(columns)
 

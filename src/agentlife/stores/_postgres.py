@@ -302,7 +302,8 @@ class PostgresDatabase:
         try:
             async with self._connection() as conn:
                 await conn.execute(
-                    f"SELECT concurrency_key, priority, key_slot, paused FROM {self.tables.job} LIMIT 0"
+                    f"SELECT concurrency_key, priority, key_slot, paused, incarnation"
+                    f" FROM {self.tables.job} LIMIT 0"
                 )
         except asyncpg.exceptions.UndefinedColumnError:
             _log.warning(

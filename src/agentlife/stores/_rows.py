@@ -131,6 +131,7 @@ def job_record(columns: Mapping[str, Any]) -> JobRecord:
         unreadable=unreadable,
         concurrency_key=_key(columns.get("concurrency_key")),
         priority=_priority(columns.get("priority")),
+        incarnation=_key(columns.get("incarnation")),
     )
 
 

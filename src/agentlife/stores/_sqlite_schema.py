@@ -26,6 +26,7 @@ _ADDED_COLUMNS = (
     ("concurrency_key", "TEXT"),  # concurrency keys and priority
     ("priority", "INTEGER NOT NULL DEFAULT 0"),
     ("paused", "TEXT"),  # an operator's pause: the status it was paused in, or a running job's request
+    ("incarnation", "TEXT"),  # which creation of the id the row is: a journal of another is never replayed
 )
 
 

@@ -46,7 +46,7 @@ JOB_SELECT = ", ".join(
         *(f"CAST({name} AS BLOB) AS raw_{name}" for name in _TEXT_COLUMNS),
         "attempt, checkpoint_id, checkpoint_crc, heartbeat_at, updated_at, not_before",
         *(f"CAST({name} AS BLOB) AS raw_{name}" for name in JSON_COLUMNS),
-        "CAST(concurrency_key AS BLOB) AS raw_concurrency_key, priority",
+        "CAST(concurrency_key AS BLOB) AS raw_concurrency_key, priority, incarnation",
         "typeof(id) AS id_type",
     ]
 )
@@ -62,6 +62,7 @@ _JOB_NAMES = (
     *JSON_COLUMNS,
     "concurrency_key",
     "priority",
+    "incarnation",
 )
 #: What a claim makes of the row's status: a runnable row (a parked wait's too) is RUNNING, others stay.
 CLAIMED_STATUS = "CASE WHEN status IN ('PENDING', 'RETRYING', 'WAITING') THEN 'RUNNING' ELSE status END"
@@ -210,8 +211,10 @@ def sqlite_statements(t: TableNames) -> Statements:
         "create_job": sql(
             f"INSERT OR IGNORE INTO {j}"
             " (id, agent_id, status, payload, attempt, token_budget, updated_at, not_before, concurrency_key,"
-            " priority) SELECT :job_id, :agent_id, :status, :payload, 0, :token_budget, :now, :now,"
-            f" :concurrency_key, :priority WHERE NOT EXISTS (SELECT 1 FROM {t.pruned} WHERE id = :job_id)"
+            " priority, incarnation)"
+            " SELECT :job_id, :agent_id, :status, :payload, 0, :token_budget, :now, :now,"
+            " :concurrency_key, :priority, :incarnation"
+            f" WHERE NOT EXISTS (SELECT 1 FROM {t.pruned} WHERE id = :job_id)"
         ),
         "lock_claim": sql(
             f"SELECT attempt, owner, :now - heartbeat_at AS heartbeat_age FROM {j} WHERE id = :job_id"
@@ -326,9 +329,9 @@ def sqlite_statements(t: TableNames) -> Statements:
         ),
         "start_child": sql(
             f"INSERT OR IGNORE INTO {j} (id, agent_id, status, payload, attempt, updated_at, not_before,"
-            " parent_id, spawned_by, detached, concurrency_key, priority)"
+            " parent_id, spawned_by, detached, concurrency_key, priority, incarnation)"
             " SELECT :job_id, :agent_id, 'PENDING', :payload, 0, :now, :now, :parent_id, :invocation_id,"
-            " :detached, :concurrency_key, :priority"
+            " :detached, :concurrency_key, :priority, :incarnation"
             f" WHERE EXISTS (SELECT 1 FROM {j} WHERE id = :parent_id AND attempt = :attempt{SQLITE.fence})"
             f" AND NOT EXISTS (SELECT 1 FROM {t.pruned} WHERE id = :job_id)"
         ),
