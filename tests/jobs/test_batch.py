@@ -151,3 +151,24 @@ def test_an_age_that_is_not_one_is_a_one_line_error(bad: str) -> None:
     with pytest.raises(ConfigError, match="is not an age") as caught:
         parse_age(bad)
     assert "\n" not in str(caught.value)
+
+
+async def test_a_batch_resume_undoes_a_batch_pause_of_running_and_waiting_jobs(
+    store: CheckpointStore, backend: Backend
+) -> None:
+    await store.create_job("run-1", "mailer", None)
+    await store.claim("run-1", 1)  # RUNNING: a pause is requested on its row
+    await store.create_job("run-2", "mailer", None)
+    await store.claim("run-2", 1)  # RUNNING, never asked to pause: not the resume's
+    await store.create_job("pend-1", "mailer", None)
+    async with await Client.connect(_url(backend)) as client:
+        paused = await client.act_many("pause", ["run-1", "pend-1"], actor="ops")
+        assert sorted(paused.done) == ["pend-1", "run-1"]
+        assert await store.pause_requested("run-1", 1)
+        selected = await client.select("resume", agent_id="mailer")
+        assert sorted(selected) == ["pend-1", "run-1"]  # run-2 never had a pause to withdraw
+        resumed = await client.act_many("resume", selected, actor="ops")
+    assert sorted(resumed.done) == ["pend-1", "run-1"] and not resumed.skipped
+    assert not await store.pause_requested("run-1", 1)  # the request withdrawn, as `job resume ID` does
+    row = await store.get_job("pend-1")
+    assert row is not None and row.status == JobStatus.PENDING

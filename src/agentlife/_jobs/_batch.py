@@ -76,6 +76,8 @@ class BatchAction:
     chain of them, job first)."""
     takes_reason: bool = False
     """Whether ``reason`` means anything to it."""
+    picks: Callable[[OperatorStore, JobRecord], Awaitable[bool]] | None = None
+    """Of the rows in `statuses`, which it acts on (None: all of them)."""
 
 
 async def _retry(store: OperatorStore, job_id: str, actor: str, reason: str | None) -> JobRecord:
@@ -95,6 +97,10 @@ async def _resume(store: OperatorStore, job_id: str, actor: str, reason: str | N
     return await resume_job(store, job_id, actor)
 
 
+async def _paused_or_requested(store: OperatorStore, row: JobRecord) -> bool:
+    return row.status != JobStatus.RUNNING or await store.pause_requested(row.id, row.attempt)
+
+
 def _names(statuses: Iterable[str]) -> tuple[str, ...]:
     return tuple(str(s) for s in statuses)
 
@@ -104,7 +110,11 @@ BATCH_ACTIONS: dict[str, BatchAction] = {
     "retry": BatchAction("retry", _names(RETRYABLE), _retry),
     "cancel": BatchAction("cancel", _names(CANCELLABLE), _cancel, takes_reason=True),
     "pause": BatchAction("pause", _names(PAUSABLE), _pause, takes_reason=True),
-    "resume": BatchAction("resume", (str(JobStatus.PAUSED),), _resume),
+    # A resume also withdraws the pause requested of a RUNNING job, as `job resume ID` does: a batch resume
+    # undoes a batch pause whatever each job was doing.
+    "resume": BatchAction(
+        "resume", (str(JobStatus.PAUSED), str(JobStatus.RUNNING)), _resume, picks=_paused_or_requested
+    ),
 }
 
 
@@ -223,9 +233,9 @@ async def select_jobs(
     statuses = _check(action, selection)
     cutoff = None if selection.older_than is None else (now or time.time()) - selection.older_than
     if selection.ids is not None:
-        found = await _among_ids(store, selection, statuses, cutoff)
+        found = await _among_ids(store, action, selection, statuses, cutoff)
     else:
-        found = await _by_filter(store, selection, statuses, cutoff)
+        found = await _by_filter(store, action, selection, statuses, cutoff)
     if not found:
         raise JobNotFound(
             f"no job matches the selection ({selection.describe()}) among {', '.join(statuses)}"
@@ -235,7 +245,11 @@ async def select_jobs(
 
 
 async def _by_filter(
-    store: OperatorStore, selection: Selection, statuses: Sequence[str], cutoff: float | None
+    store: OperatorStore,
+    action: BatchAction,
+    selection: Selection,
+    statuses: Sequence[str],
+    cutoff: float | None,
 ) -> list[tuple[float, str]]:
     found: list[tuple[float, str]] = []
     for status in statuses:
@@ -243,7 +257,7 @@ async def _by_filter(
         after: tuple[Any, Any] | None = None if cutoff is None else (cutoff, "")
         while True:
             rows = await store.list_jobs(status, selection.agent_id, _PAGE, after=after)
-            found += [(_when(row), row.id) for row in rows if isinstance(row.id, str)]
+            found += [(_when(row), row.id) for row in await _picked(store, action, rows)]
             if len(found) > selection.limit:
                 raise SelectionTooLarge(
                     f"the selection ({selection.describe()}) matches more than {selection.limit} jobs: "
@@ -256,7 +270,11 @@ async def _by_filter(
 
 
 async def _among_ids(
-    store: OperatorStore, selection: Selection, statuses: Sequence[str], cutoff: float | None
+    store: OperatorStore,
+    action: BatchAction,
+    selection: Selection,
+    statuses: Sequence[str],
+    cutoff: float | None,
 ) -> list[tuple[float, str]]:
     assert selection.ids is not None
     if len(selection.ids) > selection.limit:
@@ -270,8 +288,17 @@ async def _among_ids(
             continue
         if cutoff is not None and _when(row) > cutoff:
             continue
+        if not await _picked(store, action, [row]):
+            continue
         found.append((_when(row), job_id))
     return found
+
+
+async def _picked(store: OperatorStore, action: BatchAction, rows: Sequence[JobRecord]) -> list[JobRecord]:
+    """The rows with a text id that ``action`` acts on."""
+    return [
+        r for r in rows if isinstance(r.id, str) and (action.picks is None or await action.picks(store, r))
+    ]
 
 
 def _when(row: JobRecord) -> float:

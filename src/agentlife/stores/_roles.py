@@ -46,6 +46,14 @@ class JobRows(Protocol):
 
     url_scheme: str
 
+    async def pause_requested(self, job_id: str, attempt: int) -> bool:
+        """Whether an operator asked the RUNNING job held by ``attempt`` to pause (``job pause``).
+
+        The process holding it reads it at each step boundary and, when asked, hands the row back
+        (`Handback.release` as PENDING), which the store turns into PAUSED; an operator's batch resume reads
+        it to find the requests it withdraws.
+        """
+
     async def open(self) -> None:
         """Connect; raise `agentlife.StoreUnavailable` when the store cannot be reached."""
 
@@ -202,13 +210,6 @@ class JobStore(JobRows, Handback, Protocol):
 
     async def heartbeat(self, job_id: str, attempt: int) -> None:
         """Set ``heartbeat_at`` to now."""
-
-    async def pause_requested(self, job_id: str, attempt: int) -> bool:
-        """Whether an operator asked the RUNNING job held by ``attempt`` to pause (``job pause``).
-
-        The process reads it at each step boundary and, when asked, hands the row back (`Handback.release`
-        as PENDING), which the store turns into PAUSED.
-        """
 
     async def request_approval(self, job_id: str, attempt: int, request: ApprovalRequest) -> ApprovalState:
         """Park on ``request``: WAITING_FOR_APPROVAL and the request on the row, in one fenced write.
