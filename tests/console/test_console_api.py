@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -805,15 +806,20 @@ async def test_a_batch_shows_its_selection_then_acts_only_on_the_count_confirmed
         batch = f"{PREFIX}/batch/cancel"
         seen = await s.http.post(batch, json={"agent_id": "mailer", "dry_run": True}, headers=who)
         assert seen.status_code == 200, seen.text
+        digest = seen.json().pop("digest")
         assert seen.json() == {
             "action": "cancel",
             "count": 3,
+            "digest": digest,
             "job_ids": ["mail-0", "mail-1", "mail-2"],
             "done": [],
             "skipped": [],
         }
-        # Not confirmed, or confirmed for another count (a job came or went since): 409, nothing done.
-        _error(await s.http.post(batch, json={"agent_id": "mailer"}, headers=who), 409, "count_changed")
+        # Not confirmed, or not as a count: 400; the same count of other jobs (the digest): 409, nothing done.
+        _error(await s.http.post(batch, json={"agent_id": "mailer"}, headers=who), 400)
+        _error(await s.http.post(batch, json={"agent_id": "mailer", "expect": True}, headers=who), 400)
+        other = {"agent_id": "mailer", "expect": 3, "digest": "0" * 32}
+        _error(await s.http.post(batch, json=other, headers=who), 409, "count_changed")
         _error(await s.http.post(batch, json={"agent_id": "mailer", "expect": 2}, headers=who), 409)
         assert {(await _row(s.db, f"mail-{n}")).status for n in range(3)} == {"PENDING"}
         for bad, code in (
@@ -868,12 +874,21 @@ async def test_the_list_acts_on_every_job_its_filter_matches_after_the_count_is_
         assert shown.status_code == 200 and 'data-count="3"' in shown.text, shown.text
         assert all(f"<li>mail-{n}</li>" in shown.text for n in range(3)) and TOKEN not in shown.text
         assert 'name="expect" value="3"' in shown.text
-        changed = await s.http.post("/jobs/batch", data={**form, "expect": "2"}, headers=who)
+        (digest,) = re.findall(r'name="digest" value="([0-9a-f]{32})"', shown.text)
+        changed = await s.http.post(
+            "/jobs/batch", data={**form, "expect": "2", "digest": digest}, headers=who
+        )
         assert changed.status_code == 409 and "now matches 3 jobs" in changed.text
+        # The same count, but not the jobs the page showed (one went, another came): nothing done.
+        swapped = await s.http.post(
+            "/jobs/batch", data={**form, "expect": "3", "digest": "0" * 32}, headers=who
+        )
+        assert swapped.status_code == 409
         for bad in ({"action": "delete"}, {"agent": "", "status": ""}, {"status": "COMPLETED", "agent": ""}):
             assert (await s.http.post("/jobs/batch", data={**form, **bad}, headers=who)).status_code == 400
         assert {(await _row(s.db, f"mail-{n}")).status for n in range(3)} == {"PENDING"}
-        done = await s.http.post("/jobs/batch", data={**form, "expect": "3", "reason": "dup"}, headers=who)
+        confirmed = {**form, "expect": "3", "digest": digest, "reason": "dup"}
+        done = await s.http.post("/jobs/batch", data=confirmed, headers=who)
         assert done.status_code == 200 and "cancel: 3 done, 0 skipped" in done.text, done.text
         row = await _row(s.db, "mail-2")
         assert (row.status, row.error[-1]["actor"], row.error[-1]["message"]) == ("FAILED", "dana@ops", "dup")

@@ -125,7 +125,7 @@ def test_selections_and_flags_that_are_not_right_are_one_line_errors_and_change_
         (("job", "cancel", "--ids-file", str(bad_file)), EXIT_USAGE, "line 2 of the ids file"),
         (("job", "cancel", "--ids-file", str(tmp_path / "none")), EXIT_USAGE, "cannot be read"),
         (("job", "cancel", "--agent", "nobody", "--yes"), EXIT_NOT_FOUND, "no job matches"),
-        (("job", "resume", "--status", "PENDING"), EXIT_USAGE, "resume acts on PAUSED jobs"),
+        (("job", "resume", "--status", "PENDING"), EXIT_USAGE, "resume acts on PAUSED, RUNNING jobs"),
         (("job", "cancel", "--status", "PENDING", "--actor", "a\nb", "--yes"), EXIT_USAGE, "--actor"),
     ]
     for args, code, needle in cases:

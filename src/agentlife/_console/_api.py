@@ -50,6 +50,7 @@ from agentlife._exceptions import (
     StoreError,
     describe_error,
 )
+from agentlife._jobs._batch import selection_digest
 from agentlife._jobs._mask import Masker
 from agentlife.stores import JobStatus
 
@@ -230,16 +231,27 @@ class Api:
         client = await self.clients.get()
         ids = await client.select(action, **_selection(body))
         shown = [self.masker.text(job_id, 200) for job_id in ids]
-        answer: dict[str, Any] = {"action": action, "count": len(ids), "job_ids": shown, "done": []}
+        digest = selection_digest(ids)
+        answer: dict[str, Any] = {
+            "action": action,
+            "count": len(ids),
+            "digest": digest,
+            "job_ids": shown,
+            "done": [],
+        }
         if body.get("dry_run", False) is True:
             return _json({**answer, "skipped": []})
-        expect = body.get("expect")
-        if expect != len(ids):
+        expect, given = body.get("expect"), body.get("digest")
+        if isinstance(expect, bool) or not isinstance(expect, int):
+            raise ApiError(400, "bad_request", "expect must be the count the dry run answered")
+        if given is not None and not isinstance(given, str):
+            raise ApiError(400, "bad_request", "digest must be the text the dry run answered")
+        if expect != len(ids) or (given is not None and given != digest):
             raise ApiError(
                 409,
                 "count_changed",
-                f"the selection now names {len(ids)} jobs, not the {expect!r} confirmed (expect): "
-                "look again (dry_run) and confirm that count",
+                f"the selection now names {len(ids)} jobs, not the {expect} confirmed (expect, digest): "
+                "look again (dry_run) and confirm those jobs",
             )
         report = await client.act_many(action, ids, reason=body.get("reason") or None, actor=actor)
         await self.clients.confirm(client)
@@ -471,7 +483,7 @@ async def _body(request: web.Request, allowed: set[str]) -> dict[str, Any]:
     return body
 
 
-_BATCH_FIELDS = {"ids", "status", "agent_id", "older_than", "limit", "dry_run", "expect", "reason"}
+_BATCH_FIELDS = {"ids", "status", "agent_id", "older_than", "limit", "dry_run", "expect", "digest", "reason"}
 
 
 def _selection(body: dict[str, Any]) -> dict[str, Any]:

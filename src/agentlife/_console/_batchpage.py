@@ -2,8 +2,9 @@
 
 Under a filtered list (a status or an agent) the console offers retry, cancel, pause and resume of every
 job the filter matches. The first post selects (`agentlife._jobs._batch.select_jobs`, bounded) and shows
-the count and the ids with a form to confirm exactly that count; the second acts only if the selection
-still names that many jobs (else 409, nothing done), each job in its own transaction.
+the count and the ids with a form to confirm exactly those jobs; the second acts only if the selection
+still names the same jobs (their count and a digest of their ids; else 409, nothing done), each job in
+its own transaction.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable, Sequence
 from html import escape
 
 from agentlife._console._data import ListQuery
-from agentlife._jobs._batch import BATCH_ACTIONS, BatchReport
+from agentlife._jobs._batch import BATCH_ACTIONS, BatchReport, selection_digest
 
 __all__ = ["SHOWN_IDS", "batch_confirm", "batch_form", "batch_outcome"]
 
@@ -64,7 +65,8 @@ def batch_confirm(
         f'<ol class="ids">{shown}</ol>{more}'
         '<form class="batch" method="post" action="/jobs/batch" aria-label="Confirm">'
         f'<input type="hidden" name="action" value="{_esc(action)}">{_hidden(status, agent)}'
-        f'<input type="hidden" name="expect" value="{len(ids)}">{reason}'
+        f'<input type="hidden" name="expect" value="{len(ids)}">'
+        f'<input type="hidden" name="digest" value="{selection_digest(ids)}">{reason}'
         '<label for="c-token">Console token</label>'
         '<input id="c-token" name="token" type="password" autocomplete="off" required>'
         f'<button type="submit">{_esc(action.capitalize())} these {len(ids)} jobs</button></form>'

@@ -346,6 +346,7 @@ _SCHEMAS: dict[str, Any] = {
             "limit": {"type": "integer", "minimum": 1, "maximum": 100_000},
             "dry_run": {"type": "boolean"},
             "expect": {"type": "integer", "minimum": 1, "description": "the count the operator confirmed"},
+            "digest": {"type": "string", "description": "the dry run's digest: act on exactly those jobs"},
             "reason": _REASON,
         },
         (),
@@ -354,6 +355,7 @@ _SCHEMAS: dict[str, Any] = {
         {
             "action": _TEXT,
             "count": {"type": "integer"},
+            "digest": _TEXT,
             "job_ids": {"type": "array", "items": _TEXT},
             "done": {"type": "array", "items": _TEXT},
             "skipped": {

@@ -55,7 +55,7 @@ from agentlife._console._store import ConsoleStore, NotRecorded
 from agentlife._console._timeline import build_timeline
 from agentlife._exceptions import ConfigError, JobNotFound, JobStateConflict, StoreError, describe_error
 from agentlife._jobs._approve import approve_parked
-from agentlife._jobs._batch import BATCH_ACTIONS, Selection, act_on_each, select_jobs
+from agentlife._jobs._batch import BATCH_ACTIONS, Selection, act_on_each, select_jobs, selection_digest
 from agentlife._jobs._mask import masker_for
 from agentlife._jobs._pause import pause_job, resume_job
 from agentlife._jobs._reason import check_reason
@@ -213,9 +213,11 @@ class _Console:
         if not expect:
             main = batch_confirm(str(action), status, agent, ids, shown)
             return web.Response(text=plain_page("Confirm", main, actions=True), content_type="text/html")
-        if expect != str(len(ids)):
+        if expect != str(len(ids)) or _text(form.get("digest")) != selection_digest(ids):
             return self.page(
-                409, "Conflict", f"The filter now matches {len(ids)} jobs, not {expect}: look again."
+                409,
+                "Conflict",
+                f"The filter now matches {len(ids)} jobs, not the {expect} confirmed: look again.",
             )
         reason = _reason(_text(form.get("reason"))) or None
         report = await act_on_each(store, BATCH_ACTIONS[str(action)], ids, actor=actor, reason=reason)

@@ -44,6 +44,7 @@ __all__ = [
     "parse_age",
     "read_ids",
     "select_jobs",
+    "selection_digest",
 ]
 
 #: The most jobs a selection holds unless its ``limit`` says more.
@@ -159,6 +160,13 @@ class BatchReport:
         if self.skipped:
             line += f" (e.g. {self.skipped[0][1]})"
         return line
+
+
+def selection_digest(job_ids: Sequence[str]) -> str:
+    """A short digest of the ids a selection named: a confirmation acts only on exactly these jobs."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(sorted(job_ids)).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def parse_age(text: str, what: str = "--older-than") -> float:
